@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("local-kubelet: not built yet");
+    std::process::exit(2);
+}
