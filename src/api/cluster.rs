@@ -1,0 +1,481 @@
+//! The `ClickHouseCluster` resource: what a user declares and what the operator reports.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Container, EnvVar, ResourceRequirements, Toleration};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Image used for ClickHouse servers when the spec names none.
+pub const DEFAULT_SERVER_IMAGE: &str = "clickhouse/clickhouse-server:24.8";
+/// Image used for ClickHouse Keeper when the spec names none.
+pub const DEFAULT_KEEPER_IMAGE: &str = "clickhouse/clickhouse-keeper:24.8";
+
+/// A ClickHouse cluster: server replicas arranged in shards, and the Keeper ensemble they use.
+/// The operator assumes exactly one ClickHouseCluster per namespace.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "clickhouse.com",
+    version = "v1alpha1",
+    kind = "ClickHouseCluster",
+    namespaced,
+    shortname = "chc",
+    status = "ClickHouseClusterStatus",
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".spec.shards"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.clickhouse.readyText"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClickHouseClusterSpec {
+    /// Number of shards. Each shard holds its own part of the data.
+    #[serde(default = "default_shards")]
+    pub shards: i32,
+    /// Number of replicas in every shard. Each replica is one StatefulSet with one pod.
+    #[serde(default = "default_replicas")]
+    pub replicas: i32,
+    /// ClickHouse server image.
+    #[serde(default = "default_server_image")]
+    pub image: String,
+    /// The Keeper ensemble that coordinates replication.
+    #[serde(default)]
+    pub keeper: KeeperSpec,
+    /// Settings of the server pods.
+    #[serde(default)]
+    pub pod: PodSettings,
+    /// Data volume of every server replica.
+    #[serde(default)]
+    pub storage: StorageSpec,
+    /// How storage size changes are applied.
+    #[serde(default)]
+    pub storage_scaling: StorageScaling,
+    /// ClickHouse server configuration.
+    #[serde(default)]
+    pub configuration: Configuration,
+    /// Users of the cluster, with passwords from a Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<UsersSpec>,
+    /// TLS for client and interserver connections.
+    #[serde(default)]
+    pub tls: TlsSpec,
+    /// What schema the operator copies onto new replicas and shards.
+    #[serde(default)]
+    pub schema_policy: SchemaPolicySpec,
+    /// How pods are restarted when a change needs it.
+    #[serde(default)]
+    pub update_strategy: UpdateStrategy,
+    /// Disruption budget of the server pods of each shard.
+    #[serde(default)]
+    pub pod_disruption_budget: PodDisruptionBudgetSpec,
+    /// Stop every pod (data is kept) while true.
+    #[serde(default)]
+    pub pause: bool,
+    /// Scheduled backups.
+    #[serde(default)]
+    pub backup: BackupScheduleSpec,
+    /// The client Service of the cluster.
+    #[serde(default)]
+    pub client_service: ClientServiceSpec,
+    /// Version of the resource format; the operator refuses versions newer than itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cr_version: Option<String>,
+}
+
+fn default_shards() -> i32 {
+    1
+}
+fn default_replicas() -> i32 {
+    2
+}
+fn default_server_image() -> String {
+    DEFAULT_SERVER_IMAGE.to_string()
+}
+fn default_keeper_image() -> String {
+    DEFAULT_KEEPER_IMAGE.to_string()
+}
+fn default_keeper_replicas() -> i32 {
+    3
+}
+fn default_max_unavailable() -> i32 {
+    1
+}
+fn default_true() -> bool {
+    true
+}
+fn default_storage_size() -> String {
+    "10Gi".to_string()
+}
+fn default_keeper_storage() -> StorageSpec {
+    StorageSpec {
+        size: "1Gi".to_string(),
+        ..StorageSpec::default()
+    }
+}
+
+/// The Keeper ensemble.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeeperSpec {
+    /// Members of the ensemble: 0 (no Keeper), or an odd number up to 7.
+    #[serde(default = "default_keeper_replicas")]
+    pub replicas: i32,
+    /// ClickHouse Keeper image.
+    #[serde(default = "default_keeper_image")]
+    pub image: String,
+    /// Data volume of every Keeper member.
+    #[serde(default = "default_keeper_storage")]
+    pub storage: StorageSpec,
+    /// Settings of the Keeper pods.
+    #[serde(default)]
+    pub pod: PodSettings,
+}
+
+impl Default for KeeperSpec {
+    fn default() -> Self {
+        KeeperSpec {
+            replicas: default_keeper_replicas(),
+            image: default_keeper_image(),
+            storage: default_keeper_storage(),
+            pod: PodSettings::default(),
+        }
+    }
+}
+
+/// Pod-level settings shared by server and Keeper pods.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSettings {
+    /// Resources of the main container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Extra environment variables of the main container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Secret whose keys become environment variables; a change of its contents rolls the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Topology key (e.g. `topology.kubernetes.io/zone`) over which replicas are spread.
+    /// Condemned replicas stop counting in the spread while they are removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_key: Option<String>,
+    /// Extra containers that run beside the main one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sidecars: Vec<Container>,
+    /// Extra annotations of the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Extra labels of the pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A data volume.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Requested size, a Kubernetes quantity such as `10Gi`. It never shrinks.
+    #[serde(default = "default_storage_size")]
+    pub size: String,
+    /// Storage class; the cluster's default class when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// What happens to the PVCs when the cluster is deleted.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
+impl Default for StorageSpec {
+    fn default() -> Self {
+        StorageSpec {
+            size: default_storage_size(),
+            storage_class_name: None,
+            reclaim_policy: ReclaimPolicy::default(),
+        }
+    }
+}
+
+/// `Retain` keeps the PVCs of a deleted cluster; `Delete` labels them for the PVC cleaner.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ReclaimPolicy {
+    #[default]
+    Retain,
+    Delete,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageScaling {
+    /// Apply a larger storage size by resizing the PVCs in place (no pod restart).
+    #[serde(default)]
+    pub enable_volume_scaling: bool,
+}
+
+/// ClickHouse server configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Configuration {
+    /// Server settings (`config.xml` top-level elements), e.g. `max_concurrent_queries: "200"`.
+    /// Nested elements use `/` in the key: `logger/level: debug`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
+    /// Settings profiles: profile name → setting → value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub profiles: BTreeMap<String, BTreeMap<String, String>>,
+    /// Quotas: quota name → interval setting → value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub quotas: BTreeMap<String, BTreeMap<String, String>>,
+    /// Extra configuration files placed in `config.d`: file name → XML content.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+}
+
+/// Users whose passwords live in a Secret: each key of the Secret is a user name, its value the
+/// password. Passwords reach ClickHouse only as SHA-256 hashes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsersSpec {
+    pub secret_name: String,
+    /// Settings profile given to these users.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Secret of type kubernetes.io/tls with the server certificate and key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cert_secret: Option<String>,
+    /// Secret holding `ca.crt`, the CA that signed the server certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<String>,
+    /// Serve only the secure ports when true.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// What schema is copied onto new replicas and shards. Values are matched case-insensitively;
+/// an unknown value falls back to the default `All` (with a Warning event), so the schema does
+/// not restrict them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchemaPolicySpec {
+    /// `None` or `All` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+    /// `None`, `All` (default) or `DistributedTablesOnly`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UpdateStrategy {
+    /// The operator restarts outdated pods itself, one replica of a shard at a time, the backup
+    /// replica last, waiting for each to be Ready and caught up.
+    #[default]
+    SmartUpdate,
+    /// One StatefulSet at a time, waiting only for readiness.
+    RollingUpdate,
+    /// Specs are updated; nothing restarts until a pod is deleted by hand.
+    OnDelete,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodDisruptionBudgetSpec {
+    /// Replicas of a shard that may be down at once, by us or by voluntary disruptions.
+    #[serde(default = "default_max_unavailable")]
+    pub max_unavailable: i32,
+}
+
+impl Default for PodDisruptionBudgetSpec {
+    fn default() -> Self {
+        PodDisruptionBudgetSpec {
+            max_unavailable: default_max_unavailable(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupScheduleSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<BackupSchedule>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSchedule {
+    pub name: String,
+    /// Cron expression with five fields, e.g. `0 3 * * *`.
+    pub schedule: String,
+    /// Where backups go, as ClickHouse's `BACKUP … TO` destination, e.g. `Disk('backups', '{name}')`.
+    pub destination: String,
+    /// How many completed backups of this schedule to keep.
+    #[serde(default = "default_keep")]
+    pub keep: i32,
+}
+
+fn default_keep() -> i32 {
+    7
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientServiceSpec {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// `ClusterIP` (default), `NodePort` or `LoadBalancer`.
+    #[serde(default)]
+    pub r#type: ClientServiceType,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Default for ClientServiceSpec {
+    fn default() -> Self {
+        ClientServiceSpec {
+            enabled: true,
+            r#type: ClientServiceType::default(),
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ClientServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+/// What the operator observed and did. `replicaStateMap` is internal to the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClickHouseClusterStatus {
+    #[serde(default)]
+    pub state: ClusterState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Internal state of every replica StatefulSet, keyed by its name. For the operator's own
+    /// use only: other components must not read it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replica_state_map: BTreeMap<String, ReplicaStatus>,
+    /// Creation index the next new replica gets; replica names are never reused.
+    #[serde(default)]
+    pub next_replica_index: u64,
+    #[serde(default)]
+    pub clickhouse: ComponentStatus,
+    #[serde(default)]
+    pub keeper: ComponentStatus,
+    /// The cluster endpoint (the client Service's address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The schema policy in force after normalisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_policy: Option<EffectiveSchemaPolicy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterState {
+    #[default]
+    Initializing,
+    Ready,
+    Paused,
+    Stopping,
+    Error,
+}
+
+impl std::fmt::Display for ClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClusterState::Initializing => "initializing",
+            ClusterState::Ready => "ready",
+            ClusterState::Paused => "paused",
+            ClusterState::Stopping => "stopping",
+            ClusterState::Error => "error",
+        })
+    }
+}
+
+/// A status condition, as Kubernetes conventions describe it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    pub r#type: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One replica StatefulSet.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    pub shard: u32,
+    pub state: ReplicaState,
+    #[serde(default)]
+    pub is_backup_pod: bool,
+    /// Creation index: orders replicas by age (names carry no ordinal).
+    pub index: u64,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum ReplicaState {
+    Pending,
+    Ready,
+    Stopped,
+    Condemned,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    pub size: i32,
+    pub ready: i32,
+    /// `ready/size`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_text: Option<String>,
+}
+
+impl ComponentStatus {
+    pub fn new(size: i32, ready: i32) -> Self {
+        ComponentStatus {
+            size,
+            ready,
+            ready_text: Some(format!("{ready}/{size}")),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveSchemaPolicy {
+    pub replica: String,
+    pub shard: String,
+}

@@ -1,0 +1,251 @@
+//! The CustomResourceDefinitions, with the rules the API server itself enforces (CEL,
+//! `x-kubernetes-validations`). `clickhouse-operator crd` prints them; `deploy/crds.yaml` is their
+//! committed copy, and a test fails when it drifts.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+use super::{ClickHouseBackup, ClickHouseCluster};
+
+/// A CEL rule at a place in the schema. The path names properties from the root of the
+/// resource; `[]` steps into the items of an array.
+pub struct Rule {
+    pub path: &'static [&'static str],
+    pub rule: &'static str,
+    pub message: &'static str,
+}
+
+/// Every CEL rule of the ClickHouseCluster CRD.
+pub const CLUSTER_RULES: &[Rule] = &[
+    Rule {
+        path: &[],
+        rule: "self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        message: "metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter) of at most 40 characters",
+    },
+    Rule {
+        path: &["spec", "shards"],
+        rule: "self >= 1",
+        message: "spec.shards must be at least 1",
+    },
+    Rule {
+        path: &["spec", "replicas"],
+        rule: "self >= 1",
+        message: "spec.replicas must be at least 1",
+    },
+    Rule {
+        path: &["spec", "keeper", "replicas"],
+        rule: "self == 0 || (self % 2 == 1 && self <= 7)",
+        message: "spec.keeper.replicas must be 0 or an odd number up to 7",
+    },
+    Rule {
+        path: &["spec", "storage", "size"],
+        rule: "isQuantity(self)",
+        message: "spec.storage.size must be a quantity such as 10Gi",
+    },
+    Rule {
+        path: &["spec", "storage", "size"],
+        rule: "!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0",
+        message: "spec.storage.size cannot shrink",
+    },
+    Rule {
+        path: &["spec", "keeper", "storage", "size"],
+        rule: "isQuantity(self)",
+        message: "spec.keeper.storage.size must be a quantity such as 1Gi",
+    },
+    Rule {
+        path: &["spec", "keeper", "storage", "size"],
+        rule: "!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0",
+        message: "spec.keeper.storage.size cannot shrink",
+    },
+    Rule {
+        path: &["spec", "podDisruptionBudget", "maxUnavailable"],
+        rule: "self >= 1",
+        message: "spec.podDisruptionBudget.maxUnavailable must be at least 1",
+    },
+    Rule {
+        path: &["spec", "tls"],
+        rule: "!has(self.enabled) || !self.enabled || has(self.serverCertSecret)",
+        message: "spec.tls.serverCertSecret is required when spec.tls.enabled is true",
+    },
+    Rule {
+        path: &["spec", "users", "secretName"],
+        rule: "self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",
+        message: "spec.users.secretName must be a valid Secret name",
+    },
+    Rule {
+        path: &["spec", "backup", "schedules"],
+        rule: "self.all(s, self.exists_one(t, t.name == s.name))",
+        message: "spec.backup.schedules names must be unique",
+    },
+    Rule {
+        path: &["spec", "backup", "schedules", "[]", "name"],
+        rule: "self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+        message: "a backup schedule name must be a DNS label",
+    },
+    Rule {
+        path: &["spec", "backup", "schedules", "[]", "keep"],
+        rule: "self >= 1",
+        message: "a backup schedule must keep at least 1 backup",
+    },
+];
+
+/// Size limits that keep the CEL cost of the rules above bounded.
+const CLUSTER_LIMITS: &[(&[&str], &str, u64)] = &[
+    (&["spec", "backup", "schedules"], "maxItems", 32),
+    (
+        &["spec", "backup", "schedules", "[]", "name"],
+        "maxLength",
+        63,
+    ),
+    (&["spec", "users", "secretName"], "maxLength", 253),
+    (&["spec", "storage", "size"], "maxLength", 32),
+    (&["spec", "keeper", "storage", "size"], "maxLength", 32),
+];
+
+fn schema_at<'a>(root: &'a mut Value, path: &[&str]) -> &'a mut Value {
+    let mut node = root;
+    for step in path {
+        node = if *step == "[]" {
+            node.get_mut("items")
+        } else {
+            node.get_mut("properties").and_then(|p| p.get_mut(*step))
+        }
+        .unwrap_or_else(|| panic!("the CRD schema has no {path:?}"));
+    }
+    node
+}
+
+fn patch(
+    crd: CustomResourceDefinition,
+    rules: &[Rule],
+    limits: &[(&[&str], &str, u64)],
+) -> CustomResourceDefinition {
+    let mut v = serde_json::to_value(crd).expect("a CRD serialises");
+    {
+        let root = &mut v["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        for r in rules {
+            let node = schema_at(root, r.path);
+            let list = node
+                .as_object_mut()
+                .expect("schema node is an object")
+                .entry("x-kubernetes-validations")
+                .or_insert_with(|| json!([]));
+            list.as_array_mut()
+                .expect("x-kubernetes-validations is a list")
+                .push(json!({"rule": r.rule, "message": r.message}));
+        }
+        for (path, key, value) in limits {
+            schema_at(root, path)[*key] = json!(value);
+        }
+    }
+    serde_json::from_value(v).expect("a patched CRD deserialises")
+}
+
+pub fn cluster_crd() -> CustomResourceDefinition {
+    patch(ClickHouseCluster::crd(), CLUSTER_RULES, CLUSTER_LIMITS)
+}
+
+pub fn backup_crd() -> CustomResourceDefinition {
+    patch(
+        ClickHouseBackup::crd(),
+        &[
+            Rule {
+                path: &["spec", "clusterName"],
+                rule: "self.size() > 0",
+                message: "spec.clusterName must name a ClickHouseCluster",
+            },
+            Rule {
+                path: &["spec"],
+                rule: "self == oldSelf",
+                message: "a ClickHouseBackup's spec cannot change; create a new one",
+            },
+        ],
+        &[(&["spec", "clusterName"], "maxLength", 253)],
+    )
+}
+
+pub fn all() -> Vec<CustomResourceDefinition> {
+    vec![cluster_crd(), backup_crd()]
+}
+
+/// All CRDs as one multi-document YAML, exactly as committed in `deploy/crds.yaml`.
+pub fn yaml() -> String {
+    let mut out = String::from("# Generated by `clickhouse-operator crd`. Do not edit.\n");
+    for crd in all() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).expect("a CRD serialises to YAML"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema(crd: &CustomResourceDefinition) -> Value {
+        serde_json::to_value(crd).unwrap()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+            .clone()
+    }
+
+    #[test]
+    fn committed_crds_match_the_code() {
+        let committed =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/crds.yaml"))
+                .expect("deploy/crds.yaml exists");
+        assert!(
+            committed == yaml(),
+            "deploy/crds.yaml drifted from the code: run `cargo run -- crd > deploy/crds.yaml`"
+        );
+    }
+
+    #[test]
+    fn every_rule_lands_where_it_was_meant() {
+        let mut s = schema(&cluster_crd());
+        for r in CLUSTER_RULES {
+            let node = schema_at(&mut s, r.path);
+            let rules = node["x-kubernetes-validations"].as_array().unwrap();
+            assert!(rules.iter().any(|x| x["rule"] == r.rule), "{:?}", r.path);
+        }
+        // schemaPolicy must stay free-form (S1-26): no enum restricts it.
+        let sp = schema_at(&mut s, &["spec", "schemaPolicy"]).to_string();
+        assert!(!sp.contains("\"enum\""), "{sp}");
+    }
+
+    #[test]
+    fn crds_have_names_short_names_status_and_columns() {
+        let c = cluster_crd();
+        assert_eq!(
+            c.metadata.name.as_deref(),
+            Some("clickhouseclusters.clickhouse.com")
+        );
+        assert_eq!(c.spec.names.short_names, Some(vec!["chc".to_string()]));
+        let v = &c.spec.versions[0];
+        assert!(v.subresources.as_ref().unwrap().status.is_some());
+        let cols: Vec<_> = v
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(cols, ["State", "Shards", "Replicas", "Ready", "Age"]);
+        let b = backup_crd();
+        assert_eq!(b.spec.names.short_names, Some(vec!["chb".to_string()]));
+        // States are enumerated (S0-06, S2-35).
+        let st = schema(&c)["properties"]["status"]["properties"].clone();
+        assert_eq!(
+            st["state"]["enum"],
+            json!(["initializing", "ready", "paused", "stopping", "error"])
+        );
+        let rs =
+            st["replicaStateMap"]["additionalProperties"]["properties"]["state"]["enum"].clone();
+        assert_eq!(rs, json!(["Pending", "Ready", "Stopped", "Condemned"]));
+        assert!(
+            st["replicaStateMap"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("nternal")
+        );
+    }
+}

@@ -1,0 +1,11 @@
+//! The custom resources: types, defaults, normalisation, validation and the generated CRDs.
+
+pub mod backup;
+pub mod cluster;
+pub mod crd;
+pub mod schema_policy;
+pub mod validate;
+
+pub use backup::*;
+pub use cluster::*;
+pub use schema_policy::SchemaPolicy;

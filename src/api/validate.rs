@@ -1,0 +1,437 @@
+//! What only the operator can check about a ClickHouseCluster (the API server checks the CEL
+//! rules of the CRD first). An invalid spec becomes status `error` with these messages; it never
+//! causes a write to a managed object.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use super::cluster::ClickHouseClusterSpec;
+use crate::util::{cron::Cron, quantity};
+
+/// Version of the resource format this operator understands (`spec.crVersion`).
+pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Longest cluster name: every object name derived from it must stay a valid DNS label.
+pub const MAX_CLUSTER_NAME_LEN: usize = 40;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// A finding that is allowed but worth saying (decision 16: no redundancy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning(pub String);
+
+/// DNS-1035 label: what Service names must be.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && !s.ends_with('-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// DNS-1123 subdomain: what Secret names must be.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// A label key (`prefix/name` or `name`).
+pub fn is_label_key(s: &str) -> bool {
+    let (prefix, name) = match s.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    prefix.is_none_or(is_dns_subdomain) && is_label_value(name) && !name.is_empty()
+}
+
+pub fn is_label_value(s: &str) -> bool {
+    s.len() <= 63
+        && (s.is_empty()
+            || (s.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))))
+}
+
+/// Label key prefixes the operator owns on its pods; users cannot set them.
+const RESERVED_LABEL_PREFIXES: [&str; 2] = ["clickhouse.com/", "app.kubernetes.io/"];
+
+fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
+    let v = v.trim().trim_start_matches('v');
+    let mut it = v.split('.');
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next().unwrap_or("0").parse().ok()?;
+    let patch = it.next().unwrap_or("0").parse().ok()?;
+    if it.next().is_some() {
+        return None;
+    }
+    Some((major, minor, patch))
+}
+
+/// Checks a cluster's name and spec. Returns every error (not just the first) and the warnings.
+pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, Vec<Warning>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let mut err = |field: &str, message: String| {
+        errors.push(FieldError {
+            field: field.to_string(),
+            message,
+        })
+    };
+
+    if !is_dns_label(name) || name.len() > MAX_CLUSTER_NAME_LEN {
+        err(
+            "metadata.name",
+            format!(
+                "{name:?} must be a DNS label (lower-case letters, digits, '-', starting with a letter) of at most {MAX_CLUSTER_NAME_LEN} characters"
+            ),
+        );
+    }
+    if spec.shards < 1 {
+        err(
+            "spec.shards",
+            format!("must be at least 1, got {}", spec.shards),
+        );
+    }
+    if spec.replicas < 1 {
+        err(
+            "spec.replicas",
+            format!("must be at least 1, got {}", spec.replicas),
+        );
+    }
+    let k = spec.keeper.replicas;
+    if !matches!(k, 0 | 1 | 3 | 5 | 7) {
+        err(
+            "spec.keeper.replicas",
+            format!("must be 0 or an odd number up to 7 (quorum needs a majority), got {k}"),
+        );
+    }
+    if k == 0 && spec.replicas > 1 {
+        err(
+            "spec.keeper.replicas",
+            format!(
+                "is 0 but spec.replicas is {}: replicated tables need Keeper",
+                spec.replicas
+            ),
+        );
+    }
+    if spec.image.trim().is_empty() {
+        err("spec.image", "must not be empty".into());
+    }
+    if spec.keeper.image.trim().is_empty() {
+        err("spec.keeper.image", "must not be empty".into());
+    }
+    for (field, size) in [
+        ("spec.storage.size", &spec.storage.size),
+        ("spec.keeper.storage.size", &spec.keeper.storage.size),
+    ] {
+        match quantity::parse_bytes(size) {
+            Some(0) => err(field, "must be larger than 0".into()),
+            Some(_) => {}
+            None => err(field, format!("{size:?} is not a quantity such as 10Gi")),
+        }
+    }
+    if spec.pod_disruption_budget.max_unavailable < 1 {
+        err(
+            "spec.podDisruptionBudget.maxUnavailable",
+            format!(
+                "must be at least 1, got {}",
+                spec.pod_disruption_budget.max_unavailable
+            ),
+        );
+    }
+    if let Some(users) = &spec.users
+        && !is_dns_subdomain(&users.secret_name)
+    {
+        err(
+            "spec.users.secretName",
+            format!("{:?} is not a valid Secret name", users.secret_name),
+        );
+    }
+    if spec.tls.enabled && spec.tls.server_cert_secret.is_none() {
+        err(
+            "spec.tls.serverCertSecret",
+            "is required when spec.tls.enabled is true".into(),
+        );
+    }
+    if spec.tls.required && !spec.tls.enabled {
+        err("spec.tls.required", "needs spec.tls.enabled: true".into());
+    }
+    let mut schedule_names = BTreeSet::new();
+    for (i, s) in spec.backup.schedules.iter().enumerate() {
+        let f = |leaf: &str| format!("spec.backup.schedules[{i}].{leaf}");
+        if !is_dns_label(&s.name) {
+            err(&f("name"), format!("{:?} must be a DNS label", s.name));
+        }
+        if !schedule_names.insert(s.name.as_str()) {
+            err(&f("name"), format!("{:?} is used twice", s.name));
+        }
+        if let Err(e) = Cron::parse(&s.schedule) {
+            err(&f("schedule"), e);
+        }
+        if s.destination.trim().is_empty() {
+            err(&f("destination"), "must not be empty".into());
+        }
+        if s.keep < 1 {
+            err(&f("keep"), format!("must be at least 1, got {}", s.keep));
+        }
+    }
+    for (which, pod) in [
+        ("spec.pod", &spec.pod),
+        ("spec.keeper.pod", &spec.keeper.pod),
+    ] {
+        let mut names = BTreeSet::new();
+        for (i, c) in pod.sidecars.iter().enumerate() {
+            if matches!(c.name.as_str(), "clickhouse" | "keeper") || !names.insert(c.name.as_str())
+            {
+                err(
+                    &format!("{which}.sidecars[{i}].name"),
+                    format!("{:?} is reserved or used twice", c.name),
+                );
+            }
+        }
+        for (key, value) in &pod.labels {
+            if !is_label_key(key) || !is_label_value(value) {
+                err(
+                    &format!("{which}.labels"),
+                    format!("{key:?}: {value:?} is not a valid label"),
+                );
+            } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
+                err(
+                    &format!("{which}.labels"),
+                    format!("{key:?} is reserved for the operator"),
+                );
+            }
+        }
+        if let Some(key) = &pod.topology_spread_key
+            && !is_label_key(key)
+        {
+            err(
+                &format!("{which}.topologySpreadKey"),
+                format!("{key:?} is not a valid label key"),
+            );
+        }
+    }
+    for file in spec.configuration.files.keys() {
+        if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
+            err(
+                "spec.configuration.files",
+                format!("{file:?} must be a plain file name ending in .xml or .yaml"),
+            );
+        }
+    }
+    for key in spec.configuration.settings.keys() {
+        let ok = !key.is_empty()
+            && key.split('/').all(|p| {
+                !p.is_empty()
+                    && p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && p.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            });
+        if !ok {
+            err(
+                "spec.configuration.settings",
+                format!(
+                    "{key:?} is not an element path such as max_concurrent_queries or logger/level"
+                ),
+            );
+        }
+    }
+    if let Some(v) = &spec.cr_version {
+        match (parse_version(v), parse_version(OPERATOR_VERSION)) {
+            (Some(want), Some(have)) if want > have => err(
+                "spec.crVersion",
+                format!(
+                    "{v} is newer than this operator ({OPERATOR_VERSION}): upgrade the operator and its CRDs first"
+                ),
+            ),
+            (None, _) => err(
+                "spec.crVersion",
+                format!("{v:?} is not a version such as 0.1.0"),
+            ),
+            _ => {}
+        }
+    }
+
+    if spec.replicas == 1 {
+        warnings.push(Warning(
+            "spec.replicas is 1: every shard has a single copy of its data".into(),
+        ));
+    }
+    if k == 1 {
+        warnings.push(Warning(
+            "spec.keeper.replicas is 1: losing that member stops all inserts".into(),
+        ));
+    }
+    (errors, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::cluster::*;
+
+    fn spec() -> ClickHouseClusterSpec {
+        serde_json::from_value(serde_json::json!({})).unwrap()
+    }
+
+    fn fields(name: &str, s: &ClickHouseClusterSpec) -> Vec<String> {
+        validate(name, s).0.into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn defaults_are_valid_and_redundant() {
+        let s = spec();
+        assert_eq!(s.shards, 1);
+        assert_eq!(s.replicas, 2);
+        assert_eq!(s.keeper.replicas, 3);
+        assert_eq!(s.pod_disruption_budget.max_unavailable, 1);
+        assert_eq!(s.update_strategy, UpdateStrategy::SmartUpdate);
+        assert!(!s.pause);
+        assert!(s.client_service.enabled);
+        let (errors, warnings) = validate("c1", &s);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn counts_are_checked() {
+        let mut s = spec();
+        s.shards = 0;
+        s.replicas = 0;
+        s.pod_disruption_budget.max_unavailable = 0;
+        let f = fields("c1", &s);
+        assert!(f.contains(&"spec.shards".to_string()));
+        assert!(f.contains(&"spec.replicas".to_string()));
+        assert!(f.contains(&"spec.podDisruptionBudget.maxUnavailable".to_string()));
+    }
+
+    /// S2-10 / S2-14: an even Keeper ensemble is refused with a message naming the field.
+    #[test]
+    fn s2_14_keeper_must_be_zero_or_odd() {
+        for (k, ok) in [
+            (0, true),
+            (1, true),
+            (2, false),
+            (3, true),
+            (4, false),
+            (5, true),
+            (7, true),
+            (9, false),
+            (-1, false),
+        ] {
+            let mut s = spec();
+            s.replicas = 1;
+            s.keeper.replicas = k;
+            let (errors, _) = validate("c1", &s);
+            assert_eq!(errors.is_empty(), ok, "keeper {k}: {errors:?}");
+            if !ok {
+                assert_eq!(errors[0].field, "spec.keeper.replicas");
+                assert!(errors[0].message.contains("odd"));
+            }
+        }
+        let mut s = spec();
+        s.keeper.replicas = 0;
+        let (errors, _) = validate("c1", &s);
+        assert!(errors[0].message.contains("need Keeper"), "{errors:?}");
+    }
+
+    /// Decision 16: single copies are allowed but reported.
+    #[test]
+    fn single_replica_or_keeper_is_a_warning_not_an_error() {
+        let mut s = spec();
+        s.replicas = 1;
+        s.keeper.replicas = 1;
+        let (errors, warnings) = validate("c1", &s);
+        assert!(errors.is_empty());
+        assert_eq!(warnings.len(), 2);
+    }
+
+    #[test]
+    fn names_and_references_are_checked() {
+        let s = spec();
+        assert!(fields("C1", &s).contains(&"metadata.name".to_string()));
+        assert!(fields("1c", &s).contains(&"metadata.name".to_string()));
+        assert!(fields(&"a".repeat(41), &s).contains(&"metadata.name".to_string()));
+        assert!(fields(&"a".repeat(40), &s).is_empty());
+        let mut s = spec();
+        s.users = Some(UsersSpec {
+            secret_name: "Bad_Name".into(),
+            profile: None,
+        });
+        s.tls.enabled = true;
+        s.storage.size = "lots".into();
+        s.pod
+            .labels
+            .insert("clickhouse.com/shard".into(), "x".into());
+        s.pod.labels.insert("team".into(), "a b".into());
+        s.configuration
+            .files
+            .insert("../etc/passwd".into(), String::new());
+        s.configuration
+            .settings
+            .insert("logger/".into(), String::new());
+        let f = fields("c1", &s);
+        for want in [
+            "spec.users.secretName",
+            "spec.tls.serverCertSecret",
+            "spec.storage.size",
+            "spec.pod.labels",
+            "spec.configuration.files",
+            "spec.configuration.settings",
+        ] {
+            assert!(f.contains(&want.to_string()), "{want} missing in {f:?}");
+        }
+        assert_eq!(f.iter().filter(|x| *x == "spec.pod.labels").count(), 2);
+    }
+
+    #[test]
+    fn backup_schedules_are_checked() {
+        let mut s = spec();
+        let sched = |name: &str, cron: &str, keep| BackupSchedule {
+            name: name.into(),
+            schedule: cron.into(),
+            destination: "Disk('backups', 'x')".into(),
+            keep,
+        };
+        s.backup.schedules = vec![sched("daily", "0 3 * * *", 7)];
+        assert!(fields("c1", &s).is_empty());
+        s.backup.schedules = vec![sched("daily", "0 3 * *", 7), sched("daily", "0 3 * * *", 0)];
+        let f = fields("c1", &s);
+        assert!(f.contains(&"spec.backup.schedules[0].schedule".to_string()));
+        assert!(f.contains(&"spec.backup.schedules[1].name".to_string()));
+        assert!(f.contains(&"spec.backup.schedules[1].keep".to_string()));
+    }
+
+    /// S2-25: a resource newer than the operator is refused with a message to upgrade.
+    #[test]
+    fn s2_25_newer_cr_version_is_refused() {
+        let mut s = spec();
+        s.cr_version = Some(OPERATOR_VERSION.into());
+        assert!(fields("c1", &s).is_empty());
+        s.cr_version = Some("99.0.0".into());
+        let (errors, _) = validate("c1", &s);
+        assert_eq!(errors[0].field, "spec.crVersion");
+        assert!(errors[0].message.contains("upgrade the operator"));
+        s.cr_version = Some("x.y".into());
+        assert_eq!(fields("c1", &s), vec!["spec.crVersion".to_string()]);
+    }
+}

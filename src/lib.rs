@@ -1,0 +1,7 @@
+//! clickhouse-operator: keeps ClickHouse clusters on Kubernetes in the state their
+//! `ClickHouseCluster` resources declare.
+//!
+//! Every reconcile is observe → decide (pure) → act → report; see `controller` and `plan`.
+
+pub mod api;
+pub mod util;

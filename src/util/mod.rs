@@ -1,0 +1,3 @@
+//! Small pure helpers.
+pub mod cron;
+pub mod quantity;
