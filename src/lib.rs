@@ -4,4 +4,7 @@
 //! Every reconcile is observe → decide (pure) → act → report; see `controller` and `plan`.
 
 pub mod api;
+pub mod controller;
+pub mod plan;
+pub mod runtime;
 pub mod util;

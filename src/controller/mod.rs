@@ -1,0 +1,188 @@
+//! Kubernetes glue: the controllers that observe the world, call the pure planner and act.
+
+pub mod backup;
+pub mod cluster;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::{StreamExt, stream::select_all};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::{
+    Controller, events::Reporter, reflector::ObjectRef, reflector::Store, watcher,
+};
+use kube::{Client, Resource};
+use tokio::sync::Semaphore;
+use tracing::info;
+
+use crate::api::{ClickHouseBackup, ClickHouseCluster};
+use crate::runtime::backoff::Backoff;
+use crate::runtime::metrics::{Health, Metrics};
+use crate::runtime::settings::{Settings, WatchNamespaces};
+
+/// Field manager of every server-side apply, and the events' reporting controller.
+pub const MANAGER: &str = "clickhouse-operator";
+/// Label on every object the operator creates for a cluster: the cluster's name.
+pub const CLUSTER_LABEL: &str = "clickhouse.com/cluster";
+
+/// Shared by every pass.
+pub struct Context {
+    pub client: Client,
+    /// Caches of the ClickHouseClusters, one per watched namespace (or one for all).
+    pub clusters: Vec<Store<ClickHouseCluster>>,
+    pub metrics: Arc<Metrics>,
+    pub cluster_backoff: Backoff,
+    pub backup_backoff: Backoff,
+    pub reporter: Reporter,
+    /// MAX_CONCURRENT_RECONCILES, counted separately for clusters and backups, across namespaces.
+    pub cluster_permits: Semaphore,
+    pub backup_permits: Semaphore,
+}
+
+impl Context {
+    pub fn clusters_in(&self, namespace: &str) -> Vec<Arc<ClickHouseCluster>> {
+        self.clusters
+            .iter()
+            .flat_map(|s| s.state())
+            .filter(|c| c.metadata.namespace.as_deref() == Some(namespace))
+            .collect()
+    }
+
+    pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<ClickHouseCluster>> {
+        let key = ObjectRef::<ClickHouseCluster>::new(name).within(namespace);
+        self.clusters.iter().find_map(|s| s.get(&key))
+    }
+}
+
+/// Runs the controllers until a shutdown signal. `lost_leadership` resolves when this replica
+/// must stop acting; the function then returns an error.
+pub async fn run(
+    settings: &Settings,
+    client: Client,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    lost_leadership: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let namespaces: Vec<Option<String>> = match &settings.watch_namespaces {
+        WatchNamespaces::All => vec![None],
+        WatchNamespaces::Only(list) => list.iter().cloned().map(Some).collect(),
+    };
+    fn api<K>(client: &Client, ns: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let owned = watcher::Config::default().labels(CLUSTER_LABEL);
+    let mut cluster_controllers = Vec::new();
+    let mut stores = Vec::new();
+    for ns in &namespaces {
+        let ctl = Controller::new(
+            api::<ClickHouseCluster>(&client, ns),
+            watcher::Config::default(),
+        );
+        let store = ctl.store();
+        stores.push(store.clone());
+        let secret_store = store.clone();
+        let ctl = ctl
+            .owns(api::<StatefulSet>(&client, ns), owned.clone())
+            .owns(api::<Service>(&client, ns), owned.clone())
+            .owns(api::<ConfigMap>(&client, ns), owned.clone())
+            .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
+            .watches(
+                api::<PartialObjectMeta<Pod>>(&client, ns),
+                owned.clone(),
+                |pod| {
+                    let ns = pod.metadata.namespace.clone()?;
+                    let name = pod.metadata.labels.as_ref()?.get(CLUSTER_LABEL)?.clone();
+                    Some(ObjectRef::new(&name).within(&ns))
+                },
+            )
+            .watches(
+                api::<PartialObjectMeta<Secret>>(&client, ns),
+                watcher::Config::default(),
+                move |secret| cluster::clusters_referencing_secret(&secret_store.state(), &secret),
+            );
+        cluster_controllers.push(ctl);
+    }
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        clusters: stores,
+        metrics,
+        cluster_backoff: Backoff::default(),
+        backup_backoff: Backoff::default(),
+        reporter: Reporter {
+            controller: MANAGER.into(),
+            instance: Some(settings.identity.clone()),
+        },
+        cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+        backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+    });
+    let config = kube::runtime::controller::Config::default()
+        .concurrency(settings.max_concurrent_reconciles);
+    let mut streams = Vec::new();
+    for ctl in cluster_controllers {
+        streams.push(
+            ctl.with_config(config.clone())
+                .shutdown_on_signal()
+                .run(cluster::reconcile, cluster::error_policy, ctx.clone())
+                .map(|_| ())
+                .boxed(),
+        );
+    }
+    for ns in &namespaces {
+        streams.push(
+            Controller::new(
+                api::<ClickHouseBackup>(&client, ns),
+                watcher::Config::default(),
+            )
+            .with_config(config.clone())
+            .shutdown_on_signal()
+            .run(backup::reconcile, backup::error_policy, ctx.clone())
+            .map(|_| ())
+            .boxed(),
+        );
+    }
+    health
+        .ready
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    info!(namespaces = ?settings.watch_namespaces, concurrency = settings.max_concurrent_reconciles, "controllers started");
+    let all = select_all(streams).for_each(|_| futures::future::ready(()));
+    tokio::select! {
+        _ = all => Ok(()),
+        _ = lost_leadership => anyhow::bail!("lost the leader lease: stopping so that only one replica acts"),
+    }
+}
+
+/// Times a pass and counts it.
+pub struct PassTimer<'a> {
+    kind: &'static str,
+    started: Instant,
+    metrics: &'a Metrics,
+}
+
+impl<'a> PassTimer<'a> {
+    pub fn start(kind: &'static str, metrics: &'a Metrics) -> Self {
+        metrics
+            .reconciles
+            .get_or_create(&crate::runtime::metrics::KindLabels { kind: kind.into() })
+            .inc();
+        PassTimer {
+            kind,
+            started: Instant::now(),
+            metrics,
+        }
+    }
+}
+
+impl Drop for PassTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics.observe_pass(self.kind, self.started.elapsed());
+    }
+}

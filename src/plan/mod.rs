@@ -1,0 +1,364 @@
+//! PURE: the decisions of a reconcile pass. `decide` takes the resource and what was observed
+//! and returns a `Plan`: the status to report, the events to publish, and whether the pass
+//! failed. It performs no I/O, so every rule here is tested with plain data.
+
+pub mod status;
+
+use crate::api::{
+    ClickHouseCluster, ClickHouseClusterStatus, ClusterState, SchemaPolicy,
+    validate::{self, FieldError},
+};
+use k8s_openapi::jiff::Timestamp;
+
+/// Another ClickHouseCluster in the same namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sibling {
+    pub name: String,
+    pub created: Option<Timestamp>,
+}
+
+/// What a pass observed.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    /// Every ClickHouseCluster of the namespace, this one included.
+    pub clusters_in_namespace: Vec<Sibling>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event to publish on the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    pub kind: EventType,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub message: String,
+}
+
+/// Why a pass failed; the reason is also the metric label and the condition reason detail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub status: ClickHouseClusterStatus,
+    pub events: Vec<PlannedEvent>,
+    /// Set when the pass failed: the operator retries with backoff.
+    pub failure: Option<Failure>,
+    /// False when the resource must not be reconciled at all (a second cluster in a namespace).
+    pub manage: bool,
+}
+
+/// The cluster that owns a namespace: the oldest by creation time, then by name (decision 18).
+pub fn namespace_owner(clusters: &[Sibling]) -> Option<&Sibling> {
+    clusters
+        .iter()
+        .min_by(|a, b| match (&a.created, &b.created) {
+            (Some(x), Some(y)) => x.cmp(y).then_with(|| a.name.cmp(&b.name)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.name.cmp(&b.name),
+        })
+}
+
+fn describe_errors(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Decides one pass over `cluster`. `now` stamps changed conditions.
+pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Plan {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let old = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation;
+    let mut events = Vec::new();
+
+    // One ClickHouseCluster per namespace: a newer one is refused and left alone.
+    if let Some(owner) = namespace_owner(&world.clusters_in_namespace)
+        && owner.name != name
+    {
+        let message = format!(
+            "namespace {namespace} is already managed by ClickHouseCluster {}: only one ClickHouseCluster per namespace is supported; delete this one or move it to its own namespace",
+            owner.name
+        );
+        let failure = Failure {
+            reason: "NamespaceConflict",
+            message: message.clone(),
+        };
+        let status = status::failed(&old, generation, &failure, now);
+        if old.message.as_deref() != Some(message.as_str()) {
+            events.push(PlannedEvent {
+                kind: EventType::Warning,
+                reason: "NamespaceConflict",
+                action: "Refuse",
+                message,
+            });
+        }
+        return Plan {
+            status,
+            events,
+            failure: Some(failure),
+            manage: false,
+        };
+    }
+
+    // Validate and default.
+    let (policy, replaced) = SchemaPolicy::normalise(&cluster.spec.schema_policy);
+    let (errors, warnings) = validate::validate(&name, &cluster.spec);
+    if old.schema_policy.as_ref() != Some(&policy.effective())
+        || old.observed_generation != generation
+    {
+        for r in &replaced {
+            events.push(PlannedEvent {
+                kind: EventType::Warning,
+                reason: "SchemaPolicyReplaced",
+                action: "Normalise",
+                message: r.to_string(),
+            });
+        }
+    }
+    if !errors.is_empty() {
+        let failure = Failure {
+            reason: "InvalidSpec",
+            message: format!("invalid spec: {}", describe_errors(&errors)),
+        };
+        if old.message.as_deref() != Some(failure.message.as_str()) {
+            events.push(PlannedEvent {
+                kind: EventType::Warning,
+                reason: "InvalidSpec",
+                action: "Validate",
+                message: failure.message.clone(),
+            });
+        }
+        let mut status = status::failed(&old, generation, &failure, now);
+        status.schema_policy = Some(policy.effective());
+        return Plan {
+            status,
+            events,
+            failure: Some(failure),
+            manage: true,
+        };
+    }
+
+    let mut status = status::succeeded(&old, cluster, &warnings, now);
+    status.schema_policy = Some(policy.effective());
+    if old.state != status.state {
+        events.push(PlannedEvent {
+            kind: if status.state == ClusterState::Error {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: "StateChanged",
+            action: "Report",
+            message: format!("state {} → {}", old.state, status.state),
+        });
+    }
+    Plan {
+        status,
+        events,
+        failure: None,
+        manage: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ClickHouseClusterSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    pub fn cluster(name: &str, spec: serde_json::Value) -> ClickHouseCluster {
+        let spec: ClickHouseClusterSpec = serde_json::from_value(spec).unwrap();
+        let mut c = ClickHouseCluster::new(name, spec);
+        c.metadata.namespace = Some("t1".into());
+        c.metadata.generation = Some(1);
+        c.metadata.creation_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().unwrap()));
+        c
+    }
+
+    fn sib(name: &str, created: &str) -> Sibling {
+        Sibling {
+            name: name.into(),
+            created: Some(created.parse().unwrap()),
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-30T00:00:00Z".parse().unwrap()
+    }
+
+    /// S0-07 / decision 18: the oldest cluster owns the namespace; ties go to the name.
+    #[test]
+    fn s0_07_oldest_cluster_owns_the_namespace() {
+        let a = sib("b-old", "2026-01-01T00:00:00Z");
+        let b = sib("a-new", "2026-02-01T00:00:00Z");
+        assert_eq!(
+            namespace_owner(&[b.clone(), a.clone()]).unwrap().name,
+            "b-old"
+        );
+        let tie1 = sib("zeta", "2026-01-01T00:00:00Z");
+        let tie2 = sib("alpha", "2026-01-01T00:00:00Z");
+        assert_eq!(namespace_owner(&[tie1, tie2]).unwrap().name, "alpha");
+        assert!(namespace_owner(&[]).is_none());
+    }
+
+    /// S0-07: the newcomer gets error, a condition and a Warning event, and is not managed.
+    #[test]
+    fn s0_07_second_cluster_in_a_namespace_is_refused() {
+        let c2 = cluster("c2", serde_json::json!({}));
+        let world = World {
+            clusters_in_namespace: vec![
+                sib("c1", "2025-12-01T00:00:00Z"),
+                sib("c2", "2026-01-01T00:00:00Z"),
+            ],
+        };
+        let plan = decide(&c2, &world, now());
+        assert!(!plan.manage);
+        assert_eq!(plan.status.state, ClusterState::Error);
+        assert!(
+            plan.status
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("ClickHouseCluster c1")
+        );
+        let cond = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "ReconcileSucceeded")
+            .unwrap();
+        assert_eq!(cond.reason, "ErrorReconcile");
+        assert_eq!(plan.events[0].reason, "NamespaceConflict");
+        assert_eq!(plan.events[0].kind, EventType::Warning);
+        // The owner itself is managed.
+        let c1 = cluster("c1", serde_json::json!({}));
+        let mut c1 = c1;
+        c1.metadata.creation_timestamp = Some(Time("2025-12-01T00:00:00Z".parse().unwrap()));
+        assert!(decide(&c1, &world, now()).manage);
+    }
+
+    /// S2-10 / S2-36: an invalid spec is an error naming the field, with reason ErrorReconcile.
+    #[test]
+    fn s2_10_invalid_spec_is_reported_with_the_field() {
+        let c = cluster("c1", serde_json::json!({"keeper": {"replicas": 2}}));
+        let plan = decide(&c, &World::default(), now());
+        let f = plan.failure.as_ref().unwrap();
+        assert_eq!(f.reason, "InvalidSpec");
+        assert!(f.message.contains("spec.keeper.replicas"), "{}", f.message);
+        assert_eq!(plan.status.state, ClusterState::Error);
+        assert_eq!(plan.status.message.as_deref(), Some(f.message.as_str()));
+        assert_eq!(plan.status.observed_generation, Some(1));
+        let cond = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "ReconcileSucceeded")
+            .unwrap();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str()),
+            ("False", "ErrorReconcile")
+        );
+        assert_eq!(
+            plan.events
+                .iter()
+                .filter(|e| e.reason == "InvalidSpec")
+                .count(),
+            1
+        );
+        // The same failure again publishes no second event.
+        let mut again = c.clone();
+        again.status = Some(plan.status.clone());
+        let plan2 = decide(&again, &World::default(), now());
+        assert!(plan2.events.iter().all(|e| e.reason != "InvalidSpec"));
+        // Fixing the spec clears the error (S2-36).
+        again.spec.keeper.replicas = 3;
+        again.metadata.generation = Some(2);
+        let plan3 = decide(&again, &World::default(), now());
+        assert!(plan3.failure.is_none());
+        assert_ne!(plan3.status.state, ClusterState::Error);
+        let cond = plan3
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "ReconcileSucceeded")
+            .unwrap();
+        assert_eq!(cond.status, "True");
+        assert_eq!(plan3.status.observed_generation, Some(2));
+    }
+
+    /// Decision 10: an unknown schemaPolicy value is used as All, with a Warning event, once.
+    #[test]
+    fn unknown_schema_policy_gives_one_warning_event() {
+        let c = cluster(
+            "c1",
+            serde_json::json!({"schemaPolicy": {"replica": "bogus", "shard": "distributedtablesonly"}}),
+        );
+        let plan = decide(&c, &World::default(), now());
+        assert!(plan.failure.is_none());
+        let sp = plan.status.schema_policy.clone().unwrap();
+        assert_eq!(
+            (sp.replica.as_str(), sp.shard.as_str()),
+            ("All", "DistributedTablesOnly")
+        );
+        let warned: Vec<_> = plan
+            .events
+            .iter()
+            .filter(|e| e.reason == "SchemaPolicyReplaced")
+            .collect();
+        assert_eq!(warned.len(), 1);
+        assert!(warned[0].message.contains("bogus"));
+        let mut again = c.clone();
+        again.status = Some(plan.status);
+        assert!(
+            decide(&again, &World::default(), now())
+                .events
+                .iter()
+                .all(|e| e.reason != "SchemaPolicyReplaced")
+        );
+    }
+
+    /// Decision 16: no redundancy is reported by a condition, not an error.
+    #[test]
+    fn single_replica_is_reported_by_a_condition() {
+        let c = cluster(
+            "c1",
+            serde_json::json!({"replicas": 1, "keeper": {"replicas": 1}}),
+        );
+        let plan = decide(&c, &World::default(), now());
+        assert!(plan.failure.is_none());
+        let cond = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "Redundant")
+            .unwrap();
+        assert_eq!(cond.status, "False");
+        assert!(cond.message.contains("single copy"));
+    }
+
+    /// Unchanged input gives an unchanged status: the pass then writes nothing.
+    #[test]
+    fn a_second_pass_over_the_same_world_changes_nothing() {
+        let c = cluster("c1", serde_json::json!({}));
+        let plan = decide(&c, &World::default(), now());
+        let mut again = c.clone();
+        again.status = Some(plan.status.clone());
+        let later: Timestamp = "2026-11-30T01:00:00Z".parse().unwrap();
+        let plan2 = decide(&again, &World::default(), later);
+        assert_eq!(plan2.status, plan.status);
+        assert!(plan2.events.is_empty(), "{:?}", plan2.events);
+    }
+}

@@ -1,0 +1,190 @@
+//! PURE: building the status of a pass, with Kubernetes-style conditions whose transition time
+//! only moves when their status changes.
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::Failure;
+use crate::api::{
+    ClickHouseCluster, ClickHouseClusterStatus, ClusterState, ComponentStatus, Condition,
+    validate::Warning,
+};
+
+pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
+pub const SPEC_VALID: &str = "SpecValid";
+pub const REDUNDANT: &str = "Redundant";
+/// The reason of the failed-pass condition (seed 002).
+pub const ERROR_RECONCILE: &str = "ErrorReconcile";
+
+/// Sets condition `type_`; keeps its transition time when its status does not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = if status { "True" } else { "False" };
+    let time = conditions
+        .iter()
+        .find(|c| c.r#type == type_ && c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.to_string());
+    conditions.retain(|c| c.r#type != type_);
+    conditions.push(Condition {
+        r#type: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: Some(time),
+        observed_generation: generation,
+    });
+    conditions.sort_by(|a, b| a.r#type.cmp(&b.r#type));
+}
+
+/// The status after a failed pass: state `error`, the cause in `message` and in a condition
+/// with reason `ErrorReconcile`. Everything else observed before is kept.
+pub fn failed(
+    old: &ClickHouseClusterStatus,
+    generation: Option<i64>,
+    failure: &Failure,
+    now: Timestamp,
+) -> ClickHouseClusterStatus {
+    let mut s = old.clone();
+    s.state = ClusterState::Error;
+    s.message = Some(failure.message.clone());
+    s.observed_generation = generation;
+    set_condition(
+        &mut s.conditions,
+        RECONCILE_SUCCEEDED,
+        false,
+        ERROR_RECONCILE,
+        &format!("{}: {}", failure.reason, failure.message),
+        generation,
+        now,
+    );
+    if failure.reason == "InvalidSpec" {
+        set_condition(
+            &mut s.conditions,
+            SPEC_VALID,
+            false,
+            "InvalidSpec",
+            &failure.message,
+            generation,
+            now,
+        );
+    }
+    s
+}
+
+/// The status after a successful pass.
+pub fn succeeded(
+    old: &ClickHouseClusterStatus,
+    cluster: &ClickHouseCluster,
+    warnings: &[Warning],
+    now: Timestamp,
+) -> ClickHouseClusterStatus {
+    let generation = cluster.metadata.generation;
+    let spec = &cluster.spec;
+    let mut s = old.clone();
+    s.observed_generation = generation;
+    let servers = spec.shards * spec.replicas;
+    let ready_servers = s
+        .replica_state_map
+        .values()
+        .filter(|r| r.state == crate::api::ReplicaState::Ready)
+        .count() as i32;
+    s.clickhouse = ComponentStatus::new(servers, ready_servers.min(servers));
+    s.keeper = ComponentStatus::new(
+        spec.keeper.replicas,
+        s.keeper.ready.min(spec.keeper.replicas),
+    );
+    let all_ready =
+        s.clickhouse.ready == servers && s.keeper.ready == spec.keeper.replicas && s.host.is_some();
+    s.state = if all_ready {
+        ClusterState::Ready
+    } else {
+        ClusterState::Initializing
+    };
+    s.message = if all_ready {
+        None
+    } else {
+        Some(format!(
+            "waiting for server replicas ({}/{} ready) and Keeper members ({}/{} ready)",
+            s.clickhouse.ready, servers, s.keeper.ready, spec.keeper.replicas
+        ))
+    };
+    set_condition(
+        &mut s.conditions,
+        RECONCILE_SUCCEEDED,
+        true,
+        "ReconcileSucceeded",
+        "",
+        generation,
+        now,
+    );
+    set_condition(
+        &mut s.conditions,
+        SPEC_VALID,
+        true,
+        "SpecValid",
+        "",
+        generation,
+        now,
+    );
+    if warnings.is_empty() {
+        set_condition(
+            &mut s.conditions,
+            REDUNDANT,
+            true,
+            "Redundant",
+            "",
+            generation,
+            now,
+        );
+    } else {
+        let message = warnings
+            .iter()
+            .map(|w| w.0.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        set_condition(
+            &mut s.conditions,
+            REDUNDANT,
+            false,
+            "NoRedundancy",
+            &message,
+            generation,
+            now,
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_when_the_status_changes() {
+        let t1: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t2: Timestamp = "2026-01-02T00:00:00Z".parse().unwrap();
+        let t3: Timestamp = "2026-01-03T00:00:00Z".parse().unwrap();
+        let mut c = Vec::new();
+        set_condition(&mut c, "X", true, "R", "", Some(1), t1);
+        set_condition(&mut c, "X", true, "R2", "m", Some(2), t2);
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            c[0].last_transition_time.as_deref(),
+            Some("2026-01-01T00:00:00Z")
+        );
+        assert_eq!(c[0].reason, "R2");
+        set_condition(&mut c, "X", false, "R", "", Some(2), t3);
+        assert_eq!(
+            c[0].last_transition_time.as_deref(),
+            Some("2026-01-03T00:00:00Z")
+        );
+        assert_eq!(c[0].status, "False");
+    }
+}
