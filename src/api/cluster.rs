@@ -378,7 +378,7 @@ pub struct ClickHouseClusterStatus {
     pub replica_state_map: BTreeMap<String, ReplicaStatus>,
     /// Creation index the next new replica gets; replica names are never reused.
     #[serde(default)]
-    pub next_replica_index: u64,
+    pub next_replica_index: i64,
     #[serde(default)]
     pub clickhouse: ComponentStatus,
     #[serde(default)]
@@ -435,12 +435,12 @@ pub struct Condition {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
-    pub shard: u32,
+    pub shard: i32,
     pub state: ReplicaState,
     #[serde(default)]
     pub is_backup_pod: bool,
     /// Creation index: orders replicas by age (names carry no ordinal).
-    pub index: u64,
+    pub index: i64,
 }
 
 #[derive(
