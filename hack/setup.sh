@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need on a fresh machine, and builds what is missing:
+# Debian packages (ClickHouse server and client, ZooKeeper, openssl, iproute2), the Rust
+# components (rustfmt, clippy) and the local control plane (Kubernetes and etcd built from Go
+# modules, cached outside the repository). Safe to run again: it only does what is missing.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+need_pkgs=()
+for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux curl ca-certificates; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  echo ">> installing Debian packages: ${need_pkgs[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (rustup) first" >&2; exit 1; }
+command -v go >/dev/null 2>&1 || { echo "go is missing: the control plane is built from Go modules; install Go >= 1.25" >&2; exit 1; }
+
+bash "$HERE/build-control-plane.sh" >/dev/null

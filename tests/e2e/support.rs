@@ -1,0 +1,235 @@
+//! The test harness: one real local Kubernetes (hack/local-cluster.sh) per test binary, started
+//! on first use and stopped when the process exits (also after failed or panicking tests); the
+//! CRDs installed; a fresh namespace per test; the operator run in-process per test, watching only
+//! that namespace.
+//!
+//! `CHOP_KUBECONFIG=path` makes the tests use an already running cluster instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use clickhouse_operator::api::{ClickHouseCluster, crd};
+use clickhouse_operator::runtime::metrics::{Health, Metrics};
+use clickhouse_operator::runtime::settings::Settings;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+struct LocalCluster {
+    kubeconfig: PathBuf,
+}
+
+static CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
+static STARTED_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+extern "C" fn stop_cluster_at_exit() {
+    if let Some(dir) = STARTED_DIR.get() {
+        let _ = Command::new("bash")
+            .arg(repo().join("hack/local-cluster.sh"))
+            .arg("down")
+            .arg(dir)
+            .status();
+    }
+}
+
+fn cluster() -> &'static LocalCluster {
+    CLUSTER.get_or_init(|| {
+        if let Ok(path) = std::env::var("CHOP_KUBECONFIG") {
+            return LocalCluster {
+                kubeconfig: PathBuf::from(path),
+            };
+        }
+        let dir = repo()
+            .join("target")
+            .join(format!("e2e-cluster-{}", std::process::id()));
+        STARTED_DIR.set(dir.clone()).expect("started once");
+        // SAFETY: registering a plain extern "C" function with atexit has no preconditions.
+        unsafe {
+            libc::atexit(stop_cluster_at_exit);
+        }
+        let status = Command::new("bash")
+            .arg(repo().join("hack/local-cluster.sh"))
+            .arg("up")
+            .arg(&dir)
+            .status()
+            .expect("run hack/local-cluster.sh");
+        assert!(status.success(), "hack/local-cluster.sh up {} failed", dir.display());
+        LocalCluster {
+            kubeconfig: dir.join("kubeconfig"),
+        }
+    })
+}
+
+/// A client for the test cluster, made in the calling test's runtime.
+pub async fn client() -> Client {
+    let c = cluster();
+    let kc = Kubeconfig::read_from(&c.kubeconfig).expect("read the kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("a valid kubeconfig");
+    let client = Client::try_from(config).expect("a client");
+    install_crds(&client).await;
+    client
+}
+
+async fn install_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for c in crd::all() {
+        let name = c.metadata.name.clone().unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("e2e-tests").force(),
+            &Patch::Apply(&c),
+        )
+        .await
+        .expect("install the CRDs");
+        wait_for(Duration::from_secs(30), "CRD established", || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let c = api.get(&name).await.ok()?;
+                c.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Creates a namespace of its own for a test.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let name = format!(
+        "{prefix}-{}-{}",
+        std::process::id() % 100_000,
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.create(
+        &PostParams::default(),
+        &Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        },
+    )
+    .await
+    .expect("create a namespace");
+    name
+}
+
+/// The operator running in-process, watching `namespace` only. Stopped when dropped.
+pub struct Operator {
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub metrics: std::sync::Arc<Metrics>,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn start_operator(client: &Client, namespace: &str, leader_election: bool) -> Operator {
+    let env = [
+        ("WATCH_NAMESPACE", namespace.to_string()),
+        ("LEADER_ELECTION", leader_election.to_string()),
+        ("POD_NAMESPACE", namespace.to_string()),
+        ("POD_NAME", format!("operator-{namespace}")),
+        ("HTTP_ADDR", "127.0.0.1:0".to_string()),
+    ];
+    let settings = Settings::from_lookup(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+        .expect("valid settings");
+    let metrics = std::sync::Arc::new(Metrics::default());
+    let client = client.clone();
+    let m = metrics.clone();
+    let task = tokio::spawn(async move {
+        let lost: futures::future::BoxFuture<'static, ()> = if settings.leader_election {
+            let elector = clickhouse_operator::runtime::leader::LeaderElector::new(
+                client.clone(),
+                &settings.lease_namespace,
+                &settings.lease_name,
+                &settings.identity,
+            );
+            let mut rx = elector.acquire().await;
+            Box::pin(async move {
+                while *rx.borrow() {
+                    if rx.changed().await.is_err() {
+                        break;
+                    }
+                }
+            })
+        } else {
+            Box::pin(futures::future::pending())
+        };
+        clickhouse_operator::controller::run(&settings, client, m, std::sync::Arc::new(Health::default()), lost).await
+    });
+    Operator { task, metrics }
+}
+
+/// Polls `probe` every 250 ms until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Creates a ClickHouseCluster from a JSON spec.
+pub async fn create_cluster(client: &Client, ns: &str, name: &str, spec: serde_json::Value) -> ClickHouseCluster {
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
+    let obj: ClickHouseCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "clickhouse.com/v1alpha1",
+        "kind": "ClickHouseCluster",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .expect("a ClickHouseCluster");
+    api.create(&PostParams::default(), &obj).await.expect("create the cluster")
+}
+
+/// Waits until the cluster's status satisfies `pred`, and returns it.
+pub async fn wait_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&clickhouse_operator::api::ClickHouseClusterStatus) -> bool,
+) -> ClickHouseCluster {
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
+    wait_for(timeout, what, || {
+        let api = api.clone();
+        let pred = &pred;
+        async move {
+            let c = api.get(name).await.ok()?;
+            c.status.as_ref().filter(|s| pred(s)).map(|_| c.clone())
+        }
+    })
+    .await
+}
