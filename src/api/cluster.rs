@@ -441,6 +441,27 @@ pub struct ReplicaStatus {
     pub is_backup_pod: bool,
     /// Creation index: orders replicas by age (names carry no ordinal).
     pub index: i64,
+    /// For a Condemned replica: the last scale-in step completed, so that a restarted operator
+    /// resumes where it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_in_step: Option<ScaleInStep>,
+}
+
+/// The steps of removing a replica, in order (seed 000, decisions 2 and 3).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum ScaleInStep {
+    /// Out of the client Service and of topology-spread calculations.
+    OutOfTraffic,
+    /// Its shard's replicated tables were synced on the shard's backup replica.
+    Synced,
+    /// Its replicated tables, views and dictionaries were dropped on it (`DROP … SYNC`).
+    TablesDropped,
+    /// Its StatefulSet and ConfigMap were deleted.
+    Deleted,
+    /// Its metadata was dropped from Keeper by a surviving replica.
+    KeeperCleaned,
 }
 
 #[derive(

@@ -2,6 +2,9 @@
 //! and returns a `Plan`: the status to report, the events to publish, and whether the pass
 //! failed. It performs no I/O, so every rule here is tested with plain data.
 
+pub mod replicas;
+pub mod rollout;
+pub mod scale_in;
 pub mod status;
 
 use crate::api::{

@@ -28,14 +28,46 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
     let ns = namespace(&client, "cel").await;
     let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
     let cases: &[(&str, serde_json::Value, &str)] = &[
-        ("shards0", json!({"shards": 0}), "spec.shards must be at least 1"),
-        ("replicas0", json!({"replicas": 0}), "spec.replicas must be at least 1"),
-        ("keeper2", json!({"keeper": {"replicas": 2}}), "spec.keeper.replicas must be 0 or an odd number"),
-        ("keeper9", json!({"keeper": {"replicas": 9}}), "spec.keeper.replicas must be 0 or an odd number"),
-        ("badsize", json!({"storage": {"size": "ten gigs"}}), "spec.storage.size must be a quantity"),
-        ("pdb0", json!({"podDisruptionBudget": {"maxUnavailable": 0}}), "maxUnavailable must be at least 1"),
-        ("tls", json!({"tls": {"enabled": true}}), "serverCertSecret is required"),
-        ("users", json!({"users": {"secretName": "Bad_Name"}}), "secretName must be a valid Secret name"),
+        (
+            "shards0",
+            json!({"shards": 0}),
+            "spec.shards must be at least 1",
+        ),
+        (
+            "replicas0",
+            json!({"replicas": 0}),
+            "spec.replicas must be at least 1",
+        ),
+        (
+            "keeper2",
+            json!({"keeper": {"replicas": 2}}),
+            "spec.keeper.replicas must be 0 or an odd number",
+        ),
+        (
+            "keeper9",
+            json!({"keeper": {"replicas": 9}}),
+            "spec.keeper.replicas must be 0 or an odd number",
+        ),
+        (
+            "badsize",
+            json!({"storage": {"size": "ten gigs"}}),
+            "spec.storage.size must be a quantity",
+        ),
+        (
+            "pdb0",
+            json!({"podDisruptionBudget": {"maxUnavailable": 0}}),
+            "maxUnavailable must be at least 1",
+        ),
+        (
+            "tls",
+            json!({"tls": {"enabled": true}}),
+            "serverCertSecret is required",
+        ),
+        (
+            "users",
+            json!({"users": {"secretName": "Bad_Name"}}),
+            "secretName must be a valid Secret name",
+        ),
         (
             "sched",
             json!({"backup": {"schedules": [
@@ -49,7 +81,11 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
             "keep at least 1",
         ),
         ("Upper-Name", json!({}), "metadata.name must be a DNS label"),
-        (&"n".repeat(41), json!({}), "metadata.name must be a DNS label"),
+        (
+            &"n".repeat(41),
+            json!({}),
+            "metadata.name must be a DNS label",
+        ),
     ];
     for (name, spec, message) in cases {
         let err = api
@@ -57,11 +93,17 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
             .await
             .expect_err(&format!("{name} must be refused"));
         let text = err.to_string();
-        assert!(text.contains(message), "{name}: expected {message:?} in {text}");
+        assert!(
+            text.contains(message),
+            "{name}: expected {message:?} in {text}"
+        );
     }
     // A valid resource is accepted, with the schema's defaults filled in by the API server.
     let ok = api
-        .create(&PostParams::default(), &object(&ns, "ok", json!({"storage": {"size": "2Gi"}})))
+        .create(
+            &PostParams::default(),
+            &object(&ns, "ok", json!({"storage": {"size": "2Gi"}})),
+        )
         .await
         .expect("a valid cluster is accepted");
     assert_eq!(ok.spec.shards, 1);
@@ -69,17 +111,29 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
     assert_eq!(ok.spec.keeper.replicas, 3);
     // Transition rule: storage never shrinks, grows fine.
     let shrink = api
-        .patch("ok", &PatchParams::default(), &Patch::Merge(json!({"spec": {"storage": {"size": "1Gi"}}})))
+        .patch(
+            "ok",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"storage": {"size": "1Gi"}}})),
+        )
         .await
         .expect_err("shrinking is refused");
     assert!(shrink.to_string().contains("cannot shrink"), "{shrink}");
-    api.patch("ok", &PatchParams::default(), &Patch::Merge(json!({"spec": {"storage": {"size": "3Gi"}}})))
-        .await
-        .expect("growing is accepted");
+    api.patch(
+        "ok",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"storage": {"size": "3Gi"}}})),
+    )
+    .await
+    .expect("growing is accepted");
     // schemaPolicy is free-form (S1-26): any value is accepted by the API server.
     api.create(
         &PostParams::default(),
-        &object(&ns, "policy", json!({"schemaPolicy": {"replica": "bogus", "shard": "nOnE"}})),
+        &object(
+            &ns,
+            "policy",
+            json!({"schemaPolicy": {"replica": "bogus", "shard": "nOnE"}}),
+        ),
     )
     .await
     .expect("schemaPolicy values are not restricted by the schema");
@@ -92,16 +146,34 @@ async fn operator_takes_the_lease_and_reports_status() {
     let client = client().await;
     let ns = namespace(&client, "run").await;
     let _op = start_operator(&client, &ns, true).await;
-    create_cluster(&client, &ns, "c1", json!({"schemaPolicy": {"replica": "bogus", "shard": "distributedtablesonly"}})).await;
-    let c = wait_status(&client, &ns, "c1", Duration::from_secs(60), "a status", |s| {
-        s.observed_generation == Some(1)
-    })
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"schemaPolicy": {"replica": "bogus", "shard": "distributedtablesonly"}}),
+    )
+    .await;
+    let c = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "a status",
+        |s| s.observed_generation == Some(1),
+    )
     .await;
     let s = c.status.unwrap();
     assert_ne!(s.state, ClusterState::Error, "{s:?}");
     let policy = s.schema_policy.unwrap();
-    assert_eq!((policy.replica.as_str(), policy.shard.as_str()), ("All", "DistributedTablesOnly"));
-    assert!(s.conditions.iter().any(|c| c.r#type == "ReconcileSucceeded" && c.status == "True"));
+    assert_eq!(
+        (policy.replica.as_str(), policy.shard.as_str()),
+        ("All", "DistributedTablesOnly")
+    );
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.r#type == "ReconcileSucceeded" && c.status == "True")
+    );
     let lease = Api::<Lease>::namespaced(client.clone(), &ns)
         .get("clickhouse-operator-leader")
         .await
@@ -111,16 +183,20 @@ async fn operator_takes_the_lease_and_reports_status() {
         Some(format!("operator-{ns}").as_str())
     );
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_for(Duration::from_secs(30), "a SchemaPolicyReplaced event", || {
-        let events = events.clone();
-        async move {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .iter()
-                .find(|e| e.reason.as_deref() == Some("SchemaPolicyReplaced"))
-                .map(|_| ())
-        }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "a SchemaPolicyReplaced event",
+        || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .find(|e| e.reason.as_deref() == Some("SchemaPolicyReplaced"))
+                    .map(|_| ())
+            }
+        },
+    )
     .await;
 }
 
@@ -132,32 +208,65 @@ async fn s0_07_second_cluster_in_a_namespace_is_refused() {
     let ns = namespace(&client, "one").await;
     let _op = start_operator(&client, &ns, false).await;
     create_cluster(&client, &ns, "c1", json!({})).await;
-    wait_status(&client, &ns, "c1", Duration::from_secs(60), "c1 reconciled", |s| s.observed_generation == Some(1)).await;
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "c1 reconciled",
+        |s| s.observed_generation == Some(1),
+    )
+    .await;
     // Creation timestamps have one-second resolution: make sure c2 is strictly newer.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     create_cluster(&client, &ns, "c2", json!({})).await;
-    let c2 = wait_status(&client, &ns, "c2", Duration::from_secs(60), "c2 refused", |s| s.state == ClusterState::Error).await;
+    let c2 = wait_status(
+        &client,
+        &ns,
+        "c2",
+        Duration::from_secs(60),
+        "c2 refused",
+        |s| s.state == ClusterState::Error,
+    )
+    .await;
     let s = c2.status.unwrap();
-    assert!(s.message.as_deref().unwrap().contains("already managed by ClickHouseCluster c1"), "{s:?}");
-    let cond = s.conditions.iter().find(|c| c.r#type == "ReconcileSucceeded").unwrap();
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .contains("already managed by ClickHouseCluster c1"),
+        "{s:?}"
+    );
+    let cond = s
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "ReconcileSucceeded")
+        .unwrap();
     assert_eq!(cond.reason, "ErrorReconcile");
-    let c1: ClickHouseCluster = Api::namespaced(client.clone(), &ns).get("c1").await.unwrap();
+    let c1: ClickHouseCluster = Api::namespaced(client.clone(), &ns)
+        .get("c1")
+        .await
+        .unwrap();
     assert_ne!(c1.status.unwrap().state, ClusterState::Error);
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_for(Duration::from_secs(30), "a NamespaceConflict event on c2", || {
-        let events = events.clone();
-        async move {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("NamespaceConflict")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("c2")
-                        && e.type_.as_deref() == Some("Warning")
-                })
-                .map(|_| ())
-        }
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "a NamespaceConflict event on c2",
+        || {
+            let events = events.clone();
+            async move {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .find(|e| {
+                        e.reason.as_deref() == Some("NamespaceConflict")
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("c2")
+                            && e.type_.as_deref() == Some("Warning")
+                    })
+                    .map(|_| ())
+            }
+        },
+    )
     .await;
 }
 
@@ -169,17 +278,36 @@ async fn s2_36_invalid_spec_reports_error_and_recovers() {
     let ns = namespace(&client, "inv").await;
     let _op = start_operator(&client, &ns, false).await;
     create_cluster(&client, &ns, "c1", json!({"crVersion": "99.0.0"})).await;
-    let c = wait_status(&client, &ns, "c1", Duration::from_secs(60), "error", |s| s.state == ClusterState::Error).await;
-    let s = c.status.unwrap();
-    assert!(s.message.as_deref().unwrap().contains("spec.crVersion"), "{s:?}");
-    assert!(s.conditions.iter().any(|c| c.reason == "ErrorReconcile" && c.status == "False"));
-    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
-    api.patch("c1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"crVersion": null}})))
-        .await
-        .unwrap();
-    wait_status(&client, &ns, "c1", Duration::from_secs(60), "error cleared", |s| {
-        s.state != ClusterState::Error && s.observed_generation == Some(2)
+    let c = wait_status(&client, &ns, "c1", Duration::from_secs(60), "error", |s| {
+        s.state == ClusterState::Error
     })
+    .await;
+    let s = c.status.unwrap();
+    assert!(
+        s.message.as_deref().unwrap().contains("spec.crVersion"),
+        "{s:?}"
+    );
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.reason == "ErrorReconcile" && c.status == "False")
+    );
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    api.patch(
+        "c1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"crVersion": null}})),
+    )
+    .await
+    .unwrap();
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "error cleared",
+        |s| s.state != ClusterState::Error && s.observed_generation == Some(2),
+    )
     .await;
 }
 
@@ -191,7 +319,15 @@ async fn idle_passes_write_nothing() {
     let ns = namespace(&client, "idle").await;
     let op = start_operator(&client, &ns, false).await;
     create_cluster(&client, &ns, "c1", json!({})).await;
-    wait_status(&client, &ns, "c1", Duration::from_secs(60), "first status", |s| s.observed_generation == Some(1)).await;
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "first status",
+        |s| s.observed_generation == Some(1),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes = |m: &str| {
         m.lines()
@@ -200,13 +336,18 @@ async fn idle_passes_write_nothing() {
     };
     let passes = |m: &str| {
         m.lines()
-            .find(|l| l.starts_with("clickhouse_operator_reconciles_total{kind=\"ClickHouseCluster\"}"))
+            .find(|l| {
+                l.starts_with("clickhouse_operator_reconciles_total{kind=\"ClickHouseCluster\"}")
+            })
             .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .unwrap_or(0)
     };
     let before = op.metrics.encode();
     tokio::time::sleep(Duration::from_secs(12)).await;
     let after = op.metrics.encode();
-    assert!(passes(&after) >= passes(&before) + 2, "the 5 s re-check ran: {before}\n{after}");
+    assert!(
+        passes(&after) >= passes(&before) + 2,
+        "the 5 s re-check ran: {before}\n{after}"
+    );
     assert_eq!(writes(&before), writes(&after), "no write on idle passes");
 }

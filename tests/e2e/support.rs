@@ -62,7 +62,11 @@ fn cluster() -> &'static LocalCluster {
             .arg(&dir)
             .status()
             .expect("run hack/local-cluster.sh");
-        assert!(status.success(), "hack/local-cluster.sh up {} failed", dir.display());
+        assert!(
+            status.success(),
+            "hack/local-cluster.sh up {} failed",
+            dir.display()
+        );
         LocalCluster {
             kubeconfig: dir.join("kubeconfig"),
         }
@@ -153,8 +157,9 @@ pub async fn start_operator(client: &Client, namespace: &str, leader_election: b
         ("POD_NAME", format!("operator-{namespace}")),
         ("HTTP_ADDR", "127.0.0.1:0".to_string()),
     ];
-    let settings = Settings::from_lookup(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
-        .expect("valid settings");
+    let settings =
+        Settings::from_lookup(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+            .expect("valid settings");
     let metrics = std::sync::Arc::new(Metrics::default());
     let client = client.clone();
     let m = metrics.clone();
@@ -177,7 +182,14 @@ pub async fn start_operator(client: &Client, namespace: &str, leader_election: b
         } else {
             Box::pin(futures::future::pending())
         };
-        clickhouse_operator::controller::run(&settings, client, m, std::sync::Arc::new(Health::default()), lost).await
+        clickhouse_operator::controller::run(
+            &settings,
+            client,
+            m,
+            std::sync::Arc::new(Health::default()),
+            lost,
+        )
+        .await
     });
     Operator { task, metrics }
 }
@@ -201,7 +213,12 @@ where
 }
 
 /// Creates a ClickHouseCluster from a JSON spec.
-pub async fn create_cluster(client: &Client, ns: &str, name: &str, spec: serde_json::Value) -> ClickHouseCluster {
+pub async fn create_cluster(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> ClickHouseCluster {
     let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
     let obj: ClickHouseCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "clickhouse.com/v1alpha1",
@@ -210,7 +227,9 @@ pub async fn create_cluster(client: &Client, ns: &str, name: &str, spec: serde_j
         "spec": spec,
     }))
     .expect("a ClickHouseCluster");
-    api.create(&PostParams::default(), &obj).await.expect("create the cluster")
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create the cluster")
 }
 
 /// Waits until the cluster's status satisfies `pred`, and returns it.

@@ -1,0 +1,438 @@
+//! PURE: the ReplicaStateMap (seed 000). Which replicas exist, in which state, which one of each
+//! shard is the backup replica, which are added on scale-out and which are condemned on
+//! scale-in. Replica names are `<cluster>-<shard>-<index>`, with a creation index that is never
+//! reused, so a replica that comes back later never meets stale Keeper metadata of an old one.
+
+use std::collections::BTreeMap;
+
+use crate::api::{ReplicaState, ReplicaStatus};
+
+/// The StatefulSet name of a server replica.
+pub fn replica_name(cluster: &str, shard: i32, index: i64) -> String {
+    format!("{cluster}-{shard}-{index}")
+}
+
+/// Is `from → to` a transition the state machine allows (S0-06)? `Stopped → Pending` is the
+/// start after a pause (S0-03); a Condemned replica only leaves by being removed.
+pub fn transition_allowed(from: ReplicaState, to: ReplicaState) -> bool {
+    use ReplicaState::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Pending, Ready)
+                | (Ready, Stopped)
+                | (Stopped, Ready)
+                | (Stopped, Pending)
+                | (Pending, Condemned)
+                | (Ready, Condemned)
+                | (Stopped, Condemned)
+        )
+}
+
+/// What the pass observed of one replica.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaFacts {
+    pub sts_exists: bool,
+    pub pod_exists: bool,
+    /// The pod is Ready.
+    pub ready: bool,
+    /// Ready, and running its StatefulSet's current revision with the current template.
+    pub ready_and_current: bool,
+}
+
+/// The outcome of planning the map.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MapChange {
+    pub map: BTreeMap<String, ReplicaStatus>,
+    pub next_index: i64,
+    /// Names added as Pending in this pass (their StatefulSets are created in a later pass,
+    /// after the map is persisted: S0-19).
+    pub added: Vec<String>,
+    /// Names condemned in this pass.
+    pub condemned: Vec<String>,
+    /// Shards beyond `spec.shards` that still have replicas while removal is not allowed.
+    pub refused_shards: Vec<i32>,
+}
+
+/// The topology the spec asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Topology<'a> {
+    pub cluster: &'a str,
+    pub shards: i32,
+    pub replicas: i32,
+    pub paused: bool,
+    /// Lets replicas of removed shards be condemned (their data is lost).
+    pub allow_shard_removal: bool,
+}
+
+/// Plans the map for the topology. `facts` answers for each replica name.
+pub fn plan_map(
+    t: &Topology,
+    old: &BTreeMap<String, ReplicaStatus>,
+    next_index: i64,
+    facts: impl Fn(&str) -> ReplicaFacts,
+) -> MapChange {
+    let Topology {
+        cluster,
+        shards,
+        replicas,
+        paused,
+        allow_shard_removal,
+    } = *t;
+    let mut map = old.clone();
+    let mut next_index = next_index.max(old.values().map(|r| r.index + 1).max().unwrap_or(0));
+    let mut added = Vec::new();
+    let mut condemned = Vec::new();
+    let mut refused_shards = Vec::new();
+
+    // Lifecycle transitions from what was observed.
+    for (name, r) in map.iter_mut() {
+        let f = facts(name);
+        r.state = match r.state {
+            ReplicaState::Ready if paused && !f.pod_exists => ReplicaState::Stopped,
+            ReplicaState::Stopped if !paused => ReplicaState::Pending,
+            s => s,
+        };
+    }
+
+    // Scale-in of shards that no longer exist.
+    let mut shard_ids: Vec<i32> = map.values().map(|r| r.shard).collect();
+    shard_ids.sort();
+    shard_ids.dedup();
+    for shard in shard_ids.iter().copied().filter(|s| *s >= shards) {
+        let active: Vec<String> = map
+            .iter()
+            .filter(|(_, r)| r.shard == shard && r.state != ReplicaState::Condemned)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if active.is_empty() {
+            continue;
+        }
+        if !allow_shard_removal {
+            refused_shards.push(shard);
+            continue;
+        }
+        for n in active {
+            let r = map.get_mut(&n).expect("listed above");
+            r.state = ReplicaState::Condemned;
+            r.is_backup_pod = false;
+            r.scale_in_step = None;
+            condemned.push(n);
+        }
+    }
+
+    if !paused {
+        for shard in 0..shards {
+            let mut active: Vec<(String, ReplicaStatus)> = map
+                .iter()
+                .filter(|(_, r)| r.shard == shard && r.state != ReplicaState::Condemned)
+                .map(|(n, r)| (n.clone(), r.clone()))
+                .collect();
+            let count = active.len() as i32;
+            if count < replicas {
+                // Scale-out: new names, never reused.
+                for _ in count..replicas {
+                    let name = replica_name(cluster, shard, next_index);
+                    map.insert(
+                        name.clone(),
+                        ReplicaStatus {
+                            shard,
+                            state: ReplicaState::Pending,
+                            is_backup_pod: false,
+                            index: next_index,
+                            scale_in_step: None,
+                        },
+                    );
+                    added.push(name);
+                    next_index += 1;
+                }
+            } else if count > replicas {
+                // Scale-in: newest first, never the backup replica (S0-14, S0-21).
+                active.sort_by_key(|(_, r)| std::cmp::Reverse(r.index));
+                let victims: Vec<String> = active
+                    .iter()
+                    .filter(|(_, r)| !r.is_backup_pod)
+                    .take((count - replicas) as usize)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for n in victims {
+                    let r = map.get_mut(&n).expect("listed above");
+                    r.state = ReplicaState::Condemned;
+                    r.scale_in_step = None;
+                    condemned.push(n);
+                }
+            }
+        }
+    }
+
+    assign_backup_replicas(&mut map, &facts);
+    MapChange {
+        map,
+        next_index,
+        added,
+        condemned,
+        refused_shards,
+    }
+}
+
+/// Exactly one backup replica per shard that has a non-condemned replica (S0-13, decision 1):
+/// the current one stays while it is not condemned; otherwise the oldest Ready replica (by
+/// creation index) takes over, else the oldest remaining one (S0-15).
+pub fn assign_backup_replicas(
+    map: &mut BTreeMap<String, ReplicaStatus>,
+    facts: &impl Fn(&str) -> ReplicaFacts,
+) {
+    let shards: Vec<i32> = {
+        let mut s: Vec<i32> = map.values().map(|r| r.shard).collect();
+        s.sort();
+        s.dedup();
+        s
+    };
+    for shard in shards {
+        let mut members: Vec<(String, ReplicaStatus)> = map
+            .iter()
+            .filter(|(_, r)| r.shard == shard)
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect();
+        members.sort_by_key(|(_, r)| r.index);
+        let eligible = |r: &ReplicaStatus| r.state != ReplicaState::Condemned;
+        let keep = members
+            .iter()
+            .find(|(_, r)| r.is_backup_pod && eligible(r))
+            .map(|(n, _)| n.clone());
+        let chosen = keep
+            .or_else(|| {
+                members
+                    .iter()
+                    .find(|(n, r)| eligible(r) && r.state == ReplicaState::Ready && facts(n).ready)
+                    .map(|(n, _)| n.clone())
+            })
+            .or_else(|| {
+                members
+                    .iter()
+                    .find(|(_, r)| eligible(r) && r.state == ReplicaState::Ready)
+                    .map(|(n, _)| n.clone())
+            })
+            .or_else(|| {
+                members
+                    .iter()
+                    .find(|(_, r)| eligible(r))
+                    .map(|(n, _)| n.clone())
+            });
+        for (n, _) in members {
+            if let Some(r) = map.get_mut(&n) {
+                r.is_backup_pod = chosen.as_deref() == Some(n.as_str());
+            }
+        }
+    }
+}
+
+/// The backup replica of `shard`.
+pub fn backup_replica(map: &BTreeMap<String, ReplicaStatus>, shard: i32) -> Option<&str> {
+    map.iter()
+        .find(|(_, r)| r.shard == shard && r.is_backup_pod)
+        .map(|(n, _)| n.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry(shard: i32, state: ReplicaState, index: i64, backup: bool) -> ReplicaStatus {
+        ReplicaStatus {
+            shard,
+            state,
+            is_backup_pod: backup,
+            index,
+            scale_in_step: None,
+        }
+    }
+
+    fn topo(shards: i32, replicas: i32, paused: bool, allow: bool) -> Topology<'static> {
+        Topology {
+            cluster: "c1",
+            shards,
+            replicas,
+            paused,
+            allow_shard_removal: allow,
+        }
+    }
+
+    fn ready_facts(_: &str) -> ReplicaFacts {
+        ReplicaFacts {
+            sts_exists: true,
+            pod_exists: true,
+            ready: true,
+            ready_and_current: true,
+        }
+    }
+
+    /// S0-06: only the allowed transitions.
+    #[test]
+    fn s0_06_transition_table() {
+        use ReplicaState::*;
+        let all = [Pending, Ready, Stopped, Condemned];
+        let allowed = [
+            (Pending, Ready),
+            (Ready, Stopped),
+            (Stopped, Ready),
+            (Stopped, Pending),
+            (Pending, Condemned),
+            (Ready, Condemned),
+            (Stopped, Condemned),
+        ];
+        for from in all {
+            for to in all {
+                let want = from == to || allowed.contains(&(from, to));
+                assert_eq!(transition_allowed(from, to), want, "{from:?} -> {to:?}");
+            }
+        }
+        assert!(!transition_allowed(Condemned, Ready));
+        assert!(!transition_allowed(Ready, Pending));
+    }
+
+    /// S0-19 / S0-11: scale-out adds Pending entries with fresh, never reused names.
+    #[test]
+    fn s0_19_scale_out_adds_pending_entries_with_new_names() {
+        let empty = BTreeMap::new();
+        let c = plan_map(&topo(2, 2, false, false), &empty, 0, ready_facts);
+        assert_eq!(c.added, ["c1-0-0", "c1-0-1", "c1-1-2", "c1-1-3"]);
+        assert_eq!(c.next_index, 4);
+        assert!(c.map.values().all(|r| r.state == ReplicaState::Pending));
+        // A name used before (index 7 was a deleted replica) is never given again.
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
+        let c = plan_map(&topo(1, 2, false, false), &m, 8, ready_facts);
+        assert_eq!(c.added, ["c1-0-8"]);
+        assert_eq!(c.next_index, 9);
+    }
+
+    /// S0-21 / S0-14: exactly the excess is condemned, newest first, never the backup replica.
+    #[test]
+    fn s0_14_scale_in_condemns_newest_but_never_the_backup() {
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, false));
+        m.insert("c1-0-1".into(), entry(0, ReplicaState::Ready, 1, false));
+        m.insert("c1-0-2".into(), entry(0, ReplicaState::Ready, 2, true));
+        let c = plan_map(&topo(1, 1, false, false), &m, 3, ready_facts);
+        assert_eq!(c.condemned.len(), 2);
+        assert!(!c.condemned.contains(&"c1-0-2".to_string()));
+        assert_eq!(c.map["c1-0-2"].state, ReplicaState::Ready);
+        assert!(c.map["c1-0-2"].is_backup_pod);
+        assert_eq!(c.map["c1-0-1"].state, ReplicaState::Condemned);
+        // 4 → 2 without the backup among the newest: the two newest go.
+        let mut m = BTreeMap::new();
+        for i in 0..4 {
+            m.insert(
+                replica_name("c1", 0, i),
+                entry(0, ReplicaState::Ready, i, i == 0),
+            );
+        }
+        let c = plan_map(&topo(1, 2, false, false), &m, 4, ready_facts);
+        assert_eq!(c.condemned, ["c1-0-3", "c1-0-2"]);
+    }
+
+    /// S0-15: a condemned backup replica (hand-edited map) hands the flag to a Ready replica.
+    #[test]
+    fn s0_15_condemned_backup_replica_hands_over() {
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Condemned, 0, true));
+        m.insert("c1-0-1".into(), entry(0, ReplicaState::Pending, 1, false));
+        m.insert("c1-0-2".into(), entry(0, ReplicaState::Ready, 2, false));
+        let c = plan_map(&topo(1, 2, false, false), &m, 3, ready_facts);
+        assert!(!c.map["c1-0-0"].is_backup_pod);
+        assert!(
+            c.map["c1-0-2"].is_backup_pod,
+            "the Ready one, not the older Pending one"
+        );
+        assert_eq!(backup_replica(&c.map, 0), Some("c1-0-2"));
+    }
+
+    /// Removing shards loses data: refused unless allowed; allowed condemns all their replicas.
+    #[test]
+    fn removed_shards_are_refused_unless_allowed() {
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
+        m.insert("c1-1-1".into(), entry(1, ReplicaState::Ready, 1, true));
+        let c = plan_map(&topo(1, 1, false, false), &m, 2, ready_facts);
+        assert_eq!(c.refused_shards, [1]);
+        assert!(c.condemned.is_empty());
+        let c = plan_map(&topo(1, 1, false, true), &m, 2, ready_facts);
+        assert_eq!(c.condemned, ["c1-1-1"]);
+        assert!(!c.map["c1-1-1"].is_backup_pod);
+        assert!(c.map["c1-0-0"].is_backup_pod);
+    }
+
+    /// S0-03: pause stops (Ready → Stopped once the pod is gone); resume goes back via Pending.
+    #[test]
+    fn s0_03_pause_and_resume_states() {
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
+        let running = |_: &str| ReplicaFacts {
+            sts_exists: true,
+            pod_exists: true,
+            ready: true,
+            ready_and_current: true,
+        };
+        let gone = |_: &str| ReplicaFacts {
+            sts_exists: true,
+            ..ReplicaFacts::default()
+        };
+        let c = plan_map(&topo(1, 1, true, false), &m, 1, running);
+        assert_eq!(c.map["c1-0-0"].state, ReplicaState::Ready, "still stopping");
+        let c = plan_map(&topo(1, 1, true, false), &m, 1, gone);
+        assert_eq!(c.map["c1-0-0"].state, ReplicaState::Stopped);
+        let c = plan_map(&topo(1, 1, false, false), &c.map, 1, gone);
+        assert_eq!(c.map["c1-0-0"].state, ReplicaState::Pending);
+        assert!(c.added.is_empty(), "resuming adds no replica");
+    }
+
+    /// Unchanged input: the map is a fixed point.
+    #[test]
+    fn a_settled_map_does_not_change() {
+        let empty = BTreeMap::new();
+        let mut c = plan_map(&topo(2, 3, false, false), &empty, 0, ready_facts);
+        for r in c.map.values_mut() {
+            r.state = ReplicaState::Ready;
+        }
+        let again = plan_map(&topo(2, 3, false, false), &c.map, c.next_index, ready_facts);
+        assert_eq!(again.map, c.map);
+        assert!(again.added.is_empty() && again.condemned.is_empty());
+    }
+
+    proptest! {
+        /// S0-13 / S0-14: over random sequences of resizes, every shard with a replica has
+        /// exactly one backup replica, the backup replica is never condemned, names are never
+        /// reused, and each shard ends with the requested number of active replicas.
+        #[test]
+        fn s0_13_one_backup_per_shard_through_any_sequence(
+            ops in proptest::collection::vec((1i32..4, 1i32..5, any::<bool>()), 1..12)
+        ) {
+            let mut map = BTreeMap::new();
+            let mut next = 0;
+            let mut seen = std::collections::BTreeSet::new();
+            for (shards, replicas, ready) in ops {
+                let facts = move |_: &str| ReplicaFacts { sts_exists: true, pod_exists: ready, ready, ready_and_current: ready };
+                let c = plan_map(&topo(shards, replicas, false, true), &map, next, facts);
+                for n in &c.added {
+                    prop_assert!(seen.insert(n.clone()), "name {} reused", n);
+                }
+                for n in &c.condemned {
+                    prop_assert!(!c.map[n].is_backup_pod);
+                }
+                // Condemned replicas finish their scale-in and leave the map.
+                map = c.map.into_iter().filter(|(_, r)| r.state != ReplicaState::Condemned).collect();
+                for r in map.values_mut() {
+                    if ready { r.state = ReplicaState::Ready; }
+                }
+                next = c.next_index;
+                for shard in 0..shards {
+                    let members: Vec<_> = map.values().filter(|r| r.shard == shard).collect();
+                    prop_assert_eq!(members.len() as i32, replicas);
+                    prop_assert_eq!(members.iter().filter(|r| r.is_backup_pod).count(), 1);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! PURE: which replicas to update or restart next when their pod template changed (seed 002's
+//! Smart Update, seed 000's rolling reconciliation, decisions 5, 6 and 8).
+//!
+//! Within a shard at most `maxUnavailable` replicas are down at once, counting the ones that
+//! are already unready; the newest replica goes first and the shard's backup replica last;
+//! shards roll in parallel. A StatefulSet's template is written only when it is that replica's
+//! turn, so the new configuration never reaches a pod before its turn either.
+
+use crate::api::UpdateStrategy;
+
+/// One non-condemned replica whose StatefulSet exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub shard: i32,
+    pub index: i64,
+    pub is_backup: bool,
+    /// The StatefulSet's pod template differs from the desired one.
+    pub template_outdated: bool,
+    /// The pod runs an older revision than its StatefulSet's current one.
+    pub pod_outdated: bool,
+    /// The pod exists, is Ready, and has caught up with replication.
+    pub available: bool,
+    /// The pod is Ready (it may still be catching up).
+    pub ready: bool,
+    /// Why the pod cannot start, when it cannot (CrashLoopBackOff, ErrImagePull,
+    /// ImagePullBackOff, unschedulable for more than 2 minutes, catch-up deadline passed).
+    pub failing: Option<String>,
+}
+
+/// What the rollout does in this pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutPlan {
+    /// StatefulSets whose template is written now.
+    pub write_templates: Vec<String>,
+    /// Pods deleted now so that they come back on the new revision (SmartUpdate).
+    pub restart_pods: Vec<String>,
+    /// Why the rollout waits, if it does.
+    pub waiting: Vec<String>,
+    /// Set when the rollout must stop: a restarted pod cannot start.
+    pub failure: Option<String>,
+}
+
+impl RolloutPlan {
+    pub fn in_progress(&self) -> bool {
+        !(self.write_templates.is_empty()
+            && self.restart_pods.is_empty()
+            && self.waiting.is_empty())
+    }
+}
+
+/// Conditions outside the replicas that hold back a Smart Update.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Gates {
+    /// A ClickHouseBackup of the cluster is Starting or Running (S2-27).
+    pub backup_in_flight: Option<String>,
+    /// The client Service exists (S2-30).
+    pub client_service_ready: bool,
+}
+
+/// Plans the rollout over `members` (all shards).
+pub fn plan_rollout(
+    members: &[Member],
+    strategy: UpdateStrategy,
+    max_unavailable: i32,
+    gates: &Gates,
+) -> RolloutPlan {
+    let mut plan = RolloutPlan::default();
+    let mut shards: Vec<i32> = members.iter().map(|m| m.shard).collect();
+    shards.sort();
+    shards.dedup();
+
+    if strategy == UpdateStrategy::OnDelete {
+        // Specs are updated, nothing is restarted (S2-34).
+        plan.write_templates = members
+            .iter()
+            .filter(|m| m.template_outdated)
+            .map(|m| m.name.clone())
+            .collect();
+        return plan;
+    }
+
+    for shard in shards {
+        let mut group: Vec<&Member> = members.iter().filter(|m| m.shard == shard).collect();
+        // Newest first, the backup replica last (decision 6).
+        group.sort_by_key(|m| (m.is_backup, std::cmp::Reverse(m.index)));
+        let outdated = |m: &Member| m.template_outdated || m.pod_outdated;
+        if !group.iter().any(|m| outdated(m)) {
+            continue;
+        }
+        // A replica on the new template that cannot start stops the rollout (S2-31).
+        if strategy == UpdateStrategy::SmartUpdate
+            && let Some(m) = group
+                .iter()
+                .find(|m| !m.template_outdated && m.failing.is_some())
+        {
+            plan.failure = Some(format!(
+                "rollout stopped: {} {}",
+                m.name,
+                m.failing.as_deref().unwrap_or_default()
+            ));
+            continue;
+        }
+        // Full crash of the shard: nothing to protect, bring every replica to the new spec at
+        // once (S2-12, decision 14).
+        if group.iter().all(|m| !m.ready) {
+            for m in &group {
+                if m.template_outdated {
+                    plan.write_templates.push(m.name.clone());
+                } else if m.pod_outdated && strategy == UpdateStrategy::SmartUpdate {
+                    plan.restart_pods.push(m.name.clone());
+                }
+            }
+            continue;
+        }
+        if strategy == UpdateStrategy::SmartUpdate {
+            if let Some(b) = &gates.backup_in_flight {
+                plan.waiting
+                    .push(format!("shard {shard}: waiting for backup {b} to finish"));
+                continue;
+            }
+            if !gates.client_service_ready {
+                plan.waiting
+                    .push(format!("shard {shard}: waiting for the client Service"));
+                continue;
+            }
+        }
+        // Replicas being rolled: on the new template but not yet available on it.
+        let in_flight: Vec<&&Member> = group
+            .iter()
+            .filter(|m| !m.template_outdated && (m.pod_outdated || !m.available))
+            .collect();
+        let unavailable_other = group
+            .iter()
+            .filter(|m| m.template_outdated && !m.available)
+            .count() as i32;
+        let mut budget = max_unavailable - in_flight.len() as i32 - unavailable_other;
+        for m in &in_flight {
+            if m.pod_outdated && strategy == UpdateStrategy::SmartUpdate {
+                let others_available = group.iter().any(|o| o.name != m.name && o.available);
+                if group.len() > 1 && !others_available {
+                    plan.waiting.push(format!(
+                        "shard {shard}: {} waits for another replica to be available before its restart",
+                        m.name
+                    ));
+                } else {
+                    plan.restart_pods.push(m.name.clone());
+                }
+            } else if !m.available {
+                plan.waiting.push(format!(
+                    "shard {shard}: waiting for {} to be {} on its new revision",
+                    m.name,
+                    if m.ready { "caught up" } else { "Ready" }
+                ));
+            }
+        }
+        for m in group.iter().filter(|m| m.template_outdated) {
+            if budget <= 0 {
+                if in_flight.is_empty() {
+                    plan.waiting.push(format!(
+                        "shard {shard}: {} unavailable replica(s) already use the disruption budget of {max_unavailable}",
+                        unavailable_other
+                    ));
+                }
+                break;
+            }
+            plan.write_templates.push(m.name.clone());
+            budget -= 1;
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn member(name: &str, shard: i32, index: i64, backup: bool) -> Member {
+        Member {
+            name: name.into(),
+            shard,
+            index,
+            is_backup: backup,
+            template_outdated: true,
+            pod_outdated: false,
+            available: true,
+            ready: true,
+            failing: None,
+        }
+    }
+
+    fn gates() -> Gates {
+        Gates {
+            backup_in_flight: None,
+            client_service_ready: true,
+        }
+    }
+
+    /// S2-28 / decision 6: newest first, the backup replica last, one at a time (S0-17).
+    #[test]
+    fn s2_28_order_is_newest_first_backup_last() {
+        let mut ms = vec![
+            member("r0", 0, 0, true),
+            member("r1", 0, 1, false),
+            member("r2", 0, 2, false),
+        ];
+        let mut order = Vec::new();
+        for _ in 0..10 {
+            let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+            assert!(p.write_templates.len() + p.restart_pods.len() <= 1, "{p:?}");
+            if let Some(n) = p.write_templates.first() {
+                order.push(n.clone());
+                let m = ms.iter_mut().find(|m| &m.name == n).unwrap();
+                m.template_outdated = false;
+                m.pod_outdated = true;
+            } else if let Some(n) = p.restart_pods.first() {
+                let m = ms.iter_mut().find(|m| &m.name == n).unwrap();
+                m.pod_outdated = false;
+                m.available = true;
+            } else {
+                break;
+            }
+        }
+        assert_eq!(order, ["r2", "r1", "r0"]);
+        assert!(ms.iter().all(|m| !m.template_outdated && !m.pod_outdated));
+    }
+
+    /// S0-18: an already unready replica uses the budget: the rollout does not start, and says why.
+    #[test]
+    fn s0_18_broken_replica_blocks_the_rollout() {
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        ms[0].available = false;
+        ms[0].ready = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert!(p.write_templates.is_empty() && p.restart_pods.is_empty());
+        assert!(p.waiting[0].contains("disruption budget"), "{p:?}");
+        // With maxUnavailable 2 one more may go.
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 2, &gates());
+        assert_eq!(p.write_templates, ["r1"]);
+    }
+
+    /// S2-27 / S2-30: Smart Update waits for a running backup and for the client Service.
+    #[test]
+    fn s2_27_smart_update_waits_for_backup_and_client_service() {
+        let ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        let g = Gates {
+            backup_in_flight: Some("b1".into()),
+            client_service_ready: true,
+        };
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
+        assert!(p.write_templates.is_empty());
+        assert!(p.waiting[0].contains("backup b1"));
+        let g = Gates {
+            backup_in_flight: None,
+            client_service_ready: false,
+        };
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
+        assert!(p.waiting[0].contains("client Service"));
+        // S2-33: RollingUpdate does not wait for backups.
+        let g = Gates {
+            backup_in_flight: Some("b1".into()),
+            client_service_ready: false,
+        };
+        let p = plan_rollout(&ms, UpdateStrategy::RollingUpdate, 1, &g);
+        assert_eq!(p.write_templates, ["r1"]);
+    }
+
+    /// S2-31: a pod on the new template that cannot start stops the rollout.
+    #[test]
+    fn s2_31_failing_pod_stops_the_rollout() {
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        ms[1].template_outdated = false;
+        ms[1].available = false;
+        ms[1].ready = false;
+        ms[1].failing = Some("pod r1-0: ErrImagePull".into());
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert!(p.failure.as_deref().unwrap().contains("ErrImagePull"));
+        assert!(p.write_templates.is_empty() && p.restart_pods.is_empty());
+    }
+
+    /// S2-34: OnDelete updates every spec and restarts nothing.
+    #[test]
+    fn s2_34_on_delete_writes_specs_only() {
+        let ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        let p = plan_rollout(&ms, UpdateStrategy::OnDelete, 1, &gates());
+        assert_eq!(p.write_templates.len(), 2);
+        assert!(p.restart_pods.is_empty());
+    }
+
+    /// S2-12: a shard with no ready replica is brought to the new spec at once.
+    #[test]
+    fn s2_12_crashed_shard_recovers_in_parallel() {
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        for m in &mut ms {
+            m.ready = false;
+            m.available = false;
+        }
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.write_templates.len(), 2);
+    }
+
+    /// Shards roll in parallel: one replica of each shard at once.
+    #[test]
+    fn shards_roll_in_parallel() {
+        let ms = vec![
+            member("a0", 0, 0, true),
+            member("a1", 0, 1, false),
+            member("b0", 1, 2, true),
+            member("b1", 1, 3, false),
+        ];
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.write_templates, ["a1", "b1"]);
+    }
+
+    /// Nothing outdated: nothing to do.
+    #[test]
+    fn nothing_outdated_means_no_work() {
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        for m in &mut ms {
+            m.template_outdated = false;
+        }
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert!(!p.in_progress());
+    }
+
+    proptest! {
+        /// S0-18 / invariant 4: simulating a Smart Update with random availability, the rollout
+        /// never makes more than maxUnavailable replicas of a shard unavailable.
+        #[test]
+        fn never_exceeds_max_unavailable(
+            n in 1usize..6, max in 1i32..3, seed in proptest::collection::vec(any::<bool>(), 60)
+        ) {
+            let mut ms: Vec<Member> = (0..n).map(|i| member(&format!("r{i}"), 0, i as i64, i == 0)).collect();
+            let mut coin = seed.into_iter().cycle();
+            for _ in 0..60 {
+                let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, max, &gates());
+                for name in &p.write_templates {
+                    let m = ms.iter_mut().find(|m| &m.name == name).unwrap();
+                    m.template_outdated = false;
+                    m.pod_outdated = true;
+                }
+                for name in &p.restart_pods {
+                    let m = ms.iter_mut().find(|m| &m.name == name).unwrap();
+                    m.pod_outdated = false;
+                    m.available = false;
+                    m.ready = false;
+                }
+                let down = ms.iter().filter(|m| !m.available || m.pod_outdated && !m.template_outdated).count() as i32;
+                prop_assert!(down <= max, "{} down with max {}", down, max);
+                // Restarted pods come back at random times.
+                for m in ms.iter_mut() {
+                    if !m.available && coin.next().unwrap() {
+                        m.available = true;
+                        m.ready = true;
+                    }
+                }
+            }
+        }
+    }
+}

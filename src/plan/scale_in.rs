@@ -1,0 +1,297 @@
+//! PURE: removing condemned replicas, the six steps of seed 000 with decisions 2 and 3:
+//! out of traffic and topology spread → wait until every StatefulSet is Ready → sync the shard
+//! on its backup replica → drop the leaving replica's replicated objects on it → delete its
+//! StatefulSet → drop its Keeper metadata from a survivor → label its PVCs; only then does its
+//! map entry go. The last completed step is kept in the entry, so every step resumes after a
+//! crash, and nothing later runs before an earlier step succeeded.
+
+use std::collections::BTreeMap;
+
+use crate::api::{ReplicaState, ReplicaStatus, ScaleInStep};
+
+/// One step of removing a replica, as the executor runs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScaleInAction {
+    /// Remove the client-Service and topology-spread labels from its pod (no restart).
+    LeaveTraffic { replica: String },
+    /// `SYSTEM SYNC REPLICA` for the shard's replicated tables on the backup replica.
+    SyncShard { replica: String, backup: String },
+    /// `DROP … SYNC` of its replicated tables, views and dictionaries, on itself.
+    DropObjects { replica: String },
+    /// Delete its StatefulSet and per-replica ConfigMap.
+    DeleteStatefulSet { replica: String },
+    /// `SYSTEM DROP REPLICA` (and `DROP DATABASE REPLICA`) from surviving Ready replicas.
+    DropKeeperMetadata {
+        replica: String,
+        shard: i32,
+        survivors: Vec<String>,
+    },
+    /// Label its PVCs `clickhouse.com/delete-pvc` and remove its map entry.
+    LabelPvcsAndForget { replica: String },
+}
+
+impl ScaleInAction {
+    pub fn replica(&self) -> &str {
+        match self {
+            ScaleInAction::LeaveTraffic { replica }
+            | ScaleInAction::SyncShard { replica, .. }
+            | ScaleInAction::DropObjects { replica }
+            | ScaleInAction::DeleteStatefulSet { replica }
+            | ScaleInAction::DropKeeperMetadata { replica, .. }
+            | ScaleInAction::LabelPvcsAndForget { replica } => replica,
+        }
+    }
+
+    /// The step recorded once this action succeeded (`None` for the last one: the entry goes).
+    pub fn completes(&self) -> Option<ScaleInStep> {
+        match self {
+            ScaleInAction::LeaveTraffic { .. } => Some(ScaleInStep::OutOfTraffic),
+            ScaleInAction::SyncShard { .. } => Some(ScaleInStep::Synced),
+            ScaleInAction::DropObjects { .. } => Some(ScaleInStep::TablesDropped),
+            ScaleInAction::DeleteStatefulSet { .. } => Some(ScaleInStep::Deleted),
+            ScaleInAction::DropKeeperMetadata { .. } => Some(ScaleInStep::KeeperCleaned),
+            ScaleInAction::LabelPvcsAndForget { .. } => None,
+        }
+    }
+}
+
+/// What the scale-in does in this pass: per condemned replica, the remaining steps in order
+/// (the executor stops a replica's chain at its first failure), and why it waits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScaleInPlan {
+    pub chains: Vec<Vec<ScaleInAction>>,
+    pub waiting: Vec<String>,
+}
+
+/// Plans the scale-in. `sts_ready(name)` tells whether a replica's StatefulSet exists with its
+/// pod Ready; `ready(name)` whether a survivor can run SQL now.
+pub fn plan_scale_in(
+    map: &BTreeMap<String, ReplicaStatus>,
+    sts_ready: impl Fn(&str) -> bool,
+    sts_exists: impl Fn(&str) -> bool,
+) -> ScaleInPlan {
+    let mut plan = ScaleInPlan::default();
+    let condemned: Vec<(&String, &ReplicaStatus)> = map
+        .iter()
+        .filter(|(_, r)| r.state == ReplicaState::Condemned)
+        .collect();
+    if condemned.is_empty() {
+        return plan;
+    }
+    // Step 2: every StatefulSet that still exists, survivors and condemned, must be Ready.
+    let unready: Vec<&String> = map
+        .keys()
+        .filter(|n| {
+            let r = &map[*n];
+            let still_there = r.scale_in_step.is_none_or(|s| s < ScaleInStep::Deleted);
+            still_there && sts_exists(n) && !sts_ready(n)
+                || r.state != ReplicaState::Condemned && !sts_ready(n)
+        })
+        .collect();
+    for (name, r) in condemned {
+        let mut chain = Vec::new();
+        let step = r.scale_in_step;
+        let survivors: Vec<String> = map
+            .iter()
+            .filter(|(n, s)| {
+                s.shard == r.shard && s.state != ReplicaState::Condemned && sts_ready(n)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        let backup = map
+            .iter()
+            .find(|(_, s)| {
+                s.shard == r.shard && s.is_backup_pod && s.state != ReplicaState::Condemned
+            })
+            .map(|(n, _)| n.clone());
+        if step.is_none() {
+            chain.push(ScaleInAction::LeaveTraffic {
+                replica: name.clone(),
+            });
+        }
+        if step < Some(ScaleInStep::Synced) {
+            if !unready.is_empty() {
+                plan.waiting.push(format!(
+                    "scale-in of {name} waits until every StatefulSet is Ready (not ready: {})",
+                    unready
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                plan.chains.push(chain);
+                continue;
+            }
+            match &backup {
+                Some(b) => chain.push(ScaleInAction::SyncShard {
+                    replica: name.clone(),
+                    backup: b.clone(),
+                }),
+                // The whole shard goes (its removal was allowed): nothing to sync to.
+                None => chain.push(ScaleInAction::SyncShard {
+                    replica: name.clone(),
+                    backup: String::new(),
+                }),
+            }
+        }
+        if step < Some(ScaleInStep::TablesDropped) {
+            chain.push(ScaleInAction::DropObjects {
+                replica: name.clone(),
+            });
+        }
+        if step < Some(ScaleInStep::Deleted) {
+            chain.push(ScaleInAction::DeleteStatefulSet {
+                replica: name.clone(),
+            });
+        }
+        if step < Some(ScaleInStep::KeeperCleaned) {
+            chain.push(ScaleInAction::DropKeeperMetadata {
+                replica: name.clone(),
+                shard: r.shard,
+                survivors: survivors.clone(),
+            });
+        }
+        chain.push(ScaleInAction::LabelPvcsAndForget {
+            replica: name.clone(),
+        });
+        plan.chains.push(chain);
+    }
+    plan
+}
+
+/// Applies a completed action to the map (the executor calls this after each success).
+pub fn record(map: &mut BTreeMap<String, ReplicaStatus>, action: &ScaleInAction) {
+    match action.completes() {
+        Some(step) => {
+            if let Some(r) = map.get_mut(action.replica()) {
+                r.scale_in_step = Some(step);
+            }
+        }
+        None => {
+            map.remove(action.replica());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn map() -> BTreeMap<String, ReplicaStatus> {
+        let mut m = BTreeMap::new();
+        let e = |state, index, backup| ReplicaStatus {
+            shard: 0,
+            state,
+            is_backup_pod: backup,
+            index,
+            scale_in_step: None,
+        };
+        m.insert("c1-0-0".to_string(), e(ReplicaState::Ready, 0, true));
+        m.insert("c1-0-1".to_string(), e(ReplicaState::Condemned, 1, false));
+        m.insert("c1-0-2".to_string(), e(ReplicaState::Condemned, 2, false));
+        m
+    }
+
+    fn kinds(chain: &[ScaleInAction]) -> Vec<&'static str> {
+        chain
+            .iter()
+            .map(|a| match a {
+                ScaleInAction::LeaveTraffic { .. } => "leave",
+                ScaleInAction::SyncShard { .. } => "sync",
+                ScaleInAction::DropObjects { .. } => "drop-objects",
+                ScaleInAction::DeleteStatefulSet { .. } => "delete",
+                ScaleInAction::DropKeeperMetadata { .. } => "drop-keeper",
+                ScaleInAction::LabelPvcsAndForget { .. } => "label-pvcs",
+            })
+            .collect()
+    }
+
+    /// S0-30 / S1-21: the steps in order, the sync on the shard's backup replica first.
+    #[test]
+    fn s0_30_steps_run_in_order() {
+        let p = plan_scale_in(&map(), |_| true, |_| true);
+        assert_eq!(p.chains.len(), 2);
+        assert_eq!(
+            kinds(&p.chains[0]),
+            [
+                "leave",
+                "sync",
+                "drop-objects",
+                "delete",
+                "drop-keeper",
+                "label-pvcs"
+            ]
+        );
+        match &p.chains[0][1] {
+            ScaleInAction::SyncShard { backup, .. } => assert_eq!(backup, "c1-0-0"),
+            other => panic!("{other:?}"),
+        }
+        match &p.chains[0][4] {
+            ScaleInAction::DropKeeperMetadata { survivors, .. } => {
+                assert_eq!(survivors, &["c1-0-0".to_string()])
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// S0-24: an unready StatefulSet defers everything after leaving traffic, and says which.
+    #[test]
+    fn s0_24_unready_statefulset_defers_the_scale_in() {
+        let p = plan_scale_in(&map(), |n| n != "c1-0-0", |_| true);
+        assert!(p.chains.iter().all(|c| kinds(c) == ["leave"]));
+        assert!(p.waiting[0].contains("c1-0-0"), "{:?}", p.waiting);
+    }
+
+    /// Decision 3: a restarted operator resumes after the last recorded step; never deletes
+    /// before the sync (S0-25).
+    #[test]
+    fn resumes_after_the_recorded_step() {
+        let mut m = map();
+        m.get_mut("c1-0-1").unwrap().scale_in_step = Some(ScaleInStep::Deleted);
+        let p = plan_scale_in(&m, |n| n != "c1-0-1", |n| n != "c1-0-1");
+        assert_eq!(kinds(&p.chains[0]), ["drop-keeper", "label-pvcs"]);
+        let mut m = map();
+        m.get_mut("c1-0-1").unwrap().scale_in_step = Some(ScaleInStep::OutOfTraffic);
+        let p = plan_scale_in(&m, |_| true, |_| true);
+        assert_eq!(kinds(&p.chains[0])[0], "sync");
+    }
+
+    /// Nothing condemned: nothing to do.
+    #[test]
+    fn no_condemned_replica_means_no_work() {
+        let mut m = map();
+        m.retain(|_, r| r.state != ReplicaState::Condemned);
+        assert_eq!(
+            plan_scale_in(&m, |_| true, |_| true),
+            ScaleInPlan::default()
+        );
+    }
+
+    proptest! {
+        /// Crash at any step, then resume: running the chains pass after pass, stopping at a
+        /// random point each time, always completes, in order, with the sync before the delete.
+        #[test]
+        fn crash_at_any_step_then_resume(cuts in proptest::collection::vec(0usize..7, 1..20)) {
+            let mut m = map();
+            let mut log: Vec<(String, &'static str)> = Vec::new();
+            for cut in cuts.iter().chain(std::iter::repeat_n(&7, 10)) {
+                let p = plan_scale_in(&m, |_| true, |n| m.get(n).is_none_or(|r| r.scale_in_step < Some(ScaleInStep::Deleted)));
+                for chain in &p.chains {
+                    for a in chain.iter().take(*cut) {
+                        log.push((a.replica().to_string(), kinds(std::slice::from_ref(a))[0]));
+                        record(&mut m, a);
+                    }
+                }
+            }
+            prop_assert!(m.values().all(|r| r.state != ReplicaState::Condemned));
+            for r in ["c1-0-1", "c1-0-2"] {
+                let steps: Vec<&str> = log.iter().filter(|(n, _)| n == r).map(|(_, k)| *k).collect();
+                let first = |k: &str| steps.iter().position(|s| *s == k).unwrap();
+                prop_assert!(first("sync") < first("delete"));
+                prop_assert!(first("delete") < first("label-pvcs"));
+                prop_assert_eq!(steps.iter().filter(|s| **s == "delete").count(), 1);
+            }
+        }
+    }
+}
