@@ -37,7 +37,7 @@ fi
 source "$DIR/env"
 
 echo ">> installing the CRDs"
-"$ROOT/target/debug/clickhouse-operator" crd | kubectl apply --server-side -f - >/dev/null
+"$ROOT/target/debug/clickhouse-operator" crd | kubectl apply --server-side --force-conflicts -f - >/dev/null
 kubectl wait --for condition=established crd/clickhouseclusters.clickhouse.com >/dev/null
 
 echo ">> starting the operator (log: $DIR/operator.log)"

@@ -4,7 +4,9 @@
 //! Every reconcile is observe → decide (pure) → act → report; see `controller` and `plan`.
 
 pub mod api;
+pub mod clickhouse;
 pub mod controller;
+pub mod model;
 pub mod plan;
 pub mod runtime;
 pub mod util;

@@ -11,6 +11,7 @@ use clickhouse_operator::runtime::{
     metrics::{Health, Metrics},
     settings::Settings,
 };
+use serde::Deserialize;
 use tracing::{error, info};
 
 #[derive(Parser)]
@@ -32,6 +33,9 @@ enum Command {
     Run,
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
+    /// Run only the PVC cleaner: delete PVCs labelled clickhouse.com/delete-pvc once no pod
+    /// uses them (WATCH_NAMESPACE, LOG_FORMAT, LOG_LEVEL apply).
+    PvcCleaner,
     /// Show what the operator would decide for a ClickHouseCluster in a file, without a cluster.
     Plan {
         #[arg(short = 'f', long = "file")]
@@ -45,13 +49,51 @@ fn main() -> anyhow::Result<()> {
         Command::Plan { file } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
-            let cluster: ClickHouseCluster = serde_yaml::from_str(&text)
-                .with_context(|| format!("{} is not a ClickHouseCluster", file.display()))?;
-            let status = controller::cluster::offline_status(&cluster);
-            print!(
-                "{}",
-                serde_yaml::to_string(&serde_json::json!({ "status": status }))?
-            );
+            let docs = serde_yaml::Deserializer::from_str(&text);
+            let mut found = false;
+            for doc in docs {
+                let value = serde_yaml::Value::deserialize(doc)?;
+                if value.get("kind").and_then(|k| k.as_str()) != Some("ClickHouseCluster") {
+                    continue;
+                }
+                found = true;
+                let mut cluster: ClickHouseCluster =
+                    serde_yaml::from_value(value).with_context(|| {
+                        format!("{} holds an invalid ClickHouseCluster", file.display())
+                    })?;
+                // Not read from an API server: give it what the server would.
+                let meta = &mut cluster.metadata;
+                meta.namespace.get_or_insert_with(|| "default".into());
+                meta.uid
+                    .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+                meta.generation.get_or_insert(1);
+                let plan = controller::cluster::offline_plan(&cluster);
+                let actions: Vec<String> = plan.actions.iter().map(|a| a.describe()).collect();
+                print!(
+                    "{}",
+                    serde_yaml::to_string(&serde_json::json!({
+                        "cluster": cluster.metadata.name,
+                        "actions": actions,
+                        "status": plan.status,
+                    }))?
+                );
+            }
+            anyhow::ensure!(found, "{} holds no ClickHouseCluster", file.display());
+        }
+        Command::PvcCleaner => {
+            let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
+            runtime::init_logging(settings.log_format, &settings.log_level);
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let client = kube::Client::try_default().await.context(
+                    "cannot build a Kubernetes client (in-cluster config or KUBECONFIG)",
+                )?;
+                info!("PVC cleaner started");
+                controller::pvc_cleaner::run(client, settings.watch_namespaces).await;
+                anyhow::Ok(())
+            })?;
         }
         Command::Run => {
             let settings = Settings::from_env().map_err(anyhow::Error::msg)?;

@@ -166,6 +166,38 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
             format!("{:?} is not a valid Secret name", users.secret_name),
         );
     }
+    // The operator generates Secrets of its own; a referenced Secret must not be one of them.
+    let generated = [
+        crate::model::names::users_secret(name),
+        crate::model::names::operator_secret(name),
+    ];
+    for (field, secret) in [
+        (
+            "spec.users.secretName",
+            spec.users.as_ref().map(|u| &u.secret_name),
+        ),
+        (
+            "spec.tls.serverCertSecret",
+            spec.tls.server_cert_secret.as_ref(),
+        ),
+        ("spec.tls.caSecret", spec.tls.ca_secret.as_ref()),
+        ("spec.pod.envSecret", spec.pod.env_secret.as_ref()),
+        (
+            "spec.keeper.pod.envSecret",
+            spec.keeper.pod.env_secret.as_ref(),
+        ),
+    ] {
+        if let Some(secret) = secret
+            && generated.contains(secret)
+        {
+            err(
+                field,
+                format!(
+                    "{secret:?} is the name of a Secret the operator generates for this cluster: use another name"
+                ),
+            );
+        }
+    }
     if spec.tls.enabled && spec.tls.server_cert_secret.is_none() {
         err(
             "spec.tls.serverCertSecret",
@@ -401,6 +433,16 @@ mod tests {
             assert!(f.contains(&want.to_string()), "{want} missing in {f:?}");
         }
         assert_eq!(f.iter().filter(|x| *x == "spec.pod.labels").count(), 2);
+        // A referenced Secret cannot be one the operator generates (it would be overwritten).
+        let mut s = spec();
+        s.users = Some(UsersSpec {
+            secret_name: "c1-users".into(),
+            profile: None,
+        });
+        s.pod.env_secret = Some("c1-operator".into());
+        let f = fields("c1", &s);
+        assert!(f.contains(&"spec.users.secretName".to_string()), "{f:?}");
+        assert!(f.contains(&"spec.pod.envSecret".to_string()), "{f:?}");
     }
 
     #[test]

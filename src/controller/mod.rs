@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod cluster;
+pub mod pvc_cleaner;
 
 use std::sync::Arc;
 use std::time::Instant;

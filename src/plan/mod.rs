@@ -2,6 +2,8 @@
 //! and returns a `Plan`: the status to report, the events to publish, and whether the pass
 //! failed. It performs no I/O, so every rule here is tested with plain data.
 
+pub mod diff;
+pub mod engine;
 pub mod replicas;
 pub mod rollout;
 pub mod scale_in;
@@ -25,6 +27,8 @@ pub struct Sibling {
 pub struct World {
     /// Every ClickHouseCluster of the namespace, this one included.
     pub clusters_in_namespace: Vec<Sibling>,
+    /// The cluster's objects, pods and inputs.
+    pub observed: engine::Observed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +57,12 @@ pub struct Failure {
 pub struct Plan {
     pub status: ClickHouseClusterStatus,
     pub events: Vec<PlannedEvent>,
+    /// What to do, in order.
+    pub actions: Vec<engine::Action>,
+    /// Replicas whose replication lag must be read before deciding again.
+    pub lag_checks: Vec<String>,
+    /// Observe and decide again right after acting.
+    pub again: bool,
     /// Set when the pass failed: the operator retries with backoff.
     pub failure: Option<Failure>,
     /// False when the resource must not be reconciled at all (a second cluster in a namespace).
@@ -111,6 +121,9 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         return Plan {
             status,
             events,
+            actions: Vec::new(),
+            lag_checks: Vec::new(),
+            again: false,
             failure: Some(failure),
             manage: false,
         };
@@ -149,13 +162,21 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         return Plan {
             status,
             events,
+            actions: Vec::new(),
+            lag_checks: Vec::new(),
+            again: false,
             failure: Some(failure),
             manage: true,
         };
     }
 
-    let mut status = status::succeeded(&old, cluster, &warnings, now);
+    let pass = engine::plan_pass(cluster, &world.observed, now);
+    let mut status = pass.status;
     status.schema_policy = Some(policy.effective());
+    if pass.failure.is_none() {
+        status::redundancy(&mut status, &warnings, generation, now);
+    }
+    events.extend(pass.events);
     if old.state != status.state {
         events.push(PlannedEvent {
             kind: if status.state == ClusterState::Error {
@@ -171,7 +192,10 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
     Plan {
         status,
         events,
-        failure: None,
+        actions: pass.actions,
+        lag_checks: pass.lag_checks,
+        again: pass.again,
+        failure: pass.failure,
         manage: true,
     }
 }
@@ -187,6 +211,7 @@ mod tests {
         let mut c = ClickHouseCluster::new(name, spec);
         c.metadata.namespace = Some("t1".into());
         c.metadata.generation = Some(1);
+        c.metadata.uid = Some(format!("uid-{name}"));
         c.metadata.creation_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().unwrap()));
         c
     }
@@ -196,6 +221,13 @@ mod tests {
             name: name.into(),
             created: Some(created.parse().unwrap()),
         }
+    }
+
+    /// A world in which the operator's credentials exist and nothing else does yet.
+    fn world() -> World {
+        let mut w = World::default();
+        w.observed.operator_secret_present = true;
+        w
     }
 
     fn now() -> Timestamp {
@@ -226,6 +258,7 @@ mod tests {
                 sib("c1", "2025-12-01T00:00:00Z"),
                 sib("c2", "2026-01-01T00:00:00Z"),
             ],
+            ..world()
         };
         let plan = decide(&c2, &world, now());
         assert!(!plan.manage);
@@ -257,7 +290,7 @@ mod tests {
     #[test]
     fn s2_10_invalid_spec_is_reported_with_the_field() {
         let c = cluster("c1", serde_json::json!({"keeper": {"replicas": 2}}));
-        let plan = decide(&c, &World::default(), now());
+        let plan = decide(&c, &world(), now());
         let f = plan.failure.as_ref().unwrap();
         assert_eq!(f.reason, "InvalidSpec");
         assert!(f.message.contains("spec.keeper.replicas"), "{}", f.message);
@@ -284,12 +317,12 @@ mod tests {
         // The same failure again publishes no second event.
         let mut again = c.clone();
         again.status = Some(plan.status.clone());
-        let plan2 = decide(&again, &World::default(), now());
+        let plan2 = decide(&again, &world(), now());
         assert!(plan2.events.iter().all(|e| e.reason != "InvalidSpec"));
         // Fixing the spec clears the error (S2-36).
         again.spec.keeper.replicas = 3;
         again.metadata.generation = Some(2);
-        let plan3 = decide(&again, &World::default(), now());
+        let plan3 = decide(&again, &world(), now());
         assert!(plan3.failure.is_none());
         assert_ne!(plan3.status.state, ClusterState::Error);
         let cond = plan3
@@ -309,8 +342,8 @@ mod tests {
             "c1",
             serde_json::json!({"schemaPolicy": {"replica": "bogus", "shard": "distributedtablesonly"}}),
         );
-        let plan = decide(&c, &World::default(), now());
-        assert!(plan.failure.is_none());
+        let plan = decide(&c, &world(), now());
+        assert!(plan.failure.is_none(), "{:?}", plan.failure);
         let sp = plan.status.schema_policy.clone().unwrap();
         assert_eq!(
             (sp.replica.as_str(), sp.shard.as_str()),
@@ -326,7 +359,7 @@ mod tests {
         let mut again = c.clone();
         again.status = Some(plan.status);
         assert!(
-            decide(&again, &World::default(), now())
+            decide(&again, &world(), now())
                 .events
                 .iter()
                 .all(|e| e.reason != "SchemaPolicyReplaced")
@@ -340,8 +373,8 @@ mod tests {
             "c1",
             serde_json::json!({"replicas": 1, "keeper": {"replicas": 1}}),
         );
-        let plan = decide(&c, &World::default(), now());
-        assert!(plan.failure.is_none());
+        let plan = decide(&c, &world(), now());
+        assert!(plan.failure.is_none(), "{:?}", plan.failure);
         let cond = plan
             .status
             .conditions
@@ -356,11 +389,11 @@ mod tests {
     #[test]
     fn a_second_pass_over_the_same_world_changes_nothing() {
         let c = cluster("c1", serde_json::json!({}));
-        let plan = decide(&c, &World::default(), now());
+        let plan = decide(&c, &world(), now());
         let mut again = c.clone();
         again.status = Some(plan.status.clone());
         let later: Timestamp = "2026-11-30T01:00:00Z".parse().unwrap();
-        let plan2 = decide(&again, &World::default(), later);
+        let plan2 = decide(&again, &world(), later);
         assert_eq!(plan2.status, plan.status);
         assert!(plan2.events.is_empty(), "{:?}", plan2.events);
     }

@@ -6,11 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::{ReplicaState, ReplicaStatus};
-
-/// The StatefulSet name of a server replica.
-pub fn replica_name(cluster: &str, shard: i32, index: i64) -> String {
-    format!("{cluster}-{shard}-{index}")
-}
+use crate::model::names::replica_name;
 
 /// Is `from → to` a transition the state machine allows (S0-06)? `Stopped → Pending` is the
 /// start after a pause (S0-03); a Condemned replica only leaves by being removed.

@@ -4,10 +4,7 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::Failure;
-use crate::api::{
-    ClickHouseCluster, ClickHouseClusterStatus, ClusterState, ComponentStatus, Condition,
-    validate::Warning,
-};
+use crate::api::{ClickHouseClusterStatus, ClusterState, Condition, validate::Warning};
 
 pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
 pub const SPEC_VALID: &str = "SpecValid";
@@ -78,61 +75,13 @@ pub fn failed(
     s
 }
 
-/// The status after a successful pass.
-pub fn succeeded(
-    old: &ClickHouseClusterStatus,
-    cluster: &ClickHouseCluster,
+/// Sets the `Redundant` condition from the validation warnings (decision 16).
+pub fn redundancy(
+    s: &mut ClickHouseClusterStatus,
     warnings: &[Warning],
+    generation: Option<i64>,
     now: Timestamp,
-) -> ClickHouseClusterStatus {
-    let generation = cluster.metadata.generation;
-    let spec = &cluster.spec;
-    let mut s = old.clone();
-    s.observed_generation = generation;
-    let servers = spec.shards * spec.replicas;
-    let ready_servers = s
-        .replica_state_map
-        .values()
-        .filter(|r| r.state == crate::api::ReplicaState::Ready)
-        .count() as i32;
-    s.clickhouse = ComponentStatus::new(servers, ready_servers.min(servers));
-    s.keeper = ComponentStatus::new(
-        spec.keeper.replicas,
-        s.keeper.ready.min(spec.keeper.replicas),
-    );
-    let all_ready =
-        s.clickhouse.ready == servers && s.keeper.ready == spec.keeper.replicas && s.host.is_some();
-    s.state = if all_ready {
-        ClusterState::Ready
-    } else {
-        ClusterState::Initializing
-    };
-    s.message = if all_ready {
-        None
-    } else {
-        Some(format!(
-            "waiting for server replicas ({}/{} ready) and Keeper members ({}/{} ready)",
-            s.clickhouse.ready, servers, s.keeper.ready, spec.keeper.replicas
-        ))
-    };
-    set_condition(
-        &mut s.conditions,
-        RECONCILE_SUCCEEDED,
-        true,
-        "ReconcileSucceeded",
-        "",
-        generation,
-        now,
-    );
-    set_condition(
-        &mut s.conditions,
-        SPEC_VALID,
-        true,
-        "SpecValid",
-        "",
-        generation,
-        now,
-    );
+) {
     if warnings.is_empty() {
         set_condition(
             &mut s.conditions,
@@ -159,7 +108,6 @@ pub fn succeeded(
             now,
         );
     }
-    s
 }
 
 #[cfg(test)]

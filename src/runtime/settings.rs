@@ -59,6 +59,8 @@ pub struct Settings {
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     pub http_addr: SocketAddr,
     pub leader_election: bool,
+    /// Run the PVC cleaner inside the operator too (it can also run alone: `pvc-cleaner`).
+    pub pvc_cleaner: bool,
     /// Namespace and name of the leader-election Lease.
     pub lease_namespace: String,
     pub lease_name: String,
@@ -101,6 +103,11 @@ impl Settings {
             Some("false") => false,
             Some(other) => return Err(format!("LEADER_ELECTION: {other:?} must be true or false")),
         };
+        let pvc_cleaner = match get("PVC_CLEANER").as_deref() {
+            None | Some("") | Some("true") => true,
+            Some("false") => false,
+            Some(other) => return Err(format!("PVC_CLEANER: {other:?} must be true or false")),
+        };
         let identity = get("POD_NAME")
             .filter(|s| !s.is_empty())
             .or_else(|| get("HOSTNAME").filter(|s| !s.is_empty()))
@@ -116,6 +123,7 @@ impl Settings {
                 .unwrap_or_else(|| "info".into()),
             http_addr,
             leader_election,
+            pvc_cleaner,
             lease_namespace: get("POD_NAMESPACE")
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| "default".into()),

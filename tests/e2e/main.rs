@@ -1,4 +1,5 @@
 //! End-to-end tests against the real local Kubernetes (see `support`).
 
+mod engine;
 mod foundation;
 mod support;

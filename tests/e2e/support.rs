@@ -252,3 +252,66 @@ pub async fn wait_status(
     })
     .await
 }
+
+/// A ClickHouse client for a server pod, as the operator's own user.
+pub async fn sql_client(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    pod: &str,
+) -> clickhouse_operator::clickhouse::Client {
+    use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint};
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let ip = wait_for(
+        Duration::from_secs(120),
+        &format!("an address for {pod}"),
+        || {
+            let pods = pods.clone();
+            async move { pods.get(pod).await.ok()?.status?.pod_ip }
+        },
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret = secrets
+        .get(&format!("{cluster}-operator"))
+        .await
+        .expect("the operator's Secret");
+    let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    clickhouse_operator::clickhouse::Client::new(ClientConfig::new(
+        Endpoint {
+            host: ip,
+            port: 8123,
+        },
+        Credentials {
+            user: "clickhouse_operator".into(),
+            password,
+        },
+    ))
+    .expect("a ClickHouse client")
+}
+
+/// Runs SQL whose result has a column `v` and returns it, as strings, row by row.
+pub async fn query(c: &clickhouse_operator::clickhouse::Client, sql: &str) -> Vec<String> {
+    use clickhouse_operator::clickhouse::QueryOptions;
+    let rows = c
+        .query(sql, &QueryOptions::new())
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.iter()
+        .map(|r| {
+            r.str("v")
+                .map(str::to_string)
+                .or_else(|_| r.u64("v").map(|n| n.to_string()))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        })
+        .collect()
+}
+
+/// Runs a statement.
+pub async fn exec(c: &clickhouse_operator::clickhouse::Client, sql: &str) {
+    use clickhouse_operator::clickhouse::QueryOptions;
+    c.exec(sql, &QueryOptions::new().retry(true))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}

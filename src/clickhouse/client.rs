@@ -1,0 +1,712 @@
+//! A thin client for ClickHouse's HTTP interface (S1-02: the schema SQL goes over HTTP).
+//!
+//! Why not the `clickhouse` crate: by default it asks for `RowBinaryWithNamesAndTypes`, which
+//! the 18.16 test server lacks ("Unknown format"), so its behaviour would have to switch per
+//! server version; and nearly everything the operator sends is plain DDL or `SYSTEM`
+//! statements whose text must be chosen per version anyway. Plain HTTP with `JSONCompact`
+//! (present in 18.16 and every later version; 64-bit integers arrive as strings) keeps one
+//! code path for all versions and lets errors keep ClickHouse's own code and message.
+//!
+//! Every call has a timeout; every statement is logged at debug level before it is sent
+//! (Altinity's `SetLogQueries`); [`QueryOptions::retry`] retries failures that may pass on
+//! their own with exponential backoff (`SetRetry`).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Where a replica answers HTTP: the address as the operator observes it (the pod IP, or a
+/// host name) and the HTTP(S) port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// IP address or host name.
+    pub host: String,
+    /// The HTTP port (8123) or HTTPS port (8443).
+    pub port: u16,
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The operator's own ClickHouse user.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// User name.
+    pub user: String,
+    /// Password, sent in the `X-ClickHouse-Key` header (18.16 honours it: a wrong key gives
+    /// Code 193 "Wrong password").
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// How failed statements are retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included (at least 1).
+    pub attempts: u32,
+    /// Delay after the first failure; doubles with each further one.
+    pub first_delay: Duration,
+    /// Upper bound of the delay.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 6,
+            first_delay: Duration::from_millis(250),
+            max_delay: Duration::from_secs(8),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay after failed attempt `n` (1 = the first attempt).
+    pub fn delay(&self, n: u32) -> Duration {
+        let factor = 1u32.checked_shl(n.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.first_delay
+            .checked_mul(factor)
+            .map_or(self.max_delay, |d| d.min(self.max_delay))
+    }
+}
+
+/// Everything needed to talk to one replica.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The replica's address.
+    pub endpoint: Endpoint,
+    /// The operator's user.
+    pub credentials: Credentials,
+    /// `Some(ca.pem)`: HTTPS, trusting only the CA certificate(s) in this PEM bundle.
+    /// `None`: plain HTTP.
+    pub tls_ca_pem: Option<Vec<u8>>,
+    /// Timeout of each call unless [`QueryOptions::timeout`] says otherwise.
+    pub timeout: Duration,
+    /// Retry policy of calls with [`QueryOptions::retry`].
+    pub retry: RetryPolicy,
+}
+
+impl ClientConfig {
+    /// Plain HTTP with a 30 s timeout and the default retry policy.
+    pub fn new(endpoint: Endpoint, credentials: Credentials) -> ClientConfig {
+        ClientConfig {
+            endpoint,
+            credentials,
+            tls_ca_pem: None,
+            timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Per-statement options: ClickHouse settings (sent as URL parameters), retry, timeout.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueryOptions {
+    settings: Vec<(String, String)>,
+    retry: bool,
+    timeout: Option<Duration>,
+}
+
+impl QueryOptions {
+    /// No settings, no retry, the client's timeout.
+    pub fn new() -> QueryOptions {
+        QueryOptions::default()
+    }
+
+    /// Adds a ClickHouse setting, e.g. `("skip_unavailable_shards", "1")`.
+    pub fn setting(mut self, name: &str, value: impl ToString) -> QueryOptions {
+        self.settings.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Retries retryable failures with backoff (`SetRetry(true)`).
+    pub fn retry(mut self, retry: bool) -> QueryOptions {
+        self.retry = retry;
+        self
+    }
+
+    /// Overrides the client's timeout for this statement.
+    pub fn timeout(mut self, timeout: Duration) -> QueryOptions {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// A ClickHouse error code (`Code: 253`), kept so callers can classify failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ErrorCode(pub u32);
+
+impl ErrorCode {
+    /// `UNKNOWN_TABLE`.
+    pub const UNKNOWN_TABLE: ErrorCode = ErrorCode(60);
+    /// `SYNTAX_ERROR`: the statement does not exist in this version.
+    pub const SYNTAX_ERROR: ErrorCode = ErrorCode(62);
+    /// `UNKNOWN_DATABASE`.
+    pub const UNKNOWN_DATABASE: ErrorCode = ErrorCode(81);
+    /// `TIMEOUT_EXCEEDED`.
+    pub const TIMEOUT_EXCEEDED: ErrorCode = ErrorCode(159);
+    /// `WRONG_PASSWORD` (18.16) / `AUTHENTICATION_FAILED` (516, later).
+    pub const WRONG_PASSWORD: ErrorCode = ErrorCode(193);
+    /// `SOCKET_TIMEOUT`.
+    pub const SOCKET_TIMEOUT: ErrorCode = ErrorCode(209);
+    /// `NETWORK_ERROR`.
+    pub const NETWORK_ERROR: ErrorCode = ErrorCode(210);
+    /// `NO_ZOOKEEPER`.
+    pub const NO_ZOOKEEPER: ErrorCode = ErrorCode(225);
+    /// `TABLE_IS_READ_ONLY` (the replica lost its Keeper session).
+    pub const TABLE_IS_READ_ONLY: ErrorCode = ErrorCode(242);
+    /// `REPLICA_ALREADY_EXISTS`: stale Keeper metadata of a replica of the same name.
+    pub const REPLICA_ALREADY_EXISTS: ErrorCode = ErrorCode(253);
+    /// `ALL_CONNECTION_TRIES_FAILED`.
+    pub const ALL_CONNECTION_TRIES_FAILED: ErrorCode = ErrorCode(279);
+    /// `TABLE_WAS_NOT_DROPPED`: also `SYSTEM DROP REPLICA`'s refusal of an active replica.
+    pub const TABLE_WAS_NOT_DROPPED: ErrorCode = ErrorCode(305);
+    /// `AUTHENTICATION_FAILED`.
+    pub const AUTHENTICATION_FAILED: ErrorCode = ErrorCode(516);
+    /// `KEEPER_EXCEPTION` (`Coordination::Exception`, "ZooKeeper" in 18.16).
+    pub const KEEPER_EXCEPTION: ErrorCode = ErrorCode(999);
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Code: {}", self.0)
+    }
+}
+
+/// A failed call to one replica.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// ClickHouse answered with an exception.
+    #[error("{endpoint}: ClickHouse error {}: {message} (statement: {statement})", .code.map_or("without code".to_string(), |c| c.0.to_string()))]
+    Server {
+        /// The replica.
+        endpoint: Endpoint,
+        /// `Code: N` of the exception, when the answer had one.
+        code: Option<ErrorCode>,
+        /// The HTTP status.
+        status: u16,
+        /// ClickHouse's message, as sent.
+        message: String,
+        /// The statement, for the status message (S1-06).
+        statement: String,
+    },
+    /// The replica could not be reached or did not answer in time.
+    #[error("{endpoint}: {source} (statement: {statement})")]
+    Transport {
+        /// The replica.
+        endpoint: Endpoint,
+        /// What reqwest reported.
+        source: reqwest::Error,
+        /// The statement.
+        statement: String,
+    },
+    /// The answer could not be read as the expected rows.
+    #[error("{endpoint}: unexpected answer to {statement}: {detail}")]
+    Decode {
+        /// The replica.
+        endpoint: Endpoint,
+        /// What did not fit.
+        detail: String,
+        /// The statement.
+        statement: String,
+    },
+    /// The client could not be built (e.g. an invalid CA certificate).
+    #[error("ClickHouse client for {endpoint}: {detail}")]
+    Config {
+        /// The replica.
+        endpoint: Endpoint,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// ClickHouse's error code, if the server sent one.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Server { code, .. } => *code,
+            _ => None,
+        }
+    }
+
+    /// The replica the error came from.
+    pub fn endpoint(&self) -> &Endpoint {
+        match self {
+            Error::Server { endpoint, .. }
+            | Error::Transport { endpoint, .. }
+            | Error::Decode { endpoint, .. }
+            | Error::Config { endpoint, .. } => endpoint,
+        }
+    }
+
+    /// `SYSTEM DROP REPLICA` / `SYSTEM DROP DATABASE REPLICA` refused because the replica is
+    /// still active ("Can't drop replica: …, because it's active"): it goes away once the
+    /// leaving server has stopped, so this is retried, never forgotten.
+    pub fn is_replica_active(&self) -> bool {
+        match self {
+            Error::Server { message, .. } => {
+                let m = message.to_ascii_lowercase();
+                m.contains("because it's active") || m.contains("replica is active")
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the same statement may succeed later without anyone changing anything:
+    /// unreachable or slow servers, Keeper trouble, an active replica. Syntax errors,
+    /// authentication failures, `REPLICA_ALREADY_EXISTS` and a Keeper "No node" answer (a
+    /// definite one) are not retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Transport { .. } => true,
+            Error::Decode { .. } | Error::Config { .. } => false,
+            Error::Server {
+                code,
+                status,
+                message,
+                ..
+            } => {
+                if self.is_replica_active() {
+                    return true;
+                }
+                if message.contains("No node") {
+                    return false;
+                }
+                match code {
+                    Some(c) => matches!(
+                        *c,
+                        ErrorCode::TIMEOUT_EXCEEDED
+                            | ErrorCode::SOCKET_TIMEOUT
+                            | ErrorCode::NETWORK_ERROR
+                            | ErrorCode::NO_ZOOKEEPER
+                            | ErrorCode::TABLE_IS_READ_ONLY
+                            | ErrorCode::ALL_CONNECTION_TRIES_FAILED
+                            | ErrorCode::KEEPER_EXCEPTION
+                    ),
+                    // A proxy or a starting server answering without a ClickHouse exception.
+                    None => *status >= 500,
+                }
+            }
+        }
+    }
+}
+
+/// Rows of a `JSONCompact` answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rows {
+    columns: Vec<String>,
+    data: Vec<Vec<Value>>,
+}
+
+#[derive(Deserialize)]
+struct JsonCompact {
+    meta: Vec<Column>,
+    data: Vec<Vec<Value>>,
+}
+
+#[derive(Deserialize)]
+struct Column {
+    name: String,
+}
+
+impl Rows {
+    /// Parses a `JSONCompact` body.
+    pub fn from_json_compact(body: &str) -> Result<Rows, String> {
+        let parsed: JsonCompact = serde_json::from_str(body).map_err(|e| e.to_string())?;
+        let columns: Vec<String> = parsed.meta.into_iter().map(|c| c.name).collect();
+        if let Some(bad) = parsed.data.iter().find(|r| r.len() != columns.len()) {
+            return Err(format!(
+                "a row has {} values for {} columns",
+                bad.len(),
+                columns.len()
+            ));
+        }
+        Ok(Rows {
+            columns,
+            data: parsed.data,
+        })
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The rows, in order.
+    pub fn iter(&self) -> impl Iterator<Item = Row<'_>> {
+        self.data.iter().map(move |values| Row {
+            columns: &self.columns,
+            values,
+        })
+    }
+}
+
+/// One row; typed getters by column name, each failing (never panicking) on a missing column
+/// or a value of another type.
+#[derive(Clone, Copy, Debug)]
+pub struct Row<'a> {
+    columns: &'a [String],
+    values: &'a [Value],
+}
+
+impl<'a> Row<'a> {
+    fn get(&self, column: &str) -> Result<&'a Value, String> {
+        self.columns
+            .iter()
+            .position(|c| c == column)
+            .and_then(|i| self.values.get(i))
+            .ok_or_else(|| format!("no column {column:?}"))
+    }
+
+    /// A `String` column.
+    pub fn str(&self, column: &str) -> Result<&'a str, String> {
+        self.get(column)?
+            .as_str()
+            .ok_or_else(|| format!("column {column:?} is not a string"))
+    }
+
+    /// An unsigned integer column (JSON number, or string for 64-bit types).
+    pub fn u64(&self, column: &str) -> Result<u64, String> {
+        let v = self.get(column)?;
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| format!("column {column:?} is not an unsigned integer: {v}"))
+    }
+
+    /// A `UInt8` flag column.
+    pub fn flag(&self, column: &str) -> Result<bool, String> {
+        Ok(self.u64(column)? != 0)
+    }
+
+    /// An `Array(String)` column.
+    pub fn strings(&self, column: &str) -> Result<Vec<String>, String> {
+        let v = self.get(column)?;
+        v.as_array()
+            .and_then(|a| {
+                a.iter()
+                    .map(|x| x.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| format!("column {column:?} is not an array of strings: {v}"))
+    }
+}
+
+/// A client of one replica. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    endpoint: Endpoint,
+    credentials: Credentials,
+    timeout: Duration,
+    retry: RetryPolicy,
+}
+
+impl Client {
+    /// Builds a client; fails only on an unusable CA certificate.
+    pub fn new(config: ClientConfig) -> Result<Client, Error> {
+        let endpoint = config.endpoint.clone();
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .timeout(config.timeout)
+            .pool_idle_timeout(Duration::from_secs(2));
+        let scheme = match &config.tls_ca_pem {
+            Some(pem) => {
+                let config_error = |detail: String| Error::Config {
+                    endpoint: endpoint.clone(),
+                    detail,
+                };
+                let cas = reqwest::Certificate::from_pem_bundle(pem)
+                    .map_err(|e| config_error(format!("invalid CA certificate: {e}")))?;
+                if cas.is_empty() {
+                    return Err(config_error(
+                        "the CA bundle holds no PEM certificate".into(),
+                    ));
+                }
+                builder = builder
+                    .use_rustls_tls()
+                    .tls_built_in_root_certs(false)
+                    .https_only(true);
+                for ca in cas {
+                    builder = builder.add_root_certificate(ca);
+                }
+                "https"
+            }
+            None => "http",
+        };
+        let http = builder.build().map_err(|e| Error::Config {
+            endpoint: endpoint.clone(),
+            detail: e.to_string(),
+        })?;
+        Ok(Client {
+            http,
+            base: format!("{scheme}://{endpoint}/"),
+            endpoint,
+            credentials: config.credentials,
+            timeout: config.timeout,
+            retry: config.retry,
+        })
+    }
+
+    /// The replica this client talks to.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Runs a query and returns its rows (`default_format=JSONCompact`).
+    pub async fn query(&self, sql: &str, options: &QueryOptions) -> Result<Rows, Error> {
+        let body = self.run(sql, options, true).await?;
+        Rows::from_json_compact(&body).map_err(|detail| Error::Decode {
+            endpoint: self.endpoint.clone(),
+            detail,
+            statement: sql.to_string(),
+        })
+    }
+
+    /// Runs a statement whose answer is not needed (DDL, `SYSTEM …`).
+    pub async fn exec(&self, sql: &str, options: &QueryOptions) -> Result<(), Error> {
+        self.run(sql, options, false).await.map(drop)
+    }
+
+    /// `SELECT version()`, parsed.
+    pub async fn version(&self) -> Result<super::version::Version, Error> {
+        let rows = self
+            .query(
+                super::sql::select_version(),
+                &QueryOptions::new().retry(true),
+            )
+            .await?;
+        let raw = rows
+            .iter()
+            .next()
+            .and_then(|r| r.str("version()").ok().map(str::to_string));
+        let decode = |detail: String| Error::Decode {
+            endpoint: self.endpoint.clone(),
+            detail,
+            statement: super::sql::select_version().to_string(),
+        };
+        let raw = raw.ok_or_else(|| decode("no version in the answer".into()))?;
+        let version = raw
+            .parse()
+            .map_err(|e: super::version::VersionParseError| decode(e.to_string()))?;
+        tracing::debug!(endpoint = %self.endpoint, %version, "detected ClickHouse version");
+        Ok(version)
+    }
+
+    async fn run(&self, sql: &str, options: &QueryOptions, rows: bool) -> Result<String, Error> {
+        let attempts = if options.retry {
+            self.retry.attempts.max(1)
+        } else {
+            1
+        };
+        let mut n = 1;
+        loop {
+            match self.once(sql, options, rows).await {
+                Ok(body) => return Ok(body),
+                Err(e) if n < attempts && e.is_retryable() => {
+                    let delay = self.retry.delay(n);
+                    tracing::warn!(
+                        endpoint = %self.endpoint, attempt = n, ?delay, error = %e,
+                        "ClickHouse statement failed, retrying"
+                    );
+                    tokio::time::sleep(delay).await;
+                    n += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn once(&self, sql: &str, options: &QueryOptions, rows: bool) -> Result<String, Error> {
+        tracing::debug!(endpoint = %self.endpoint, statement = sql, settings = ?options.settings, "ClickHouse statement");
+        let mut params: Vec<(&str, &str)> = options
+            .settings
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        if rows {
+            params.push(("default_format", "JSONCompact"));
+        }
+        let transport = |source: reqwest::Error| Error::Transport {
+            endpoint: self.endpoint.clone(),
+            source,
+            statement: sql.to_string(),
+        };
+        let response = self
+            .http
+            .post(&self.base)
+            .query(&params)
+            .header("X-ClickHouse-User", &self.credentials.user)
+            .header("X-ClickHouse-Key", &self.credentials.password)
+            .timeout(options.timeout.unwrap_or(self.timeout))
+            .body(sql.to_string())
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = response.status();
+        let header_code = response
+            .headers()
+            .get("X-ClickHouse-Exception-Code")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+            .map(ErrorCode);
+        let body = response.text().await.map_err(transport)?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        Err(Error::Server {
+            endpoint: self.endpoint.clone(),
+            code: header_code.or_else(|| parse_error_code(&body)),
+            status: status.as_u16(),
+            message: body.trim().to_string(),
+            statement: sql.to_string(),
+        })
+    }
+}
+
+/// The `Code: N` of an exception text: `Code: 193, e.displayText() = …` (18.16) or
+/// `Code: 253. DB::Exception: … (REPLICA_ALREADY_EXISTS)` (modern).
+pub fn parse_error_code(body: &str) -> Option<ErrorCode> {
+    let start = body.find("Code: ")? + "Code: ".len();
+    let digits: String = body[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().map(ErrorCode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(code: Option<u32>, message: &str) -> Error {
+        Error::Server {
+            endpoint: Endpoint {
+                host: "127.0.0.1".into(),
+                port: 8123,
+            },
+            code: code.map(ErrorCode),
+            status: 500,
+            message: message.into(),
+            statement: "X".into(),
+        }
+    }
+
+    #[test]
+    fn error_codes_are_read_from_old_and_new_exception_texts() {
+        assert_eq!(
+            parse_error_code(
+                "Code: 193, e.displayText() = DB::Exception: Wrong password for user op, e.what() = DB::Exception"
+            ),
+            Some(ErrorCode::WRONG_PASSWORD)
+        );
+        assert_eq!(
+            parse_error_code(
+                "Code: 253. DB::Exception: Replica /clickhouse/tables/0/db/t/replicas/r1 already exists. (REPLICA_ALREADY_EXISTS) (version 24.8.4.13 (official build))"
+            ),
+            Some(ErrorCode::REPLICA_ALREADY_EXISTS)
+        );
+        assert_eq!(parse_error_code("Bad Gateway"), None);
+        assert_eq!(parse_error_code("Code: x"), None);
+    }
+
+    #[test]
+    fn classification_of_failures() {
+        let active = server_error(
+            Some(305),
+            "Code: 305. DB::Exception: Can't drop replica: r2, because it's active. (TABLE_WAS_NOT_DROPPED)",
+        );
+        assert!(active.is_replica_active());
+        assert!(active.is_retryable());
+        let exists = server_error(
+            Some(253),
+            "Code: 253. DB::Exception: Replica … already exists. (REPLICA_ALREADY_EXISTS)",
+        );
+        assert_eq!(exists.code(), Some(ErrorCode::REPLICA_ALREADY_EXISTS));
+        assert!(!exists.is_retryable());
+        assert!(server_error(Some(999), "Coordination::Exception: Connection loss").is_retryable());
+        assert!(
+            !server_error(
+                Some(999),
+                "Code: 999, e.displayText() = Coordination::Exception: No node, path: /x"
+            )
+            .is_retryable()
+        );
+        assert!(server_error(Some(242), "Table is in readonly mode").is_retryable());
+        assert!(!server_error(Some(62), "Syntax error").is_retryable());
+        assert!(!server_error(Some(516), "Authentication failed").is_retryable());
+        assert!(server_error(None, "Bad Gateway").is_retryable());
+        // The message is kept verbatim for the status.
+        assert!(exists.to_string().contains("REPLICA_ALREADY_EXISTS"));
+    }
+
+    #[test]
+    fn retry_delays_double_and_are_capped() {
+        let p = RetryPolicy {
+            attempts: 5,
+            first_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(500),
+        };
+        let d: Vec<u128> = (1..=5).map(|n| p.delay(n).as_millis()).collect();
+        assert_eq!(d, [100, 200, 400, 500, 500]);
+        assert_eq!(p.delay(200), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn json_compact_rows_are_read_by_column_name() {
+        let body = r#"{"meta":[{"name":"database","type":"String"},{"name":"absolute_delay","type":"UInt64"},
+            {"name":"is_readonly","type":"UInt8"},{"name":"deps","type":"Array(String)"}],
+            "data":[["db1","7",1,["mv"]]],"rows":1}"#;
+        let rows = Rows::from_json_compact(body).unwrap_or_default();
+        assert_eq!(rows.len(), 1);
+        let row = rows.iter().next();
+        let row = row.as_ref();
+        assert_eq!(row.map(|r| r.str("database")), Some(Ok("db1")));
+        assert_eq!(row.map(|r| r.u64("absolute_delay")), Some(Ok(7)));
+        assert_eq!(row.map(|r| r.flag("is_readonly")), Some(Ok(true)));
+        assert_eq!(
+            row.map(|r| r.strings("deps")),
+            Some(Ok(vec!["mv".to_string()]))
+        );
+        assert!(row.map(|r| r.str("missing").is_err()).unwrap_or(false));
+        assert!(row.map(|r| r.u64("database").is_err()).unwrap_or(false));
+        assert!(Rows::from_json_compact("Code: 60, e.displayText()").is_err());
+        assert!(Rows::from_json_compact(r#"{"meta":[{"name":"a"}],"data":[[1,2]]}"#).is_err());
+    }
+
+    #[test]
+    fn credentials_are_not_printed() {
+        let c = Credentials {
+            user: "op".into(),
+            password: "secret".into(),
+        };
+        assert!(!format!("{c:?}").contains("secret"));
+        let e = Endpoint {
+            host: "::1".into(),
+            port: 8123,
+        };
+        assert_eq!(e.to_string(), "[::1]:8123");
+    }
+}

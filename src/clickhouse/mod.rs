@@ -1,0 +1,19 @@
+//! The SQL side of the operator: an HTTP client per replica, the server version and what it
+//! can do, pure SQL builders, schema migration on scale-out (seed 001) and the replica
+//! operations of scale-in and rollouts (seed 000).
+//!
+//! - [`client`]: [`Client`] talks to one replica over HTTP; errors keep ClickHouse's code.
+//! - [`version`]: [`Version`] and the one table of [`version::CAPABILITIES`].
+//! - [`sql`]: every statement, built from typed names, per version.
+//! - [`schemer`]: [`schemer::migrate_new_host`] copies the schema onto a new host.
+//! - [`replica`]: sync before scale-in, drops on the leaving replica, Keeper clean-up from a
+//!   survivor, and the catch-up check of rollouts.
+
+pub mod client;
+pub mod replica;
+pub mod schemer;
+pub mod sql;
+pub mod version;
+
+pub use client::{Client, ClientConfig, Credentials, Endpoint, Error, ErrorCode, QueryOptions};
+pub use version::{Capability, Version};

@@ -1,0 +1,325 @@
+//! Replica operations of scale-in (seed 000 steps 3 and 5, decision 2) and of rollouts
+//! (S2-29 "Synced"):
+//!
+//! 1. [`sync_shard`] on the shard's backup replica: `SYSTEM SYNC REPLICA` every replicated
+//!    table (`LIGHTWEIGHT` from 23.4), each with a deadline (S0-25, S1-21).
+//! 2. [`drop_leaving_objects`] on the leaving replica while it still runs: its dictionaries,
+//!    MergeTree tables and views, then its Replicated databases (S1-17…S1-19). Dropping a
+//!    replicated table removes the replica's own node under `<zk_path>/replicas`.
+//! 3. [`drop_replica_metadata`] from a survivor: `SYSTEM DROP REPLICA` / `SYSTEM DROP DATABASE
+//!    REPLICA` for whatever the leaving replica left in Keeper (S0-27, S1-20), where the
+//!    server has them; a "replica is active" refusal is retried and, if it persists,
+//!    returned as a retryable error.
+//! 4. [`replication_lag`] on a restarted replica: read-only tables, queue and delay.
+
+use std::time::Duration;
+
+use super::client::{Client, Error, QueryOptions, Row, Rows};
+use super::sql::{self, DatabaseName, ReplicaMacro, ShardMacro, TableName};
+use super::version::{Capability, Version};
+
+/// A replicated table on one server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicatedTable {
+    /// The table.
+    pub table: TableName,
+    /// Its Keeper path (macros expanded).
+    pub zookeeper_path: String,
+    /// This server's replica name in that path.
+    pub replica: ReplicaMacro,
+}
+
+fn decode<T>(
+    client: &Client,
+    rows: &Rows,
+    statement: &str,
+    f: impl Fn(&Row<'_>) -> Result<T, String>,
+) -> Result<Vec<T>, Error> {
+    rows.iter()
+        .map(|r| f(&r))
+        .collect::<Result<Vec<T>, String>>()
+        .map_err(|detail| Error::Decode {
+            endpoint: client.endpoint().clone(),
+            detail,
+            statement: statement.to_string(),
+        })
+}
+
+/// The replicated tables of a server (`system.replicas`).
+pub async fn replicated_tables(client: &Client) -> Result<Vec<ReplicatedTable>, Error> {
+    let q = sql::replicated_tables();
+    let rows = client.query(q, &QueryOptions::new().retry(true)).await?;
+    decode(client, &rows, q, |r| {
+        Ok(ReplicatedTable {
+            table: TableName::new(r.str("database")?, r.str("table")?),
+            zookeeper_path: r.str("zookeeper_path")?.to_string(),
+            replica: ReplicaMacro(r.str("replica_name")?.to_string()),
+        })
+    })
+}
+
+/// Runs `SYSTEM SYNC REPLICA` for every replicated table of `backup` (the shard's backup
+/// replica), one after the other, each bounded by `timeout` (server side through
+/// `receive_timeout`, client side through the HTTP timeout). The first failure or timeout
+/// ends it: the caller deletes nothing then (S0-25). Returns the tables synced.
+pub async fn sync_shard(backup: &Client, timeout: Duration) -> Result<Vec<TableName>, Error> {
+    let version = backup.version().await?;
+    let tables = replicated_tables(backup).await?;
+    let secs = timeout.as_secs().max(1);
+    let options = QueryOptions::new()
+        .setting("receive_timeout", secs)
+        .timeout(timeout + Duration::from_secs(5));
+    let mut synced = Vec::with_capacity(tables.len());
+    for t in tables {
+        backup
+            .exec(&sql::sync_replica(version, &t.table), &options)
+            .await?;
+        synced.push(t.table);
+    }
+    Ok(synced)
+}
+
+/// What [`drop_leaving_objects`] dropped on the leaving replica, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DroppedObjects {
+    /// `DROP DICTIONARY` (none below 19.17: no DDL dictionaries).
+    pub dictionaries: Vec<TableName>,
+    /// `DROP TABLE … [SYNC]`: MergeTree tables and views.
+    pub tables: Vec<TableName>,
+    /// `DROP DATABASE … [SYNC]`: Replicated databases.
+    pub databases: Vec<DatabaseName>,
+}
+
+/// Drops the leaving replica's dictionaries, MergeTree tables and views, then its Replicated
+/// databases, on the leaving replica itself (decision 2, S1-16…S1-19). Idempotent (`IF
+/// EXISTS`); each statement retried.
+pub async fn drop_leaving_objects(leaving: &Client) -> Result<DroppedObjects, Error> {
+    let version = leaving.version().await?;
+    let retry = QueryOptions::new().retry(true);
+    let mut dropped = DroppedObjects::default();
+    if let Some(q) = sql::discover_dictionaries(version) {
+        let rows = leaving.query(&q, &retry).await?;
+        for d in decode(leaving, &rows, &q, table_name)? {
+            leaving.exec(&sql::drop_dictionary(&d), &retry).await?;
+            dropped.dictionaries.push(d);
+        }
+    }
+    let q = sql::discover_droppable_tables();
+    let rows = leaving.query(&q, &retry).await?;
+    let mut tables = decode(leaving, &rows, &q, table_name)?;
+    // Views and materialized views first, so no view outlives its source mid-way.
+    let views = list_views(leaving).await?;
+    tables.sort_by_key(|t| !views.contains(t));
+    for t in tables {
+        leaving.exec(&sql::drop_table(version, &t), &retry).await?;
+        dropped.tables.push(t);
+    }
+    let q = sql::discover_replicated_databases();
+    let rows = leaving.query(q, &retry).await?;
+    for d in decode(leaving, &rows, q, |r| {
+        Ok(DatabaseName(r.str("name")?.to_string()))
+    })? {
+        leaving
+            .exec(&sql::drop_database(version, &d), &retry)
+            .await?;
+        dropped.databases.push(d);
+    }
+    Ok(dropped)
+}
+
+fn table_name(r: &Row<'_>) -> Result<TableName, String> {
+    Ok(TableName::new(r.str("database")?, r.str("name")?))
+}
+
+async fn list_views(client: &Client) -> Result<Vec<TableName>, Error> {
+    let q = "SELECT database, name FROM system.tables WHERE engine LIKE '%View%'";
+    let rows = client.query(q, &QueryOptions::new().retry(true)).await?;
+    decode(client, &rows, q, table_name)
+}
+
+/// "No node" (Keeper) or "does not exist": what was to be removed or read is not there.
+fn is_absent(e: &Error) -> bool {
+    match e {
+        Error::Server { message, .. } => {
+            message.contains("No node")
+                || message.contains("does not exist")
+                || message.contains("doesn't exist")
+        }
+        _ => false,
+    }
+}
+
+/// The replica that left, as Keeper knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeavingReplica {
+    /// Its `{shard}` macro (for Replicated databases: `shard|replica`).
+    pub shard: ShardMacro,
+    /// Its `{replica}` macro.
+    pub replica: ReplicaMacro,
+}
+
+/// What [`drop_replica_metadata`] found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeeperCleanup {
+    /// Tables whose Keeper node of the leaving replica was dropped with `SYSTEM DROP REPLICA`.
+    pub dropped: Vec<TableName>,
+    /// Replicated databases whose replica was dropped with `SYSTEM DROP DATABASE REPLICA`.
+    pub dropped_database_replicas: Vec<DatabaseName>,
+    /// Tables that still list the leaving replica in Keeper and that this server version
+    /// cannot clean (no `SYSTEM DROP REPLICA`): to be reported in a status condition
+    /// (decision 2), never written to Keeper directly.
+    pub left_behind: Vec<TableName>,
+}
+
+impl KeeperCleanup {
+    /// Whether nothing of the leaving replica is left in Keeper.
+    pub fn is_clean(&self) -> bool {
+        self.left_behind.is_empty()
+    }
+}
+
+/// From a surviving replica of the same shard: removes the leaving replica's Keeper metadata
+/// for every replicated table where it is still registered (read through `system.zookeeper`,
+/// so the statement only runs where needed and the step is idempotent), and its replica of
+/// every Replicated database (S0-27, S1-20). A "replica is active" refusal is retried by the
+/// client's policy and then returned (retryable): the leaving server must stop first.
+pub async fn drop_replica_metadata(
+    survivor: &Client,
+    leaving: &LeavingReplica,
+) -> Result<KeeperCleanup, Error> {
+    let version: Version = survivor.version().await?;
+    let retry = QueryOptions::new().retry(true);
+    let mut cleanup = KeeperCleanup::default();
+    for t in replicated_tables(survivor).await? {
+        let path = format!("{}/replicas", t.zookeeper_path.trim_end_matches('/'));
+        if !keeper_children(survivor, &path)
+            .await?
+            .contains(&leaving.replica.0)
+        {
+            continue;
+        }
+        match sql::drop_replica(version, &leaving.replica, &t.table) {
+            Some(statement) => {
+                tracing::info!(endpoint = %survivor.endpoint(), replica = %leaving.replica.0, table = %t.table, "Drop replica");
+                survivor.exec(&statement, &retry).await?;
+                cleanup.dropped.push(t.table);
+            }
+            None => cleanup.left_behind.push(t.table),
+        }
+    }
+    if version.supports(Capability::ReplicatedDatabase) {
+        let q = sql::discover_replicated_databases();
+        let rows = survivor.query(q, &retry).await?;
+        let databases = decode(survivor, &rows, q, |r| {
+            Ok(DatabaseName(r.str("name")?.to_string()))
+        })?;
+        for d in databases {
+            if let Some(statement) =
+                sql::drop_database_replica(version, &leaving.shard, &leaving.replica, &d)
+            {
+                tracing::info!(endpoint = %survivor.endpoint(), replica = %leaving.replica.0, database = %d, "Drop replica");
+                match survivor.exec(&statement, &retry).await {
+                    Ok(()) => cleanup.dropped_database_replicas.push(d),
+                    // Already gone: nothing of it is left, which is the goal.
+                    Err(e) if is_absent(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(cleanup)
+}
+
+/// The children of a Keeper node, read through `system.zookeeper`; empty if it is absent.
+pub async fn keeper_children(client: &Client, path: &str) -> Result<Vec<String>, Error> {
+    let q = sql::zookeeper_children(path);
+    match client.query(&q, &QueryOptions::new().retry(true)).await {
+        Ok(rows) => decode(client, &rows, &q, |r| Ok(r.str("name")?.to_string())),
+        Err(e) if is_absent(&e) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Replication state of one table on one replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableLag {
+    /// The table.
+    pub table: TableName,
+    /// The replica lost its Keeper session or was started without Keeper.
+    pub is_readonly: bool,
+    /// Entries waiting in the replication queue.
+    pub queue_size: u64,
+    /// Seconds behind the other replicas.
+    pub absolute_delay: u64,
+}
+
+/// Replication state of every replicated table on one replica.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplicationLag {
+    /// One entry per replicated table.
+    pub tables: Vec<TableLag>,
+}
+
+impl ReplicationLag {
+    /// "Synced" (S2-29): no table read-only, none behind (`absolute_delay` 0). The queue may
+    /// hold merges, so it is reported but does not count.
+    pub fn is_synced(&self) -> bool {
+        self.tables
+            .iter()
+            .all(|t| !t.is_readonly && t.absolute_delay == 0)
+    }
+
+    /// The tables that are not synced yet, for the status message.
+    pub fn lagging(&self) -> impl Iterator<Item = &TableLag> {
+        self.tables
+            .iter()
+            .filter(|t| t.is_readonly || t.absolute_delay > 0)
+    }
+}
+
+/// Reads `system.replicas` of a (restarted) replica: the rollout's catch-up check.
+pub async fn replication_lag(client: &Client) -> Result<ReplicationLag, Error> {
+    let q = sql::replication_status();
+    let rows = client.query(q, &QueryOptions::new()).await?;
+    let tables = decode(client, &rows, q, |r| {
+        Ok(TableLag {
+            table: TableName::new(r.str("database")?, r.str("table")?),
+            is_readonly: r.flag("is_readonly")?,
+            queue_size: r.u64("queue_size")?,
+            absolute_delay: r.u64("absolute_delay")?,
+        })
+    })?;
+    Ok(ReplicationLag { tables })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lag(readonly: bool, queue: u64, delay: u64) -> TableLag {
+        TableLag {
+            table: TableName::new("db", "t"),
+            is_readonly: readonly,
+            queue_size: queue,
+            absolute_delay: delay,
+        }
+    }
+
+    /// S2-29: synced means not read-only and no delay; merges in the queue do not count.
+    #[test]
+    fn s2_29_synced_means_writable_and_no_delay() {
+        let cases = [
+            (vec![], true),
+            (vec![lag(false, 0, 0)], true),
+            (vec![lag(false, 3, 0)], true),
+            (vec![lag(true, 0, 0)], false),
+            (vec![lag(false, 0, 12)], false),
+            (vec![lag(false, 0, 0), lag(false, 0, 1)], false),
+        ];
+        for (tables, want) in cases {
+            let l = ReplicationLag { tables };
+            assert_eq!(l.is_synced(), want, "{l:?}");
+            assert_eq!(l.lagging().count() == 0, want);
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The server version and what it can do.
+//!
+//! The operator reads `SELECT version()` on every run (S1-10), so upgrading ClickHouse needs
+//! no change to the operator's configuration. Every statement that differs between versions
+//! asks [`Version::supports`] with a [`Capability`]; the thresholds live in [`CAPABILITIES`]
+//! and nowhere else.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A ClickHouse server version, `year.month.patch.build` (e.g. `24.8.4.13`, `18.16.1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// Release year (18, 22, 24, …).
+    pub major: u32,
+    /// Release month / minor number.
+    pub minor: u32,
+    /// Patch number; 0 when absent.
+    pub patch: u32,
+    /// Build number; 0 when absent.
+    pub build: u32,
+}
+
+impl Version {
+    /// A version from its first two components.
+    pub const fn new(major: u32, minor: u32) -> Version {
+        Version {
+            major,
+            minor,
+            patch: 0,
+            build: 0,
+        }
+    }
+
+    /// Whether this version has `capability`, per [`CAPABILITIES`].
+    pub fn supports(&self, capability: Capability) -> bool {
+        *self >= capability.since()
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{}.{}.{}",
+            self.major, self.minor, self.patch, self.build
+        )
+    }
+}
+
+/// `SELECT version()` returned something that is not a version.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot parse ClickHouse version {0:?}")]
+pub struct VersionParseError(pub String);
+
+impl FromStr for Version {
+    type Err = VersionParseError;
+
+    /// Parses `18.16.1`, `24.8.4.13`, `23.3.1.2823-lts` or `24.3.2.23-altinitystable`:
+    /// two to four numeric components, anything after a `-` or `+` ignored.
+    fn from_str(s: &str) -> Result<Version, VersionParseError> {
+        let err = || VersionParseError(s.to_string());
+        let core = s.trim().split(['-', '+', ' ']).next().unwrap_or_default();
+        let parts: Vec<&str> = core.split('.').collect();
+        if !(2..=4).contains(&parts.len()) {
+            return Err(err());
+        }
+        let mut nums = [0u32; 4];
+        for (slot, part) in nums.iter_mut().zip(&parts) {
+            *slot = part.parse().map_err(|_| err())?;
+        }
+        Ok(Version {
+            major: nums[0],
+            minor: nums[1],
+            patch: nums[2],
+            build: nums[3],
+        })
+    }
+}
+
+/// A statement or feature that only some server versions have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Capability {
+    /// `CREATE/DROP DICTIONARY` (DDL dictionaries) and `system.dictionaries.database`.
+    DdlDictionaries,
+    /// The `clusterAllReplicas(cluster, table)` table function.
+    ClusterAllReplicas,
+    /// `SYSTEM DROP REPLICA 'r' FROM TABLE db.t`.
+    SystemDropReplica,
+    /// `DROP TABLE … SYNC` / `DROP DATABASE … SYNC`.
+    DropSync,
+    /// Atomic databases: `create_table_query` can show the table `UUID` with
+    /// `show_table_uuid_in_table_create_query_if_not_nil = 1`.
+    TableUuids,
+    /// Databases with `ENGINE = Replicated(…)`.
+    ReplicatedDatabase,
+    /// SQL user-defined functions copied from `system.functions` (`origin`, `create_query`).
+    SqlUserDefinedFunctions,
+    /// `SYSTEM DROP DATABASE REPLICA 'shard|replica' FROM DATABASE db`.
+    SystemDropDatabaseReplica,
+    /// `BACKUP … TO …` / `RESTORE` and `system.backups`.
+    Backup,
+    /// `system.databases.engine_full` is used to recreate a database (seed 001: "version ≥ 22.12").
+    DatabaseEngineFull,
+    /// `SYSTEM SYNC REPLICA db.t LIGHTWEIGHT`.
+    SyncReplicaLightweight,
+}
+
+/// The one table of version thresholds, from ClickHouse's changelog and the pull requests it
+/// names (looked up in `docs/changelogs` of ClickHouse/ClickHouse and the PR threads). Where
+/// the first release could not be pinned exactly, the later candidate is used: a threshold
+/// that is too high only means the older statement, valid everywhere, is chosen.
+///
+/// What 18.16 (the test server) has was checked against a running 18.16.1: `SYSTEM SYNC
+/// REPLICA db.t`, `SETTINGS` in `SELECT`, `remote()`, `system.zookeeper`,
+/// `system.tables.create_table_query`/`engine_full`/`dependencies_*`, HTTPS; it rejects
+/// `SYSTEM DROP REPLICA`, `… LIGHTWEIGHT`, `DROP TABLE … SYNC` and `NO DELAY` (Code 62),
+/// `clusterAllReplicas` (Code 46) and `system.databases.engine_full` (Code 47).
+pub const CAPABILITIES: &[(Capability, Version)] = &[
+    // 19.17: DDL dictionaries (`CREATE DICTIONARY`, `DROP DICTIONARY`), changelog 2019.
+    (Capability::DdlDictionaries, Version::new(19, 17)),
+    // clusterAllReplicas is documented by PR #12156 (2020-07-06, master = 20.6) as existing;
+    // its first release is not pinned, so 20.6.
+    (Capability::ClusterAllReplicas, Version::new(20, 6)),
+    // v20.6.1.4066-prestable changelog, New Feature: "Add `Alter table drop replica
+    // replica_name` support. This fixes #7080. #10679" (the SYSTEM DROP REPLICA query; it is
+    // absent from v20.5.1.3833-prestable).
+    (Capability::SystemDropReplica, Version::new(20, 6)),
+    // 20.10: Atomic became the default database engine; `DROP … SYNC` (alias of `NO DELAY`)
+    // and `show_table_uuid_in_table_create_query_if_not_nil` came with Atomic databases.
+    (Capability::DropSync, Version::new(20, 10)),
+    (Capability::TableUuids, Version::new(20, 10)),
+    // 21.3: the experimental `Replicated` database engine.
+    (Capability::ReplicatedDatabase, Version::new(21, 3)),
+    // PR #27796 (merged for 21.10) added `CREATE FUNCTION`; `system.functions.origin` and
+    // `create_query`, which the copy reads, are taken from 21.11.
+    (Capability::SqlUserDefinedFunctions, Version::new(21, 11)),
+    // PR #42807 "Implement SYSTEM DROP DATABASE REPLICA", merged after the 22.12 branch
+    // (last CI note 2022-12-16), so 23.1.
+    (Capability::SystemDropDatabaseReplica, Version::new(23, 1)),
+    // 22.8: `BACKUP`/`RESTORE` usable without the experimental flag.
+    (Capability::Backup, Version::new(22, 8)),
+    // 22.12: seed 001, Altinity's `sqlCreateDatabaseReplicated` (`version.Matches(">= 22.12")`).
+    (Capability::DatabaseEngineFull, Version::new(22, 12)),
+    // PR #48085 "More options for SYSTEM SYNC REPLICA" (LIGHTWEIGHT and PULL), opened
+    // 2023-03-27 after the 23.3 branch: v23.4 (2023-04-26).
+    (Capability::SyncReplicaLightweight, Version::new(23, 4)),
+];
+
+impl Capability {
+    /// The first version that has this capability (from [`CAPABILITIES`]).
+    pub fn since(self) -> Version {
+        CAPABILITIES
+            .iter()
+            .find(|(c, _)| *c == self)
+            .map(|(_, v)| *v)
+            // Every variant is in the table (unit-tested); an absent one is never assumed.
+            .unwrap_or(Version::new(u32::MAX, 0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_release_strings_of_every_era() {
+        let cases = [
+            (
+                "18.16.1",
+                Version {
+                    major: 18,
+                    minor: 16,
+                    patch: 1,
+                    build: 0,
+                },
+            ),
+            ("22.12", Version::new(22, 12)),
+            (
+                "24.8.4.13",
+                Version {
+                    major: 24,
+                    minor: 8,
+                    patch: 4,
+                    build: 13,
+                },
+            ),
+            (
+                "23.3.1.2823-lts",
+                Version {
+                    major: 23,
+                    minor: 3,
+                    patch: 1,
+                    build: 2823,
+                },
+            ),
+            (
+                " 24.3.2.23-altinitystable\n",
+                Version {
+                    major: 24,
+                    minor: 3,
+                    patch: 2,
+                    build: 23,
+                },
+            ),
+        ];
+        for (s, want) in cases {
+            assert_eq!(s.parse::<Version>(), Ok(want), "{s}");
+        }
+        for bad in ["", "18", "x.y", "1.2.3.4.5", "18.16.a", "Code: 46"] {
+            assert!(bad.parse::<Version>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_capability_is_in_the_table_once() {
+        let all = [
+            Capability::DdlDictionaries,
+            Capability::ClusterAllReplicas,
+            Capability::SystemDropReplica,
+            Capability::DropSync,
+            Capability::TableUuids,
+            Capability::ReplicatedDatabase,
+            Capability::SqlUserDefinedFunctions,
+            Capability::SystemDropDatabaseReplica,
+            Capability::Backup,
+            Capability::DatabaseEngineFull,
+            Capability::SyncReplicaLightweight,
+        ];
+        assert_eq!(all.len(), CAPABILITIES.len());
+        for c in all {
+            assert_eq!(
+                CAPABILITIES.iter().filter(|(x, _)| *x == c).count(),
+                1,
+                "{c:?}"
+            );
+        }
+    }
+
+    /// The test server (18.16) has none of the modern statements; 24.8 has all of them.
+    #[test]
+    fn test_server_has_no_modern_capability_and_24_8_has_all() {
+        let old: Version = "18.16.1".parse().unwrap_or(Version::new(0, 0));
+        let new: Version = "24.8.4.13".parse().unwrap_or(Version::new(0, 0));
+        for (c, _) in CAPABILITIES {
+            assert!(!old.supports(*c), "18.16 must not have {c:?}");
+            assert!(new.supports(*c), "24.8 must have {c:?}");
+        }
+    }
+
+    /// S1-10: engine_full for databases from 22.12, engine below.
+    #[test]
+    fn s1_10_database_engine_full_from_22_12() {
+        assert!(!Version::new(22, 11).supports(Capability::DatabaseEngineFull));
+        assert!(Version::new(22, 12).supports(Capability::DatabaseEngineFull));
+        assert!(Version::new(23, 1).supports(Capability::DatabaseEngineFull));
+        assert!(!Version::new(18, 16).supports(Capability::DatabaseEngineFull));
+    }
+
+    /// S0-25 / decision 17: LIGHTWEIGHT from 23.4, plain SYNC REPLICA below.
+    #[test]
+    fn s0_25_lightweight_sync_from_23_4() {
+        assert!(!Version::new(23, 3).supports(Capability::SyncReplicaLightweight));
+        assert!(Version::new(23, 4).supports(Capability::SyncReplicaLightweight));
+    }
+}

@@ -1,0 +1,687 @@
+//! PURE: what a spec change needs, per component — seed 002's table carried over to
+//! ClickHouse (S2-14 … S2-23). The planner turns these needs into actions; the README's table
+//! is this module's.
+//!
+//! | change | server | keeper |
+//! |---|---|---|
+//! | `shards`, `replicas` | [`Need::Scale`] + [`Need::ConfigReload`] (remote_servers) | — |
+//! | `keeper.replicas` | [`Need::ConfigReload`] (Keeper node list) | [`Need::Scale`] + [`Need::ConfigReload`] (raft members) |
+//! | image, resources, env, envSecret, affinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey | [`Need::RollingRestart`] | the same for `keeper.*` |
+//! | settings ClickHouse reloads ([`crate::model::config::settings::RELOADABLE`]) | [`Need::ConfigReload`] | — |
+//! | other settings, `configuration.files` | [`Need::RollingRestart`] | — |
+//! | profiles, quotas, `users` | [`Need::ConfigReload`] | — |
+//! | TLS / env Secret contents ([`classify_secrets`]) | [`Need::RollingRestart`] | env Secret: [`Need::RollingRestart`] |
+//! | storage size larger, volume scaling on | [`Need::PvcResize`] | the same for `keeper.storage` |
+//! | storage smaller, class changed, or larger without volume scaling | [`Need::Refused`] | the same |
+//! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
+//! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
+//! | `tls.required`, certificate Secret names | [`Need::RollingRestart`] | — |
+//! | `updateStrategy`, `podDisruptionBudget`, `clientService` | [`Need::ObjectUpdate`] | — |
+//! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy` | nothing | nothing |
+
+use std::collections::BTreeSet;
+
+use crate::api::{ClickHouseClusterSpec, PodSettings, StorageSpec};
+use crate::model::config::settings::needs_restart;
+use crate::model::hash::PodHashes;
+use crate::model::labels;
+use crate::util::quantity;
+
+/// What a change needs from one component. Ordered from least to most disruptive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Need {
+    /// Objects change outside the pod template (Services, budgets, update strategy): no restart.
+    ObjectUpdate,
+    /// Replica count changes: replicas are added or removed in parallel, no restart (S2-14).
+    Scale,
+    /// Files ClickHouse reloads at runtime change: no restart.
+    ConfigReload,
+    /// Larger storage: PVCs are patched and the StatefulSet recreated with orphaned pods, no
+    /// restart (S2-18).
+    PvcResize,
+    /// The pod template changes: pods restart one at a time (S2-15, S2-16).
+    RollingRestart,
+    /// `pause` set: every StatefulSet to 0, data kept (S2-21).
+    StopAll,
+    /// `pause` cleared: every StatefulSet back to its size (S2-22).
+    StartAll,
+    /// `tls.enabled` toggled: stop everything, switch, start again (S2-23).
+    FullStopStart,
+    /// The change cannot be applied (the reason says why); the rest still is.
+    Refused,
+}
+
+/// One need and the spec field that causes it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Reason {
+    pub need: Need,
+    /// The field, e.g. `spec.image`, or a description for Secret contents and refusals.
+    pub field: String,
+}
+
+/// The needs of one component, with their reasons.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ComponentChanges {
+    reasons: BTreeSet<Reason>,
+}
+
+impl ComponentChanges {
+    fn add(&mut self, need: Need, field: impl Into<String>) {
+        self.reasons.insert(Reason {
+            need,
+            field: field.into(),
+        });
+    }
+
+    /// Whether any change needs `need`.
+    pub fn needs(&self, need: Need) -> bool {
+        self.reasons.iter().any(|r| r.need == need)
+    }
+
+    /// Every distinct need.
+    pub fn all(&self) -> BTreeSet<Need> {
+        self.reasons.iter().map(|r| r.need).collect()
+    }
+
+    /// Every need with its field.
+    pub fn reasons(&self) -> impl Iterator<Item = &Reason> {
+        self.reasons.iter()
+    }
+
+    /// Whether some pod of the component restarts or stops.
+    pub fn disrupts(&self) -> bool {
+        self.all().iter().any(|n| {
+            matches!(
+                n,
+                Need::RollingRestart | Need::StopAll | Need::FullStopStart
+            )
+        })
+    }
+
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.reasons.is_empty()
+    }
+}
+
+/// The needs of a change, per component.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub server: ComponentChanges,
+    pub keeper: ComponentChanges,
+}
+
+impl Changes {
+    /// The union of two classifications (e.g. spec and Secret contents).
+    pub fn merge(mut self, other: Changes) -> Changes {
+        self.server.reasons.extend(other.server.reasons);
+        self.keeper.reasons.extend(other.keeper.reasons);
+        self
+    }
+
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.server.is_empty() && self.keeper.is_empty()
+    }
+}
+
+/// Pod-template fields of a component: any difference restarts its pods.
+fn pod_settings(out: &mut ComponentChanges, prefix: &str, old: &PodSettings, new: &PodSettings) {
+    let mut diff = |field: &str, changed: bool| {
+        if changed {
+            out.add(Need::RollingRestart, format!("{prefix}.{field}"));
+        }
+    };
+    diff("resources", old.resources != new.resources);
+    diff("env", old.env != new.env);
+    diff("envSecret", old.env_secret != new.env_secret);
+    diff("affinity", old.affinity != new.affinity);
+    diff("tolerations", old.tolerations != new.tolerations);
+    diff("nodeSelector", old.node_selector != new.node_selector);
+    diff(
+        "topologySpreadKey",
+        old.topology_spread_key != new.topology_spread_key,
+    );
+    diff("sidecars", old.sidecars != new.sidecars);
+    diff("annotations", old.annotations != new.annotations);
+    diff("labels", old.labels != new.labels);
+}
+
+fn storage(
+    out: &mut ComponentChanges,
+    field: &str,
+    old: &StorageSpec,
+    new: &StorageSpec,
+    volume_scaling: bool,
+) {
+    if old.storage_class_name != new.storage_class_name {
+        out.add(
+            Need::Refused,
+            format!("{field}.storageClassName cannot change: the PVCs keep their class"),
+        );
+    }
+    let (Some(a), Some(b)) = (
+        quantity::parse_bytes(&old.size),
+        quantity::parse_bytes(&new.size),
+    ) else {
+        if old.size != new.size {
+            out.add(Need::Refused, format!("{field}.size is not a quantity"));
+        }
+        return;
+    };
+    if b < a {
+        out.add(
+            Need::Refused,
+            format!("{field}.size cannot shrink ({} → {})", old.size, new.size),
+        );
+    } else if b > a {
+        if volume_scaling {
+            out.add(Need::PvcResize, format!("{field}.size"));
+        } else {
+            out.add(
+                Need::Refused,
+                format!(
+                    "{field}.size grows only with spec.storageScaling.enableVolumeScaling: true"
+                ),
+            );
+        }
+    }
+}
+
+/// Classifies a change of the normalised spec from `old` to `new`. Secret contents are not in
+/// the spec: see [`classify_secrets`].
+pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Changes {
+    let mut ch = Changes::default();
+    let s = &mut ch.server;
+    if old.shards != new.shards {
+        s.add(Need::Scale, "spec.shards");
+        s.add(Need::ConfigReload, "spec.shards (remote_servers)");
+    }
+    if old.replicas != new.replicas {
+        s.add(Need::Scale, "spec.replicas");
+        s.add(Need::ConfigReload, "spec.replicas (remote_servers)");
+    }
+    if old.keeper.replicas != new.keeper.replicas {
+        s.add(Need::ConfigReload, "spec.keeper.replicas (zookeeper nodes)");
+        ch.keeper.add(Need::Scale, "spec.keeper.replicas");
+        ch.keeper.add(
+            Need::ConfigReload,
+            "spec.keeper.replicas (raft_configuration)",
+        );
+    }
+    if old.image != new.image {
+        s.add(Need::RollingRestart, "spec.image");
+    }
+    pod_settings(s, "spec.pod", &old.pod, &new.pod);
+    let (oc, nc) = (&old.configuration, &new.configuration);
+    let keys: BTreeSet<&String> = oc.settings.keys().chain(nc.settings.keys()).collect();
+    for k in keys {
+        if oc.settings.get(k) != nc.settings.get(k) {
+            let need = if needs_restart(k) {
+                Need::RollingRestart
+            } else {
+                Need::ConfigReload
+            };
+            s.add(need, format!("spec.configuration.settings.{k}"));
+        }
+    }
+    if oc.files != nc.files {
+        s.add(Need::RollingRestart, "spec.configuration.files");
+    }
+    if oc.profiles != nc.profiles {
+        s.add(Need::ConfigReload, "spec.configuration.profiles");
+    }
+    if oc.quotas != nc.quotas {
+        s.add(Need::ConfigReload, "spec.configuration.quotas");
+    }
+    if old.users != new.users {
+        s.add(Need::ConfigReload, "spec.users");
+    }
+    let (ot, nt) = (&old.tls, &new.tls);
+    if ot.enabled != nt.enabled {
+        s.add(Need::FullStopStart, "spec.tls.enabled");
+    } else if nt.enabled {
+        if ot.required != nt.required {
+            s.add(Need::RollingRestart, "spec.tls.required");
+        }
+        if ot.server_cert_secret != nt.server_cert_secret {
+            s.add(Need::RollingRestart, "spec.tls.serverCertSecret");
+        }
+        if ot.ca_secret != nt.ca_secret {
+            s.add(Need::RollingRestart, "spec.tls.caSecret");
+        }
+    }
+    storage(
+        s,
+        "spec.storage",
+        &old.storage,
+        &new.storage,
+        new.storage_scaling.enable_volume_scaling,
+    );
+    if old.update_strategy != new.update_strategy {
+        s.add(Need::ObjectUpdate, "spec.updateStrategy");
+    }
+    if old.pod_disruption_budget != new.pod_disruption_budget {
+        s.add(Need::ObjectUpdate, "spec.podDisruptionBudget");
+    }
+    if old.client_service != new.client_service {
+        s.add(Need::ObjectUpdate, "spec.clientService");
+    }
+
+    let k = &mut ch.keeper;
+    if old.keeper.image != new.keeper.image {
+        k.add(Need::RollingRestart, "spec.keeper.image");
+    }
+    pod_settings(k, "spec.keeper.pod", &old.keeper.pod, &new.keeper.pod);
+    storage(
+        k,
+        "spec.keeper.storage",
+        &old.keeper.storage,
+        &new.keeper.storage,
+        new.storage_scaling.enable_volume_scaling,
+    );
+
+    if old.pause != new.pause {
+        let need = if new.pause {
+            Need::StopAll
+        } else {
+            Need::StartAll
+        };
+        ch.server.add(need, "spec.pause");
+        ch.keeper.add(need, "spec.pause");
+    }
+    ch
+}
+
+/// Classifies a change of Secret contents, from the hash annotations of the server and Keeper
+/// pod templates before and after ([`crate::model::hash`]). A changed TLS, CA or environment
+/// Secret hash needs a rolling restart of the pods that use it (S2-16).
+pub fn classify_secrets(
+    old_server: &PodHashes,
+    new_server: &PodHashes,
+    old_keeper: &PodHashes,
+    new_keeper: &PodHashes,
+) -> Changes {
+    let mut ch = Changes::default();
+    for (key, what) in [
+        (
+            labels::TLS_SECRET_HASH,
+            "server certificate Secret contents",
+        ),
+        (labels::CA_SECRET_HASH, "CA Secret contents"),
+        (labels::ENV_SECRET_HASH, "spec.pod.envSecret contents"),
+    ] {
+        if old_server.get(key) != new_server.get(key) {
+            ch.server.add(Need::RollingRestart, what);
+        }
+    }
+    if old_keeper.get(labels::ENV_SECRET_HASH) != new_keeper.get(labels::ENV_SECRET_HASH) {
+        ch.keeper
+            .add(Need::RollingRestart, "spec.keeper.pod.envSecret contents");
+    }
+    ch
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::model::hash::{keeper_hashes, server_hashes};
+    use crate::model::{Cluster, SecretData};
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> ClickHouseClusterSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn needs(c: &ComponentChanges) -> BTreeSet<Need> {
+        c.all()
+    }
+
+    fn set(n: &[Need]) -> BTreeSet<Need> {
+        n.iter().copied().collect()
+    }
+
+    /// One row of the table: from `old` to `new`, the server and Keeper needs.
+    fn row(old: serde_json::Value, new: serde_json::Value, server: &[Need], keeper: &[Need]) {
+        let ch = classify(&spec(old.clone()), &spec(new.clone()));
+        assert_eq!(needs(&ch.server), set(server), "server: {old} → {new}");
+        assert_eq!(needs(&ch.keeper), set(keeper), "keeper: {old} → {new}");
+    }
+
+    #[test]
+    fn an_unchanged_spec_needs_nothing() {
+        let s = spec(json!({"shards": 2, "configuration": {"settings": {"a": "1"}}}));
+        assert!(classify(&s, &s).is_empty());
+    }
+
+    /// S2-14 / S0-05: replica and shard counts scale without a restart.
+    #[test]
+    fn s2_14_replica_and_shard_counts_scale_without_restart() {
+        row(
+            json!({"replicas": 2}),
+            json!({"replicas": 3}),
+            &[Need::Scale, Need::ConfigReload],
+            &[],
+        );
+        row(
+            json!({"shards": 1}),
+            json!({"shards": 2}),
+            &[Need::Scale, Need::ConfigReload],
+            &[],
+        );
+        let ch = classify(&spec(json!({"replicas": 3})), &spec(json!({"replicas": 2})));
+        assert!(!ch.server.disrupts());
+    }
+
+    /// S2-14: Keeper members scale; the servers only reload their node list.
+    #[test]
+    fn s2_14_keeper_members_scale_and_servers_reload() {
+        row(
+            json!({"keeper": {"replicas": 1}}),
+            json!({"keeper": {"replicas": 3}}),
+            &[Need::ConfigReload],
+            &[Need::Scale, Need::ConfigReload],
+        );
+    }
+
+    /// S2-15: image, resources, env, affinity, sidecars (and the other pod fields) roll.
+    #[test]
+    fn s2_15_pod_template_fields_need_a_rolling_restart() {
+        let rr = &[Need::RollingRestart];
+        row(
+            json!({}),
+            json!({"image": "clickhouse/clickhouse-server:25.3"}),
+            rr,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"pod": {"resources": {"limits": {"cpu": "2"}}}}),
+            rr,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"pod": {"env": [{"name": "TZ", "value": "UTC"}]}}),
+            rr,
+            &[],
+        );
+        row(json!({}), json!({"pod": {"envSecret": "env"}}), rr, &[]);
+        row(
+            json!({}),
+            json!({"pod": {"affinity": {"podAntiAffinity": {}}}}),
+            rr,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"pod": {"sidecars": [{"name": "exporter", "image": "e"}]}}),
+            rr,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"pod": {"tolerations": [{"key": "k", "operator": "Exists"}]}}),
+            rr,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"pod": {"nodeSelector": {"disk": "ssd"}}}),
+            rr,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"keeper": {"image": "clickhouse/clickhouse-keeper:25.3"}}),
+            &[],
+            rr,
+        );
+        row(
+            json!({}),
+            json!({"keeper": {"pod": {"env": [{"name": "A", "value": "1"}]}}}),
+            &[],
+            rr,
+        );
+    }
+
+    /// S2-16: settings ClickHouse reloads reload; the others, and raw files, roll.
+    #[test]
+    fn s2_16_settings_reload_or_restart_by_the_allow_list() {
+        row(
+            json!({}),
+            json!({"configuration": {"settings": {"max_concurrent_queries": "200"}}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"configuration": {"settings": {"mark_cache_size": "1"}}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+        row(
+            json!({"configuration": {"settings": {"logger/level": "debug"}}}),
+            json!({}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"configuration": {"files": {"x.xml": "<clickhouse/>"}}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+    }
+
+    /// Users, profiles and quotas are reloaded at runtime (S2-17: the operator's user restarts
+    /// nothing).
+    #[test]
+    fn s2_17_users_profiles_and_quotas_reload_without_restart() {
+        let r = &[Need::ConfigReload];
+        row(
+            json!({}),
+            json!({"configuration": {"profiles": {"p": {"readonly": "1"}}}}),
+            r,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"configuration": {"quotas": {"q": {"duration": "60"}}}}),
+            r,
+            &[],
+        );
+        row(json!({}), json!({"users": {"secretName": "u"}}), r, &[]);
+        row(
+            json!({"users": {"secretName": "u"}}),
+            json!({"users": {"secretName": "u", "profile": "p"}}),
+            r,
+            &[],
+        );
+    }
+
+    /// S2-16: a TLS, CA or env Secret's contents roll the pods that use them.
+    #[test]
+    fn s2_16_secret_contents_need_a_rolling_restart() {
+        let s = spec(
+            json!({"tls": {"enabled": true, "serverCertSecret": "tls", "caSecret": "ca"},
+            "pod": {"envSecret": "env"}, "keeper": {"pod": {"envSecret": "kenv"}}}),
+        );
+        let c = crate::api::ClickHouseCluster::new("c1", s.clone());
+        let mut c = c;
+        c.metadata.namespace = Some("t1".into());
+        c.metadata.uid = Some("u".into());
+        let cl = Cluster::new(&c).unwrap();
+        let data = |v: &str| -> SecretData { [("k".to_string(), v.as_bytes().to_vec())].into() };
+        let mut secrets: std::collections::BTreeMap<String, SecretData> =
+            ["tls", "ca", "env", "kenv"]
+                .iter()
+                .map(|n| (n.to_string(), data("1")))
+                .collect();
+        let files = crate::model::config::server::common_files(&cl, &[]).unwrap();
+        let (s0, k0) = (
+            server_hashes(&s, &files, &secrets),
+            keeper_hashes(&cl, &secrets),
+        );
+        assert!(classify_secrets(&s0, &s0, &k0, &k0).is_empty());
+        secrets.insert("tls".into(), data("2"));
+        let (s1, k1) = (
+            server_hashes(&s, &files, &secrets),
+            keeper_hashes(&cl, &secrets),
+        );
+        let ch = classify_secrets(&s0, &s1, &k0, &k1);
+        assert_eq!(needs(&ch.server), set(&[Need::RollingRestart]));
+        assert!(ch.keeper.is_empty());
+        secrets.insert("kenv".into(), data("2"));
+        let k2 = keeper_hashes(&cl, &secrets);
+        let ch = classify_secrets(&s1, &s1, &k1, &k2);
+        assert!(ch.server.is_empty());
+        assert_eq!(needs(&ch.keeper), set(&[Need::RollingRestart]));
+    }
+
+    /// S2-18: larger storage resizes PVCs without a restart, only with volume scaling on;
+    /// shrinking and class changes are refused.
+    #[test]
+    fn s2_18_storage_growth_resizes_and_shrinking_is_refused() {
+        let on = json!({"enableVolumeScaling": true});
+        row(
+            json!({"storage": {"size": "1Gi"}, "storageScaling": on}),
+            json!({"storage": {"size": "2Gi"}, "storageScaling": on}),
+            &[Need::PvcResize],
+            &[],
+        );
+        row(
+            json!({"storage": {"size": "1Gi"}}),
+            json!({"storage": {"size": "2Gi"}}),
+            &[Need::Refused],
+            &[],
+        );
+        row(
+            json!({"storage": {"size": "2Gi"}, "storageScaling": on}),
+            json!({"storage": {"size": "1Gi"}, "storageScaling": on}),
+            &[Need::Refused],
+            &[],
+        );
+        row(
+            json!({"storage": {"size": "1Gi"}, "storageScaling": on}),
+            json!({"storage": {"size": "1024Mi"}, "storageScaling": on}),
+            &[],
+            &[],
+        );
+        row(
+            json!({"storage": {"storageClassName": "a"}}),
+            json!({"storage": {"storageClassName": "b"}}),
+            &[Need::Refused],
+            &[],
+        );
+        row(
+            json!({"keeper": {"storage": {"size": "1Gi"}}, "storageScaling": on}),
+            json!({"keeper": {"storage": {"size": "5Gi"}}, "storageScaling": on}),
+            &[],
+            &[Need::PvcResize],
+        );
+    }
+
+    /// S2-21 / S2-22: pause stops everything, unpause starts it.
+    #[test]
+    fn s2_21_pause_stops_all_and_unpause_starts_all() {
+        row(
+            json!({}),
+            json!({"pause": true}),
+            &[Need::StopAll],
+            &[Need::StopAll],
+        );
+        row(
+            json!({"pause": true}),
+            json!({}),
+            &[Need::StartAll],
+            &[Need::StartAll],
+        );
+    }
+
+    /// S2-23: toggling tls.enabled is a full stop and start; other TLS fields roll.
+    #[test]
+    fn s2_23_tls_toggle_is_a_full_stop_and_start() {
+        let on = json!({"tls": {"enabled": true, "serverCertSecret": "tls"}});
+        row(json!({}), on.clone(), &[Need::FullStopStart], &[]);
+        row(on.clone(), json!({}), &[Need::FullStopStart], &[]);
+        row(
+            on,
+            json!({"tls": {"enabled": true, "serverCertSecret": "tls2", "required": true}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+    }
+
+    /// S2-19 and friends: Services, budgets and the update strategy change without restart.
+    #[test]
+    fn s2_19_objects_outside_the_pod_template_update_without_restart() {
+        let u = &[Need::ObjectUpdate];
+        row(
+            json!({}),
+            json!({"clientService": {"enabled": false}}),
+            u,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"clientService": {"type": "LoadBalancer"}}),
+            u,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"podDisruptionBudget": {"maxUnavailable": 2}}),
+            u,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"updateStrategy": "RollingUpdate"}),
+            u,
+            &[],
+        );
+    }
+
+    /// Fields that concern neither pods nor configuration need nothing.
+    #[test]
+    fn schema_policy_backups_and_reclaim_policy_need_nothing() {
+        row(
+            json!({}),
+            json!({"schemaPolicy": {"replica": "None"}}),
+            &[],
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"backup": {"schedules": [{"name": "d", "schedule": "0 3 * * *", "destination": "x"}]}}),
+            &[],
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"storage": {"reclaimPolicy": "Delete"}}),
+            &[],
+            &[],
+        );
+        row(json!({}), json!({"crVersion": "0.1.0"}), &[], &[]);
+    }
+
+    /// Reasons name the field, so the plan and events can say why a pod restarts.
+    #[test]
+    fn reasons_name_the_field() {
+        let ch = classify(
+            &spec(json!({})),
+            &spec(json!({"image": "x", "configuration": {"settings": {"mark_cache_size": "1"}}})),
+        );
+        let fields: Vec<_> = ch.server.reasons().map(|r| r.field.as_str()).collect();
+        assert!(fields.contains(&"spec.image"));
+        assert!(fields.contains(&"spec.configuration.settings.mark_cache_size"));
+        let merged = ch
+            .clone()
+            .merge(classify(&spec(json!({})), &spec(json!({"pause": true}))));
+        assert!(merged.server.needs(Need::StopAll) && merged.server.needs(Need::RollingRestart));
+    }
+}

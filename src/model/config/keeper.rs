@@ -1,0 +1,74 @@
+//! Keeper's `keeper_config.xml`: the client port, the member's own raft id (from the
+//! environment: ordinal + 1, computed by the container's command) and the raft configuration
+//! listing every member by DNS name.
+
+use super::xml::{Element, ROOT};
+use crate::model::{Cluster, names};
+
+/// Environment variable from which Keeper reads its raft id.
+pub const SERVER_ID_ENV: &str = "KEEPER_SERVER_ID";
+
+/// The Keeper configuration for an ensemble of `members` (ids 1..=members).
+pub fn keeper_file(c: &Cluster<'_>, members: i32) -> String {
+    keeper_element(c, members).to_document()
+}
+
+/// What of [`keeper_file`] is read only at startup: everything but the member list, which
+/// Keeper reconfigures at runtime when the file changes. Hashed into the Keeper pod template.
+pub fn keeper_restart_part(c: &Cluster<'_>) -> String {
+    keeper_element(c, 0).to_document()
+}
+
+fn keeper_element(c: &Cluster<'_>, members: i32) -> Element {
+    let data = names::KEEPER_DATA_PATH;
+    let servers = (0..members).map(|i| {
+        Element::new("server")
+            .child(Element::leaf("id", i + 1))
+            .child(Element::leaf(
+                "hostname",
+                names::keeper_host(c.name, c.namespace, i),
+            ))
+            .child(Element::leaf("port", names::KEEPER_RAFT_PORT))
+    });
+    let mut keeper_server = Element::new("keeper_server")
+        .child(Element::leaf("tcp_port", names::KEEPER_CLIENT_PORT))
+        .child(Element::new("server_id").attr("from_env", SERVER_ID_ENV))
+        .child(Element::leaf(
+            "log_storage_path",
+            format!("{data}/coordination/log"),
+        ))
+        .child(Element::leaf(
+            "snapshot_storage_path",
+            format!("{data}/coordination/snapshots"),
+        ))
+        .child(
+            Element::new("coordination_settings")
+                .child(Element::leaf("operation_timeout_ms", 10_000))
+                .child(Element::leaf("session_timeout_ms", 30_000))
+                .child(Element::leaf("raft_logs_level", "warning")),
+        );
+    if members > 0 {
+        keeper_server = keeper_server.child(Element::new("raft_configuration").children(servers));
+    }
+    Element::new(ROOT)
+        .child(
+            Element::new("logger")
+                .child(Element::leaf("level", "information"))
+                .child(Element::leaf(
+                    "log",
+                    format!("{}/clickhouse-keeper.log", names::KEEPER_LOG_PATH),
+                ))
+                .child(Element::leaf(
+                    "errorlog",
+                    format!("{}/clickhouse-keeper.err.log", names::KEEPER_LOG_PATH),
+                ))
+                .child(Element::leaf("size", "100M"))
+                .child(Element::leaf("count", 3))
+                .child(Element::leaf("console", 1)),
+        )
+        .child(Element::leaf("listen_host", "::"))
+        .child(Element::leaf("listen_host", "0.0.0.0"))
+        .child(Element::leaf("listen_try", 1))
+        .child(Element::leaf("path", data))
+        .child(keeper_server)
+}

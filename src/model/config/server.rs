@@ -1,0 +1,293 @@
+//! The server's `config.d/`: the common ConfigMap `<cluster>-common`, shared by every replica,
+//! and the per-replica ConfigMap `<sts>` with what differs per replica (macros, interserver
+//! host), so that adding or removing a replica rewrites no other replica's own file.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::settings::needs_restart;
+use super::xml::{Element, ROOT};
+use crate::model::labels::{self, Component};
+use crate::model::{BuildError, Cluster, ReplicaSpec, names};
+
+/// Prefix of the files the operator generates; user files may not use it.
+pub const OPERATOR_FILE_PREFIX: &str = "00-operator-";
+/// Ports, listen addresses, logger, TLS, distributed DDL: read at startup.
+pub const SERVER_FILE: &str = "00-operator-server.xml";
+/// The user's settings that need a restart (see [`super::settings`]).
+pub const SETTINGS_FILE: &str = "00-operator-settings.xml";
+/// What ClickHouse reloads: `remote_servers`, the Keeper nodes, the user's reloadable settings.
+pub const RUNTIME_FILE: &str = "00-operator-runtime.xml";
+/// The per-replica file: macros and `interserver_http_host`.
+pub const REPLICA_FILE: &str = "00-operator-replica.xml";
+/// Keeper path of the distributed DDL queue (`ON CLUSTER`).
+pub const DDL_PATH: &str = "/clickhouse/task_queue/ddl";
+
+/// When a change of a file takes effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Read at startup: the file is part of the pod template's config hash.
+    Restart,
+    /// Reloaded by ClickHouse at runtime: no pod template depends on it.
+    Reload,
+}
+
+/// One file of `config.d/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigFile {
+    pub name: String,
+    pub content: String,
+    pub effect: Effect,
+}
+
+/// The files of the common ConfigMap, sorted by name: the operator's three files and the
+/// user's `spec.configuration.files` (whose content the operator cannot judge: restart).
+pub fn common_files(
+    c: &Cluster<'_>,
+    replicas: &[ReplicaSpec],
+) -> Result<Vec<ConfigFile>, BuildError> {
+    let settings = &c.spec.configuration.settings;
+    let restart = Element::from_paths(
+        settings
+            .iter()
+            .filter(|(k, _)| needs_restart(k))
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+        "spec.configuration.settings",
+    )?;
+    let reload = Element::from_paths(
+        settings
+            .iter()
+            .filter(|(k, _)| !needs_restart(k))
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+        "spec.configuration.settings",
+    )?;
+    let mut files = vec![
+        ConfigFile {
+            name: SERVER_FILE.into(),
+            content: server_element(c).to_document(),
+            effect: Effect::Restart,
+        },
+        ConfigFile {
+            name: SETTINGS_FILE.into(),
+            content: Element::new(ROOT).children(restart).to_document(),
+            effect: Effect::Restart,
+        },
+        ConfigFile {
+            name: RUNTIME_FILE.into(),
+            content: Element::new(ROOT)
+                .child(remote_servers(c, replicas)?)
+                .children(zookeeper(c))
+                .children(reload)
+                .to_document(),
+            effect: Effect::Reload,
+        },
+    ];
+    for (name, content) in &c.spec.configuration.files {
+        if name.starts_with(OPERATOR_FILE_PREFIX) {
+            return Err(BuildError::ReservedFile(name.clone()));
+        }
+        files.push(ConfigFile {
+            name: name.clone(),
+            content: content.clone(),
+            effect: Effect::Restart,
+        });
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
+}
+
+/// `00-operator-server.xml`.
+fn server_element(c: &Cluster<'_>) -> Element {
+    let tls = &c.spec.tls;
+    let mut root = Element::new(ROOT)
+        .child(Element::leaf("listen_host", "::"))
+        .child(Element::leaf("listen_host", "0.0.0.0"))
+        .child(Element::leaf("listen_try", 1));
+    if tls.enabled && tls.required {
+        root = root
+            .child(Element::new("http_port").attr("remove", "remove"))
+            .child(Element::new("tcp_port").attr("remove", "remove"))
+            .child(Element::new("interserver_http_port").attr("remove", "remove"))
+            .child(Element::leaf(
+                "interserver_https_port",
+                names::INTERSERVER_HTTPS_PORT,
+            ));
+    } else {
+        root = root
+            .child(Element::leaf("http_port", names::HTTP_PORT))
+            .child(Element::leaf("tcp_port", names::TCP_PORT))
+            .child(Element::leaf(
+                "interserver_http_port",
+                names::INTERSERVER_HTTP_PORT,
+            ));
+    }
+    if tls.enabled {
+        let ca = tls
+            .ca_secret
+            .as_ref()
+            .map(|_| Element::leaf("caConfig", format!("{}/ca.crt", names::SERVER_CA_PATH)));
+        let common = |e: Element| {
+            e.child(Element::leaf("cacheSessions", "true"))
+                .child(Element::leaf(
+                    "disableProtocols",
+                    "sslv2,sslv3,tlsv1,tlsv1_1",
+                ))
+                .child(Element::leaf("preferServerCiphers", "true"))
+                .children(ca.clone())
+        };
+        root = root
+            .child(Element::leaf("https_port", names::HTTPS_PORT))
+            .child(Element::leaf("tcp_port_secure", names::TCP_SECURE_PORT))
+            .child(
+                Element::new("openSSL")
+                    .attr("replace", "replace")
+                    .child(common(
+                        Element::new("server")
+                            .child(Element::leaf(
+                                "certificateFile",
+                                format!("{}/tls.crt", names::SERVER_TLS_PATH),
+                            ))
+                            .child(Element::leaf(
+                                "privateKeyFile",
+                                format!("{}/tls.key", names::SERVER_TLS_PATH),
+                            ))
+                            .child(Element::leaf("verificationMode", "none"))
+                            .child(Element::leaf("loadDefaultCAFile", "false")),
+                    ))
+                    .child(common(
+                        Element::new("client")
+                            .child(Element::leaf(
+                                "verificationMode",
+                                if tls.ca_secret.is_some() {
+                                    "relaxed"
+                                } else {
+                                    "none"
+                                },
+                            ))
+                            .child(Element::leaf("loadDefaultCAFile", "true"))
+                            .child(
+                                Element::new("invalidCertificateHandler")
+                                    .child(Element::leaf("name", "RejectCertificateHandler")),
+                            ),
+                    )),
+            );
+    }
+    root.child(
+        Element::new("logger")
+            .child(Element::leaf("level", "information"))
+            .child(Element::leaf(
+                "log",
+                format!("{}/clickhouse-server.log", names::SERVER_LOG_PATH),
+            ))
+            .child(Element::leaf(
+                "errorlog",
+                format!("{}/clickhouse-server.err.log", names::SERVER_LOG_PATH),
+            ))
+            .child(Element::leaf("size", "100M"))
+            .child(Element::leaf("count", 3))
+            .child(Element::leaf("console", 1)),
+    )
+    .child(Element::new("distributed_ddl").child(Element::leaf("path", DDL_PATH)))
+}
+
+/// `remote_servers` with one cluster named like the ClickHouseCluster: every shard that has a
+/// replica in `replicas`, in shard order, and its replicas by creation index. It replaces the
+/// example clusters of the image's `config.xml`.
+pub fn remote_servers(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Result<Element, BuildError> {
+    let mut by_shard: BTreeMap<i32, Vec<&ReplicaSpec>> = BTreeMap::new();
+    for r in replicas {
+        by_shard.entry(r.shard).or_default().push(r);
+    }
+    let tls = c.spec.tls.enabled;
+    let port = if tls {
+        names::TCP_SECURE_PORT
+    } else {
+        names::TCP_PORT
+    };
+    let shards = by_shard.into_values().map(|mut rs| {
+        rs.sort_by_key(|r| r.index);
+        Element::new("shard")
+            .child(Element::leaf("internal_replication", "true"))
+            .children(rs.into_iter().map(|r| {
+                let e = Element::new("replica")
+                    .child(Element::leaf(
+                        "host",
+                        names::replica_host(c.name, c.namespace, &r.name),
+                    ))
+                    .child(Element::leaf("port", port));
+                if tls {
+                    e.child(Element::leaf("secure", 1))
+                } else {
+                    e
+                }
+            }))
+    });
+    Ok(Element::new("remote_servers")
+        .attr("replace", "replace")
+        .child(Element::checked(c.name, "metadata.name")?.children(shards)))
+}
+
+/// `zookeeper` listing every Keeper member, or nothing without Keeper.
+fn zookeeper(c: &Cluster<'_>) -> Option<Element> {
+    let n = c.spec.keeper.replicas;
+    (n > 0).then(|| {
+        Element::new("zookeeper")
+            .attr("replace", "replace")
+            .children((0..n).map(|i| {
+                Element::new("node")
+                    .child(Element::leaf(
+                        "host",
+                        names::keeper_host(c.name, c.namespace, i),
+                    ))
+                    .child(Element::leaf("port", names::KEEPER_CLIENT_PORT))
+            }))
+    })
+}
+
+/// The common ConfigMap `<cluster>-common`.
+pub fn common_config_map(c: &Cluster<'_>, files: &[ConfigFile]) -> ConfigMap {
+    ConfigMap {
+        metadata: c.meta(
+            names::common_config(c.name),
+            labels::common(c.name, Component::Server),
+        ),
+        data: Some(
+            files
+                .iter()
+                .map(|f| (f.name.clone(), f.content.clone()))
+                .collect(),
+        ),
+        ..ConfigMap::default()
+    }
+}
+
+/// The per-replica file: macros `cluster`, `shard`, `replica`, and the replica's DNS name as
+/// `interserver_http_host` (what other replicas fetch parts from).
+pub fn replica_file(c: &Cluster<'_>, r: &ReplicaSpec) -> String {
+    Element::new(ROOT)
+        .child(
+            Element::new("macros")
+                .attr("replace", "replace")
+                .child(Element::leaf("cluster", c.name))
+                .child(Element::leaf("shard", r.shard))
+                .child(Element::leaf("replica", &r.name)),
+        )
+        .child(Element::leaf(
+            "interserver_http_host",
+            names::replica_host(c.name, c.namespace, &r.name),
+        ))
+        .to_document()
+}
+
+/// The per-replica ConfigMap `<sts>`.
+pub fn replica_config_map(c: &Cluster<'_>, r: &ReplicaSpec) -> ConfigMap {
+    ConfigMap {
+        metadata: c.meta(names::replica_config(&r.name), labels::replica(c.name, r)),
+        data: Some(BTreeMap::from([(
+            REPLICA_FILE.to_string(),
+            replica_file(c, r),
+        )])),
+        ..ConfigMap::default()
+    }
+}

@@ -1,0 +1,107 @@
+//! Hash annotations of the pod templates: the only way a configuration or Secret change
+//! reaches a pod template, so exactly those changes roll pods out (seed 002, S2-16).
+//!
+//! Scheme: SHA-256, hex. `clickhouse.com/config-hash` covers the files read at startup
+//! ([`Effect::Restart`]); each referenced Secret has its own annotation over its data
+//! (`clickhouse.com/{tls,ca,env}-secret-hash`), keyed by role rather than by Secret name so the
+//! key is always a valid annotation name. Inputs are length-prefixed so that no two different
+//! inputs hash alike by concatenation.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::config::keeper::keeper_restart_part;
+use super::config::server::{ConfigFile, Effect};
+use super::{Cluster, SecretData, labels};
+use crate::api::{ClickHouseClusterSpec, PodSettings};
+
+/// The hash annotations of one component's pod template.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodHashes(BTreeMap<&'static str, String>);
+
+impl PodHashes {
+    /// Annotation key → hash.
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    /// The hash under an annotation key, if the template has it.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+}
+
+fn feed(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_be_bytes());
+    h.update(bytes);
+}
+
+/// Hash of a Secret's data; `None` (not found) hashes differently from every data.
+pub fn secret_hash(data: Option<&SecretData>) -> String {
+    let mut h = Sha256::new();
+    match data {
+        None => h.update(b"absent"),
+        Some(d) => {
+            h.update(b"present");
+            for (k, v) in d {
+                feed(&mut h, k.as_bytes());
+                feed(&mut h, v);
+            }
+        }
+    }
+    hex::encode(h.finalize())
+}
+
+/// Hash of the restart-relevant files (name and content) among `files`.
+pub fn config_hash(files: &[ConfigFile]) -> String {
+    let mut h = Sha256::new();
+    for f in files.iter().filter(|f| f.effect == Effect::Restart) {
+        feed(&mut h, f.name.as_bytes());
+        feed(&mut h, f.content.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+fn env_secret(
+    pod: &PodSettings,
+    secrets: &BTreeMap<String, SecretData>,
+    out: &mut BTreeMap<&'static str, String>,
+) {
+    if let Some(name) = &pod.env_secret {
+        out.insert(labels::ENV_SECRET_HASH, secret_hash(secrets.get(name)));
+    }
+}
+
+/// Hashes of the server pod template: the common restart-relevant config, and the TLS, CA and
+/// environment Secrets the pods use.
+pub fn server_hashes(
+    spec: &ClickHouseClusterSpec,
+    common_files: &[ConfigFile],
+    secrets: &BTreeMap<String, SecretData>,
+) -> PodHashes {
+    let mut out = BTreeMap::from([(labels::CONFIG_HASH, config_hash(common_files))]);
+    if spec.tls.enabled {
+        if let Some(name) = &spec.tls.server_cert_secret {
+            out.insert(labels::TLS_SECRET_HASH, secret_hash(secrets.get(name)));
+        }
+        if let Some(name) = &spec.tls.ca_secret {
+            out.insert(labels::CA_SECRET_HASH, secret_hash(secrets.get(name)));
+        }
+    }
+    env_secret(&spec.pod, secrets, &mut out);
+    PodHashes(out)
+}
+
+/// Hashes of the Keeper pod template: its startup config (not the member list) and its
+/// environment Secret.
+pub fn keeper_hashes(c: &Cluster<'_>, secrets: &BTreeMap<String, SecretData>) -> PodHashes {
+    let mut h = Sha256::new();
+    feed(&mut h, keeper_restart_part(c).as_bytes());
+    let mut out = BTreeMap::from([(labels::CONFIG_HASH, hex::encode(h.finalize()))]);
+    env_secret(&c.spec.keeper.pod, secrets, &mut out);
+    PodHashes(out)
+}

@@ -1,0 +1,217 @@
+//! The Keeper ensemble: ONE StatefulSet `<cluster>-keeper` with `spec.keeper.replicas` pods.
+//!
+//! One StatefulSet rather than one per member: Keeper members are interchangeable and addressed
+//! by ordinal (raft id = ordinal + 1), so the ordinal identity a StatefulSet gives is exactly
+//! what raft needs, and scaling by one member is a replica count change plus a config reload
+//! (Keeper reconfigures its raft membership when `raft_configuration` changes). Pods start in
+//! parallel (a quorum needs a majority up at once) and roll with the native RollingUpdate, which
+//! takes one member down at a time; the budget keeps voluntary disruptions within quorum.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, PodSpec, PodTemplateSpec, Probe, Service,
+    ServiceSpec, TCPSocketAction, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::config::keeper::{SERVER_ID_ENV, keeper_file};
+use super::hash::keeper_hashes;
+use super::labels::{self, Component};
+use super::pdb::budget;
+use super::service::service_port;
+use super::statefulset::{
+    DATA_VOLUME, container_security, data_claim, empty_dir, env, env_from, mount, pod_annotations,
+    pod_security, port, spread,
+};
+use super::{BuildError, Cluster, KeeperObjects, SecretData, names};
+
+/// Name of the Keeper container.
+pub const KEEPER_CONTAINER: &str = "keeper";
+
+/// The container command: derives the raft id from the pod's ordinal (the hostname's last
+/// `-` part) and starts the image's entrypoint.
+pub fn keeper_command() -> Vec<String> {
+    vec![
+        "/bin/bash".into(),
+        "-c".into(),
+        format!("export {SERVER_ID_ENV}=$(( ${{HOSTNAME##*-}} + 1 )); exec /entrypoint.sh"),
+    ]
+}
+
+/// Voluntary disruptions Keeper tolerates: `(n-1)/2`, so a majority always stays up. For one
+/// member this is 0: a drain waits rather than stop every insert of the cluster; a user who
+/// wants drains to proceed runs three members (decision 16 already reports one as unsafe).
+pub fn max_unavailable(members: i32) -> i32 {
+    ((members - 1) / 2).max(0)
+}
+
+/// The Keeper ConfigMap `<cluster>-keeper` with [`names::KEEPER_CONFIG_FILE`].
+pub fn config_map(c: &Cluster<'_>) -> ConfigMap {
+    ConfigMap {
+        metadata: c.meta(
+            names::keeper(c.name),
+            labels::common(c.name, Component::Keeper),
+        ),
+        data: Some(BTreeMap::from([(
+            names::KEEPER_CONFIG_FILE.to_string(),
+            keeper_file(c, c.spec.keeper.replicas),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+/// The Keeper StatefulSet.
+pub fn statefulset(
+    c: &Cluster<'_>,
+    secrets: &BTreeMap<String, SecretData>,
+) -> Result<StatefulSet, BuildError> {
+    let k = &c.spec.keeper;
+    let pod = &k.pod;
+    let probe = || Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
+            ..TCPSocketAction::default()
+        }),
+        period_seconds: Some(5),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    };
+    let container = Container {
+        name: KEEPER_CONTAINER.into(),
+        image: Some(k.image.clone()),
+        command: Some(keeper_command()),
+        ports: Some(vec![
+            port("client", names::KEEPER_CLIENT_PORT),
+            port("raft", names::KEEPER_RAFT_PORT),
+        ]),
+        env: env(pod.env.clone()),
+        env_from: env_from(pod),
+        resources: pod.resources.clone(),
+        volume_mounts: Some(vec![
+            mount(DATA_VOLUME, names::KEEPER_DATA_PATH),
+            mount("config", names::KEEPER_CONFIG_PATH),
+            mount("logs", names::KEEPER_LOG_PATH),
+            mount("tmp", "/tmp"),
+        ]),
+        readiness_probe: Some(probe()),
+        liveness_probe: Some(Probe {
+            initial_delay_seconds: Some(30),
+            period_seconds: Some(10),
+            failure_threshold: Some(6),
+            ..probe()
+        }),
+        security_context: Some(container_security()),
+        ..Container::default()
+    };
+    let mut containers = vec![container];
+    containers.extend(pod.sidecars.iter().cloned());
+    let mut pod_labels = pod.labels.clone();
+    pod_labels.extend(labels::common(c.name, Component::Keeper));
+    let selector = labels::component_selector(c.name, Component::Keeper);
+    Ok(StatefulSet {
+        metadata: c.meta(
+            names::keeper(c.name),
+            labels::common(c.name, Component::Keeper),
+        ),
+        spec: StatefulSetSpec {
+            replicas: Some(if c.spec.pause { 0 } else { k.replicas }),
+            service_name: Some(names::keeper_headless_service(c.name)),
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector.clone()),
+                ..LabelSelector::default()
+            },
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(pod_annotations(pod, &keeper_hashes(c, secrets))),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers,
+                    volumes: Some(vec![
+                        Volume {
+                            name: "config".into(),
+                            config_map: Some(ConfigMapVolumeSource {
+                                name: names::keeper(c.name),
+                                ..ConfigMapVolumeSource::default()
+                            }),
+                            ..Volume::default()
+                        },
+                        empty_dir("logs"),
+                        empty_dir("tmp"),
+                    ]),
+                    security_context: Some(pod_security()),
+                    affinity: pod.affinity.clone(),
+                    tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
+                    node_selector: (!pod.node_selector.is_empty())
+                        .then(|| pod.node_selector.clone()),
+                    topology_spread_constraints: spread(pod.topology_spread_key.as_ref(), selector),
+                    enable_service_links: Some(false),
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![data_claim(
+                &k.storage,
+                "spec.keeper.storage.size",
+                labels::common(c.name, Component::Keeper),
+            )?]),
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    })
+}
+
+/// Every Keeper object, or `None` when `spec.keeper.replicas` is 0.
+pub fn objects(
+    c: &Cluster<'_>,
+    secrets: &BTreeMap<String, SecretData>,
+) -> Result<Option<KeeperObjects>, BuildError> {
+    let n = c.spec.keeper.replicas;
+    if n <= 0 {
+        return Ok(None);
+    }
+    let selector = labels::component_selector(c.name, Component::Keeper);
+    let meta = |name| c.meta(name, labels::common(c.name, Component::Keeper));
+    Ok(Some(KeeperObjects {
+        config: config_map(c),
+        statefulset: statefulset(c, secrets)?,
+        headless_service: Service {
+            metadata: meta(names::keeper_headless_service(c.name)),
+            spec: Some(ServiceSpec {
+                cluster_ip: Some("None".into()),
+                publish_not_ready_addresses: Some(true),
+                selector: Some(selector.clone()),
+                ports: Some(vec![
+                    service_port("client", names::KEEPER_CLIENT_PORT),
+                    service_port("raft", names::KEEPER_RAFT_PORT),
+                ]),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        },
+        client_service: Service {
+            metadata: meta(names::keeper(c.name)),
+            spec: Some(ServiceSpec {
+                selector: Some(selector.clone()),
+                ports: Some(vec![service_port("client", names::KEEPER_CLIENT_PORT)]),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        },
+        pdb: budget(
+            c,
+            names::keeper(c.name),
+            Component::Keeper,
+            selector,
+            max_unavailable(n),
+        ),
+    }))
+}

@@ -1,0 +1,144 @@
+//! Labels and annotations of the objects a cluster has. The operator's controllers find owned
+//! objects by [`CLUSTER`]; selectors use as few labels as possible because StatefulSet
+//! selectors are immutable.
+
+use std::collections::BTreeMap;
+
+use super::ReplicaSpec;
+
+/// `app.kubernetes.io/name`: [`APP_SERVER`] or [`APP_KEEPER`].
+pub const NAME: &str = "app.kubernetes.io/name";
+/// `app.kubernetes.io/instance`: the cluster's name.
+pub const INSTANCE: &str = "app.kubernetes.io/instance";
+/// `app.kubernetes.io/managed-by`: [`MANAGED_BY_VALUE`].
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// `app.kubernetes.io/component`: `server` or `keeper`.
+pub const COMPONENT: &str = "app.kubernetes.io/component";
+/// The cluster an object belongs to; the operator watches owned objects by this label.
+pub const CLUSTER: &str = "clickhouse.com/cluster";
+/// The shard of a server pod.
+pub const SHARD: &str = "clickhouse.com/shard";
+/// The replica (StatefulSet name) of a server pod.
+pub const REPLICA: &str = "clickhouse.com/replica";
+/// Present (`true`) on server pods that receive client traffic: the client Service selects it,
+/// and the operator removes it from a pod to take the pod out of traffic (decision 20, S0-22).
+pub const SERVING: &str = "clickhouse.com/serving";
+/// Present (`true`) on server pods that count in the topology spread; removed from condemned
+/// pods (S0-23).
+pub const SPREAD: &str = "clickhouse.com/spread";
+/// Value of [`MANAGED_BY`].
+pub const MANAGED_BY_VALUE: &str = "clickhouse-operator";
+/// Value of [`NAME`] on server objects.
+pub const APP_SERVER: &str = "clickhouse";
+/// Value of [`NAME`] on Keeper objects.
+pub const APP_KEEPER: &str = "clickhouse-keeper";
+/// Value of [`SERVING`] and [`SPREAD`] when present.
+pub const TRUE: &str = "true";
+
+/// Pod-template annotation: hash of the configuration that needs a restart to take effect.
+pub const CONFIG_HASH: &str = "clickhouse.com/config-hash";
+/// Pod-template annotation: hash of the server certificate Secret's data.
+pub const TLS_SECRET_HASH: &str = "clickhouse.com/tls-secret-hash";
+/// Pod-template annotation: hash of the CA Secret's data.
+pub const CA_SECRET_HASH: &str = "clickhouse.com/ca-secret-hash";
+/// Pod-template annotation: hash of the environment Secret's data (`pod.envSecret`).
+pub const ENV_SECRET_HASH: &str = "clickhouse.com/env-secret-hash";
+
+/// The two components of a cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Component {
+    /// ClickHouse server replicas.
+    Server,
+    /// The ClickHouse Keeper ensemble.
+    Keeper,
+}
+
+impl Component {
+    /// Value of [`COMPONENT`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::Server => "server",
+            Component::Keeper => "keeper",
+        }
+    }
+
+    fn app(self) -> &'static str {
+        match self {
+            Component::Server => APP_SERVER,
+            Component::Keeper => APP_KEEPER,
+        }
+    }
+}
+
+/// Labels of every object of `component`.
+pub fn common(cluster: &str, component: Component) -> BTreeMap<String, String> {
+    [
+        (NAME, component.app()),
+        (INSTANCE, cluster),
+        (MANAGED_BY, MANAGED_BY_VALUE),
+        (COMPONENT, component.as_str()),
+        (CLUSTER, cluster),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// Labels of a replica's objects (StatefulSet, ConfigMap, PVC): common plus shard and replica.
+pub fn replica(cluster: &str, r: &ReplicaSpec) -> BTreeMap<String, String> {
+    let mut l = common(cluster, Component::Server);
+    l.insert(SHARD.into(), r.shard.to_string());
+    l.insert(REPLICA.into(), r.name.clone());
+    l
+}
+
+/// Labels of a replica's pod template: the replica's labels, [`SERVING`] and [`SPREAD`], and the
+/// user's pod labels (the API refuses reserved prefixes, and ours win anyway).
+pub fn server_pod(
+    cluster: &str,
+    r: &ReplicaSpec,
+    user: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut l = user.clone();
+    l.extend(replica(cluster, r));
+    l.insert(SERVING.into(), TRUE.into());
+    l.insert(SPREAD.into(), TRUE.into());
+    l
+}
+
+/// Selector of a replica StatefulSet: cluster and replica only (immutable, so minimal).
+pub fn replica_selector(cluster: &str, replica: &str) -> BTreeMap<String, String> {
+    pairs(&[(CLUSTER, cluster), (REPLICA, replica)])
+}
+
+/// Selector of every pod of `component`.
+pub fn component_selector(cluster: &str, component: Component) -> BTreeMap<String, String> {
+    pairs(&[(CLUSTER, cluster), (COMPONENT, component.as_str())])
+}
+
+/// Selector of the server pods of one shard (its PodDisruptionBudget).
+pub fn shard_selector(cluster: &str, shard: i32) -> BTreeMap<String, String> {
+    let mut l = component_selector(cluster, Component::Server);
+    l.insert(SHARD.into(), shard.to_string());
+    l
+}
+
+/// Selector of the client Service: server pods that are serving.
+pub fn serving_selector(cluster: &str) -> BTreeMap<String, String> {
+    let mut l = component_selector(cluster, Component::Server);
+    l.insert(SERVING.into(), TRUE.into());
+    l
+}
+
+/// Label selector of the server topology spread: pods that still count in the spread.
+pub fn spread_selector(cluster: &str) -> BTreeMap<String, String> {
+    let mut l = component_selector(cluster, Component::Server);
+    l.insert(SPREAD.into(), TRUE.into());
+    l
+}
+
+fn pairs(p: &[(&str, &str)]) -> BTreeMap<String, String> {
+    p.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

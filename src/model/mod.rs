@@ -1,0 +1,212 @@
+//! PURE: the desired state of a cluster. From a normalised `ClickHouseCluster`, the replicas of
+//! `status.replicaStateMap` and what the controller read (Secret contents, passwords), these
+//! functions build every Kubernetes object and every configuration file the cluster needs, and
+//! classify what a spec change requires ([`changes::classify`]). Nothing here does I/O.
+//!
+//! What changes a pod template, and so restarts pods, is decided in one place: the hash
+//! annotations of [`hash`]. Everything ClickHouse reloads at runtime (users, profiles, quotas,
+//! `remote_servers`, macros, the Keeper node list, the settings of
+//! [`config::settings::RELOADABLE`]) lives in files that no pod template hashes.
+
+pub mod changes;
+pub mod config;
+pub mod hash;
+pub mod keeper;
+pub mod labels;
+pub mod names;
+pub mod pdb;
+pub mod secret;
+pub mod service;
+pub mod statefulset;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::api::{ClickHouseCluster, ClickHouseClusterSpec};
+
+/// One server replica, as `status.replicaStateMap` records it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReplicaSpec {
+    /// The StatefulSet name, `<cluster>-<shard>-<index>` (see [`names::replica_name`]).
+    pub name: String,
+    /// The shard, from 0.
+    pub shard: i32,
+    /// Global creation index: orders replicas by age, never reused.
+    pub index: i64,
+}
+
+impl ReplicaSpec {
+    /// The replica with creation index `index` in `shard` of `cluster`, named by
+    /// [`names::replica_name`].
+    pub fn new(cluster: &str, shard: i32, index: i64) -> Self {
+        ReplicaSpec {
+            name: names::replica_name(cluster, shard, index),
+            shard,
+            index,
+        }
+    }
+}
+
+/// A plain password. It reaches no built object except the operator's own Secret; its `Debug`
+/// never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(pub String);
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(***)")
+    }
+}
+
+/// The data of one Secret, as the controller read it.
+pub type SecretData = BTreeMap<String, Vec<u8>>;
+
+/// What the controller read for the builders.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    /// The server replicas (all entries of `status.replicaStateMap`).
+    pub replicas: Vec<ReplicaSpec>,
+    /// The replicas listed in `remote_servers`, when not all of `replicas`: the planner lists a
+    /// new replica only once its pod has an address, because ClickHouse 18.16 refuses a whole
+    /// configuration reload while a host in it does not resolve.
+    pub listed: Option<Vec<ReplicaSpec>>,
+    /// Data of the referenced TLS, CA and environment Secrets, by Secret name. A Secret missing
+    /// here hashes as absent: when it appears, the pods roll.
+    pub secrets: BTreeMap<String, SecretData>,
+    /// Users and their plain passwords, from the Secret `spec.users.secretName`.
+    pub user_passwords: BTreeMap<String, Password>,
+    /// The operator's own password, from the Secret `<cluster>-operator`.
+    pub operator_password: Password,
+}
+
+/// Why the desired state cannot be built; each names the field the user can fix.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The resource lacks a name, namespace or uid (it was not read from the API server).
+    #[error("the ClickHouseCluster has no {0}: it must come from the API server")]
+    MissingMetadata(&'static str),
+    /// A user-given name cannot be an element of a ClickHouse configuration file.
+    #[error(
+        "{field}: {name:?} is not a valid name (a letter or '_' first, then letters, digits, '_', '-', '.')"
+    )]
+    InvalidName { field: String, name: String },
+    /// A user file would replace a file the operator generates.
+    #[error("spec.configuration.files: {0:?} is reserved for the operator's own files (prefix {prefix})", prefix = config::server::OPERATOR_FILE_PREFIX)]
+    ReservedFile(String),
+    /// A Kubernetes quantity that does not parse.
+    #[error("{field}: {value:?} is not a quantity such as 10Gi")]
+    InvalidQuantity { field: &'static str, value: String },
+}
+
+/// The cluster being built: identity, owner and spec.
+#[derive(Clone, Debug)]
+pub struct Cluster<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub spec: &'a ClickHouseClusterSpec,
+    /// Controller owner reference to the ClickHouseCluster, put on every object.
+    pub owner: OwnerReference,
+}
+
+impl<'a> Cluster<'a> {
+    /// Takes name, namespace and uid (for the owner reference) from the resource.
+    pub fn new(c: &'a ClickHouseCluster) -> Result<Self, BuildError> {
+        let name = c
+            .metadata
+            .name
+            .as_deref()
+            .ok_or(BuildError::MissingMetadata("name"))?;
+        let namespace = c
+            .metadata
+            .namespace
+            .as_deref()
+            .ok_or(BuildError::MissingMetadata("namespace"))?;
+        let owner = c
+            .controller_owner_ref(&())
+            .ok_or(BuildError::MissingMetadata("uid"))?;
+        Ok(Cluster {
+            name,
+            namespace,
+            spec: &c.spec,
+            owner,
+        })
+    }
+
+    /// Metadata of an owned object: name, namespace, labels and the owner reference.
+    pub fn meta(&self, name: String, labels: BTreeMap<String, String>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.to_string()),
+            labels: Some(labels),
+            owner_references: Some(vec![self.owner.clone()]),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+/// Every object of the Keeper ensemble.
+#[derive(Clone, Debug)]
+pub struct KeeperObjects {
+    pub config: ConfigMap,
+    pub statefulset: StatefulSet,
+    pub headless_service: Service,
+    pub client_service: Service,
+    pub pdb: PodDisruptionBudget,
+}
+
+/// Every object a cluster needs, except the operator's own Secret
+/// ([`secret::operator_secret`]), which is created once and never rebuilt.
+#[derive(Clone, Debug)]
+pub struct Desired {
+    /// `<cluster>-common`: configuration shared by every replica.
+    pub common_config: ConfigMap,
+    /// `<sts>` per replica: macros and interserver host.
+    pub replica_configs: Vec<ConfigMap>,
+    /// `<cluster>-users`: the users file with password hashes.
+    pub users_secret: Secret,
+    /// One StatefulSet per replica, in the order of [`Inputs::replicas`].
+    pub server_statefulsets: Vec<StatefulSet>,
+    /// `<cluster>-headless`.
+    pub headless_service: Service,
+    /// `<cluster>`, unless `spec.clientService.enabled` is false.
+    pub client_service: Option<Service>,
+    /// `<cluster>-shard-<n>` per shard.
+    pub shard_pdbs: Vec<PodDisruptionBudget>,
+    /// The Keeper ensemble, unless `spec.keeper.replicas` is 0.
+    pub keeper: Option<KeeperObjects>,
+}
+
+/// Builds every object of the cluster.
+pub fn desired(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
+    let common =
+        config::server::common_files(c, inputs.listed.as_ref().unwrap_or(&inputs.replicas))?;
+    let hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);
+    let server_statefulsets = inputs
+        .replicas
+        .iter()
+        .map(|r| statefulset::server(c, r, &hashes))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Desired {
+        common_config: config::server::common_config_map(c, &common),
+        replica_configs: inputs
+            .replicas
+            .iter()
+            .map(|r| config::server::replica_config_map(c, r))
+            .collect(),
+        users_secret: secret::users_secret(c, &inputs.user_passwords, &inputs.operator_password)?,
+        server_statefulsets,
+        headless_service: service::headless(c),
+        client_service: service::client(c),
+        shard_pdbs: pdb::shards(c, &inputs.replicas),
+        keeper: keeper::objects(c, &inputs.secrets)?,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+//! Names of every object and host a cluster has, and the ports its servers listen on. Every
+//! other part of the operator takes names from here, so that they are computed one way only.
+
+/// HTTP interface of a ClickHouse server (`/ping`, SQL over HTTP).
+pub const HTTP_PORT: i32 = 8123;
+/// Native TCP interface of a ClickHouse server.
+pub const TCP_PORT: i32 = 9000;
+/// Interserver HTTP port: replicas fetch parts from each other here.
+pub const INTERSERVER_HTTP_PORT: i32 = 9009;
+/// HTTPS interface, served when `spec.tls.enabled`.
+pub const HTTPS_PORT: i32 = 8443;
+/// Native TCP interface over TLS, served when `spec.tls.enabled`.
+pub const TCP_SECURE_PORT: i32 = 9440;
+/// Interserver HTTPS port, used instead of 9009 when `spec.tls.required`.
+pub const INTERSERVER_HTTPS_PORT: i32 = 9010;
+/// Client port of ClickHouse Keeper (the ZooKeeper protocol).
+pub const KEEPER_CLIENT_PORT: i32 = 9181;
+/// Raft port of ClickHouse Keeper: members talk to each other here.
+pub const KEEPER_RAFT_PORT: i32 = 9234;
+
+/// The operator's own ClickHouse user.
+pub const OPERATOR_USER: &str = "clickhouse_operator";
+/// Key of the operator's password in its generated Secret `<cluster>-operator`.
+pub const OPERATOR_PASSWORD_KEY: &str = "password";
+/// Key of the generated users file in the Secret `<cluster>-users` (projected into `users.d/`).
+pub const USERS_FILE: &str = "00-operator-users.xml";
+/// Key of the Keeper configuration in the ConfigMap `<cluster>-keeper`.
+pub const KEEPER_CONFIG_FILE: &str = "keeper_config.xml";
+
+/// Where the server's data volume is mounted.
+pub const SERVER_DATA_PATH: &str = "/var/lib/clickhouse";
+/// Where the server's generated `config.d` is mounted.
+pub const SERVER_CONFIG_D_PATH: &str = "/etc/clickhouse-server/config.d";
+/// Where the server's generated `users.d` is mounted.
+pub const SERVER_USERS_D_PATH: &str = "/etc/clickhouse-server/users.d";
+/// Where the server writes its log files (an emptyDir: the root filesystem is read-only).
+pub const SERVER_LOG_PATH: &str = "/var/log/clickhouse-server";
+/// Where the server certificate Secret is mounted (`tls.crt`, `tls.key`).
+pub const SERVER_TLS_PATH: &str = "/etc/clickhouse-server/tls";
+/// Where the CA Secret is mounted (`ca.crt`).
+pub const SERVER_CA_PATH: &str = "/etc/clickhouse-server/ca";
+/// Where Keeper's configuration is mounted.
+pub const KEEPER_CONFIG_PATH: &str = "/etc/clickhouse-keeper";
+/// Where Keeper's data volume is mounted.
+pub const KEEPER_DATA_PATH: &str = "/var/lib/clickhouse-keeper";
+/// Where Keeper writes its log files (an emptyDir).
+pub const KEEPER_LOG_PATH: &str = "/var/log/clickhouse-keeper";
+
+/// Name of the StatefulSet of one server replica: `<cluster>-<shard>-<index>`, where `index` is
+/// the replica's global creation index (`status.nextReplicaIndex`), never reused, so a replica
+/// added later never collides with the Keeper metadata of a deleted one (invariant 8).
+pub fn replica_name(cluster: &str, shard: i32, index: i64) -> String {
+    format!("{cluster}-{shard}-{index}")
+}
+
+/// The only pod of a replica StatefulSet.
+pub fn replica_pod(replica: &str) -> String {
+    format!("{replica}-0")
+}
+
+/// Headless Service of all server pods; every server StatefulSet's `serviceName`.
+pub fn headless_service(cluster: &str) -> String {
+    format!("{cluster}-headless")
+}
+
+/// Client Service of the cluster (selects the serving server pods).
+pub fn client_service(cluster: &str) -> String {
+    cluster.to_string()
+}
+
+/// The ConfigMap of configuration shared by every replica.
+pub fn common_config(cluster: &str) -> String {
+    format!("{cluster}-common")
+}
+
+/// The ConfigMap of one replica's own configuration (macros, interserver host): same name as
+/// its StatefulSet.
+pub fn replica_config(replica: &str) -> String {
+    replica.to_string()
+}
+
+/// The generated Secret with the users file (password hashes only).
+pub fn users_secret(cluster: &str) -> String {
+    format!("{cluster}-users")
+}
+
+/// The generated Secret with the operator's own password (key [`OPERATOR_PASSWORD_KEY`]).
+pub fn operator_secret(cluster: &str) -> String {
+    format!("{cluster}-operator")
+}
+
+/// PodDisruptionBudget of the server pods of one shard.
+pub fn shard_pdb(cluster: &str, shard: i32) -> String {
+    format!("{cluster}-shard-{shard}")
+}
+
+/// The Keeper StatefulSet, its ConfigMap, its client Service and its PodDisruptionBudget.
+pub fn keeper(cluster: &str) -> String {
+    format!("{cluster}-keeper")
+}
+
+/// Headless Service of the Keeper pods.
+pub fn keeper_headless_service(cluster: &str) -> String {
+    format!("{cluster}-keeper-headless")
+}
+
+/// DNS name of a server replica's pod: `<sts>-0.<cluster>-headless.<ns>.svc.cluster.local`.
+pub fn replica_host(cluster: &str, namespace: &str, replica: &str) -> String {
+    format!(
+        "{}.{}.{namespace}.svc.cluster.local",
+        replica_pod(replica),
+        headless_service(cluster)
+    )
+}
+
+/// DNS name of Keeper member `ordinal` (0-based): its raft id is `ordinal + 1`.
+pub fn keeper_host(cluster: &str, namespace: &str, ordinal: i32) -> String {
+    format!(
+        "{}-{ordinal}.{}.{namespace}.svc.cluster.local",
+        keeper(cluster),
+        keeper_headless_service(cluster)
+    )
+}
+
+/// DNS name of the client Service: the cluster's endpoint inside Kubernetes.
+pub fn client_host(cluster: &str, namespace: &str) -> String {
+    format!("{}.{namespace}.svc.cluster.local", client_service(cluster))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_documented_patterns() {
+        assert_eq!(replica_name("c1", 1, 2), "c1-1-2");
+        assert_eq!(replica_pod("c1-1-2"), "c1-1-2-0");
+        assert_eq!(
+            replica_host("c1", "t1", "c1-0-0"),
+            "c1-0-0-0.c1-headless.t1.svc.cluster.local"
+        );
+        assert_eq!(
+            keeper_host("c1", "t1", 2),
+            "c1-keeper-2.c1-keeper-headless.t1.svc.cluster.local"
+        );
+        assert_eq!(client_host("c1", "t1"), "c1.t1.svc.cluster.local");
+        assert_eq!(shard_pdb("c1", 0), "c1-shard-0");
+    }
+
+    /// S0-11: a name is derived from the creation index, so a new index never gives an old name.
+    #[test]
+    fn s0_11_distinct_indexes_give_distinct_names() {
+        let names: std::collections::BTreeSet<_> = (0..3)
+            .flat_map(|s| (0..50).map(move |i| replica_name("c1", s, i64::from(s) * 50 + i)))
+            .collect();
+        assert_eq!(names.len(), 150);
+    }
+
+    /// The longest cluster name (40) still gives DNS-label names for every object.
+    #[test]
+    fn names_of_the_longest_cluster_stay_dns_labels() {
+        let c = "a".repeat(crate::api::validate::MAX_CLUSTER_NAME_LEN);
+        for n in [
+            replica_pod(&replica_name(&c, 99, 9_999_999)),
+            keeper_headless_service(&c),
+            shard_pdb(&c, 99),
+            format!("{}-99", keeper(&c)),
+        ] {
+            assert!(crate::api::validate::is_dns_label(&n), "{n}");
+        }
+    }
+}

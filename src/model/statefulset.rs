@@ -1,0 +1,373 @@
+//! The server StatefulSet of one replica (MultiSTS, seed 000: one StatefulSet per replica,
+//! `replicas: 1`), and the pod pieces server and Keeper pods share.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvFromSource, EnvVar, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, SeccompProfile,
+    SecretEnvSource, SecretProjection, SecretVolumeSource, SecurityContext,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::hash::PodHashes;
+use super::labels;
+use super::{BuildError, Cluster, ReplicaSpec, names};
+use crate::api::{PodSettings, StorageSpec, UpdateStrategy};
+use crate::util::quantity;
+
+/// uid and gid of the `clickhouse` user in the official images.
+pub const CLICKHOUSE_UID: i64 = 101;
+/// Name of the main server container.
+pub const SERVER_CONTAINER: &str = "clickhouse";
+/// Name of the data volume claim template (PVCs are `data-<sts>-0`).
+pub const DATA_VOLUME: &str = "data";
+
+/// Pod security: non-root as the images' `clickhouse` user, fsGroup for the volumes, seccomp
+/// RuntimeDefault.
+pub(crate) fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(CLICKHOUSE_UID),
+        run_as_group: Some(CLICKHOUSE_UID),
+        run_as_non_root: Some(true),
+        fs_group: Some(CLICKHOUSE_UID),
+        fs_group_change_policy: Some("OnRootMismatch".into()),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// Container security: no privilege escalation, no capabilities, read-only root filesystem
+/// (the writable paths are volumes).
+pub(crate) fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+pub(crate) fn port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    }
+}
+
+pub(crate) fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..VolumeMount::default()
+    }
+}
+
+pub(crate) fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+/// `envFrom` of the environment Secret, if any.
+pub(crate) fn env_from(pod: &PodSettings) -> Option<Vec<EnvFromSource>> {
+    pod.env_secret.as_ref().map(|name| {
+        vec![EnvFromSource {
+            secret_ref: Some(SecretEnvSource {
+                name: name.clone(),
+                optional: Some(false),
+            }),
+            ..EnvFromSource::default()
+        }]
+    })
+}
+
+/// `env`, or `None` when empty (so the applied object has no empty list).
+pub(crate) fn env(vars: Vec<EnvVar>) -> Option<Vec<EnvVar>> {
+    (!vars.is_empty()).then_some(vars)
+}
+
+/// A topology spread over `key` (maxSkew 1, ScheduleAnyway) among pods matching `selector`.
+pub(crate) fn spread(
+    key: Option<&String>,
+    selector: BTreeMap<String, String>,
+) -> Option<Vec<TopologySpreadConstraint>> {
+    key.map(|key| {
+        vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.clone(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(selector),
+                ..LabelSelector::default()
+            }),
+            ..TopologySpreadConstraint::default()
+        }]
+    })
+}
+
+/// The data volume claim template from a storage spec.
+pub(crate) fn data_claim(
+    storage: &StorageSpec,
+    field: &'static str,
+    labels: BTreeMap<String, String>,
+) -> Result<PersistentVolumeClaim, BuildError> {
+    if quantity::parse_bytes(&storage.size).is_none() {
+        return Err(BuildError::InvalidQuantity {
+            field,
+            value: storage.size.clone(),
+        });
+    }
+    Ok(PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(DATA_VOLUME.into()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(storage.size.clone()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        ..PersistentVolumeClaim::default()
+    })
+}
+
+/// Pod-template annotations: the user's, then the hashes (ours win).
+pub(crate) fn pod_annotations(pod: &PodSettings, hashes: &PodHashes) -> BTreeMap<String, String> {
+    let mut a = pod.annotations.clone();
+    a.extend(hashes.annotations());
+    a
+}
+
+fn http_probe(path: &str, port: i32, https: bool) -> HTTPGetAction {
+    HTTPGetAction {
+        path: Some(path.into()),
+        port: IntOrString::Int(port),
+        scheme: Some(if https { "HTTPS" } else { "HTTP" }.into()),
+        ..HTTPGetAction::default()
+    }
+}
+
+/// The server container's ports: plain ones unless `tls.required`, secure ones with TLS.
+pub fn server_ports(c: &Cluster<'_>) -> Vec<(&'static str, i32)> {
+    let tls = &c.spec.tls;
+    let mut ports = Vec::new();
+    if !(tls.enabled && tls.required) {
+        ports.extend([
+            ("http", names::HTTP_PORT),
+            ("tcp", names::TCP_PORT),
+            ("interserver", names::INTERSERVER_HTTP_PORT),
+        ]);
+    }
+    if tls.enabled {
+        ports.extend([
+            ("https", names::HTTPS_PORT),
+            ("tcp-secure", names::TCP_SECURE_PORT),
+        ]);
+        if tls.required {
+            ports.push(("interserver-tls", names::INTERSERVER_HTTPS_PORT));
+        }
+    }
+    ports
+}
+
+/// The StatefulSet of replica `r`: `replicas` 1 (0 while paused), `OnDelete` under SmartUpdate
+/// and OnDelete, `RollingUpdate` under RollingUpdate (S2-26, S2-33, S2-34).
+pub fn server(
+    c: &Cluster<'_>,
+    r: &ReplicaSpec,
+    hashes: &PodHashes,
+) -> Result<StatefulSet, BuildError> {
+    let spec = c.spec;
+    let pod = &spec.pod;
+    let tls = &spec.tls;
+    let secure_only = tls.enabled && tls.required;
+    let (probe_port, https) = if secure_only {
+        (names::HTTPS_PORT, true)
+    } else {
+        (names::HTTP_PORT, false)
+    };
+    let mut mounts = vec![
+        mount(DATA_VOLUME, names::SERVER_DATA_PATH),
+        mount("config-d", names::SERVER_CONFIG_D_PATH),
+        mount("users-d", names::SERVER_USERS_D_PATH),
+        mount("logs", names::SERVER_LOG_PATH),
+        mount("tmp", "/tmp"),
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "config-d".into(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![
+                    VolumeProjection {
+                        config_map: Some(ConfigMapProjection {
+                            name: names::common_config(c.name),
+                            ..ConfigMapProjection::default()
+                        }),
+                        ..VolumeProjection::default()
+                    },
+                    VolumeProjection {
+                        config_map: Some(ConfigMapProjection {
+                            name: names::replica_config(&r.name),
+                            ..ConfigMapProjection::default()
+                        }),
+                        ..VolumeProjection::default()
+                    },
+                ]),
+                ..ProjectedVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "users-d".into(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(vec![VolumeProjection {
+                    secret: Some(SecretProjection {
+                        name: names::users_secret(c.name),
+                        ..SecretProjection::default()
+                    }),
+                    ..VolumeProjection::default()
+                }]),
+                ..ProjectedVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        empty_dir("logs"),
+        empty_dir("tmp"),
+    ];
+    if tls.enabled {
+        for (volume, secret, path) in [
+            ("tls", &tls.server_cert_secret, names::SERVER_TLS_PATH),
+            ("ca", &tls.ca_secret, names::SERVER_CA_PATH),
+        ] {
+            if let Some(secret) = secret {
+                mounts.push(mount(volume, path));
+                volumes.push(Volume {
+                    name: volume.into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(secret.clone()),
+                        ..SecretVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                });
+            }
+        }
+    }
+    let mut env_vars = vec![EnvVar {
+        // The official image's entrypoint must not write users.d (a read-only projection):
+        // the operator manages the users.
+        name: "CLICKHOUSE_SKIP_USER_SETUP".into(),
+        value: Some("1".into()),
+        ..EnvVar::default()
+    }];
+    env_vars.extend(pod.env.iter().cloned());
+    let container = Container {
+        name: SERVER_CONTAINER.into(),
+        image: Some(spec.image.clone()),
+        ports: Some(
+            server_ports(c)
+                .into_iter()
+                .map(|(n, p)| port(n, p))
+                .collect(),
+        ),
+        env: env(env_vars),
+        env_from: env_from(pod),
+        resources: pod.resources.clone(),
+        volume_mounts: Some(mounts),
+        readiness_probe: Some(Probe {
+            http_get: Some(http_probe("/ping", probe_port, https)),
+            period_seconds: Some(5),
+            timeout_seconds: Some(3),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
+        liveness_probe: Some(Probe {
+            http_get: Some(http_probe("/ping", probe_port, https)),
+            // Generous: a server loading many parts after a restart must not be killed.
+            initial_delay_seconds: Some(60),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(10),
+            ..Probe::default()
+        }),
+        security_context: Some(container_security()),
+        ..Container::default()
+    };
+    let mut containers = vec![container];
+    containers.extend(pod.sidecars.iter().cloned());
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels::server_pod(c.name, r, &pod.labels)),
+            annotations: Some(pod_annotations(pod, hashes)),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers,
+            volumes: Some(volumes),
+            security_context: Some(pod_security()),
+            affinity: pod.affinity.clone(),
+            tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
+            node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
+            topology_spread_constraints: spread(
+                pod.topology_spread_key.as_ref(),
+                labels::spread_selector(c.name),
+            ),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(60),
+            ..PodSpec::default()
+        }),
+    };
+    Ok(StatefulSet {
+        metadata: c.meta(r.name.clone(), labels::replica(c.name, r)),
+        spec: StatefulSetSpec {
+            replicas: Some(if spec.pause { 0 } else { 1 }),
+            service_name: Some(names::headless_service(c.name)),
+            selector: LabelSelector {
+                match_labels: Some(labels::replica_selector(c.name, &r.name)),
+                ..LabelSelector::default()
+            },
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some(
+                    match spec.update_strategy {
+                        UpdateStrategy::SmartUpdate | UpdateStrategy::OnDelete => "OnDelete",
+                        UpdateStrategy::RollingUpdate => "RollingUpdate",
+                    }
+                    .into(),
+                ),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            template,
+            volume_claim_templates: Some(vec![data_claim(
+                &spec.storage,
+                "spec.storage.size",
+                labels::replica(c.name, r),
+            )?]),
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    })
+}

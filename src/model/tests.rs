@@ -1,0 +1,1043 @@
+//! Behaviour of the builders: what objects a spec gives, what changes a pod template and what
+//! does not, and that no plain password leaks.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde_json::json;
+
+use super::config::server::{REPLICA_FILE, RUNTIME_FILE, SERVER_FILE, SETTINGS_FILE};
+use super::*;
+use crate::api::ClickHouseCluster;
+
+const UID: &str = "6f1c9a52-0000-4000-8000-000000000001";
+
+fn cluster(spec: serde_json::Value) -> ClickHouseCluster {
+    let mut c = ClickHouseCluster::new("c1", serde_json::from_value(spec).unwrap());
+    c.metadata.namespace = Some("t1".into());
+    c.metadata.uid = Some(UID.into());
+    c
+}
+
+/// Replicas of `shards` × `per_shard`, creation indexes in shard order.
+fn replicas(shards: i32, per_shard: i64) -> Vec<ReplicaSpec> {
+    (0..shards)
+        .flat_map(|s| {
+            (0..per_shard).map(move |i| ReplicaSpec::new("c1", s, i64::from(s) * per_shard + i))
+        })
+        .collect()
+}
+
+fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
+    Inputs {
+        replicas,
+        listed: None,
+        secrets: BTreeMap::new(),
+        user_passwords: BTreeMap::from([
+            ("alice".to_string(), Password("alice-secret-pw".into())),
+            ("bob".to_string(), Password("bob-secret-pw".into())),
+        ]),
+        operator_password: Password("operator-secret-pw".into()),
+    }
+}
+
+fn build(c: &ClickHouseCluster, i: &Inputs) -> Desired {
+    desired(&Cluster::new(c).unwrap(), i).unwrap()
+}
+
+fn templates(d: &Desired) -> Vec<PodTemplateSpec> {
+    d.server_statefulsets
+        .iter()
+        .map(|s| s.spec.template.clone())
+        .collect()
+}
+
+fn annotation<'a>(t: &'a PodTemplateSpec, key: &str) -> Option<&'a str> {
+    t.metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn common_file<'a>(d: &'a Desired, name: &str) -> &'a str {
+    d.common_config.data.as_ref().unwrap()[name].as_str()
+}
+
+fn users_file(d: &Desired) -> String {
+    let data = d.users_secret.data.as_ref().unwrap();
+    String::from_utf8(data[names::USERS_FILE].0.clone()).unwrap()
+}
+
+fn parse(xml: &str) -> roxmltree::Document<'_> {
+    roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("{e}:\n{xml}"))
+}
+
+/// S0-10 / S0-11: 3 shards × 2 replicas give 6 StatefulSets with distinct names that are
+/// stable across builds, each with one pod.
+#[test]
+fn s0_10_three_shards_by_two_replicas_give_six_statefulsets_with_distinct_stable_names() {
+    let c = cluster(json!({"shards": 3, "replicas": 2}));
+    let i = inputs(replicas(3, 2));
+    let d = build(&c, &i);
+    let names: Vec<_> = d
+        .server_statefulsets
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["c1-0-0", "c1-0-1", "c1-1-2", "c1-1-3", "c1-2-4", "c1-2-5"]
+    );
+    for s in &d.server_statefulsets {
+        assert_eq!(s.spec.replicas, Some(1));
+        assert_eq!(s.spec.service_name.as_deref(), Some("c1-headless"));
+    }
+    let again = build(&c, &i);
+    assert_eq!(again.server_statefulsets, d.server_statefulsets);
+    assert_eq!(again.common_config, d.common_config);
+    assert_eq!(d.replica_configs.len(), 6);
+    assert_eq!(d.shard_pdbs.len(), 3);
+}
+
+/// remote_servers lists every replica of every shard, by DNS name, in shard order.
+#[test]
+fn remote_servers_lists_every_replica_of_every_shard() {
+    let c = cluster(json!({"shards": 3, "replicas": 2}));
+    let d = build(&c, &inputs(replicas(3, 2)));
+    let xml = common_file(&d, RUNTIME_FILE);
+    let doc = parse(xml);
+    let cluster = doc
+        .descendants()
+        .find(|n| n.has_tag_name("remote_servers"))
+        .unwrap()
+        .children()
+        .find(|n| n.has_tag_name("c1"))
+        .unwrap();
+    let shards: Vec<Vec<String>> = cluster
+        .children()
+        .filter(|n| n.has_tag_name("shard"))
+        .map(|s| {
+            s.descendants()
+                .filter(|n| n.has_tag_name("host"))
+                .map(|h| h.text().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(shards.len(), 3);
+    for (s, hosts) in shards.iter().enumerate() {
+        let want: Vec<_> = replicas(3, 2)
+            .into_iter()
+            .filter(|r| r.shard == s as i32)
+            .map(|r| format!("{}-0.c1-headless.t1.svc.cluster.local", r.name))
+            .collect();
+        assert_eq!(hosts, &want);
+    }
+    // Keeper nodes are listed too.
+    let nodes = doc.descendants().filter(|n| n.has_tag_name("node")).count();
+    assert_eq!(nodes, 3);
+}
+
+/// No ConfigMap, and no built object but the operator's own Secret, contains a plain password;
+/// the users file has each user's SHA-256.
+#[test]
+fn no_config_map_or_built_object_contains_a_plain_password() {
+    let c = cluster(
+        json!({"users": {"secretName": "users"}, "tls": {"enabled": true, "serverCertSecret": "tls"}}),
+    );
+    let i = inputs(replicas(2, 2));
+    let d = build(&c, &i);
+    let mut texts = vec![
+        serde_json::to_string(&d.common_config).unwrap(),
+        serde_json::to_string(&d.replica_configs).unwrap(),
+        serde_json::to_string(&d.server_statefulsets).unwrap(),
+        serde_json::to_string(&d.headless_service).unwrap(),
+        serde_json::to_string(&d.client_service).unwrap(),
+        serde_json::to_string(&d.shard_pdbs).unwrap(),
+        serde_json::to_string(&d.keeper.as_ref().unwrap().config).unwrap(),
+        serde_json::to_string(&d.keeper.as_ref().unwrap().statefulset).unwrap(),
+        users_file(&d),
+    ];
+    texts.extend(d.common_config.data.clone().unwrap().into_values());
+    for pw in ["alice-secret-pw", "bob-secret-pw", "operator-secret-pw"] {
+        for t in &texts {
+            assert!(!t.contains(pw), "{pw} leaked");
+        }
+    }
+    let users = users_file(&d);
+    let doc = parse(&users);
+    for (user, pw) in [
+        ("alice", "alice-secret-pw"),
+        (names::OPERATOR_USER, "operator-secret-pw"),
+    ] {
+        let u = doc
+            .descendants()
+            .find(|n| n.has_tag_name(user))
+            .unwrap_or_else(|| panic!("{user} missing"));
+        let hash = u
+            .children()
+            .find(|n| n.has_tag_name("password_sha256_hex"))
+            .unwrap();
+        assert_eq!(
+            hash.text(),
+            Some(config::users::sha256_hex(&Password(pw.into())).as_str())
+        );
+        assert!(u.children().all(|n| !n.has_tag_name("password")));
+    }
+    // The operator's own Secret is the one place its password is kept.
+    let op = secret::operator_secret(&Cluster::new(&c).unwrap(), &i.operator_password);
+    assert_eq!(
+        op.data.unwrap()[names::OPERATOR_PASSWORD_KEY].0,
+        b"operator-secret-pw"
+    );
+    assert!(!format!("{:?}", i.operator_password).contains("operator-secret-pw"));
+}
+
+/// Runtime-reloaded configuration (profiles, quotas, users, passwords, reloadable settings,
+/// another replica, Keeper members) changes no server pod template (S2-17, seed 002).
+#[test]
+fn s2_16_reloadable_changes_change_no_pod_template() {
+    let base = json!({"shards": 2, "replicas": 2, "users": {"secretName": "users"},
+        "configuration": {"profiles": {"default": {"max_memory_usage": "1000"}},
+                          "quotas": {"default": {"duration": "3600", "queries": "10"}},
+                          "settings": {"max_concurrent_queries": "100", "mark_cache_size": "1000"}}});
+    let c0 = cluster(base.clone());
+    let i0 = inputs(replicas(2, 2));
+    let d0 = build(&c0, &i0);
+    let mut variants: Vec<(&str, ClickHouseCluster, Inputs)> = Vec::new();
+    let mut c = c0.clone();
+    c.spec
+        .configuration
+        .profiles
+        .get_mut("default")
+        .unwrap()
+        .insert("max_memory_usage".into(), "2000".into());
+    variants.push(("profile setting", c, i0.clone()));
+    let mut c = c0.clone();
+    c.spec
+        .configuration
+        .quotas
+        .get_mut("default")
+        .unwrap()
+        .insert("queries".into(), "20".into());
+    variants.push(("quota", c, i0.clone()));
+    let mut c = c0.clone();
+    c.spec
+        .configuration
+        .settings
+        .insert("max_concurrent_queries".into(), "300".into());
+    variants.push(("reloadable setting", c, i0.clone()));
+    let mut i = i0.clone();
+    i.user_passwords
+        .insert("alice".into(), Password("rotated".into()));
+    i.user_passwords
+        .insert("carol".into(), Password("new".into()));
+    variants.push(("user password and a new user", c0.clone(), i));
+    let mut i = i0.clone();
+    i.operator_password = Password("rotated".into());
+    variants.push(("operator password", c0.clone(), i));
+    let mut c = c0.clone();
+    c.spec.keeper.replicas = 5;
+    variants.push(("keeper members", c, i0.clone()));
+    for (what, c, i) in variants {
+        let d = build(&c, &i);
+        assert_eq!(
+            templates(&d),
+            templates(&d0),
+            "{what} changed a pod template"
+        );
+        assert_eq!(
+            d.keeper.as_ref().unwrap().statefulset.spec.template,
+            d0.keeper.as_ref().unwrap().statefulset.spec.template,
+            "{what} changed the Keeper pod template"
+        );
+        assert!(
+            d.common_config != d0.common_config
+                || d.users_secret != d0.users_secret
+                || d.keeper.as_ref().unwrap().config != d0.keeper.as_ref().unwrap().config,
+            "{what} changed no file at all"
+        );
+    }
+}
+
+/// S0-05: adding a replica changes neither the other replicas' StatefulSets nor their own
+/// ConfigMaps; only the shared remote_servers (reloaded) changes.
+#[test]
+fn s0_05_adding_a_replica_leaves_the_others_untouched() {
+    let c = cluster(json!({"replicas": 2}));
+    let before = build(&c, &inputs(replicas(1, 2)));
+    let mut more = replicas(1, 2);
+    more.push(ReplicaSpec::new("c1", 0, 2));
+    let after = build(&c, &inputs(more));
+    assert_eq!(
+        after.server_statefulsets[..2],
+        before.server_statefulsets[..]
+    );
+    assert_eq!(after.replica_configs[..2], before.replica_configs[..]);
+    assert_ne!(
+        common_file(&after, RUNTIME_FILE),
+        common_file(&before, RUNTIME_FILE)
+    );
+}
+
+/// S2-15: changing the image changes every server pod template, and no Keeper template.
+#[test]
+fn s2_15_changing_the_image_changes_every_server_pod_template() {
+    let c0 = cluster(json!({"shards": 2, "replicas": 2}));
+    let i = inputs(replicas(2, 2));
+    let d0 = build(&c0, &i);
+    let mut c = c0.clone();
+    c.spec.image = "clickhouse/clickhouse-server:25.3".into();
+    let d = build(&c, &i);
+    for (a, b) in templates(&d0).iter().zip(templates(&d)) {
+        assert_ne!(a, &b);
+        assert_eq!(
+            b.spec.as_ref().unwrap().containers[0].image.as_deref(),
+            Some("clickhouse/clickhouse-server:25.3")
+        );
+    }
+    assert_eq!(
+        d.keeper.unwrap().statefulset.spec.template,
+        d0.keeper.unwrap().statefulset.spec.template
+    );
+}
+
+/// S2-16 / S0-20: a setting that needs a restart changes the config hash, equally on every
+/// replica, and only the hash in the pod template.
+#[test]
+fn s2_16_a_restart_setting_changes_the_config_hash_of_every_replica() {
+    let c0 = cluster(json!({"shards": 2}));
+    let i = inputs(replicas(2, 2));
+    let d0 = build(&c0, &i);
+    let hashes0: Vec<_> = templates(&d0)
+        .iter()
+        .map(|t| annotation(t, labels::CONFIG_HASH).unwrap().to_string())
+        .collect();
+    assert!(hashes0.iter().all(|h| h == &hashes0[0]), "replicas differ");
+    let mut c = c0.clone();
+    c.spec
+        .configuration
+        .settings
+        .insert("mark_cache_size".into(), "1000".into());
+    let d = build(&c, &i);
+    assert!(common_file(&d, SETTINGS_FILE).contains("<mark_cache_size>1000</mark_cache_size>"));
+    for (t0, t) in templates(&d0).iter().zip(templates(&d)) {
+        assert_ne!(
+            annotation(t0, labels::CONFIG_HASH),
+            annotation(&t, labels::CONFIG_HASH)
+        );
+        let mut t = t.clone();
+        t.metadata.as_mut().unwrap().annotations =
+            t0.metadata.as_ref().unwrap().annotations.clone();
+        assert_eq!(&t, t0, "more than the hash changed");
+    }
+    // A user file is content the operator cannot judge: it restarts too.
+    let mut c = c0.clone();
+    c.spec
+        .configuration
+        .files
+        .insert("extra.xml".into(), "<clickhouse/>".into());
+    assert_ne!(
+        annotation(&templates(&build(&c, &i))[0], labels::CONFIG_HASH),
+        Some(hashes0[0].as_str())
+    );
+}
+
+/// S2-16: a change of a TLS, CA or env Secret's data changes that Secret's hash annotation;
+/// an unrelated Secret changes nothing.
+#[test]
+fn s2_16_a_tls_secret_change_changes_the_hash() {
+    let c = cluster(
+        json!({"tls": {"enabled": true, "serverCertSecret": "tls", "caSecret": "ca"},
+        "pod": {"envSecret": "env"}, "keeper": {"pod": {"envSecret": "kenv"}}}),
+    );
+    let secret = |v: &str| BTreeMap::from([("tls.crt".to_string(), v.as_bytes().to_vec())]);
+    let mut i0 = inputs(replicas(1, 2));
+    for name in ["tls", "ca", "env", "kenv", "unrelated"] {
+        i0.secrets.insert(name.into(), secret("v1"));
+    }
+    let d0 = build(&c, &i0);
+    let t0 = &templates(&d0)[0];
+    for key in [
+        labels::TLS_SECRET_HASH,
+        labels::CA_SECRET_HASH,
+        labels::ENV_SECRET_HASH,
+    ] {
+        assert!(annotation(t0, key).is_some(), "{key} missing");
+    }
+    for (name, key) in [
+        ("tls", labels::TLS_SECRET_HASH),
+        ("ca", labels::CA_SECRET_HASH),
+        ("env", labels::ENV_SECRET_HASH),
+    ] {
+        let mut i = i0.clone();
+        i.secrets.insert(name.into(), secret("v2"));
+        let d = build(&c, &i);
+        for (a, b) in templates(&d0).iter().zip(templates(&d)) {
+            assert_ne!(annotation(a, key), annotation(&b, key), "{name}");
+            assert_eq!(
+                annotation(a, labels::CONFIG_HASH),
+                annotation(&b, labels::CONFIG_HASH)
+            );
+        }
+        assert_eq!(
+            d.keeper.unwrap().statefulset,
+            d0.keeper.clone().unwrap().statefulset
+        );
+    }
+    let mut i = i0.clone();
+    i.secrets.insert("kenv".into(), secret("v2"));
+    let d = build(&c, &i);
+    assert_eq!(templates(&d), templates(&d0));
+    assert_ne!(
+        d.keeper.unwrap().statefulset,
+        d0.keeper.clone().unwrap().statefulset
+    );
+    let mut i = i0.clone();
+    i.secrets.insert("unrelated".into(), secret("v2"));
+    assert_eq!(templates(&build(&c, &i)), templates(&d0));
+    // A Secret that is not there yet hashes apart from every content.
+    let mut i = i0.clone();
+    i.secrets.remove("tls");
+    assert_ne!(
+        annotation(&templates(&build(&c, &i))[0], labels::TLS_SECRET_HASH),
+        annotation(t0, labels::TLS_SECRET_HASH)
+    );
+}
+
+/// Every generated XML file parses, with and without TLS, settings, profiles and Keeper.
+#[test]
+fn every_generated_xml_parses() {
+    for spec in [
+        json!({}),
+        json!({"replicas": 1, "keeper": {"replicas": 0}}),
+        json!({"tls": {"enabled": true, "required": true, "serverCertSecret": "t", "caSecret": "ca"},
+               "configuration": {"settings": {"logger/level": "debug", "a/b/c": "x & <y>"},
+                                 "profiles": {"ro": {"readonly": "1"}},
+                                 "quotas": {"q": {"duration": "60"}}},
+               "users": {"secretName": "u", "profile": "ro"}}),
+    ] {
+        let c = cluster(spec);
+        let d = build(&c, &inputs(replicas(2, 2)));
+        for (name, xml) in d.common_config.data.as_ref().unwrap() {
+            let doc = parse(xml);
+            assert_eq!(doc.root_element().tag_name().name(), "clickhouse", "{name}");
+        }
+        for cm in &d.replica_configs {
+            parse(&cm.data.as_ref().unwrap()[REPLICA_FILE]);
+        }
+        parse(&users_file(&d));
+        if let Some(k) = &d.keeper {
+            parse(&k.config.data.as_ref().unwrap()[names::KEEPER_CONFIG_FILE]);
+        }
+    }
+}
+
+/// The per-replica file has the macros and the replica's own DNS name as interserver host.
+#[test]
+fn replica_config_has_macros_and_interserver_host() {
+    let c = cluster(json!({"shards": 2}));
+    let d = build(&c, &inputs(replicas(2, 2)));
+    let cm = &d.replica_configs[3];
+    assert_eq!(cm.metadata.name.as_deref(), Some("c1-1-3"));
+    let xml = &cm.data.as_ref().unwrap()[REPLICA_FILE];
+    let doc = parse(xml);
+    let text = |tag: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name(tag))
+            .and_then(|n| n.text())
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(text("cluster"), "c1");
+    assert_eq!(text("shard"), "1");
+    assert_eq!(text("replica"), "c1-1-3");
+    assert_eq!(
+        text("interserver_http_host"),
+        "c1-1-3-0.c1-headless.t1.svc.cluster.local"
+    );
+}
+
+/// Every object carries the standard labels and a controller owner reference to the cluster.
+#[test]
+fn s0_01_every_object_has_the_labels_and_an_owner_reference() {
+    let c = cluster(json!({}));
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let k = d.keeper.clone().unwrap();
+    let metas = [
+        vec![
+            d.common_config.metadata.clone(),
+            d.users_secret.metadata.clone(),
+            d.headless_service.metadata.clone(),
+            d.client_service.clone().unwrap().metadata,
+            k.config.metadata,
+            k.statefulset.metadata,
+            k.headless_service.metadata,
+            k.client_service.metadata,
+            k.pdb.metadata,
+            secret::operator_secret(&Cluster::new(&c).unwrap(), &Password("x".into())).metadata,
+        ],
+        d.replica_configs
+            .iter()
+            .map(|x| x.metadata.clone())
+            .collect(),
+        d.server_statefulsets
+            .iter()
+            .map(|x| x.metadata.clone())
+            .collect(),
+        d.shard_pdbs.iter().map(|x| x.metadata.clone()).collect(),
+    ]
+    .concat();
+    for m in metas {
+        let name = m.name.clone().unwrap();
+        let l = m.labels.unwrap();
+        for key in [
+            labels::NAME,
+            labels::INSTANCE,
+            labels::MANAGED_BY,
+            labels::COMPONENT,
+        ] {
+            assert!(l.contains_key(key), "{name} lacks {key}");
+        }
+        assert_eq!(l[labels::CLUSTER], "c1", "{name}");
+        assert_eq!(m.namespace.as_deref(), Some("t1"));
+        let owners = m.owner_references.unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].uid, UID);
+        assert_eq!(owners[0].kind, "ClickHouseCluster");
+        assert_eq!(owners[0].controller, Some(true));
+    }
+}
+
+/// S0-22 / S0-23: server pods carry serving and spread labels; the client Service selects
+/// serving, the spread constraint selects spread, the StatefulSet selector neither.
+#[test]
+fn s0_22_s0_23_serving_and_spread_labels_drive_service_and_spread() {
+    let c = cluster(
+        json!({"pod": {"topologySpreadKey": "topology.kubernetes.io/zone", "labels": {"team": "a"}}}),
+    );
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let sts = &d.server_statefulsets[0];
+    let pod_labels = sts
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    assert_eq!(pod_labels[labels::SERVING], "true");
+    assert_eq!(pod_labels[labels::SPREAD], "true");
+    assert_eq!(pod_labels[labels::SHARD], "0");
+    assert_eq!(pod_labels[labels::REPLICA], "c1-0-0");
+    assert_eq!(pod_labels["team"], "a");
+    let selector = sts.spec.selector.match_labels.clone().unwrap();
+    assert_eq!(
+        selector.keys().collect::<Vec<_>>(),
+        [labels::CLUSTER, labels::REPLICA]
+    );
+    let client = d.client_service.unwrap().spec.unwrap();
+    assert_eq!(client.selector.unwrap()[labels::SERVING], "true");
+    assert_eq!(client.type_.as_deref(), Some("ClusterIP"));
+    let spread = &sts
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .topology_spread_constraints
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(spread.max_skew, 1);
+    assert_eq!(spread.when_unsatisfiable, "ScheduleAnyway");
+    let sel = spread.label_selector.clone().unwrap().match_labels.unwrap();
+    assert_eq!(sel[labels::SPREAD], "true");
+    assert!(!sel.contains_key(labels::SERVING));
+    let headless = d.headless_service.spec.unwrap();
+    assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(headless.publish_not_ready_addresses, Some(true));
+    assert!(!headless.selector.unwrap().contains_key(labels::SERVING));
+    let ports: Vec<_> = headless.ports.unwrap().iter().map(|p| p.port).collect();
+    assert_eq!(ports, [8123, 9000, 9009]);
+}
+
+/// S0-10 / S2-21: pause sets every server and Keeper StatefulSet to 0 replicas.
+#[test]
+fn s2_21_pause_scales_every_statefulset_to_zero() {
+    let c = cluster(json!({"pause": true, "shards": 2}));
+    let d = build(&c, &inputs(replicas(2, 2)));
+    assert!(
+        d.server_statefulsets
+            .iter()
+            .all(|s| s.spec.replicas == Some(0))
+    );
+    assert_eq!(d.keeper.unwrap().statefulset.spec.replicas, Some(0));
+}
+
+/// S2-26 / S2-33 / S2-34: SmartUpdate and OnDelete give OnDelete; RollingUpdate gives
+/// RollingUpdate. Keeper always rolls natively.
+#[test]
+fn s2_26_update_strategy_maps_to_the_statefulset_strategy() {
+    for (strategy, want) in [
+        ("SmartUpdate", "OnDelete"),
+        ("OnDelete", "OnDelete"),
+        ("RollingUpdate", "RollingUpdate"),
+    ] {
+        let c = cluster(json!({"updateStrategy": strategy}));
+        let d = build(&c, &inputs(replicas(1, 1)));
+        let get = |s: &StatefulSet| s.spec.update_strategy.clone().unwrap().type_.unwrap();
+        assert_eq!(get(&d.server_statefulsets[0]), want, "{strategy}");
+        assert_eq!(get(&d.keeper.unwrap().statefulset), "RollingUpdate");
+    }
+}
+
+/// S0-18: one budget per shard with the spec's maxUnavailable, selecting that shard's pods.
+#[test]
+fn s0_18_one_pdb_per_shard_with_max_unavailable() {
+    let c =
+        cluster(json!({"shards": 2, "replicas": 5, "podDisruptionBudget": {"maxUnavailable": 2}}));
+    let d = build(&c, &inputs(replicas(2, 5)));
+    for (s, p) in d.shard_pdbs.iter().enumerate() {
+        assert_eq!(
+            p.metadata.name.as_deref(),
+            Some(format!("c1-shard-{s}").as_str())
+        );
+        let spec = p.spec.clone().unwrap();
+        assert_eq!(
+            spec.max_unavailable,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2))
+        );
+        let sel = spec.selector.unwrap().match_labels.unwrap();
+        assert_eq!(sel[labels::SHARD], s.to_string());
+        assert_eq!(sel[labels::COMPONENT], "server");
+    }
+}
+
+/// Keeper: one StatefulSet, raft ids ordinal + 1 with every member's DNS name, a budget that
+/// keeps a majority (n=1 gives 0), the id computed from the hostname.
+#[test]
+fn keeper_lists_every_member_and_its_budget_keeps_quorum() {
+    for (n, max) in [(1, 0), (3, 1), (5, 2), (7, 3)] {
+        let c = cluster(json!({"keeper": {"replicas": n}}));
+        let d = build(&c, &inputs(replicas(1, 2)));
+        let k = d.keeper.unwrap();
+        assert_eq!(k.statefulset.spec.replicas, Some(n));
+        assert_eq!(
+            k.statefulset.spec.pod_management_policy.as_deref(),
+            Some("Parallel")
+        );
+        let pdb = k.pdb.spec.unwrap().max_unavailable.unwrap();
+        assert_eq!(
+            pdb,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(max),
+            "n={n}"
+        );
+        let xml = &k.config.data.as_ref().unwrap()[names::KEEPER_CONFIG_FILE];
+        let doc = parse(xml);
+        let servers: Vec<(String, String, String)> = doc
+            .descendants()
+            .filter(|x| x.has_tag_name("server"))
+            .map(|s| {
+                let t = |tag| {
+                    s.children()
+                        .find(|x| x.has_tag_name(tag))
+                        .unwrap()
+                        .text()
+                        .unwrap()
+                        .to_string()
+                };
+                (t("id"), t("hostname"), t("port"))
+            })
+            .collect();
+        let want: Vec<_> = (0..n)
+            .map(|i| {
+                (
+                    (i + 1).to_string(),
+                    format!("c1-keeper-{i}.c1-keeper-headless.t1.svc.cluster.local"),
+                    "9234".to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(servers, want);
+        let id = doc
+            .descendants()
+            .find(|x| x.has_tag_name("server_id"))
+            .unwrap();
+        assert_eq!(id.attribute("from_env"), Some("KEEPER_SERVER_ID"));
+        let container = &k
+            .statefulset
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        assert_eq!(
+            container.command.clone().unwrap(),
+            [
+                "/bin/bash",
+                "-c",
+                "export KEEPER_SERVER_ID=$(( ${HOSTNAME##*-} + 1 )); exec /entrypoint.sh"
+            ]
+        );
+        let mounts: Vec<_> = container
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| m.mount_path)
+            .collect();
+        assert!(mounts.contains(&"/etc/clickhouse-keeper".to_string()));
+        assert!(mounts.contains(&"/var/lib/clickhouse-keeper".to_string()));
+        let headless = k.headless_service.spec.unwrap();
+        assert_eq!(headless.publish_not_ready_addresses, Some(true));
+        assert_eq!(k.client_service.metadata.name.as_deref(), Some("c1-keeper"));
+    }
+    let c = cluster(json!({"replicas": 1, "keeper": {"replicas": 0}}));
+    let d = build(&c, &inputs(replicas(1, 1)));
+    assert!(d.keeper.is_none());
+    assert!(!common_file(&d, RUNTIME_FILE).contains("<zookeeper"));
+}
+
+/// Pods run as non-root with a read-only root filesystem, seccomp RuntimeDefault, writable
+/// volumes where ClickHouse writes, and /ping probes.
+#[test]
+fn server_pods_are_locked_down_and_probed_on_ping() {
+    let c = cluster(json!({"storage": {"size": "20Gi", "storageClassName": "fast"}}));
+    let d = build(&c, &inputs(replicas(1, 1)));
+    let sts = &d.server_statefulsets[0];
+    let pod = sts.spec.template.spec.clone().unwrap();
+    let psc = pod.security_context.unwrap();
+    assert_eq!(
+        (psc.run_as_user, psc.fs_group, psc.run_as_non_root),
+        (Some(101), Some(101), Some(true))
+    );
+    assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    let main = &pod.containers[0];
+    let csc = main.security_context.clone().unwrap();
+    assert_eq!(csc.allow_privilege_escalation, Some(false));
+    assert_eq!(csc.read_only_root_filesystem, Some(true));
+    let mounts: BTreeMap<_, _> = main
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.mount_path, m.name))
+        .collect();
+    for path in [
+        "/var/lib/clickhouse",
+        "/var/log/clickhouse-server",
+        "/tmp",
+        "/etc/clickhouse-server/config.d",
+        "/etc/clickhouse-server/users.d",
+    ] {
+        assert!(mounts.contains_key(path), "{path}");
+    }
+    for probe in [
+        main.readiness_probe.clone().unwrap(),
+        main.liveness_probe.clone().unwrap(),
+    ] {
+        let get = probe.http_get.unwrap();
+        assert_eq!(get.path.as_deref(), Some("/ping"));
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8123)
+        );
+    }
+    assert!(
+        main.liveness_probe
+            .clone()
+            .unwrap()
+            .initial_delay_seconds
+            .unwrap()
+            >= 60
+    );
+    let vct = &sts.spec.volume_claim_templates.clone().unwrap()[0];
+    assert_eq!(vct.metadata.name.as_deref(), Some("data"));
+    let vspec = vct.spec.clone().unwrap();
+    assert_eq!(vspec.storage_class_name.as_deref(), Some("fast"));
+    assert_eq!(
+        vspec.resources.unwrap().requests.unwrap()["storage"].0,
+        "20Gi"
+    );
+    // config.d combines the common and the replica ConfigMaps; users.d the users Secret.
+    let projected: Vec<String> = pod
+        .volumes
+        .unwrap()
+        .into_iter()
+        .filter_map(|v| v.projected)
+        .flat_map(|p| p.sources.unwrap())
+        .map(|s| {
+            s.config_map
+                .map(|c| c.name)
+                .or(s.secret.map(|s| s.name))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(projected, ["c1-common", "c1-0-0", "c1-users"]);
+}
+
+/// With TLS the secure ports are served and used between replicas; `required` drops the plain
+/// ones and probes over HTTPS.
+#[test]
+fn tls_serves_secure_ports_and_required_drops_plain_ones() {
+    let c = cluster(json!({"tls": {"enabled": true, "serverCertSecret": "tls"}}));
+    let d = build(&c, &inputs(replicas(1, 1)));
+    let ports: Vec<_> = d
+        .client_service
+        .clone()
+        .unwrap()
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [8123, 9000, 8443, 9440]);
+    let runtime = common_file(&d, RUNTIME_FILE);
+    assert!(runtime.contains("<port>9440</port>") && runtime.contains("<secure>1</secure>"));
+    assert!(common_file(&d, SERVER_FILE).contains("/etc/clickhouse-server/tls/tls.crt"));
+    let c = cluster(json!({"tls": {"enabled": true, "required": true, "serverCertSecret": "tls"}}));
+    let d = build(&c, &inputs(replicas(1, 1)));
+    let ports: Vec<_> = d
+        .client_service
+        .clone()
+        .unwrap()
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .iter()
+        .map(|p| p.port)
+        .collect();
+    assert_eq!(ports, [8443, 9440]);
+    let probe = d.server_statefulsets[0]
+        .spec
+        .template
+        .spec
+        .clone()
+        .unwrap()
+        .containers[0]
+        .readiness_probe
+        .clone()
+        .unwrap()
+        .http_get
+        .unwrap();
+    assert_eq!(
+        (probe.port.clone(), probe.scheme.as_deref()),
+        (
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8443),
+            Some("HTTPS")
+        )
+    );
+    let c = cluster(json!({"clientService": {"enabled": false}}));
+    assert!(build(&c, &inputs(replicas(1, 1))).client_service.is_none());
+}
+
+/// User input that cannot become configuration is an error naming the field, never a panic.
+#[test]
+fn invalid_names_are_errors_not_panics() {
+    let c = cluster(json!({"configuration": {"profiles": {"bad name": {"x": "1"}}}}));
+    let err = desired(&Cluster::new(&c).unwrap(), &inputs(replicas(1, 1))).unwrap_err();
+    assert!(
+        err.to_string().contains("spec.configuration.profiles"),
+        "{err}"
+    );
+    let c = cluster(json!({}));
+    let mut i = inputs(replicas(1, 1));
+    i.user_passwords
+        .insert("1user".into(), Password("p".into()));
+    let err = desired(&Cluster::new(&c).unwrap(), &i).unwrap_err();
+    assert!(matches!(err, BuildError::InvalidName { .. }));
+    assert!(!err.to_string().contains("\"p\""));
+    let c =
+        cluster(json!({"configuration": {"files": {"00-operator-server.xml": "<clickhouse/>"}}}));
+    assert!(matches!(
+        desired(&Cluster::new(&c).unwrap(), &inputs(replicas(1, 1))),
+        Err(BuildError::ReservedFile(_))
+    ));
+    let mut c = cluster(json!({}));
+    c.metadata.uid = None;
+    assert_eq!(
+        Cluster::new(&c).unwrap_err(),
+        BuildError::MissingMetadata("uid")
+    );
+}
+
+/// A Secret entry named like the operator's user cannot replace it.
+#[test]
+fn a_user_cannot_take_the_operator_user() {
+    let c = cluster(json!({}));
+    let mut i = inputs(replicas(1, 1));
+    i.user_passwords
+        .insert(names::OPERATOR_USER.into(), Password("hijack".into()));
+    let d = build(&c, &i);
+    let users = users_file(&d);
+    assert_eq!(users.matches("<clickhouse_operator").count(), 1);
+    assert!(users.contains(&config::users::sha256_hex(&Password(
+        "operator-secret-pw".into()
+    ))));
+}
+
+/// A new random operator password differs each time and is alphanumeric.
+#[test]
+fn new_passwords_are_random() {
+    let mut rng = rand::rng();
+    let a = secret::new_password(&mut rng);
+    let b = secret::new_password(&mut rng);
+    assert_ne!(a, b);
+    assert_eq!(a.0.len(), secret::PASSWORD_LEN);
+    assert!(a.0.chars().all(|c| c.is_ascii_alphanumeric()));
+}
+
+/// The image's passwordless `default` user is reachable only from the pod itself and the
+/// cluster's own server pods, unless the users Secret gives it a password.
+#[test]
+fn the_passwordless_default_user_is_restricted_to_the_cluster() {
+    let c = cluster(json!({}));
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let users = users_file(&d);
+    let doc = parse(&users);
+    let default = doc
+        .descendants()
+        .find(|n| n.has_tag_name("default") && n.parent().is_some_and(|p| p.has_tag_name("users")))
+        .unwrap();
+    let networks = default
+        .children()
+        .find(|n| n.has_tag_name("networks"))
+        .unwrap();
+    assert_eq!(networks.attribute("replace"), Some("replace"));
+    let entries: Vec<_> = networks
+        .children()
+        .filter(|n| n.is_element())
+        .map(|n| {
+            (
+                n.tag_name().name().to_string(),
+                n.text().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(entries.contains(&("ip".into(), "127.0.0.1".into())));
+    assert!(!entries.iter().any(|(_, v)| v == "::/0"));
+    let (_, regexp) = entries.iter().find(|(k, _)| k == "host_regexp").unwrap();
+    assert_eq!(
+        regexp,
+        r"^c1-[0-9]+-[0-9]+-0\.c1-headless\.t1\.svc\.cluster\.local$"
+    );
+    // With a password from the users Secret, `default` is the user's, open like the others.
+    let mut i = inputs(replicas(1, 2));
+    i.user_passwords
+        .insert("default".into(), Password("pw".into()));
+    let users = users_file(&build(&c, &i));
+    assert_eq!(users.matches("<default").count(), 1, "{users}");
+    assert!(users.contains("<default replace=\"replace\">"), "{users}");
+    assert!(!users.contains("host_regexp"));
+}
+
+/// The classification and the builders agree: a server (Keeper) pod template changes exactly
+/// when `changes::classify` says the change restarts server (Keeper) pods.
+#[test]
+fn classification_agrees_with_the_pod_templates() {
+    use changes::{Need, classify};
+    let base = json!({"shards": 2, "replicas": 2, "users": {"secretName": "u"},
+        "tls": {"enabled": false, "serverCertSecret": "tls"},
+        "configuration": {"settings": {"max_concurrent_queries": "1", "mark_cache_size": "1"},
+                          "profiles": {"p": {"readonly": "1"}}}});
+    let edits: Vec<serde_json::Value> = vec![
+        json!({"replicas": 3}),
+        json!({"shards": 3}),
+        json!({"keeper": {"replicas": 5}}),
+        json!({"image": "other"}),
+        json!({"pod": {"resources": {"limits": {"cpu": "1"}}}}),
+        json!({"pod": {"env": [{"name": "A", "value": "1"}]}}),
+        json!({"pod": {"sidecars": [{"name": "s", "image": "s"}]}}),
+        json!({"pod": {"annotations": {"a": "b"}}}),
+        json!({"keeper": {"image": "other"}}),
+        json!({"keeper": {"pod": {"nodeSelector": {"a": "b"}}}}),
+        json!({"configuration": {"settings": {"max_concurrent_queries": "2", "mark_cache_size": "1"}, "profiles": {"p": {"readonly": "1"}}}}),
+        json!({"configuration": {"settings": {"max_concurrent_queries": "1", "mark_cache_size": "2"}, "profiles": {"p": {"readonly": "1"}}}}),
+        json!({"configuration": {"settings": {"max_concurrent_queries": "1", "mark_cache_size": "1"}, "profiles": {"p": {"readonly": "0"}}}}),
+        json!({"users": {"secretName": "u", "profile": "p"}}),
+        json!({"tls": {"enabled": true, "serverCertSecret": "tls"}}),
+        json!({"storage": {"size": "20Gi"}, "storageScaling": {"enableVolumeScaling": true}}),
+        json!({"pause": true}),
+        json!({"updateStrategy": "RollingUpdate"}),
+        json!({"podDisruptionBudget": {"maxUnavailable": 2}}),
+        json!({"clientService": {"type": "NodePort"}}),
+    ];
+    let i = inputs(replicas(2, 2));
+    let old = cluster(base.clone());
+    let d0 = build(&old, &i);
+    for edit in edits {
+        let mut merged = base.clone();
+        for (k, v) in edit.as_object().unwrap() {
+            merged[k] = v.clone();
+        }
+        let new = cluster(merged);
+        let d = build(&new, &i);
+        let ch = classify(&old.spec, &new.spec);
+        let restarts = |c: &changes::ComponentChanges| {
+            c.needs(Need::RollingRestart) || c.needs(Need::FullStopStart)
+        };
+        assert_eq!(
+            templates(&d) != templates(&d0),
+            restarts(&ch.server),
+            "server, edit {edit}: {ch:?}"
+        );
+        assert_eq!(
+            d.keeper.as_ref().unwrap().statefulset.spec.template
+                != d0.keeper.as_ref().unwrap().statefulset.spec.template,
+            restarts(&ch.keeper),
+            "keeper, edit {edit}: {ch:?}"
+        );
+    }
+}
+
+proptest::proptest! {
+    /// S0-11 / remote_servers: for any set of replicas, every replica has its own StatefulSet
+    /// and ConfigMap of the same name, appears exactly once in remote_servers under its shard,
+    /// and every shard that has a replica has a budget.
+    #[test]
+    fn any_replica_set_is_built_consistently(
+        picks in proptest::collection::btree_map(0i64..500, 0i32..5, 1..20)
+    ) {
+        let reps: Vec<ReplicaSpec> =
+            picks.iter().map(|(i, s)| ReplicaSpec::new("c1", *s, *i)).collect();
+        let c = cluster(json!({"shards": 2}));
+        let d = build(&c, &inputs(reps.clone()));
+        let runtime = common_file(&d, RUNTIME_FILE);
+        let doc = parse(runtime);
+        for (r, (sts, cm)) in reps.iter().zip(d.server_statefulsets.iter().zip(&d.replica_configs)) {
+            proptest::prop_assert_eq!(sts.metadata.name.as_ref(), Some(&r.name));
+            proptest::prop_assert_eq!(cm.metadata.name.as_ref(), Some(&r.name));
+            let host = names::replica_host("c1", "t1", &r.name);
+            let hits: Vec<_> = doc
+                .descendants()
+                .filter(|n| n.has_tag_name("host") && n.text() == Some(host.as_str()))
+                .collect();
+            proptest::prop_assert_eq!(hits.len(), 1);
+            // Its shard element holds the replicas of that shard only.
+            let shard = hits[0].parent().unwrap().parent().unwrap();
+            let shard_hosts: std::collections::BTreeSet<String> = shard
+                .descendants()
+                .filter(|n| n.has_tag_name("host"))
+                .map(|n| n.text().unwrap().to_string())
+                .collect();
+            let want: std::collections::BTreeSet<String> = reps
+                .iter()
+                .filter(|o| o.shard == r.shard)
+                .map(|o| names::replica_host("c1", "t1", &o.name))
+                .collect();
+            proptest::prop_assert_eq!(shard_hosts, want);
+            let pdb = names::shard_pdb("c1", r.shard);
+            proptest::prop_assert!(d.shard_pdbs.iter().any(|p| p.metadata.name.as_ref() == Some(&pdb)));
+        }
+        let distinct: std::collections::BTreeSet<_> =
+            d.server_statefulsets.iter().map(|s| s.metadata.name.clone()).collect();
+        proptest::prop_assert_eq!(distinct.len(), reps.len());
+    }
+}

@@ -1,0 +1,361 @@
+//! The reconcile engine on the real local Kubernetes with real ClickHouse and ZooKeeper pods.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clickhouse_operator::api::{ClickHouseCluster, ClusterState, ReplicaState};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::*;
+
+const READY: Duration = Duration::from_secs(300);
+
+async fn patch_spec(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
+    Api::<ClickHouseCluster>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .expect("patch the cluster");
+}
+
+async fn wait_ready(client: &Client, ns: &str, name: &str, generation: i64) -> ClickHouseCluster {
+    wait_status(
+        client,
+        ns,
+        name,
+        READY,
+        &format!("{name} ready at generation {generation}"),
+        |s| s.state == ClusterState::Ready && s.observed_generation == Some(generation),
+    )
+    .await
+}
+
+/// (uid, restartCount) of every server pod, by pod name.
+async fn server_pods(client: &Client, ns: &str, cluster: &str) -> BTreeMap<String, (String, i32)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.list(&ListParams::default().labels(&format!(
+        "clickhouse.com/cluster={cluster},app.kubernetes.io/component=server"
+    )))
+    .await
+    .unwrap()
+    .items
+    .into_iter()
+    .map(|p| {
+        let restarts = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum());
+        (p.name_any(), (p.uid().unwrap_or_default(), restarts))
+    })
+    .collect()
+}
+
+fn backup_replica(c: &ClickHouseCluster) -> String {
+    c.status
+        .as_ref()
+        .unwrap()
+        .replica_state_map
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .map(|(n, _)| n.clone())
+        .expect("a backup replica")
+}
+
+/// S0-05, S0-10, S0-19, S0-20, S1-01, S0-21…S0-29, S1-16: scale a shard out 1→3 (the new
+/// replicas get the schema and the data, the first replica is not restarted), then in 3→1
+/// (the backup replica stays, the others leave Keeper, their PVCs are labelled and cleaned).
+#[tokio::test]
+async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
+    let client = client().await;
+    let ns = namespace(&client, "scale").await;
+    let _op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let first = backup_replica(&c);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let s = sts.get(&first).await.unwrap();
+    assert_eq!(s.spec.replicas, Some(1), "S0-10: one pod per StatefulSet");
+
+    let ch = sql_client(&client, &ns, "c1", &format!("{first}-0")).await;
+    exec(&ch, "CREATE TABLE default.events (id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') ORDER BY id").await;
+    exec(
+        &ch,
+        "INSERT INTO default.events SELECT number FROM system.numbers LIMIT 100",
+    )
+    .await;
+    let before = server_pods(&client, &ns, "c1").await;
+
+    patch_spec(&client, &ns, "c1", json!({"replicas": 3})).await;
+    let c = wait_ready(&client, &ns, "c1", 2).await;
+    let map = &c.status.as_ref().unwrap().replica_state_map;
+    assert_eq!(map.len(), 3);
+    assert!(map.values().all(|r| r.state == ReplicaState::Ready));
+    assert_eq!(backup_replica(&c), first, "the backup replica stays");
+    let after = server_pods(&client, &ns, "c1").await;
+    assert_eq!(after.len(), 3);
+    for (pod, id) in &before {
+        assert_eq!(after.get(pod), Some(id), "S0-05: {pod} was not restarted");
+    }
+    for name in map.keys().filter(|n| **n != first) {
+        let ch = sql_client(&client, &ns, "c1", &format!("{name}-0")).await;
+        let tables = query(
+            &ch,
+            "SELECT name AS v FROM system.tables WHERE database = 'default'",
+        )
+        .await;
+        assert!(
+            tables.contains(&"events".to_string()),
+            "S1-01: {name} got the table: {tables:?}"
+        );
+        exec(&ch, "SYSTEM SYNC REPLICA default.events").await;
+        assert_eq!(
+            query(&ch, "SELECT count() AS v FROM default.events").await,
+            ["100"],
+            "{name} replicated the rows"
+        );
+    }
+
+    patch_spec(&client, &ns, "c1", json!({"replicas": 1})).await;
+    let c = wait_ready(&client, &ns, "c1", 3).await;
+    let map = &c.status.as_ref().unwrap().replica_state_map;
+    assert_eq!(
+        map.keys().collect::<Vec<_>>(),
+        [&first],
+        "S0-14: the backup replica is the one left"
+    );
+    let removed: Vec<String> = after
+        .keys()
+        .map(|p| p.trim_end_matches("-0").to_string())
+        .filter(|r| *r != first)
+        .collect();
+    for r in &removed {
+        assert!(
+            sts.get_opt(r).await.unwrap().is_none(),
+            "S0-26: {r} deleted"
+        );
+    }
+    // S0-27 / S1-16: the removed replicas left Keeper.
+    let ch = sql_client(&client, &ns, "c1", &format!("{first}-0")).await;
+    let replicas = query(&ch, "SELECT name AS v FROM system.zookeeper WHERE path = '/clickhouse/tables/0/default/events/replicas'").await;
+    assert_eq!(
+        replicas,
+        std::slice::from_ref(&first),
+        "only the survivor is registered in Keeper"
+    );
+    assert_eq!(
+        query(&ch, "SELECT count() AS v FROM default.events").await,
+        ["100"]
+    );
+    // S0-28 / S0-29: their PVCs were labelled, then deleted by the PVC cleaner once unused.
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        Duration::from_secs(120),
+        "the removed replicas' PVCs to be cleaned",
+        || {
+            let pvcs = pvcs.clone();
+            let removed = removed.clone();
+            async move {
+                let names: Vec<String> = pvcs
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .iter()
+                    .map(|p| p.name_any())
+                    .collect();
+                removed
+                    .iter()
+                    .all(|r| !names.iter().any(|n| n.contains(r.as_str())))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let left = pvcs.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        left.iter().any(|p| p.name_any().contains(&first)),
+        "the survivor's PVC is kept"
+    );
+    assert!(
+        left.iter()
+            .all(|p| !p.labels().contains_key("clickhouse.com/delete-pvc"))
+    );
+}
+
+/// S0-17, S2-15, S2-28: an image change restarts every replica once, one at a time, the
+/// backup replica last; the status is never `ready` while a pod is outdated.
+#[tokio::test]
+async fn s2_28_image_change_rolls_out_one_at_a_time_backup_last() {
+    let client = client().await;
+    let ns = namespace(&client, "roll").await;
+    let _op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 3, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let backup = backup_replica(&c);
+    let before = server_pods(&client, &ns, "c1").await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"image": "clickhouse/clickhouse-server:24.9"}),
+    )
+    .await;
+
+    // Watch the pods until the rollout is done: record the order of restarts and the most
+    // pods that were down at once.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    let mut order: Vec<String> = Vec::new();
+    let mut most_down = 0;
+    let deadline = tokio::time::Instant::now() + READY;
+    loop {
+        let list = pods
+            .list(
+                &ListParams::default()
+                    .labels("clickhouse.com/cluster=c1,app.kubernetes.io/component=server"),
+            )
+            .await
+            .unwrap()
+            .items;
+        let mut down = 3 - list.len();
+        for p in &list {
+            let name = p.name_any();
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                && p.metadata.deletion_timestamp.is_none();
+            if !ready {
+                down += 1;
+            }
+            if before.get(&name).map(|(uid, _)| uid) != p.uid().as_ref() && !order.contains(&name) {
+                order.push(name);
+            }
+        }
+        most_down = most_down.max(down);
+        let c = api.get("c1").await.unwrap();
+        let s = c.status.unwrap();
+        if s.state == ClusterState::Ready && s.observed_generation == Some(2) {
+            assert_eq!(
+                order.len(),
+                3,
+                "every pod restarted once before ready: {order:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rollout did not finish: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        most_down <= 1,
+        "S0-18: at most maxUnavailable=1 pod down at once, saw {most_down}"
+    );
+    assert_eq!(
+        order.last(),
+        Some(&format!("{backup}-0")),
+        "S2-28: the backup replica last: {order:?}"
+    );
+    for p in pods
+        .list(
+            &ListParams::default()
+                .labels("clickhouse.com/cluster=c1,app.kubernetes.io/component=server"),
+        )
+        .await
+        .unwrap()
+    {
+        let image = p.spec.unwrap().containers[0].image.clone().unwrap();
+        assert_eq!(image, "clickhouse/clickhouse-server:24.9");
+    }
+}
+
+/// S0-03, S2-21, S2-22: pause stops every pod (stopping, then paused), keeps the PVCs and the
+/// data; resume brings the cluster back to ready with its rows.
+#[tokio::test]
+async fn s2_22_pause_and_resume_keep_the_data() {
+    let client = client().await;
+    let ns = namespace(&client, "pause").await;
+    let _op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replica = backup_replica(&c);
+    let ch = sql_client(&client, &ns, "c1", &format!("{replica}-0")).await;
+    exec(
+        &ch,
+        "CREATE TABLE default.t (id UInt64) ENGINE = MergeTree ORDER BY id",
+    )
+    .await;
+    exec(
+        &ch,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 42",
+    )
+    .await;
+
+    patch_spec(&client, &ns, "c1", json!({"pause": true})).await;
+    let c = wait_status(&client, &ns, "c1", READY, "paused", |s| {
+        s.state == ClusterState::Paused
+    })
+    .await;
+    assert!(
+        c.status
+            .unwrap()
+            .replica_state_map
+            .values()
+            .all(|r| r.state == ReplicaState::Stopped)
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        pods.list(&ListParams::default().labels("clickhouse.com/cluster=c1"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        !pvcs
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "PVCs are kept"
+    );
+
+    patch_spec(&client, &ns, "c1", json!({"pause": false})).await;
+    wait_ready(&client, &ns, "c1", 3).await;
+    let ch = sql_client(&client, &ns, "c1", &format!("{replica}-0")).await;
+    assert_eq!(
+        query(&ch, "SELECT count() AS v FROM default.t").await,
+        ["42"]
+    );
+}

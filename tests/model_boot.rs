@@ -1,0 +1,350 @@
+//! The generated server configuration boots a real ClickHouse server (Debian's 18.16 package).
+//!
+//! One replica's `config.d/` (the common ConfigMap and the replica's own) and `users.d/` (the
+//! users Secret) are written into a temporary folder laid out like `/etc/clickhouse-server`, on
+//! top of Debian's `config.xml` and `users.xml`. A test-only `config.d/zz-test.xml` moves ports,
+//! paths and the listen address so the server runs unprivileged on 127.0.0.1 with free ports;
+//! nothing else of the generated configuration is changed.
+//!
+//! What 18.16 cannot show: `getMacro()` does not exist there (the macros are read from
+//! `system.macros` instead); the pod and Keeper hosts do not resolve outside Kubernetes, so
+//! replication is not exercised here (the local kubelet tests do that). Found on 18.16: it
+//! resolves every `remote_servers` host when the cluster config is loaded, and refuses the whole
+//! main-config reload while one does not resolve (users reload separately and are not affected).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clickhouse_operator::api::ClickHouseCluster;
+use clickhouse_operator::model::{
+    Cluster, Desired, Inputs, Password, ReplicaSpec, config::server::REPLICA_FILE, desired, names,
+};
+
+const SERVER: &str = "/usr/sbin/clickhouse-server";
+const BASE: &str = "/etc/clickhouse-server";
+
+/// A running server; killed (and its folder removed) when dropped, also when a test fails.
+struct ServerGuard {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::env::var_os("KEEP_MODEL_BOOT_DIR").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// One HTTP GET of a query; returns (status code, body).
+fn query(port: u16, user: Option<(&str, &str)>, sql: &str) -> (u16, String) {
+    let mut target = format!("/?query={}", urlencoding::encode(sql));
+    if let Some((u, p)) = user {
+        target.push_str(&format!(
+            "&user={}&password={}",
+            urlencoding::encode(u),
+            urlencoding::encode(p)
+        ));
+    }
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let req = format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    let code = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+fn cluster() -> ClickHouseCluster {
+    let spec = serde_json::from_value(serde_json::json!({
+        "shards": 2,
+        "replicas": 1,
+        "users": {"secretName": "c1-app-users"},
+        "configuration": {
+            "settings": {"max_concurrent_queries": "150", "max_connections": "2048"},
+            "profiles": {"default": {"max_memory_usage": "1234567890"}},
+            "quotas": {"default": {"duration": "3600", "queries": "0"}}
+        }
+    }))
+    .unwrap();
+    let mut c = ClickHouseCluster::new("c1", spec);
+    c.metadata.namespace = Some("t1".into());
+    c.metadata.uid = Some("00000000-0000-4000-8000-000000000001".into());
+    c
+}
+
+fn inputs() -> Inputs {
+    Inputs {
+        replicas: vec![ReplicaSpec::new("c1", 0, 0), ReplicaSpec::new("c1", 1, 3)],
+        listed: None,
+        secrets: BTreeMap::new(),
+        user_passwords: BTreeMap::from([("alice".into(), Password("alice pw & <x>".into()))]),
+        operator_password: Password("op3rator-pw".into()),
+    }
+}
+
+fn users_file(d: &Desired) -> String {
+    String::from_utf8(
+        d.users_secret.data.as_ref().unwrap()[names::USERS_FILE]
+            .0
+            .clone(),
+    )
+    .unwrap()
+}
+
+/// An empty folder for one server, named after the test.
+fn fresh_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("model-boot-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Lays out the configuration of replica `c1-1-3` in `dir` and starts the server on it.
+/// `extra` is more test-only XML for `zz-test.xml` (paths of the TLS files, ports).
+fn start(d: &Desired, dir: PathBuf, extra: &str) -> (ServerGuard, u16) {
+    for f in ["config.xml", "users.xml"] {
+        std::fs::copy(Path::new(BASE).join(f), dir.join(f)).unwrap();
+    }
+    for (name, content) in d.common_config.data.as_ref().unwrap() {
+        write(&dir.join("config.d").join(name), content);
+    }
+    let replica = d
+        .replica_configs
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("c1-1-3"))
+        .unwrap();
+    write(
+        &dir.join("config.d").join(REPLICA_FILE),
+        &replica.data.as_ref().unwrap()[REPLICA_FILE],
+    );
+    write(&dir.join("users.d").join(names::USERS_FILE), &users_file(d));
+    let (http, tcp, interserver) = (free_port(), free_port(), free_port());
+    let data = dir.join("data");
+    let test = format!(
+        r#"<?xml version="1.0"?>
+<clickhouse>
+    <listen_host replace="replace">127.0.0.1</listen_host>
+    <listen_host remove="remove"/>
+    <http_port replace="replace">{http}</http_port>
+    <tcp_port replace="replace">{tcp}</tcp_port>
+    <interserver_http_port replace="replace">{interserver}</interserver_http_port>
+    <path>{data}/</path>
+    <tmp_path>{data}/tmp/</tmp_path>
+    <user_files_path>{data}/user_files/</user_files_path>
+    <format_schema_path>{data}/format_schemas/</format_schema_path>
+    <logger>
+        <log>{dir}/log/server.log</log>
+        <errorlog>{dir}/log/server.err.log</errorlog>
+    </logger>
+    {extra}
+</clickhouse>
+"#,
+        data = data.display(),
+        dir = dir.display()
+    );
+    write(&dir.join("config.d").join("zz-test.xml"), &test);
+    let out = std::fs::File::create(dir.join("stdout.log")).unwrap();
+    let child = Command::new(SERVER)
+        .arg(format!(
+            "--config-file={}",
+            dir.join("config.xml").display()
+        ))
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .expect("clickhouse-server starts");
+    let guard = ServerGuard { child, dir };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if query(http, None, "SELECT 1").1.trim() == "1" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not answer within 60 s; see {}",
+            guard.dir.join("log").display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (guard, http)
+}
+
+/// The generated configuration boots 18.16, gives the macros, lets the operator and a user of
+/// the users Secret log in, and applies the profile; a password change is reloaded without a
+/// restart.
+#[test]
+fn generated_config_boots_a_real_server() {
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let c = cluster();
+    let mut i = inputs();
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let (mut guard, port) = start(&d, fresh_dir("plain"), "");
+
+    assert_eq!(query(port, None, "SELECT 1").1.trim(), "1");
+
+    // Macros: getMacro() on modern servers, system.macros on 18.16 (which lacks getMacro).
+    let (code, body) = query(port, None, "SELECT getMacro('replica'), getMacro('shard')");
+    let macros = if code == 200 {
+        body.trim().replace('\t', " ")
+    } else {
+        assert!(body.contains("getMacro"), "unexpected error: {body}");
+        let (_, m) = query(
+            port,
+            None,
+            "SELECT substitution FROM system.macros WHERE macro IN ('replica', 'shard') ORDER BY macro",
+        );
+        m.trim().replace('\n', " ")
+    };
+    assert_eq!(macros, "c1-1-3 1");
+    let (_, cluster_macro) = query(
+        port,
+        None,
+        "SELECT substitution FROM system.macros WHERE macro = 'cluster'",
+    );
+    assert_eq!(cluster_macro.trim(), "c1");
+
+    // The operator's user and a user from the users Secret log in with their passwords, and
+    // only with them.
+    let op = (names::OPERATOR_USER, "op3rator-pw");
+    assert_eq!(query(port, Some(op), "SELECT 1"), (200, "1\n".into()));
+    let (code, body) = query(port, Some((names::OPERATOR_USER, "wrong")), "SELECT 1");
+    assert_ne!(code, 200, "a wrong password was accepted: {body}");
+    let alice = ("alice", "alice pw & <x>");
+    assert_eq!(query(port, Some(alice), "SELECT 1"), (200, "1\n".into()));
+
+    // The users' profile from spec.configuration.profiles is in force.
+    let (_, v) = query(
+        port,
+        Some(alice),
+        "SELECT value FROM system.settings WHERE name = 'max_memory_usage'",
+    );
+    assert_eq!(v.trim(), "1234567890");
+
+    // remote_servers replaced the image's example clusters with the cluster c1. Modern servers
+    // list it; 18.16 resolves every host when system.clusters is read, and the pod names do not
+    // resolve outside Kubernetes, so there the error naming our replica's host is the proof.
+    let (code, clusters) = query(port, None, "SELECT DISTINCT cluster FROM system.clusters");
+    if code == 200 {
+        assert!(clusters.lines().any(|l| l == "c1"), "{clusters}");
+        assert!(!clusters.contains("test_shard_localhost"), "{clusters}");
+    } else {
+        assert!(
+            clusters.contains("c1-0-0-0.c1-headless.t1.svc.cluster.local"),
+            "{clusters}"
+        );
+    }
+
+    // Reload without restart: a rotated password works within seconds, same process.
+    i.user_passwords
+        .insert("alice".into(), Password("rotated".into()));
+    let d2 = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    // 18.16 notices a change by the file's modification time in whole seconds: let the second
+    // tick over (Kubernetes swaps projected files far later than that).
+    std::thread::sleep(Duration::from_millis(1100));
+    write(
+        &guard.dir.join("users.d").join(names::USERS_FILE),
+        &users_file(&d2),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while query(port, Some(("alice", "rotated")), "SELECT 1").0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the new password was not reloaded"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        guard.child.try_wait().unwrap().is_none(),
+        "the server restarted"
+    );
+}
+
+/// With TLS the generated openSSL section, secure ports and secure remote_servers boot 18.16,
+/// and the server answers over HTTPS. Only the certificate paths and ports are moved.
+#[test]
+fn generated_tls_config_serves_https() {
+    if !Path::new(SERVER).exists() || !Path::new("/usr/bin/openssl").exists() {
+        eprintln!("skipped: clickhouse-server or openssl is not installed");
+        return;
+    }
+    let mut c = cluster();
+    c.spec.tls.enabled = true;
+    c.spec.tls.server_cert_secret = Some("c1-tls".into());
+    c.spec.tls.ca_secret = Some("c1-ca".into());
+    let d = desired(&Cluster::new(&c).unwrap(), &inputs()).unwrap();
+    let dir = fresh_dir("tls");
+    let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let ok = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "openssl failed");
+    let (https, secure) = (free_port(), free_port());
+    let extra = format!(
+        r#"<https_port replace="replace">{https}</https_port>
+    <tcp_port_secure replace="replace">{secure}</tcp_port_secure>
+    <openSSL>
+        <server>
+            <certificateFile>{crt}</certificateFile>
+            <privateKeyFile>{key}</privateKeyFile>
+            <caConfig>{crt}</caConfig>
+        </server>
+        <client><caConfig>{crt}</caConfig></client>
+    </openSSL>"#,
+        crt = crt.display(),
+        key = key.display()
+    );
+    let (_guard, _) = start(&d, dir, &extra);
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "10"])
+        .arg(format!("https://127.0.0.1:{https}/?query=SELECT%2042"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+}
