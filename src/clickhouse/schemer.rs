@@ -274,9 +274,7 @@ fn table_object(t: &DiscoveredTable, schema: &SourceSchema) -> Option<SchemaObje
     let statement = sql::create_if_not_exists(&t.create_query)?;
     let kind = ObjectKind::of_table(&t.engine, &t.create_query);
     let mut depends_on: BTreeSet<TableName> = BTreeSet::new();
-    if kind == ObjectKind::Distributed {
-        depends_on.extend(distributed_target(t));
-    }
+    depends_on.extend(engine_target(t));
     for other in &schema.tables {
         if other.name == t.name {
             continue;
@@ -305,19 +303,42 @@ fn table_object(t: &DiscoveredTable, schema: &SourceSchema) -> Option<SchemaObje
 /// backquoted; S1-14). `None` for anything else, or a target database given as an
 /// expression.
 pub fn distributed_target(t: &DiscoveredTable) -> Option<TableName> {
-    let args = t
-        .engine_full
-        .trim()
-        .strip_prefix("Distributed")?
-        .trim_start();
-    let inner = args.strip_prefix('(')?;
-    let parts = split_args(inner)?;
-    let database = unquote(parts.get(1)?)?;
-    let table = unquote(parts.get(2)?)?;
-    if database.is_empty() || table.is_empty() {
-        return None;
+    let parts = engine_args(&t.engine_full, "Distributed")?;
+    qualified(parts.get(1)?, parts.get(2)?)
+}
+
+/// The table an engine reads from, for ordering: a Distributed table's local table, a
+/// Buffer table's destination (`Buffer(db, table, …)`), a Dictionary-engine table's
+/// dictionary (`Dictionary(db.dict)` or `Dictionary(dict)` in its own database).
+pub fn engine_target(t: &DiscoveredTable) -> Option<TableName> {
+    match t.engine.as_str() {
+        "Distributed" => distributed_target(t),
+        "Buffer" => {
+            let parts = engine_args(&t.engine_full, "Buffer")?;
+            qualified(parts.first()?, parts.get(1)?)
+        }
+        "Dictionary" => {
+            let parts = engine_args(&t.engine_full, "Dictionary")?;
+            let name =
+                unquote(parts.first()?).or_else(|| Some(parts.first()?.trim().replace('`', "")))?;
+            match name.split_once('.') {
+                Some((db, dict)) => qualified(db, dict),
+                None => qualified(&t.name.database.0, &name),
+            }
+        }
+        _ => None,
     }
-    Some(TableName::new(&database, &table))
+}
+
+fn engine_args(engine_full: &str, engine: &str) -> Option<Vec<String>> {
+    let args = engine_full.trim().strip_prefix(engine)?.trim_start();
+    split_args(args.strip_prefix('(')?)
+}
+
+fn qualified(database: &str, table: &str) -> Option<TableName> {
+    let database = unquote(database)?;
+    let table = unquote(table)?;
+    (!database.is_empty() && !table.is_empty()).then(|| TableName::new(&database, &table))
 }
 
 /// Splits the top-level, comma-separated arguments up to the closing parenthesis.
@@ -878,6 +899,66 @@ mod tests {
                 "{engine_full}"
             );
         }
+    }
+
+    /// Non-MergeTree engines that read another table are ordered after it.
+    #[test]
+    fn engine_targets_of_buffer_and_dictionary_tables() {
+        let buffer = table(
+            "db",
+            "buf",
+            "Buffer",
+            "Buffer(db, dest, 16, 10, 100, 10000, 1000000, 10000000, 100000000)",
+            "CREATE TABLE db.buf (x UInt8) ENGINE = Buffer(db, dest, 16, 10, 100, 10000, 1000000, 10000000, 100000000)",
+        );
+        assert_eq!(engine_target(&buffer), Some(TableName::new("db", "dest")));
+        let dict_table = table(
+            "db",
+            "dt",
+            "Dictionary",
+            "Dictionary(other.dict)",
+            "CREATE TABLE db.dt (k UInt64) ENGINE = Dictionary(other.dict)",
+        );
+        assert_eq!(
+            engine_target(&dict_table),
+            Some(TableName::new("other", "dict"))
+        );
+        let own = table(
+            "db",
+            "dt2",
+            "Dictionary",
+            "Dictionary(dict)",
+            "CREATE TABLE db.dt2 (k UInt64) ENGINE = Dictionary(dict)",
+        );
+        assert_eq!(engine_target(&own), Some(TableName::new("db", "dict")));
+        let plain = table(
+            "db",
+            "m",
+            "MergeTree",
+            "MergeTree ORDER BY x",
+            "CREATE TABLE db.m (x UInt8) ENGINE = MergeTree ORDER BY x",
+        );
+        assert_eq!(engine_target(&plain), None);
+
+        let dest = table(
+            "db",
+            "dest",
+            "MergeTree",
+            "MergeTree ORDER BY x",
+            "CREATE TABLE db.dest (x UInt8) ENGINE = MergeTree ORDER BY x",
+        );
+        let s = SourceSchema {
+            databases: vec![DiscoveredDatabase {
+                name: DatabaseName("db".into()),
+                engine: "Atomic".into(),
+            }],
+            tables: vec![buffer, dest],
+            functions: vec![],
+        };
+        assert_eq!(
+            names(&replicated_objects(&s)),
+            ["db db", "db.dest", "db.buf"]
+        );
     }
 
     fn schema() -> SourceSchema {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::diff::{covers, object_covered};
 use super::replicas::{self, ReplicaFacts, Topology};
@@ -251,6 +251,17 @@ fn unschedulable(p: &Pod) -> Option<String> {
                 p.metadata.name.as_deref().unwrap_or(""),
                 c.message.as_deref().unwrap_or("")
             )
+        })
+}
+
+/// Does a server pod template serve HTTPS (`spec.tls.enabled` when it was written)?
+fn serves_tls(template: &Value) -> bool {
+    template["spec"]["containers"][0]["ports"]
+        .as_array()
+        .is_some_and(|ports| {
+            ports
+                .iter()
+                .any(|p| p["containerPort"] == names::HTTPS_PORT)
         })
 }
 
@@ -589,10 +600,51 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
         waits.push(format!("resizing storage of {}", storage_busy.join(", ")));
     }
 
-    // Rollout of outdated pods, unless paused or a storage resize is in progress (S2-13).
-    let rollout_active = members
-        .iter()
-        .any(|m| m.template_outdated || m.pod_outdated);
+    // Turning TLS on or off is a full stop and start (S2-23): every server goes to 0 with the
+    // template it has; once no server pod is left, all start at once on the new template.
+    let switching_tls = !spec.pause
+        && obs.statefulsets.iter().any(|(n, o)| {
+            status.replica_state_map.contains_key(n)
+                && serves_tls(&json_of(&o.spec)["template"]) != spec.tls.enabled
+                && o.spec.replicas != Some(0)
+        });
+    if switching_tls {
+        for d in &desired.server_statefulsets {
+            let n = d.metadata.name.clone().unwrap_or_default();
+            let Some(o) = obs
+                .statefulsets
+                .get(&n)
+                .filter(|o| o.spec.replicas != Some(0))
+            else {
+                continue;
+            };
+            let oj = json_of(o);
+            let mut stop = json_of(d);
+            stop["spec"]["template"] = oj["spec"]["template"].clone();
+            stop["spec"]["volumeClaimTemplates"] = oj["spec"]["volumeClaimTemplates"].clone();
+            stop["spec"]["replicas"] = json!(0);
+            out.actions.retain(
+                |a| !matches!(a, Action::Apply { kind: Kind::StatefulSet, name, .. } if *name == n),
+            );
+            out.actions.push(Action::Apply {
+                kind: Kind::StatefulSet,
+                name: n,
+                object: stop,
+                create: false,
+            });
+        }
+        waits.push(format!(
+            "turning TLS {}: stopping every server before starting them again",
+            if spec.tls.enabled { "on" } else { "off" }
+        ));
+    }
+
+    // Rollout of outdated pods, unless paused, switching TLS, or a storage resize is in
+    // progress (S2-13).
+    let rollout_active = !switching_tls
+        && members
+            .iter()
+            .any(|m| m.template_outdated || m.pod_outdated);
     if rollout_active && !spec.pause && storage_busy.is_empty() {
         // Catch-up of ready replicas in the shards being rolled must be known first.
         let shards: BTreeSet<i32> = members
@@ -797,7 +849,9 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
             waits.push(reason);
         }
     }
-    let (state, message) = if out.failure.is_some() {
+    let (state, message) = if switching_tls && out.failure.is_none() {
+        (ClusterState::Stopping, Some(waits.join("; ")))
+    } else if out.failure.is_some() {
         (
             ClusterState::Error,
             out.failure.as_ref().map(|f| f.message.clone()),
@@ -1378,5 +1432,59 @@ mod tests {
         sim.settle();
         sim.converge(20);
         assert_eq!(sim.map().len(), 2);
+    }
+
+    /// S2-23: turning TLS on stops every server, then starts them all on the new template.
+    #[test]
+    fn s2_23_tls_toggle_is_a_full_stop_and_start() {
+        let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+        sim.converge(20);
+        sim.cluster.spec.tls.enabled = true;
+        sim.cluster.spec.tls.server_cert_secret = Some("tls".into());
+        let p = sim.plan();
+        assert_eq!(
+            p.status.state,
+            ClusterState::Stopping,
+            "{:?}",
+            p.status.message
+        );
+        let stops: Vec<&Value> = p
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Apply {
+                    kind: Kind::StatefulSet,
+                    object,
+                    ..
+                } if !object["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("keeper") =>
+                {
+                    Some(object)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(stops.len(), 2);
+        assert!(
+            stops
+                .iter()
+                .all(|o| o["spec"]["replicas"] == 0 && !serves_tls(&o["spec"]["template"]))
+        );
+        sim.act(&p);
+        assert!(
+            !sim.obs.pods.keys().any(|p| p.starts_with("c1-0-")),
+            "every server stopped"
+        );
+        sim.converge(20);
+        assert_eq!(sim.state(), ClusterState::Ready);
+        assert!(
+            sim.obs
+                .statefulsets
+                .iter()
+                .filter(|(n, _)| !n.ends_with("keeper"))
+                .all(|(_, s)| serves_tls(&json_of(&s.spec)["template"]))
+        );
     }
 }

@@ -73,8 +73,16 @@ fn cluster() -> &'static LocalCluster {
     })
 }
 
-/// A client for the test cluster, made in the calling test's runtime.
+/// A client for the test cluster, made in the calling test's runtime. Also sends the
+/// operator's logs to the test's output (shown for failed tests).
 pub async fn client() -> Client {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(
+            std::env::var("RUST_LOG")
+                .unwrap_or_else(|_| "info,kube=warn,clickhouse_operator=debug".into()),
+        )
+        .try_init();
     let c = cluster();
     let kc = Kubeconfig::read_from(&c.kubeconfig).expect("read the kubeconfig");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
