@@ -150,6 +150,12 @@ pub async fn run(
             .boxed(),
         );
     }
+    if settings.pvc_cleaner {
+        tokio::spawn(pvc_cleaner::run(
+            client.clone(),
+            settings.watch_namespaces.clone(),
+        ));
+    }
     health
         .ready
         .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -76,7 +76,7 @@ fn backup_replica(c: &ClickHouseCluster) -> String {
 async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
     let client = client().await;
     let ns = namespace(&client, "scale").await;
-    let _op = start_operator(&client, &ns, false).await;
+    let op = start_operator(&client, &ns, false).await;
     create_cluster(
         &client,
         &ns,
@@ -139,7 +139,7 @@ async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
     );
     let removed: Vec<String> = after
         .keys()
-        .map(|p| p.trim_end_matches("-0").to_string())
+        .map(|p| p.strip_suffix("-0").unwrap_or(p).to_string())
         .filter(|r| *r != first)
         .collect();
     for r in &removed {
@@ -179,7 +179,7 @@ async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
                     .collect();
                 removed
                     .iter()
-                    .all(|r| !names.iter().any(|n| n.contains(r.as_str())))
+                    .all(|r| !names.contains(&format!("data-{r}-0")))
                     .then_some(())
             }
         },
@@ -194,6 +194,7 @@ async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
         left.iter()
             .all(|p| !p.labels().contains_key("clickhouse.com/delete-pvc"))
     );
+    finish(&client, &ns, op).await;
 }
 
 /// S0-17, S2-15, S2-28: an image change restarts every replica once, one at a time, the
@@ -202,7 +203,7 @@ async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
 async fn s2_28_image_change_rolls_out_one_at_a_time_backup_last() {
     let client = client().await;
     let ns = namespace(&client, "roll").await;
-    let _op = start_operator(&client, &ns, false).await;
+    let op = start_operator(&client, &ns, false).await;
     create_cluster(
         &client,
         &ns,
@@ -290,6 +291,7 @@ async fn s2_28_image_change_rolls_out_one_at_a_time_backup_last() {
         let image = p.spec.unwrap().containers[0].image.clone().unwrap();
         assert_eq!(image, "clickhouse/clickhouse-server:24.9");
     }
+    finish(&client, &ns, op).await;
 }
 
 /// S0-03, S2-21, S2-22: pause stops every pod (stopping, then paused), keeps the PVCs and the
@@ -298,7 +300,7 @@ async fn s2_28_image_change_rolls_out_one_at_a_time_backup_last() {
 async fn s2_22_pause_and_resume_keep_the_data() {
     let client = client().await;
     let ns = namespace(&client, "pause").await;
-    let _op = start_operator(&client, &ns, false).await;
+    let op = start_operator(&client, &ns, false).await;
     create_cluster(
         &client,
         &ns,
@@ -358,4 +360,5 @@ async fn s2_22_pause_and_resume_keep_the_data() {
         query(&ch, "SELECT count() AS v FROM default.t").await,
         ["42"]
     );
+    finish(&client, &ns, op).await;
 }

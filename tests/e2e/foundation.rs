@@ -145,7 +145,7 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
 async fn operator_takes_the_lease_and_reports_status() {
     let client = client().await;
     let ns = namespace(&client, "run").await;
-    let _op = start_operator(&client, &ns, true).await;
+    let op = start_operator(&client, &ns, true).await;
     create_cluster(
         &client,
         &ns,
@@ -198,6 +198,7 @@ async fn operator_takes_the_lease_and_reports_status() {
         },
     )
     .await;
+    finish(&client, &ns, op).await;
 }
 
 /// S0-07 / decision 18: a second ClickHouseCluster in a namespace gets error, a condition and
@@ -206,8 +207,14 @@ async fn operator_takes_the_lease_and_reports_status() {
 async fn s0_07_second_cluster_in_a_namespace_is_refused() {
     let client = client().await;
     let ns = namespace(&client, "one").await;
-    let _op = start_operator(&client, &ns, false).await;
-    create_cluster(&client, &ns, "c1", json!({})).await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "keeper": {"replicas": 1}}),
+    )
+    .await;
     wait_status(
         &client,
         &ns,
@@ -268,6 +275,7 @@ async fn s0_07_second_cluster_in_a_namespace_is_refused() {
         },
     )
     .await;
+    finish(&client, &ns, op).await;
 }
 
 /// S2-10 / S2-36: a spec the API server admits but the operator refuses gives `error` with the
@@ -276,8 +284,14 @@ async fn s0_07_second_cluster_in_a_namespace_is_refused() {
 async fn s2_36_invalid_spec_reports_error_and_recovers() {
     let client = client().await;
     let ns = namespace(&client, "inv").await;
-    let _op = start_operator(&client, &ns, false).await;
-    create_cluster(&client, &ns, "c1", json!({"crVersion": "99.0.0"})).await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "keeper": {"replicas": 1}, "crVersion": "99.0.0"}),
+    )
+    .await;
     let c = wait_status(&client, &ns, "c1", Duration::from_secs(60), "error", |s| {
         s.state == ClusterState::Error
     })
@@ -309,24 +323,27 @@ async fn s2_36_invalid_spec_reports_error_and_recovers() {
         |s| s.state != ClusterState::Error && s.observed_generation == Some(2),
     )
     .await;
+    finish(&client, &ns, op).await;
 }
 
-/// Architecture rule: a pass in which nothing changed sends no write. Over several re-checks
-/// (every 5 s) of a steady cluster the operator's write counter does not move.
+/// Architecture rule and invariant 6: a pass in which nothing changed sends no write. Over
+/// several re-checks (every 5 s) of a ready cluster, with real pods, the operator's write
+/// counter does not move; a second operator started on it (a restart) writes nothing either.
 #[tokio::test]
 async fn idle_passes_write_nothing() {
     let client = client().await;
     let ns = namespace(&client, "idle").await;
     let op = start_operator(&client, &ns, false).await;
-    create_cluster(&client, &ns, "c1", json!({})).await;
-    wait_status(
+    create_cluster(
         &client,
         &ns,
         "c1",
-        Duration::from_secs(60),
-        "first status",
-        |s| s.observed_generation == Some(1),
+        json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
+    .await;
+    wait_status(&client, &ns, "c1", Duration::from_secs(300), "ready", |s| {
+        s.state == ClusterState::Ready
+    })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes = |m: &str| {
@@ -350,4 +367,16 @@ async fn idle_passes_write_nothing() {
         "the 5 s re-check ran: {before}\n{after}"
     );
     assert_eq!(writes(&before), writes(&after), "no write on idle passes");
+    // A restarted operator on a healthy cluster changes nothing (invariant 6).
+    drop(op);
+    let op = start_operator(&client, &ns, false).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let m = op.metrics.encode();
+    assert!(passes(&m) >= 1, "the new operator ran passes: {m}");
+    assert_eq!(
+        writes(&m),
+        None,
+        "the restarted operator wrote nothing: {m}"
+    );
+    finish(&client, &ns, op).await;
 }

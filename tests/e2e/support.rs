@@ -323,3 +323,32 @@ pub async fn exec(c: &clickhouse_operator::clickhouse::Client, sql: &str) {
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
+
+/// Ends a test: deletes its ClickHouseClusters while the operator still runs (the finalizer
+/// completes, S0-02), waits until they and their pods are gone, then deletes the namespace.
+pub async fn finish(client: &Client, ns: &str, operator: Operator) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::DeleteParams;
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
+    clusters
+        .delete_collection(&DeleteParams::default(), &Default::default())
+        .await
+        .expect("delete the clusters");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        Duration::from_secs(120),
+        "the clusters and their pods to be gone",
+        || {
+            let (clusters, pods) = (clusters.clone(), pods.clone());
+            async move {
+                let c = clusters.list(&Default::default()).await.ok()?;
+                let p = pods.list(&Default::default()).await.ok()?;
+                (c.items.is_empty() && p.items.is_empty()).then_some(())
+            }
+        },
+    )
+    .await;
+    drop(operator);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces.delete(ns, &DeleteParams::default()).await;
+}

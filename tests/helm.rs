@@ -1,0 +1,586 @@
+//! The Helm charts (`charts/clickhouse-operator`, `charts/onprem-clickhouse-cluster`).
+//!
+//! - `helm lint` and `helm template` of both charts with default and non-default values.
+//! - The chart's CRDs are exactly `deploy/crds.yaml`.
+//! - On the real local Kubernetes (`hack/local-cluster.sh`): the operator installed by its chart
+//!   runs IN the cluster (the node agent maps the `clickhouse-operator` image to the locally built
+//!   binary, with the pod's ServiceAccount token), under the chart's RBAC only; the cluster of
+//!   `onprem-clickhouse-cluster` becomes ready, a second one is refused by the quota and, with the
+//!   quota off, by the operator; scale out, scale in, roll, pause, leader failover and delete; and
+//!   the API server's audit log shows that no request of the operator was denied and which RBAC
+//!   rules were never used.
+//!
+//! helm is built by `hack/helm.sh` (cached; `hack/setup.sh` builds it). If it cannot be built,
+//! every test here says so and passes without checking anything.
+//! `CHOP_KUBECONFIG=<dir>/kubeconfig` uses an already running local cluster (its audit log is
+//! `<dir>/audit.log`); otherwise the cluster test starts its own and stops it at exit.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_yaml::Value;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn operator_chart() -> PathBuf {
+    repo().join("charts/clickhouse-operator")
+}
+
+fn cluster_chart() -> PathBuf {
+    repo().join("charts/onprem-clickhouse-cluster")
+}
+
+/// The helm binary from `hack/helm.sh`, or why there is none.
+fn helm() -> Result<&'static Path, &'static str> {
+    static HELM: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo().join("hack/helm.sh"))
+            .output()
+            .map_err(|e| format!("cannot run hack/helm.sh: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "hack/helm.sh failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let path = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "hack/helm.sh printed no binary ({})",
+                path.display()
+            ))
+        }
+    })
+    .as_ref()
+    .map(PathBuf::as_path)
+    .map_err(String::as_str)
+}
+
+macro_rules! helm_or_skip {
+    () => {
+        match helm() {
+            Ok(h) => h,
+            Err(why) => {
+                eprintln!(
+                    "SKIPPED: helm cannot be built here, so the charts are not checked: {why}"
+                );
+                return;
+            }
+        }
+    };
+}
+
+/// Runs helm with its state folders under target/ (nothing in the user's home).
+fn helm_cmd(helm: &Path) -> Command {
+    let home = repo().join("target/helm-home");
+    let mut c = Command::new(helm);
+    c.env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    c
+}
+
+fn run(mut cmd: Command) -> Output {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().unwrap_or_else(|e| panic!("{shown}: {e}"));
+    assert!(
+        out.status.success(),
+        "{shown} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn lint(helm: &Path, chart: &Path, sets: &[&str]) {
+    let mut c = helm_cmd(helm);
+    c.arg("lint").arg("--strict").arg(chart);
+    for s in sets {
+        c.arg("--set").arg(s);
+    }
+    run(c);
+}
+
+/// `helm template` → the rendered documents (CRDs included with `crds`).
+fn template(helm: &Path, chart: &Path, namespace: &str, sets: &[&str], crds: bool) -> Vec<Value> {
+    let mut c = helm_cmd(helm);
+    c.arg("template")
+        .arg("rel")
+        .arg(chart)
+        .arg("--namespace")
+        .arg(namespace);
+    if crds {
+        c.arg("--include-crds");
+    }
+    for s in sets {
+        c.arg("--set").arg(s);
+    }
+    let out = run(c);
+    docs(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn docs(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("helm printed valid YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn s<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.')
+        .try_fold(v, |v, k| match k.parse::<usize>() {
+            Ok(i) => v.get(i),
+            Err(_) => v.get(k),
+        })
+}
+
+fn text(v: &Value, path: &str) -> String {
+    match s(v, path) {
+        Some(Value::String(x)) => x.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(Value::Bool(b)) => b.to_string(),
+        _ => String::new(),
+    }
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| text(d, "kind") == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| text(d, "kind") == kind && text(d, "metadata.name") == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+fn env_of(container: &Value) -> BTreeMap<String, String> {
+    s(container, "env")
+        .and_then(Value::as_sequence)
+        .map(|env| {
+            env.iter()
+                .filter(|e| s(e, "value").is_some())
+                .map(|e| (text(e, "name"), text(e, "value")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every rule of every Role and ClusterRole: no wildcard, and only the listed verbs.
+fn assert_no_wildcards(docs: &[Value]) {
+    for d in docs
+        .iter()
+        .filter(|d| matches!(text(d, "kind").as_str(), "Role" | "ClusterRole"))
+    {
+        for rule in s(d, "rules").and_then(Value::as_sequence).unwrap() {
+            for field in ["apiGroups", "resources", "verbs", "resourceNames"] {
+                for item in s(rule, field)
+                    .and_then(Value::as_sequence)
+                    .into_iter()
+                    .flatten()
+                {
+                    assert_ne!(
+                        item.as_str(),
+                        Some("*"),
+                        "wildcard in {} {}: {rule:?}",
+                        text(d, "kind"),
+                        text(d, "metadata.name")
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The chart's CRDs are the generated ones (`clickhouse-operator crd > deploy/crds.yaml`), byte
+/// for byte. Helm installs crds/ on `helm install` only.
+#[test]
+fn chart_crds_are_identical_to_deploy_crds() {
+    let chart = std::fs::read(operator_chart().join("crds/crds.yaml"))
+        .expect("charts/clickhouse-operator/crds/crds.yaml");
+    let deploy = std::fs::read(repo().join("deploy/crds.yaml")).expect("deploy/crds.yaml");
+    assert!(
+        chart == deploy,
+        "charts/clickhouse-operator/crds/crds.yaml differs from deploy/crds.yaml: run \
+         `cp deploy/crds.yaml charts/clickhouse-operator/crds/crds.yaml`"
+    );
+}
+
+/// Every RBAC rule of the chart says why it is there (a comment right above it).
+#[test]
+fn every_rbac_rule_of_the_chart_says_why() {
+    let mut missing = Vec::new();
+    for file in ["templates/_helpers.tpl", "templates/rbac.yaml"] {
+        let src = std::fs::read_to_string(operator_chart().join(file)).unwrap();
+        let lines: Vec<&str> = src.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.trim_start().starts_with("- apiGroups:") {
+                let above = lines[..i]
+                    .iter()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(|l| l.trim_start())
+                    .unwrap_or("");
+                if !above.starts_with('#') {
+                    missing.push(format!("{file}:{}: {l}", i + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "RBAC rules without a comment saying why:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// S0-08, S0-09 and the operator chart: `helm lint --strict` passes with default and non-default
+/// values.
+#[test]
+fn helm_lint_passes_with_default_and_custom_values() {
+    let helm = helm_or_skip!();
+    lint(helm, &operator_chart(), &[]);
+    lint(
+        helm,
+        &operator_chart(),
+        &[
+            "watchNamespace=team-a\\,team-b",
+            "image.repository=registry.example/clickhouse-operator",
+            "image.tag=1.2.3",
+            "maxConcurrentReconciles=4",
+            "log.format=text",
+            "log.level=debug",
+            "replicaCount=3",
+            "metrics.serviceMonitor.enabled=true",
+            "pvcCleaner.enabled=false",
+        ],
+    );
+    lint(helm, &cluster_chart(), &[]);
+    lint(
+        helm,
+        &cluster_chart(),
+        &[
+            "resourceQuota.enabled=false",
+            "spec.shards=2",
+            "usersSecret.create=true",
+            "usersSecret.users.analyst=secret",
+        ],
+    );
+}
+
+/// The operator chart with its defaults: cluster-wide RBAC without wildcards, 2 replicas with
+/// leader election, a hardened pod, probes on /healthz and /readyz at 8080, a metrics Service,
+/// no ServiceMonitor, and the PVC cleaner as its own Deployment with its own ServiceAccount.
+#[test]
+fn operator_chart_defaults_render_a_hardened_leader_elected_deployment() {
+    let helm = helm_or_skip!();
+    let d = template(helm, &operator_chart(), "ops", &[], false);
+    assert!(of_kind(&d, "CustomResourceDefinition").is_empty());
+    let with_crds = template(helm, &operator_chart(), "ops", &[], true);
+    let crds: BTreeSet<String> = of_kind(&with_crds, "CustomResourceDefinition")
+        .iter()
+        .map(|c| text(c, "metadata.name"))
+        .collect();
+    assert!(
+        crds.contains("clickhouseclusters.clickhouse.com"),
+        "{crds:?}"
+    );
+    assert!(
+        crds.contains("clickhousebackups.clickhouse.com"),
+        "{crds:?}"
+    );
+
+    let dep = one(&d, "Deployment", "rel-clickhouse-operator");
+    assert_eq!(text(dep, "metadata.namespace"), "ops");
+    assert_eq!(text(dep, "spec.replicas"), "2");
+    let pod = s(dep, "spec.template.spec").unwrap();
+    assert_eq!(text(pod, "serviceAccountName"), "rel-clickhouse-operator");
+    assert_eq!(text(pod, "securityContext.runAsNonRoot"), "true");
+    assert_eq!(
+        text(pod, "securityContext.seccompProfile.type"),
+        "RuntimeDefault"
+    );
+    let c = s(pod, "containers.0").unwrap();
+    assert_eq!(text(c, "image"), "clickhouse-operator:0.1.0");
+    assert_eq!(text(c, "args.0"), "run");
+    assert_eq!(text(c, "securityContext.readOnlyRootFilesystem"), "true");
+    assert_eq!(text(c, "securityContext.allowPrivilegeEscalation"), "false");
+    assert_eq!(text(c, "securityContext.runAsNonRoot"), "true");
+    assert_eq!(
+        text(c, "securityContext.seccompProfile.type"),
+        "RuntimeDefault"
+    );
+    assert_eq!(text(c, "securityContext.capabilities.drop.0"), "ALL");
+    assert_eq!(text(c, "livenessProbe.httpGet.path"), "/healthz");
+    assert_eq!(text(c, "readinessProbe.httpGet.path"), "/readyz");
+    assert_eq!(text(c, "livenessProbe.httpGet.port"), "http");
+    assert_eq!(text(c, "ports.0.name"), "http");
+    assert_eq!(text(c, "ports.0.containerPort"), "8080");
+    assert!(s(c, "resources.requests.cpu").is_some());
+    let env = env_of(c);
+    assert_eq!(env["WATCH_NAMESPACE"], "");
+    assert_eq!(env["MAX_CONCURRENT_RECONCILES"], "1");
+    assert_eq!(env["LOG_FORMAT"], "json");
+    assert_eq!(env["LOG_LEVEL"], "info");
+    assert_eq!(env["HTTP_ADDR"], "0.0.0.0:8080");
+    assert_eq!(env["LEADER_ELECTION"], "true");
+    assert_eq!(env["LEASE_NAME"], "rel-clickhouse-operator-leader");
+    assert_eq!(env["PVC_CLEANER"], "false");
+    let from_field: BTreeMap<String, String> = s(c, "env")
+        .and_then(Value::as_sequence)
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                text(e, "name"),
+                text(s(e, "valueFrom")?, "fieldRef.fieldPath"),
+            ))
+        })
+        .collect();
+    assert_eq!(from_field["POD_NAME"], "metadata.name");
+    assert_eq!(from_field["POD_NAMESPACE"], "metadata.namespace");
+
+    // metrics Service on 8080, no ServiceMonitor unless asked
+    let svc = one(&d, "Service", "rel-clickhouse-operator-metrics");
+    assert_eq!(text(svc, "spec.ports.0.port"), "8080");
+    assert_eq!(text(svc, "spec.ports.0.targetPort"), "http");
+    assert!(of_kind(&d, "ServiceMonitor").is_empty());
+
+    // the PVC cleaner alone, under its own ServiceAccount
+    let cleaner = one(&d, "Deployment", "rel-clickhouse-operator-pvc-cleaner");
+    assert_eq!(text(cleaner, "spec.replicas"), "1");
+    assert_eq!(
+        text(cleaner, "spec.template.spec.serviceAccountName"),
+        "rel-clickhouse-operator-pvc-cleaner"
+    );
+    let cc = s(cleaner, "spec.template.spec.containers.0").unwrap();
+    assert_eq!(text(cc, "args.0"), "pvc-cleaner");
+    assert_eq!(text(cc, "securityContext.readOnlyRootFilesystem"), "true");
+    one(&d, "ServiceAccount", "rel-clickhouse-operator-pvc-cleaner");
+
+    // cluster-wide: a ClusterRole per component, the Lease Role in the release namespace only
+    assert_no_wildcards(&d);
+    let op_role = one(&d, "ClusterRole", "rel-clickhouse-operator");
+    let cleaner_role = one(&d, "ClusterRole", "rel-clickhouse-operator-pvc-cleaner");
+    one(&d, "ClusterRoleBinding", "rel-clickhouse-operator");
+    one(
+        &d,
+        "ClusterRoleBinding",
+        "rel-clickhouse-operator-pvc-cleaner",
+    );
+    let lease = one(&d, "Role", "rel-clickhouse-operator-leader-election");
+    assert_eq!(text(lease, "metadata.namespace"), "ops");
+    let rules = |r: &Value| rule_triples(r);
+    assert!(
+        !rules(op_role)
+            .iter()
+            .any(|(g, r, v)| g.is_empty() && r == "persistentvolumeclaims" && v == "delete"),
+        "only the PVC cleaner deletes PVCs"
+    );
+    assert!(rules(cleaner_role).contains(&(
+        "".into(),
+        "persistentvolumeclaims".into(),
+        "delete".into()
+    )));
+    assert!(
+        !rules(op_role)
+            .iter()
+            .any(|(g, _, _)| g == "coordination.k8s.io"),
+        "the Lease is only in the release namespace"
+    );
+}
+
+/// (apiGroup, resource, verb) of every rule of a Role or ClusterRole.
+fn rule_triples(role: &Value) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in s(role, "rules")
+        .and_then(Value::as_sequence)
+        .into_iter()
+        .flatten()
+    {
+        let list = |f: &str| -> Vec<String> {
+            s(rule, f)
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        for g in list("apiGroups") {
+            for r in list("resources") {
+                for v in list("verbs") {
+                    out.insert((g.clone(), r.clone(), v));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// S2-07 and the values: with WATCH_NAMESPACE set, Roles in those namespaces only and nothing
+/// cluster-wide; image, MAX_CONCURRENT_RECONCILES, log format and level, resources, replicas,
+/// the ServiceMonitor and the PVC cleaner switch come from the values.
+#[test]
+fn operator_chart_with_watch_namespace_renders_namespaced_roles_only() {
+    let helm = helm_or_skip!();
+    let d = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &[
+            "watchNamespace=team-a\\, team-b\\,team-a",
+            "image.repository=registry.example/clickhouse-operator",
+            "image.tag=1.2.3",
+            "maxConcurrentReconciles=4",
+            "log.format=text",
+            "log.level=debug",
+            "replicaCount=3",
+            "resources.limits.memory=1Gi",
+            "metrics.serviceMonitor.enabled=true",
+        ],
+        false,
+    );
+    assert_no_wildcards(&d);
+    assert!(
+        of_kind(&d, "ClusterRole").is_empty(),
+        "no cluster-wide rights"
+    );
+    assert!(
+        of_kind(&d, "ClusterRoleBinding").is_empty(),
+        "no cluster-wide rights"
+    );
+    let roles: BTreeSet<(String, String)> = of_kind(&d, "Role")
+        .iter()
+        .map(|r| (text(r, "metadata.namespace"), text(r, "metadata.name")))
+        .collect();
+    let expected: BTreeSet<(String, String)> = [
+        ("team-a", "rel-clickhouse-operator"),
+        ("team-b", "rel-clickhouse-operator"),
+        ("team-a", "rel-clickhouse-operator-pvc-cleaner"),
+        ("team-b", "rel-clickhouse-operator-pvc-cleaner"),
+        ("ops", "rel-clickhouse-operator-leader-election"),
+    ]
+    .into_iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(roles, expected);
+    for b in of_kind(&d, "RoleBinding") {
+        assert_eq!(
+            text(b, "subjects.0.namespace"),
+            "ops",
+            "bindings name the release's ServiceAccounts"
+        );
+    }
+    let dep = one(&d, "Deployment", "rel-clickhouse-operator");
+    assert_eq!(text(dep, "spec.replicas"), "3");
+    let c = s(dep, "spec.template.spec.containers.0").unwrap();
+    assert_eq!(
+        text(c, "image"),
+        "registry.example/clickhouse-operator:1.2.3"
+    );
+    assert_eq!(text(c, "resources.limits.memory"), "1Gi");
+    let env = env_of(c);
+    assert_eq!(env["WATCH_NAMESPACE"], "team-a,team-b");
+    assert_eq!(env["MAX_CONCURRENT_RECONCILES"], "4");
+    assert_eq!(env["LOG_FORMAT"], "text");
+    assert_eq!(env["LOG_LEVEL"], "debug");
+    let cleaner = one(&d, "Deployment", "rel-clickhouse-operator-pvc-cleaner");
+    let cc = s(cleaner, "spec.template.spec.containers.0").unwrap();
+    assert_eq!(env_of(cc)["WATCH_NAMESPACE"], "team-a,team-b");
+    let sm = one(&d, "ServiceMonitor", "rel-clickhouse-operator");
+    assert_eq!(text(sm, "spec.endpoints.0.port"), "http-metrics");
+    assert_eq!(text(sm, "spec.endpoints.0.path"), "/metrics");
+
+    // the PVC cleaner switched off: no Deployment, ServiceAccount or Role of it
+    let off = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &["watchNamespace=team-a", "pvcCleaner.enabled=false"],
+        false,
+    );
+    assert!(
+        !off.iter()
+            .any(|o| text(o, "metadata.name").ends_with("pvc-cleaner")),
+        "pvcCleaner.enabled=false leaves nothing of the cleaner"
+    );
+}
+
+/// S0-08, S0-09: the quota is rendered by default with `count/clickhouseclusters.clickhouse.com:
+/// "1"`, omitted with `resourceQuota.enabled=false`, and values.yaml carries the warning; the
+/// ClickHouseCluster comes from the values.
+#[test]
+fn onprem_chart_renders_the_one_cluster_quota_unless_disabled() {
+    let helm = helm_or_skip!();
+    let d = template(helm, &cluster_chart(), "analytics", &[], false);
+    let quotas = of_kind(&d, "ResourceQuota");
+    assert_eq!(quotas.len(), 1, "one ResourceQuota by default");
+    let q = quotas[0];
+    assert_eq!(text(q, "metadata.namespace"), "analytics");
+    let hard = s(q, "spec.hard").and_then(Value::as_mapping).unwrap();
+    assert_eq!(hard.len(), 1, "{hard:?}");
+    assert_eq!(
+        hard.get("count/clickhouseclusters.clickhouse.com")
+            .and_then(Value::as_str),
+        Some("1"),
+        "the quota value is the string \"1\""
+    );
+    let chc = one(&d, "ClickHouseCluster", "rel");
+    assert_eq!(text(chc, "apiVersion"), "clickhouse.com/v1alpha1");
+    assert_eq!(text(chc, "metadata.namespace"), "analytics");
+    assert_eq!(text(chc, "spec.replicas"), "2");
+    assert_eq!(text(chc, "spec.keeper.replicas"), "3");
+    assert!(of_kind(&d, "Secret").is_empty());
+
+    let off = template(
+        helm,
+        &cluster_chart(),
+        "analytics",
+        &[
+            "resourceQuota.enabled=false",
+            "nameOverride=events",
+            "spec.shards=2",
+            "spec.replicas=3",
+            "usersSecret.create=true",
+            "usersSecret.users.analyst=pw",
+        ],
+        false,
+    );
+    assert!(
+        of_kind(&off, "ResourceQuota").is_empty(),
+        "resourceQuota.enabled=false omits the quota"
+    );
+    let chc = one(&off, "ClickHouseCluster", "events");
+    assert_eq!(text(chc, "spec.shards"), "2");
+    assert_eq!(text(chc, "spec.replicas"), "3");
+    assert_eq!(text(chc, "spec.users.secretName"), "events-user-passwords");
+    let secret = one(&off, "Secret", "events-user-passwords");
+    assert_eq!(text(secret, "stringData.analyst"), "pw");
+
+    let values = std::fs::read_to_string(cluster_chart().join("values.yaml")).unwrap();
+    assert!(
+        values.contains("leads to a degraded cluster the operator cannot reconcile"),
+        "values.yaml warns that disabling the quota leads to a degraded cluster"
+    );
+    let readme = std::fs::read_to_string(cluster_chart().join("README.md")).unwrap();
+    assert!(readme.contains("degraded cluster the operator cannot reconcile"));
+}
+
+// ------------------------------------------------------------------------------------------------
+// On the real local Kubernetes
+// ------------------------------------------------------------------------------------------------
+
+#[path = "helm/in_cluster.rs"]
+mod in_cluster;
