@@ -302,7 +302,46 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
         return out;
     }
 
-    let model_cluster = match Cluster::new(cluster) {
+    // Keeper membership changes one member at a time, and only while every current member is
+    // Ready (quorum is never put at risk by a change of size).
+    let keeper_name = names::keeper(&name);
+    let keeper_want = spec.keeper.replicas;
+    let keeper_step = match obs.statefulsets.get(&keeper_name) {
+        Some(k) if !spec.pause => {
+            let have = k.spec.replicas.unwrap_or(0);
+            let all_ready = (0..have).all(|i| {
+                obs.pods
+                    .get(&format!("{keeper_name}-{i}"))
+                    .is_some_and(|p| pod_ready(p) && pod_current(k, p))
+            });
+            if have == 0 || have == keeper_want {
+                keeper_want
+            } else if all_ready {
+                have + (keeper_want - have).signum()
+            } else {
+                waits.push(format!(
+                    "Keeper membership {have} → {keeper_want} waits until every member is Ready"
+                ));
+                have
+            }
+        }
+        _ => keeper_want,
+    };
+    if keeper_step != keeper_want {
+        waits.push(format!(
+            "Keeper membership {keeper_want} reached one member at a time (now {keeper_step})"
+        ));
+    }
+    let stepped;
+    let build_from = if keeper_step == keeper_want {
+        cluster
+    } else {
+        let mut c = cluster.clone();
+        c.spec.keeper.replicas = keeper_step;
+        stepped = c;
+        &stepped
+    };
+    let model_cluster = match Cluster::new(build_from) {
         Ok(c) => c,
         Err(e) => {
             fail("InvalidSpec", e.to_string(), &mut out);
@@ -1486,5 +1525,38 @@ mod tests {
                 .filter(|(n, _)| !n.ends_with("keeper"))
                 .all(|(_, s)| serves_tls(&json_of(&s.spec)["template"]))
         );
+    }
+
+    /// Keeper membership changes one member at a time (1 → 3 goes through 2), each step only
+    /// once every member is Ready.
+    #[test]
+    fn keeper_grows_one_member_at_a_time() {
+        let mut sim =
+            Sim::new(serde_json::json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}}));
+        sim.converge(20);
+        sim.cluster.spec.keeper.replicas = 3;
+        let mut sizes = Vec::new();
+        for _ in 0..10 {
+            let p = sim.plan();
+            for a in &p.actions {
+                if let Action::Apply {
+                    kind: Kind::StatefulSet,
+                    name,
+                    object,
+                    ..
+                } = a
+                    && name == "c1-keeper"
+                {
+                    sizes.push(object["spec"]["replicas"].as_i64().unwrap());
+                }
+            }
+            if p.actions.is_empty() {
+                break;
+            }
+            sim.act(&p);
+        }
+        assert_eq!(sizes, [2, 3]);
+        sim.converge(10);
+        assert_eq!(sim.state(), ClusterState::Ready);
     }
 }
