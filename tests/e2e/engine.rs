@@ -362,3 +362,91 @@ async fn s2_22_pause_and_resume_keep_the_data() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// S2-03, S2-17: changing a password in the users Secret triggers a pass, the new password
+/// works on the replica and the old one no longer does, and no pod restarts.
+#[tokio::test]
+async fn s2_03_users_secret_change_reloads_without_restart() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::PostParams;
+    let client = client().await;
+    let ns = namespace(&client, "users").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"},
+        "stringData": {"analyst": "first-password"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}, "users": {"secretName": "creds"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let pod = format!("{}-0", backup_replica(&c));
+    let before = server_pods(&client, &ns, "c1").await;
+    let ip = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get(&pod)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap();
+    let login = |password: &'static str| {
+        let ip = ip.clone();
+        async move {
+            let c = clickhouse_operator::clickhouse::Client::new(
+                clickhouse_operator::clickhouse::ClientConfig::new(
+                    clickhouse_operator::clickhouse::Endpoint {
+                        host: ip,
+                        port: 8123,
+                    },
+                    clickhouse_operator::clickhouse::Credentials {
+                        user: "analyst".into(),
+                        password: password.into(),
+                    },
+                ),
+            )
+            .unwrap();
+            c.query("SELECT 1 AS v", &Default::default()).await.is_ok()
+        }
+    };
+    wait_for(
+        Duration::from_secs(60),
+        "analyst logs in with the first password",
+        || async { login("first-password").await.then_some(()) },
+    )
+    .await;
+    secrets
+        .patch(
+            "creds",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"analyst": "second-password"}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(60),
+        "the new password to work",
+        || async { login("second-password").await.then_some(()) },
+    )
+    .await;
+    assert!(
+        !login("first-password").await,
+        "the old password is refused"
+    );
+    assert_eq!(
+        server_pods(&client, &ns, "c1").await,
+        before,
+        "no pod restarted"
+    );
+    finish(&client, &ns, op).await;
+}
