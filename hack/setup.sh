@@ -25,3 +25,4 @@ command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (rust
 command -v go >/dev/null 2>&1 || { echo "go is missing: the control plane is built from Go modules; install Go >= 1.25" >&2; exit 1; }
 
 bash "$HERE/build-control-plane.sh" >/dev/null
+bash "$HERE/helm.sh" >/dev/null

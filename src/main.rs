@@ -124,6 +124,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
             }
         });
     }
+    // A standby is healthy and ready too: it serves metrics and waits to take over.
+    health
+        .ready
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     let lost = if settings.leader_election {
         let elector = LeaderElector::new(
             client.clone(),

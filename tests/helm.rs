@@ -578,6 +578,44 @@ fn onprem_chart_renders_the_one_cluster_quota_unless_disabled() {
     assert!(readme.contains("degraded cluster the operator cannot reconcile"));
 }
 
+/// Values that cannot work are refused by `helm template` with a message naming them: a
+/// ServiceMonitor without the metrics Service, a users Secret named like one the operator owns.
+#[test]
+fn charts_refuse_values_that_cannot_work() {
+    let helm = helm_or_skip!();
+    let refused = |chart: PathBuf, sets: &[&str], message: &str| {
+        let mut c = helm_cmd(helm);
+        c.arg("template").arg("r").arg(&chart);
+        for s in sets {
+            c.arg("--set").arg(s);
+        }
+        let out = c.output().expect("helm template");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(message),
+            "{sets:?}: {stderr}"
+        );
+    };
+    refused(
+        operator_chart(),
+        &[
+            "metrics.service.enabled=false",
+            "metrics.serviceMonitor.enabled=true",
+        ],
+        "metrics.serviceMonitor.enabled needs metrics.service.enabled",
+    );
+    for name in ["r-users", "r-operator"] {
+        refused(
+            cluster_chart(),
+            &[
+                "usersSecret.create=true",
+                &format!("usersSecret.name={name}"),
+            ],
+            "is a Secret the operator owns",
+        );
+    }
+}
+
 // ------------------------------------------------------------------------------------------------
 // On the real local Kubernetes
 // ------------------------------------------------------------------------------------------------

@@ -151,6 +151,16 @@ fn start(d: &Desired, dir: PathBuf, extra: &str) -> (ServerGuard, u16) {
         &replica.data.as_ref().unwrap()[REPLICA_FILE],
     );
     write(&dir.join("users.d").join(names::USERS_FILE), &users_file(d));
+    // remote_servers is in the users Secret, projected into config.d.
+    write(
+        &dir.join("config.d").join(names::REMOTE_SERVERS_FILE),
+        &String::from_utf8(
+            d.users_secret.data.as_ref().unwrap()[names::REMOTE_SERVERS_FILE]
+                .0
+                .clone(),
+        )
+        .unwrap(),
+    );
     let (http, tcp, interserver) = (free_port(), free_port(), free_port());
     let data = dir.join("data");
     let test = format!(

@@ -1,4 +1,257 @@
-fn main() {
-    eprintln!("local-kubelet: not built yet");
-    std::process::exit(2);
+//! local-kubelet: a node agent for tests and demos. It registers a Node, keeps its Lease fresh,
+//! provisions PersistentVolumes for the default StorageClass `local`, runs the Pods bound to its
+//! Node as local processes (each pod in its own network namespace on the bridge `chbr0`, each
+//! container in its own mount and UTS namespace) and proxies Service ClusterIPs to ready endpoints.
+//!
+//! Images are mapped to programs installed on this machine (see `images.rs`); any other image is
+//! reported as not runnable (`ErrImagePull`), never as a fake Running container.
+
+mod hosts;
+mod images;
+mod keeper;
+mod kubelet_api;
+mod net;
+mod node;
+mod pods;
+mod probes;
+mod services;
+mod storage;
+mod util;
+mod volumes;
+
+use anyhow::{Context, Result, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+
+pub const PROVISIONER: &str = "local-kubelet.local/hostpath";
+pub const STORAGE_CLASS: &str = "local";
+
+pub struct Ctx {
+    pub client: Client,
+    pub node: String,
+    pub data_dir: PathBuf,
+    pub ca_file: PathBuf,
+    /// host:port of the API server as the agent reaches it (from the kubeconfig)
+    pub api_upstream: String,
+    pub operator_bin: PathBuf,
+    /// container logs: <log dir>/<ns>_<pod>_<uid8>/<container>.log
+    pub log_dir: PathBuf,
+    pub pods: Store<Pod>,
+    pub services: Store<Service>,
+    pub slices: Store<EndpointSlice>,
+    pub configmaps: Store<ConfigMap>,
+    pub secrets: Store<Secret>,
+    pub ipam: Mutex<net::Ipam>,
+    pub shutting_down: std::sync::atomic::AtomicBool,
+}
+
+pub type SharedCtx = Arc<Ctx>;
+
+struct Args {
+    cmd: String,
+    kubeconfig: Option<PathBuf>,
+    node_name: String,
+    data_dir: PathBuf,
+    ca_file: Option<PathBuf>,
+    operator_bin: PathBuf,
+    log_dir: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    bridge: String,
+    pod_cidr: String,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut it = std::env::args().skip(1);
+    let mut a = Args {
+        cmd: "run".into(),
+        kubeconfig: std::env::var_os("KUBECONFIG").map(PathBuf::from),
+        node_name: "node-1".into(),
+        data_dir: PathBuf::from("/var/lib/local-kubelet"),
+        ca_file: None,
+        operator_bin: std::env::var_os("CLICKHOUSE_OPERATOR_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("target/debug/clickhouse-operator")),
+        log_dir: None,
+        tls_cert: None,
+        tls_key: None,
+        bridge: "chbr0".into(),
+        pod_cidr: "198.18.0.0/19".into(),
+    };
+    let mut first = true;
+    while let Some(arg) = it.next() {
+        let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "run" | "cleanup" if first => a.cmd = arg.clone(),
+            "--kubeconfig" => a.kubeconfig = Some(val("--kubeconfig")?.into()),
+            "--node-name" => a.node_name = val("--node-name")?,
+            "--data-dir" => a.data_dir = val("--data-dir")?.into(),
+            "--ca-file" => a.ca_file = Some(val("--ca-file")?.into()),
+            "--operator-binary" => a.operator_bin = val("--operator-binary")?.into(),
+            "--log-dir" => a.log_dir = Some(val("--log-dir")?.into()),
+            "--bridge" => a.bridge = val("--bridge")?,
+            "--pod-cidr" => a.pod_cidr = val("--pod-cidr")?,
+            "--tls-cert-file" => a.tls_cert = Some(val("--tls-cert-file")?.into()),
+            "--tls-private-key-file" => a.tls_key = Some(val("--tls-private-key-file")?.into()),
+            "-h" | "--help" => {
+                println!(
+                    "usage: local-kubelet [run|cleanup] --kubeconfig FILE --node-name NAME \
+                     --data-dir DIR --ca-file CA.crt --operator-binary PATH [--log-dir DIR] [--bridge chbr0 --pod-cidr 198.18.0.0/19] \
+                     [--tls-cert-file F --tls-private-key-file F]"
+                );
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other}"),
+        }
+        first = false;
+    }
+    Ok(a)
+}
+
+fn start_reflector<K>(api: Api<K>, cfg: watcher::Config) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, cfg)).default_backoff();
+    tokio::spawn(async move {
+        let mut stream = Box::pin(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::debug!("watch error: {e}");
+            }
+        }
+    });
+    reader
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_target(false)
+        .init();
+    let args = parse_args()?;
+    std::fs::create_dir_all(&args.data_dir)?;
+    let data_dir = std::fs::canonicalize(&args.data_dir)?;
+    net::configure(&args.bridge, &args.pod_cidr)?;
+    if args.cmd == "cleanup" {
+        net::cleanup_leftovers(&data_dir).await;
+        return Ok(());
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("local-kubelet must run as root");
+    }
+    let kubeconfig_path = args.kubeconfig.context("--kubeconfig is required")?;
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig_path)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    let api_upstream = {
+        let host = config.cluster_url.host().unwrap_or("127.0.0.1").to_string();
+        let port = config.cluster_url.port_u16().unwrap_or(443);
+        format!("{host}:{port}")
+    };
+    let ca_file = match args.ca_file {
+        Some(p) => p,
+        None => {
+            // write the kubeconfig's CA for the pods' service-account folders
+            let p = data_dir.join("ca.crt");
+            if let Some(certs) = &config.root_cert {
+                let mut pem = String::new();
+                for c in certs {
+                    pem.push_str(&util::der_to_pem(c));
+                }
+                std::fs::write(&p, pem)?;
+            }
+            p
+        }
+    };
+    let client = Client::try_from(config)?;
+
+    // leftovers of an earlier run that did not stop cleanly
+    net::cleanup_leftovers(&data_dir).await;
+    net::note_netns_dir();
+    net::setup_bridge().await?;
+
+    let log_dir = args.log_dir.unwrap_or_else(|| data_dir.join("logs"));
+    let all = watcher::Config::default();
+    let ctx = Arc::new(Ctx {
+        pods: start_reflector(Api::<Pod>::all(client.clone()), all.clone()),
+        services: start_reflector(Api::<Service>::all(client.clone()), all.clone()),
+        slices: start_reflector(Api::<EndpointSlice>::all(client.clone()), all.clone()),
+        configmaps: start_reflector(Api::<ConfigMap>::all(client.clone()), all.clone()),
+        secrets: start_reflector(Api::<Secret>::all(client.clone()), all.clone()),
+        client,
+        node: args.node_name,
+        data_dir,
+        ca_file,
+        api_upstream,
+        operator_bin: args.operator_bin,
+        log_dir,
+        ipam: Mutex::new(net::Ipam::default()),
+        shutting_down: Default::default(),
+    });
+    for (name, ready) in [
+        ("pods", ctx.pods.wait_until_ready().await.is_ok()),
+        ("services", ctx.services.wait_until_ready().await.is_ok()),
+        (
+            "endpointslices",
+            ctx.slices.wait_until_ready().await.is_ok(),
+        ),
+        (
+            "configmaps",
+            ctx.configmaps.wait_until_ready().await.is_ok(),
+        ),
+        ("secrets", ctx.secrets.wait_until_ready().await.is_ok()),
+    ] {
+        if !ready {
+            bail!("watch of {name} failed");
+        }
+    }
+
+    node::register(&ctx).await?;
+    tokio::spawn(node::heartbeat(ctx.clone()));
+    tokio::spawn(storage::run(ctx.clone()));
+    tokio::spawn(services::run(ctx.clone()));
+    if let (Some(cert), Some(key)) = (args.tls_cert.clone(), args.tls_key.clone()) {
+        tokio::spawn(kubelet_api::run(
+            ctx.clone(),
+            kubelet_api::Tls {
+                cert,
+                key,
+                client_ca: ctx.ca_file.clone(),
+            },
+        ));
+    }
+    let manager = tokio::spawn(pods::manager(ctx.clone()));
+    tracing::info!("node {} ready", ctx.node);
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    ctx.shutting_down
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    // the manager stops every pod and returns
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(90), manager).await;
+    services::shutdown().await;
+    net::cleanup_leftovers(&ctx.data_dir).await;
+    tracing::info!("stopped");
+    Ok(())
 }

@@ -520,7 +520,7 @@ mod tests {
                 .iter()
                 .map(|n| (n.to_string(), data("1")))
                 .collect();
-        let files = crate::model::config::server::common_files(&cl, &[]).unwrap();
+        let files = crate::model::config::server::common_files(&cl).unwrap();
         let (s0, k0) = (
             server_hashes(&s, &files, &secrets),
             keeper_hashes(&cl, &secrets),

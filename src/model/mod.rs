@@ -184,8 +184,8 @@ pub struct Desired {
 
 /// Builds every object of the cluster.
 pub fn desired(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
-    let common =
-        config::server::common_files(c, inputs.listed.as_ref().unwrap_or(&inputs.replicas))?;
+    let common = config::server::common_files(c)?;
+    let listed = inputs.listed.as_ref().unwrap_or(&inputs.replicas);
     let hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);
     let server_statefulsets = inputs
         .replicas
@@ -199,7 +199,12 @@ pub fn desired(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> 
             .iter()
             .map(|r| config::server::replica_config_map(c, r))
             .collect(),
-        users_secret: secret::users_secret(c, &inputs.user_passwords, &inputs.operator_password)?,
+        users_secret: secret::users_secret(
+            c,
+            &inputs.user_passwords,
+            &inputs.operator_password,
+            listed,
+        )?,
         server_statefulsets,
         headless_service: service::headless(c),
         client_service: service::client(c),

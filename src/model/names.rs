@@ -24,6 +24,9 @@ pub const OPERATOR_USER: &str = "clickhouse_operator";
 pub const OPERATOR_PASSWORD_KEY: &str = "password";
 /// Key of the generated users file in the Secret `<cluster>-users` (projected into `users.d/`).
 pub const USERS_FILE: &str = "00-operator-users.xml";
+/// Key of the generated `remote_servers` file in the Secret `<cluster>-users` (projected into
+/// `config.d/`: it holds the password servers use to reach each other).
+pub const REMOTE_SERVERS_FILE: &str = "00-operator-remote-servers.xml";
 /// Key of the Keeper configuration in the ConfigMap `<cluster>-keeper`.
 pub const KEEPER_CONFIG_FILE: &str = "keeper_config.xml";
 

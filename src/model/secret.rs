@@ -26,23 +26,30 @@ pub fn new_password(rng: &mut impl Rng) -> Password {
     )
 }
 
-/// `<cluster>-users`, projected into the servers' `users.d/`.
+/// `<cluster>-users`: the users file, projected into the servers' `users.d/`, and the
+/// `remote_servers` file (with the password servers use between them), projected into
+/// `config.d/`. `listed` are the replicas `remote_servers` names.
 pub fn users_secret(
     c: &Cluster<'_>,
     users: &BTreeMap<String, Password>,
     operator_password: &Password,
+    listed: &[crate::model::ReplicaSpec],
 ) -> Result<Secret, BuildError> {
     let file = users_file(c, users, operator_password)?;
+    let remote = crate::model::config::server::remote_servers_file(c, listed, operator_password)?;
     Ok(Secret {
         metadata: c.meta(
             names::users_secret(c.name),
             labels::common(c.name, Component::Server),
         ),
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([(
-            names::USERS_FILE.to_string(),
-            ByteString(file.into_bytes()),
-        )])),
+        data: Some(BTreeMap::from([
+            (names::USERS_FILE.to_string(), ByteString(file.into_bytes())),
+            (
+                names::REMOTE_SERVERS_FILE.to_string(),
+                ByteString(remote.into_bytes()),
+            ),
+        ])),
         ..Secret::default()
     })
 }

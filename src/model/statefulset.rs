@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvFromSource, EnvVar, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, SeccompProfile,
-    SecretEnvSource, SecretProjection, SecretVolumeSource, SecurityContext,
-    TopologySpreadConstraint, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
+    EnvFromSource, EnvVar, HTTPGetAction, KeyToPath, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, SeccompProfile, SecretEnvSource, SecretProjection, SecretVolumeSource,
+    SecurityContext, TopologySpreadConstraint, Volume, VolumeMount, VolumeProjection,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -237,6 +238,18 @@ pub fn server(
                         }),
                         ..VolumeProjection::default()
                     },
+                    VolumeProjection {
+                        secret: Some(SecretProjection {
+                            name: names::users_secret(c.name),
+                            items: Some(vec![KeyToPath {
+                                key: names::REMOTE_SERVERS_FILE.into(),
+                                path: names::REMOTE_SERVERS_FILE.into(),
+                                ..KeyToPath::default()
+                            }]),
+                            ..SecretProjection::default()
+                        }),
+                        ..VolumeProjection::default()
+                    },
                 ]),
                 ..ProjectedVolumeSource::default()
             }),
@@ -248,6 +261,11 @@ pub fn server(
                 sources: Some(vec![VolumeProjection {
                     secret: Some(SecretProjection {
                         name: names::users_secret(c.name),
+                        items: Some(vec![KeyToPath {
+                            key: names::USERS_FILE.into(),
+                            path: names::USERS_FILE.into(),
+                            ..KeyToPath::default()
+                        }]),
                         ..SecretProjection::default()
                     }),
                     ..VolumeProjection::default()

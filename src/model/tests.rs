@@ -66,6 +66,12 @@ fn common_file<'a>(d: &'a Desired, name: &str) -> &'a str {
     d.common_config.data.as_ref().unwrap()[name].as_str()
 }
 
+/// The `remote_servers` file, kept in the users Secret (it carries a password).
+fn remote_file(d: &Desired) -> String {
+    let data = d.users_secret.data.as_ref().unwrap();
+    String::from_utf8(data[names::REMOTE_SERVERS_FILE].0.clone()).unwrap()
+}
+
 fn users_file(d: &Desired) -> String {
     let data = d.users_secret.data.as_ref().unwrap();
     String::from_utf8(data[names::USERS_FILE].0.clone()).unwrap()
@@ -107,8 +113,8 @@ fn s0_10_three_shards_by_two_replicas_give_six_statefulsets_with_distinct_stable
 fn remote_servers_lists_every_replica_of_every_shard() {
     let c = cluster(json!({"shards": 3, "replicas": 2}));
     let d = build(&c, &inputs(replicas(3, 2)));
-    let xml = common_file(&d, RUNTIME_FILE);
-    let doc = parse(xml);
+    let xml = remote_file(&d);
+    let doc = parse(&xml);
     let cluster = doc
         .descendants()
         .find(|n| n.has_tag_name("remote_servers"))
@@ -135,13 +141,20 @@ fn remote_servers_lists_every_replica_of_every_shard() {
             .collect();
         assert_eq!(hosts, &want);
     }
-    // Keeper nodes are listed too.
-    let nodes = doc.descendants().filter(|n| n.has_tag_name("node")).count();
+    // Servers reach each other as the operator's user.
+    assert!(xml.contains("<user>clickhouse_operator</user>"));
+    // Keeper nodes are listed in the runtime file.
+    let runtime = parse(common_file(&d, RUNTIME_FILE));
+    let nodes = runtime
+        .descendants()
+        .filter(|n| n.has_tag_name("node"))
+        .count();
     assert_eq!(nodes, 3);
 }
 
-/// No ConfigMap, and no built object but the operator's own Secret, contains a plain password;
-/// the users file has each user's SHA-256.
+/// No ConfigMap, and no built object but Secrets, contains a plain password: the users file has
+/// each user's SHA-256; the operator's password is in its own Secret and in the `remote_servers`
+/// file of the users Secret (servers log in to each other with it), users' passwords nowhere.
 #[test]
 fn no_config_map_or_built_object_contains_a_plain_password() {
     let c = cluster(
@@ -186,7 +199,10 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         );
         assert!(u.children().all(|n| !n.has_tag_name("password")));
     }
-    // The operator's own Secret is the one place its password is kept.
+    let remote = remote_file(&d);
+    assert!(remote.contains("<password>operator-secret-pw</password>"));
+    assert!(!remote.contains("alice-secret-pw") && !remote.contains("bob-secret-pw"));
+    // The operator's own Secret keeps its password.
     let op = secret::operator_secret(&Cluster::new(&c).unwrap(), &i.operator_password);
     assert_eq!(
         op.data.unwrap()[names::OPERATOR_PASSWORD_KEY].0,
@@ -276,7 +292,8 @@ fn s0_05_adding_a_replica_leaves_the_others_untouched() {
         before.server_statefulsets[..]
     );
     assert_eq!(after.replica_configs[..2], before.replica_configs[..]);
-    assert_ne!(
+    assert_ne!(remote_file(&after), remote_file(&before));
+    assert_eq!(
         common_file(&after, RUNTIME_FILE),
         common_file(&before, RUNTIME_FILE)
     );
@@ -777,7 +794,8 @@ fn server_pods_are_locked_down_and_probed_on_ping() {
                 .unwrap()
         })
         .collect();
-    assert_eq!(projected, ["c1-common", "c1-0-0", "c1-users"]);
+    // config.d: common, replica, and remote_servers from the users Secret; users.d: users.
+    assert_eq!(projected, ["c1-common", "c1-0-0", "c1-users", "c1-users"]);
 }
 
 /// With TLS the secure ports are served and used between replicas; `required` drops the plain
@@ -798,8 +816,8 @@ fn tls_serves_secure_ports_and_required_drops_plain_ones() {
         .map(|p| p.port)
         .collect();
     assert_eq!(ports, [8123, 9000, 8443, 9440]);
-    let runtime = common_file(&d, RUNTIME_FILE);
-    assert!(runtime.contains("<port>9440</port>") && runtime.contains("<secure>1</secure>"));
+    let remote = remote_file(&d);
+    assert!(remote.contains("<port>9440</port>") && remote.contains("<secure>1</secure>"));
     assert!(common_file(&d, SERVER_FILE).contains("/etc/clickhouse-server/tls/tls.crt"));
     let c = cluster(json!({"tls": {"enabled": true, "required": true, "serverCertSecret": "tls"}}));
     let d = build(&c, &inputs(replicas(1, 1)));
@@ -1009,8 +1027,8 @@ proptest::proptest! {
             picks.iter().map(|(i, s)| ReplicaSpec::new("c1", *s, *i)).collect();
         let c = cluster(json!({"shards": 2}));
         let d = build(&c, &inputs(reps.clone()));
-        let runtime = common_file(&d, RUNTIME_FILE);
-        let doc = parse(runtime);
+        let remote = remote_file(&d);
+        let doc = parse(&remote);
         for (r, (sts, cm)) in reps.iter().zip(d.server_statefulsets.iter().zip(&d.replica_configs)) {
             proptest::prop_assert_eq!(sts.metadata.name.as_ref(), Some(&r.name));
             proptest::prop_assert_eq!(cm.metadata.name.as_ref(), Some(&r.name));

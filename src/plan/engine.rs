@@ -526,6 +526,19 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
         apply(kind, obj, &mut out);
     }
 
+    // Is the Keeper ensemble up (every current member Ready)?
+    let keeper_serving = desired.keeper.is_none()
+        || obs.statefulsets.get(&keeper_name).is_some_and(|k| {
+            let have = k.spec.replicas.unwrap_or(0);
+            have > 0
+                && (0..have).all(|i| {
+                    obs.pods
+                        .get(&format!("{keeper_name}-{i}"))
+                        .is_some_and(pod_ready)
+                })
+        });
+    let mut keeper_wait = false;
+
     // Server StatefulSets: created in parallel, template changes through the rollout.
     let mut members = Vec::new();
     let mut storage_busy = Vec::new();
@@ -534,6 +547,12 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
         let mut dj = json_of(d);
         want(Kind::StatefulSet, &dj);
         let Some(o) = obs.statefulsets.get(&dname) else {
+            // Servers start once Keeper serves: some versions (18.16) give up their DDL queue
+            // for good when Keeper cannot be reached at start.
+            if !keeper_serving {
+                keeper_wait = true;
+                continue;
+            }
             out.actions.push(Action::Apply {
                 kind: Kind::StatefulSet,
                 name: dname,
@@ -629,6 +648,9 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
             ready,
             failing,
         });
+    }
+    if keeper_wait {
+        waits.push("waiting for Keeper to be Ready before starting new server replicas".into());
     }
     for d in &desired.shard_pdbs {
         let obj = json_of(d);

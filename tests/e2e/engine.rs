@@ -450,3 +450,128 @@ async fn s2_03_users_secret_change_reloads_without_restart() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// S2-18: a larger storage size with volume scaling grows the PVC in place and recreates the
+/// StatefulSet with its pod kept (same uid, no restart); without the flag nothing changes and
+/// the status says why.
+#[tokio::test]
+async fn s2_18_storage_grows_in_place_without_restart() {
+    let client = client().await;
+    let ns = namespace(&client, "grow").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replica = backup_replica(&c);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pvc_name = format!("data-{replica}-0");
+    let sts_uid = sts.get(&replica).await.unwrap().uid();
+    let before = server_pods(&client, &ns, "c1").await;
+
+    // Without volume scaling: refused, reported, nothing changes.
+    patch_spec(&client, &ns, "c1", json!({"storage": {"size": "2Gi"}})).await;
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        READY,
+        "the refusal to be reported",
+        |s| {
+            s.observed_generation == Some(2)
+                && s.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("enableVolumeScaling"))
+        },
+    )
+    .await;
+    let size = |p: PersistentVolumeClaim| {
+        p.spec.unwrap().resources.unwrap().requests.unwrap()["storage"]
+            .0
+            .clone()
+    };
+    assert_eq!(size(pvcs.get(&pvc_name).await.unwrap()), "1Gi");
+
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"storageScaling": {"enableVolumeScaling": true}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 3).await;
+    assert_eq!(size(pvcs.get(&pvc_name).await.unwrap()), "2Gi");
+    assert_ne!(
+        sts.get(&replica).await.unwrap().uid(),
+        sts_uid,
+        "the StatefulSet was recreated"
+    );
+    assert_eq!(
+        server_pods(&client, &ns, "c1").await,
+        before,
+        "its pod was kept"
+    );
+    finish(&client, &ns, op).await;
+}
+
+/// S0-01, S1-03: a 2-shard cluster answers `ON CLUSTER` DDL and a query through a Distributed
+/// table sums both shards; servers reach each other as the operator's user.
+#[tokio::test]
+async fn distributed_query_sums_both_shards() {
+    let client = client().await;
+    let ns = namespace(&client, "dist").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas: Vec<String> = c
+        .status
+        .unwrap()
+        .replica_state_map
+        .keys()
+        .cloned()
+        .collect();
+    let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(&ch, "CREATE TABLE default.local ON CLUSTER c1 (id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/local', '{replica}') ORDER BY id").await;
+    exec(&ch, "CREATE TABLE default.dist ON CLUSTER c1 AS default.local ENGINE = Distributed(c1, default, local, id)").await;
+    // 18.16 has no SYSTEM FLUSH DISTRIBUTED: insert synchronously instead.
+    ch.exec(
+        "INSERT INTO default.dist SELECT number FROM system.numbers LIMIT 1000",
+        &clickhouse_operator::clickhouse::QueryOptions::new().setting("insert_distributed_sync", 1),
+    )
+    .await
+    .expect("insert through the Distributed table");
+    wait_for(
+        Duration::from_secs(60),
+        "1000 rows through the Distributed table",
+        || {
+            let ch = ch.clone();
+            async move {
+                (query(&ch, "SELECT count() AS v FROM default.dist").await == ["1000"])
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    for r in &replicas {
+        let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        let local: u64 = query(&ch, "SELECT count() AS v FROM default.local").await[0]
+            .parse()
+            .unwrap();
+        assert!(
+            local > 0 && local < 1000,
+            "{r} holds a part of the rows: {local}"
+        );
+    }
+    finish(&client, &ns, op).await;
+}

@@ -726,6 +726,20 @@ async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
         "no request of the operator in {}",
         audit.display()
     );
+    // the operator in the pods did the work, under the chart's ServiceAccount (in-cluster config)
+    for (verb, resource) in [
+        ("create", "statefulsets"),
+        ("patch", "clickhouseclusters/status"),
+    ] {
+        assert!(
+            requests.iter().any(|r| r.user == op_user
+                && r.verb == verb
+                && r.resource == resource
+                && r.namespace == ch_ns
+                && r.code < 300),
+            "no {verb} {resource} by {op_user}"
+        );
+    }
     let denied: Vec<&Request> = requests.iter().filter(|r| r.code == 403).collect();
     let manifest = helm_in_cluster(&["get", "manifest", "op", "-n", &op_ns]);
     let rendered = docs(&manifest);
@@ -957,8 +971,9 @@ async fn crd_upgrade_with_server_side_apply_over_older_crds() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// charts/README.md, "Install with Helm", runs as written: its first shell block, with only its
-/// first two lines (namespaces and image) replaced to suit the local cluster.
+/// "Install with Helm" runs as written: the marked shell block of README.md (once the section is
+/// there) or else of charts/README.md, with only its first two lines (namespaces and image)
+/// replaced to suit the local cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_with_helm_readme_runs_as_written() {
     let helm_bin = match helm() {
@@ -969,10 +984,19 @@ async fn install_with_helm_readme_runs_as_written() {
         }
     };
     let _ = client().await;
-    let readme = std::fs::read_to_string(repo().join("charts/README.md")).unwrap();
-    let start = readme
-        .find("<!-- tests/helm.rs runs the next block")
-        .expect("the marked block in charts/README.md");
+    const MARK: &str = "<!-- tests/helm.rs runs the next block";
+    let (file, readme) = ["README.md", "charts/README.md"]
+        .iter()
+        .map(|f| {
+            (
+                *f,
+                std::fs::read_to_string(repo().join(f)).unwrap_or_default(),
+            )
+        })
+        .find(|(_, text)| text.contains(MARK))
+        .expect("a README with the marked \"Install with Helm\" block");
+    eprintln!("running the block of {file}");
+    let start = readme.find(MARK).unwrap();
     let block = &readme[start..];
     let block = &block[block.find("```sh\n").unwrap() + 6..];
     let block = &block[..block.find("\n```").unwrap()];

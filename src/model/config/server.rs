@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use super::settings::needs_restart;
 use super::xml::{Element, ROOT};
 use crate::model::labels::{self, Component};
-use crate::model::{BuildError, Cluster, ReplicaSpec, names};
+use crate::model::{BuildError, Cluster, Password, ReplicaSpec, names};
 
 /// Prefix of the files the operator generates; user files may not use it.
 pub const OPERATOR_FILE_PREFIX: &str = "00-operator-";
@@ -43,10 +43,7 @@ pub struct ConfigFile {
 
 /// The files of the common ConfigMap, sorted by name: the operator's three files and the
 /// user's `spec.configuration.files` (whose content the operator cannot judge: restart).
-pub fn common_files(
-    c: &Cluster<'_>,
-    replicas: &[ReplicaSpec],
-) -> Result<Vec<ConfigFile>, BuildError> {
+pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
     let settings = &c.spec.configuration.settings;
     let restart = Element::from_paths(
         settings
@@ -76,7 +73,6 @@ pub fn common_files(
         ConfigFile {
             name: RUNTIME_FILE.into(),
             content: Element::new(ROOT)
-                .child(remote_servers(c, replicas)?)
                 .children(zookeeper(c))
                 .children(reload)
                 .to_document(),
@@ -191,10 +187,28 @@ fn server_element(c: &Cluster<'_>) -> Element {
     .child(Element::new("distributed_ddl").child(Element::leaf("path", DDL_PATH)))
 }
 
+/// The file with `remote_servers`, kept in the Secret `<cluster>-users` and projected into
+/// `config.d/`: servers connect to each other as the operator's user, whose password must be
+/// written in plain text there, so it never goes into a ConfigMap. ClickHouse reloads it at
+/// runtime.
+pub fn remote_servers_file(
+    c: &Cluster<'_>,
+    replicas: &[ReplicaSpec],
+    operator_password: &Password,
+) -> Result<String, BuildError> {
+    Ok(Element::new(ROOT)
+        .child(remote_servers(c, replicas, operator_password)?)
+        .to_document())
+}
+
 /// `remote_servers` with one cluster named like the ClickHouseCluster: every shard that has a
-/// replica in `replicas`, in shard order, and its replicas by creation index. It replaces the
-/// example clusters of the image's `config.xml`.
-pub fn remote_servers(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Result<Element, BuildError> {
+/// replica in `replicas`, in shard order, and its replicas by creation index, reached as the
+/// operator's user. It replaces the example clusters of the image's `config.xml`.
+pub fn remote_servers(
+    c: &Cluster<'_>,
+    replicas: &[ReplicaSpec],
+    operator_password: &Password,
+) -> Result<Element, BuildError> {
     let mut by_shard: BTreeMap<i32, Vec<&ReplicaSpec>> = BTreeMap::new();
     for r in replicas {
         by_shard.entry(r.shard).or_default().push(r);
@@ -215,7 +229,9 @@ pub fn remote_servers(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Result<Eleme
                         "host",
                         names::replica_host(c.name, c.namespace, &r.name),
                     ))
-                    .child(Element::leaf("port", port));
+                    .child(Element::leaf("port", port))
+                    .child(Element::leaf("user", names::OPERATOR_USER))
+                    .child(Element::leaf("password", &operator_password.0));
                 if tls {
                     e.child(Element::leaf("secure", 1))
                 } else {

@@ -1,0 +1,380 @@
+#!/usr/bin/env bash
+# A real local Kubernetes on this machine: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler (built from Go modules by hack/build-control-plane.sh) and one local-kubelet
+# node agent (Node `node-1`) that runs pods as local processes, each in its own network namespace
+# on a bridge; Services get ClusterIPs from 198.19.0.0/16.
+#
+# Several clusters may run at once, each on its own node network ("slot" k = 0..7): bridge chbr<k>,
+# pods in 198.18.<32k>.0/19 (gateway and Node InternalIP 198.18.<32k>.1), ClusterIPs in
+# 198.19.<32k>.0/19 (the kubernetes Service at 198.19.<32k>.1). The first cluster gets slot 0:
+# chbr0, 198.18.0.1, 198.19.0.1. DIR/network records the values.
+#
+#   hack/local-cluster.sh up DIR     start everything into DIR; exits 0 once ready
+#   hack/local-cluster.sh down DIR   stop everything started into DIR, leave the machine clean
+#   hack/local-cluster.sh status DIR print which processes of DIR are alive
+#
+# After `up`:  source DIR/env   (KUBECONFIG=DIR/kubeconfig, PATH with kubectl 1.37)
+# Environment (optional):
+#   LOCAL_KUBELET_BIN       use this local-kubelet binary instead of `cargo build -p local-kubelet`
+#   CLICKHOUSE_OPERATOR_BIN binary the agent runs for *clickhouse-operator* images
+#                           (default: <target dir>/debug/clickhouse-operator)
+#   LOCAL_CLUSTER_TIMEOUT   seconds to wait for readiness (default 120)
+#   NODE_NAME               Node name of the agent (default node-1)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+SLOTS=8
+lock_file() { if [ "$1" = 0 ]; then echo /run/local-cluster.owner; else echo "/run/local-cluster.owner.$1"; fi; }
+dir_slot() { cat "$DIR/slot" 2>/dev/null || echo 0; }
+NODE_NAME="${NODE_NAME:-node-1}"
+TIMEOUT="${LOCAL_CLUSTER_TIMEOUT:-120}"
+# reverse start order: the agent goes first so that it stops pods and removes what it created
+PROCS_STOP=(agent kube-scheduler kube-controller-manager kube-apiserver etcd)
+
+log() { echo "local-cluster: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+usage() { echo "usage: $0 up|down|status DIR" >&2; exit 2; }
+[ $# -eq 2 ] || usage
+CMD="$1"
+if [ "$CMD" = up ]; then mkdir -p "$2" 2>/dev/null || true; fi
+if [ ! -d "$2" ]; then
+  [ "$CMD" = up ] && die "cannot create $2"
+  log "$2 does not exist: nothing to do"
+  exit 0
+fi
+DIR="$(cd "$2" && pwd)"
+
+# the binary name whose process a pid file must point at (guards against pid reuse)
+proc_binary() {
+  case "$1" in
+    agent) basename "$(cat "$DIR/agent.bin" 2>/dev/null || echo local-kubelet)" ;;
+    *) echo "$1" ;;
+  esac
+}
+
+pid_of() { # name -> pid if that process is alive and is what we started
+  local f="$DIR/pids/$1.pid" pid
+  [ -f "$f" ] || return 1
+  pid="$(cat "$f" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [ -d "/proc/$pid" ] || return 1
+  local exe
+  exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
+  case "$exe" in
+    */"$(proc_binary "$1")"|*/"$(proc_binary "$1")"" (deleted)") echo "$pid" ;;
+    *) return 1 ;;
+  esac
+}
+
+stop_one() { # name grace-seconds
+  local name="$1" grace="$2" pid i
+  pid="$(pid_of "$name")" || { rm -f "$DIR/pids/$name.pid"; return 0; }
+  log "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < grace * 10; i++)); do
+    [ -d "/proc/$pid" ] || break
+    # a zombie whose parent is gone counts as stopped
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+    sleep 0.1
+  done
+  if [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; then
+    log "$name did not stop within ${grace}s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  fi
+  rm -f "$DIR/pids/$name.pid"
+}
+
+# a slot is busy while its owner's `up` script or agent runs
+slot_busy() { # slot
+  local f; f="$(lock_file "$1")"
+  [ -f "$f" ] || return 1
+  local owner uppid
+  owner="$(sed -n 1p "$f" 2>/dev/null)"
+  uppid="$(sed -n 2p "$f" 2>/dev/null)"
+  [ "$owner" = "$DIR" ] && return 1
+  if [ -n "$uppid" ] && [ -d "/proc/$uppid" ] && grep -q local-cluster "/proc/$uppid/cmdline" 2>/dev/null; then
+    return 0
+  fi
+  [ -n "$owner" ] && [ -f "$owner/pids/agent.pid" ] &&
+    [ -d "/proc/$(cat "$owner/pids/agent.pid" 2>/dev/null || echo x)" ]
+}
+
+agent_cleanup() {
+  # removes what a (possibly crashed) agent left: pod processes, netns, veths, ClusterIPs, bridge,
+  # mount points it created. Only when this DIR owns its node network (or nobody does).
+  local slot lock
+  slot="$(dir_slot)"
+  lock="$(lock_file "$slot")"
+  slot_busy "$slot" && return 0
+  local bin=""
+  [ -f "$DIR/agent.bin" ] && bin="$(cat "$DIR/agent.bin")"
+  if [ -n "$bin" ] && [ -x "$bin" ] && [ -d "$DIR/agent" ]; then
+    "$bin" cleanup --data-dir "$DIR/agent" --bridge "chbr$slot" --pod-cidr "198.18.$((32 * slot)).0/19" \
+      >>"$DIR/logs/agent-cleanup.log" 2>&1 || log "agent cleanup failed: see $DIR/logs/agent-cleanup.log"
+  fi
+  local owner=""
+  [ -f "$lock" ] && owner="$(sed -n 1p "$lock" 2>/dev/null)"
+  if [ -z "$owner" ] || [ "$owner" = "$DIR" ]; then rm -f "$lock"; fi
+}
+
+do_down() {
+  [ -d "$DIR/pids" ] || { agent_cleanup; return 0; }
+  for p in "${PROCS_STOP[@]}"; do
+    case "$p" in
+      agent) stop_one agent 120; agent_cleanup ;;
+      kube-apiserver) stop_one "$p" 20 ;;
+      *) stop_one "$p" 15 ;;
+    esac
+  done
+  log "down: $DIR"
+}
+
+do_status() {
+  for p in etcd kube-apiserver kube-controller-manager kube-scheduler agent; do
+    if pid="$(pid_of "$p")"; then echo "$p running (pid $pid)"; else echo "$p stopped"; fi
+  done
+}
+
+ensure_packages() {
+  local missing=() p
+  for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
+      { apt-get update >&2 && apt-get install -y --no-install-recommends "${missing[@]}" >&2; }
+  fi
+}
+
+PICKED=" "
+pick_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 12000)) # below the ephemeral port range (32768-)
+    case "$PICKED" in *" $p "*) continue ;; esac
+    if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
+      PICKED="$PICKED$p "
+      echo "$p"
+      return
+    fi
+  done
+}
+
+start_proc() { # name binary args...
+  local name="$1"; shift
+  # setsid: own session, no controlling terminal; stdin/stdout/stderr detached from the caller
+  setsid "$@" </dev/null >>"$DIR/logs/$name.log" 2>&1 &
+  echo $! >"$DIR/pids/$name.pid"
+}
+
+FAILED_LOG=""
+fail_up() {
+  log "$1"
+  if [ -n "$FAILED_LOG" ] && [ -f "$FAILED_LOG" ]; then
+    log "---- last lines of $FAILED_LOG ----"
+    tail -n 40 "$FAILED_LOG" >&2 || true
+  fi
+  do_down || true
+  exit 1
+}
+
+wait_for() { # description log-file deadline-epoch process-name command...
+  local what="$1" logf="$2" deadline="$3" proc="$4"; shift 4
+  FAILED_LOG="$logf"
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$proc" ] && ! pid_of "$proc" >/dev/null; then fail_up "$proc exited while waiting for $what"; fi
+    [ "$(date +%s)" -lt "$deadline" ] || fail_up "timed out waiting for $what"
+    sleep 0.3
+  done
+}
+
+node_ready() {
+  [ "$("$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" get node "$NODE_NAME" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+default_sc() {
+  "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" get storageclass \
+    -o 'jsonpath={range .items[*]}{.metadata.annotations.storageclass\.kubernetes\.io/is-default-class}{"\n"}{end}' |
+    grep -qx true
+}
+default_sa() { "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" -n default get serviceaccount default; }
+
+do_up() {
+  [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, bridge, mounts)"
+  for p in "${PROCS_STOP[@]}"; do
+    if pid_of "$p" >/dev/null; then die "$DIR is already up ($p running); run: $0 down $DIR"; fi
+  done
+  local t_start=$SECONDS
+  ensure_packages
+  BIN="$(bash "$HERE/build-control-plane.sh" | tail -n 1)"
+  [ -x "$BIN/kube-apiserver" ] || die "no control plane binaries in '$BIN'"
+  local target="${CARGO_TARGET_DIR:-$ROOT/target}"
+  local kubelet="${LOCAL_KUBELET_BIN:-}"
+  if [ -z "$kubelet" ]; then
+    kubelet="$target/debug/local-kubelet"
+    # rebuild only when a source is newer than the binary (also avoids waiting for the build lock
+    # of a `cargo test` that runs this script)
+    if [ ! -x "$kubelet" ] || [ -n "$(find "$ROOT/local-kubelet" "$ROOT/Cargo.lock" "$ROOT/Cargo.toml" \
+      -newer "$kubelet" -not -path '*/tests/*' -print -quit 2>/dev/null)" ]; then
+      (cd "$ROOT" && cargo build -q -p local-kubelet >&2) || die "cargo build -p local-kubelet failed"
+    fi
+  fi
+  [ -x "$kubelet" ] || die "local-kubelet binary $kubelet not found"
+  kubelet="$(readlink -f "$kubelet")"
+  local operator="${CLICKHOUSE_OPERATOR_BIN:-$target/debug/clickhouse-operator}"
+
+  # fresh DIR (anything left from an earlier run is stopped and removed first)
+  do_down >/dev/null 2>&1 || true
+  rm -rf "${DIR:?}"/{pki,etcd,logs,pids,agent,kubeconfig,env,audit.log,audit-policy.yaml,tokens.csv,agent.bin,ports,slot,network}
+  mkdir -p "$DIR"/{pki,etcd,logs,pids,agent}
+  # a node network of our own (serialised with other `up`s by a lock)
+  local SLOT="" k
+  exec 8<"$HERE/local-cluster.sh"
+  flock 8
+  for ((k = 0; k < SLOTS; k++)); do
+    if ! slot_busy "$k"; then SLOT=$k; break; fi
+  done
+  if [ -z "$SLOT" ]; then
+    flock -u 8
+    die "all $SLOTS node networks are in use by other local clusters ($(cat /run/local-cluster.owner* 2>/dev/null | grep / | tr '\n' ' '))"
+  fi
+  printf '%s\n%s\n' "$DIR" "$$" >"$(lock_file "$SLOT")"
+  flock -u 8
+  exec 8>&-
+  echo "$SLOT" >"$DIR/slot"
+  local BRIDGE="chbr$SLOT" POD_CIDR="198.18.$((32 * SLOT)).0/19" GW="198.18.$((32 * SLOT)).1"
+  local SVC_CIDR="198.19.$((32 * SLOT)).0/19" KSVC="198.19.$((32 * SLOT)).1"
+  printf 'BRIDGE=%s\nPOD_CIDR=%s\nGATEWAY=%s\nSERVICE_CIDR=%s\nKUBERNETES_SERVICE_IP=%s\n' \
+    "$BRIDGE" "$POD_CIDR" "$GW" "$SVC_CIDR" "$KSVC" >"$DIR/network"
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    log "bridge $BRIDGE exists without a running owner: the agent removes it as a leftover"
+  fi
+  echo "$kubelet" >"$DIR/agent.bin"
+  trap 'fail_up "interrupted"' INT TERM
+
+  local ETCD_PORT ETCD_PEER API_PORT KCM_PORT SCHED_PORT
+  ETCD_PORT=$(pick_port); ETCD_PEER=$(pick_port); API_PORT=$(pick_port)
+  KCM_PORT=$(pick_port); SCHED_PORT=$(pick_port)
+  printf 'etcd=%s\netcd-peer=%s\napiserver=%s\nkube-controller-manager=%s\nkube-scheduler=%s\n' \
+    "$ETCD_PORT" "$ETCD_PEER" "$API_PORT" "$KCM_PORT" "$SCHED_PORT" >"$DIR/ports"
+
+  # certificates: a CA, the apiserver serving certificate, the service-account key pair
+  local P="$DIR/pki"
+  (
+    cd "$P"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+      -subj "/CN=local-cluster-ca" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
+      -subj "/CN=kube-apiserver" 2>/dev/null
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:$GW,IP:$KSVC,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+      "basicConstraints=CA:FALSE" "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >apiserver.ext
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
+      -days 3650 -extfile apiserver.ext 2>/dev/null
+    # the agent's kubelet API (kubectl logs) and the apiserver's client certificate for it
+    openssl req -newkey rsa:2048 -nodes -keyout kubelet.key -out kubelet.csr -subj "/CN=$NODE_NAME" 2>/dev/null
+    printf '%s\n' "subjectAltName=IP:$GW,DNS:$NODE_NAME" "basicConstraints=CA:FALSE" \
+      "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >kubelet.ext
+    openssl x509 -req -in kubelet.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out kubelet.crt \
+      -days 3650 -extfile kubelet.ext 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout apiserver-kubelet-client.key -out apiserver-kubelet-client.csr \
+      -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+    printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=digitalSignature,keyEncipherment" \
+      "extendedKeyUsage=clientAuth" >client.ext
+    openssl x509 -req -in apiserver-kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+      -out apiserver-kubelet-client.crt -days 3650 -extfile client.ext 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  ) || die "openssl failed"
+  local TOKEN
+  TOKEN="$(openssl rand -hex 24)"
+  echo "$TOKEN,admin,admin,system:masters" >"$DIR/tokens.csv"
+  chmod 600 "$DIR/tokens.csv" "$P"/*.key
+  cat >"$DIR/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(base64 -w0 "$P/ca.crt")
+users:
+- name: admin
+  user:
+    token: $TOKEN
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: admin
+    namespace: default
+current-context: local
+EOF
+  chmod 600 "$DIR/kubeconfig"
+  cat >"$DIR/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+rules:
+- level: Metadata
+EOF
+  cat >"$DIR/env" <<EOF
+export KUBECONFIG=$DIR/kubeconfig
+export PATH=$BIN:\$PATH
+EOF
+
+  local deadline=$(($(date +%s) + TIMEOUT))
+  local t_cp=$SECONDS
+  start_proc etcd "$BIN/etcd" --name default --data-dir "$DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER" \
+    --initial-cluster "default=http://127.0.0.1:$ETCD_PEER" --unsafe-no-fsync --listen-metrics-urls ""
+  start_proc kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+    --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
+    --service-cluster-ip-range="$SVC_CIDR" --authorization-mode=RBAC --token-auth-file="$DIR/tokens.csv" \
+    --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$P/sa.pub" \
+    --service-account-signing-key-file="$P/sa.key" --allow-privileged=true --shutdown-delay-duration=0s \
+    --endpoint-reconciler-type=none --audit-log-path="$DIR/audit.log" \
+    --audit-policy-file="$DIR/audit-policy.yaml" --audit-log-maxsize=200 --audit-log-maxbackup=1 --profiling=false \
+    --kubelet-client-certificate="$P/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$P/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$P/ca.crt" --kubelet-preferred-address-types=InternalIP
+  wait_for "kube-apiserver /readyz" "$DIR/logs/kube-apiserver.log" "$deadline" kube-apiserver \
+    "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" get --raw /readyz
+  local K="$DIR/kubeconfig"
+  start_proc kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$K" \
+    --authentication-kubeconfig="$K" --authorization-kubeconfig="$K" --leader-elect=false \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --service-account-private-key-file="$P/sa.key" \
+    --root-ca-file="$P/ca.crt" --use-service-account-credentials=true --controllers='*' \
+    --service-cluster-ip-range="$SVC_CIDR" --profiling=false
+  start_proc kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$K" --authentication-kubeconfig="$K" \
+    --authorization-kubeconfig="$K" --leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
+    --profiling=false
+  local agent_args=(run --kubeconfig "$K" --node-name "$NODE_NAME" --data-dir "$DIR/agent"
+    --ca-file "$P/ca.crt" --operator-binary "$operator" --log-dir "$DIR/logs/pods"
+    --tls-cert-file "$P/kubelet.crt" --tls-private-key-file "$P/kubelet.key"
+    --bridge "$BRIDGE" --pod-cidr "$POD_CIDR")
+  RUST_LOG="${RUST_LOG:-info}" start_proc agent "$kubelet" "${agent_args[@]}"
+  wait_for "Node $NODE_NAME Ready" "$DIR/logs/agent.log" "$deadline" agent node_ready
+  wait_for "a default StorageClass" "$DIR/logs/agent.log" "$deadline" agent default_sc
+  wait_for "ServiceAccount default/default" "$DIR/logs/kube-controller-manager.log" "$deadline" \
+    kube-controller-manager default_sa
+  for p in etcd kube-apiserver kube-controller-manager kube-scheduler agent; do
+    pid_of "$p" >/dev/null || { FAILED_LOG="$DIR/logs/$p.log"; fail_up "$p is not running"; }
+  done
+  trap - INT TERM
+  # the slot stays ours while the agent runs
+  printf '%s\n' "$DIR" >"$(lock_file "$SLOT")"
+  log "up in $((SECONDS - t_start)) s (control plane and node ready $((SECONDS - t_cp)) s after start): source $DIR/env"
+}
+
+case "$CMD" in
+  up) do_up ;;
+  down) do_down ;;
+  status) do_status ;;
+  *) usage ;;
+esac

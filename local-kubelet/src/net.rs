@@ -1,0 +1,304 @@
+//! Node networking: a bridge (`chbr0`, 198.18.0.1/19 by default), one network namespace per pod
+//! with a veth pair, pod addresses from the pod CIDR's second /24 upwards, ClusterIPs on the bridge.
+//! No forwarding, no NAT: pods reach each other across the bridge and the machine at 198.18.0.1.
+
+use crate::util::{run, run_quiet};
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// The node network: bridge name and pod CIDR (the gateway, on the bridge, is its first address).
+/// Default `chbr0` with 198.18.0.0/19; further clusters on the same machine use other bridges and
+/// other /19s of 198.18.0.0/16 (see hack/local-cluster.sh), so their names never collide.
+#[derive(Debug, Clone)]
+pub struct NetCfg {
+    pub bridge: String,
+    pub network: u32,
+    pub prefix: u8,
+    pub gateway: String,
+}
+
+static CFG: OnceLock<NetCfg> = OnceLock::new();
+
+pub fn configure(bridge: &str, cidr: &str) -> Result<()> {
+    let (ip, len) = cidr
+        .split_once('/')
+        .context("pod CIDR must be a.b.c.d/len")?;
+    let ip: Ipv4Addr = ip.parse()?;
+    let prefix: u8 = len.parse()?;
+    if !(8..=24).contains(&prefix) {
+        bail!("pod CIDR prefix must be between 8 and 24");
+    }
+    let mask = u32::MAX << (32 - prefix);
+    let network = u32::from(ip) & mask;
+    if bridge.len() > 15 {
+        bail!("bridge name too long");
+    }
+    let cfg = NetCfg {
+        bridge: bridge.to_string(),
+        network,
+        prefix,
+        gateway: Ipv4Addr::from(network + 1).to_string(),
+    };
+    let _ = CFG.set(cfg);
+    Ok(())
+}
+
+fn cfg() -> &'static NetCfg {
+    CFG.get_or_init(|| NetCfg {
+        bridge: "chbr0".into(),
+        network: u32::from_be_bytes([198, 18, 0, 0]),
+        prefix: 19,
+        gateway: "198.18.0.1".into(),
+    })
+}
+
+pub fn bridge() -> &'static str {
+    &cfg().bridge
+}
+
+/// The bridge address: pods' default gateway, the Node's InternalIP.
+pub fn gateway() -> &'static str {
+    &cfg().gateway
+}
+
+fn broadcast() -> u32 {
+    let c = cfg();
+    c.network | (u32::MAX >> c.prefix)
+}
+
+/// Whether a pod address (and so its netns/veth names) belongs to this node network.
+fn ours(third: u8, fourth: u8) -> bool {
+    let a = u32::from_be_bytes([198, 18, third, fourth]);
+    let c = cfg();
+    a > c.network && a < broadcast()
+}
+
+pub const NETNS_PREFIX: &str = "lk-";
+pub const VETH_PREFIX: &str = "lkv";
+
+/// Pod address allocator: from the pod CIDR's second /24 (198.18.1.1 by default) to its last
+/// address but one, handing out the next free address after the last one given, so a freed
+/// address is reused only after the range wrapped.
+#[derive(Default)]
+pub struct Ipam {
+    used: BTreeSet<u32>,
+    last: u32,
+}
+
+impl Ipam {
+    pub fn allocate(&mut self) -> Option<Ipv4Addr> {
+        let first = cfg().network + 256;
+        let last = broadcast() - 1;
+        let mut c = if self.last < first || self.last > last {
+            first
+        } else {
+            self.last + 1
+        };
+        for _ in 0..=(last - first) {
+            if c > last {
+                c = first;
+            }
+            let o = c.to_be_bytes();
+            if o[3] != 0 && o[3] != 255 && !self.used.contains(&c) {
+                self.used.insert(c);
+                self.last = c;
+                return Some(Ipv4Addr::from(c));
+            }
+            c += 1;
+        }
+        None
+    }
+    pub fn release(&mut self, ip: Ipv4Addr) {
+        self.used.remove(&u32::from(ip));
+    }
+}
+
+/// netns and host-side veth names derived from the pod address (unique while it is allocated)
+pub fn names(ip: Ipv4Addr) -> (String, String) {
+    let o = ip.octets();
+    (
+        format!("{NETNS_PREFIX}{}-{}", o[2], o[3]),
+        format!("{VETH_PREFIX}{}-{}", o[2], o[3]),
+    )
+}
+
+fn netns_dir_mounted() -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/run/netns"))
+}
+
+/// `ip netns add` mounts /run/netns onto itself the first time; remember (machine-wide, for
+/// whichever agent stops last) that one of us caused it.
+const NETNS_MARKER: &str = "/run/local-kubelet.netns-dir-created";
+
+pub fn note_netns_dir() {
+    if !netns_dir_mounted() {
+        let _ = std::fs::write(NETNS_MARKER, b"");
+    }
+}
+
+pub async fn setup_bridge() -> Result<()> {
+    let br = bridge();
+    if !run_quiet("ip", &["link", "show", br]).await {
+        run("ip", &["link", "add", br, "type", "bridge"]).await?;
+    }
+    let addr = format!("{}/{}", gateway(), cfg().prefix);
+    let addrs = run("ip", &["-4", "-o", "addr", "show", "dev", br]).await?;
+    if !addrs.contains(&addr) {
+        run("ip", &["addr", "add", &addr, "dev", br]).await?;
+    }
+    run("ip", &["link", "set", br, "up"]).await?;
+    Ok(())
+}
+
+pub async fn setup_pod(ip: Ipv4Addr) -> Result<String> {
+    let (ns, veth) = names(ip);
+    // a leftover of the same name (earlier crash) goes first
+    teardown_pod(ip).await;
+    run("ip", &["netns", "add", &ns]).await?;
+    run(
+        "ip",
+        &[
+            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+        ],
+    )
+    .await?;
+    run("ip", &["link", "set", &veth, "master", bridge(), "up"]).await?;
+    let addr = format!("{ip}/{}", cfg().prefix);
+    run("ip", &["-n", &ns, "addr", "add", &addr, "dev", "eth0"]).await?;
+    run("ip", &["-n", &ns, "link", "set", "eth0", "up"]).await?;
+    run("ip", &["-n", &ns, "link", "set", "lo", "up"]).await?;
+    run(
+        "ip",
+        &["-n", &ns, "route", "add", "default", "via", gateway()],
+    )
+    .await?;
+    Ok(ns)
+}
+
+/// Kills what still runs in the pod's network namespace, removes it and the veth.
+pub async fn teardown_pod(ip: Ipv4Addr) {
+    let (ns, veth) = names(ip);
+    kill_netns_processes(&ns).await;
+    run_quiet("ip", &["link", "del", &veth]).await;
+    run_quiet("ip", &["netns", "del", &ns]).await;
+}
+
+pub async fn kill_netns_processes(ns: &str) {
+    for _ in 0..50 {
+        let pids = run("ip", &["netns", "pids", ns]).await.unwrap_or_default();
+        let pids: Vec<i32> = pids
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.is_empty() {
+            return;
+        }
+        for p in pids {
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn add_cluster_ip(ip: &str) -> Result<()> {
+    let addrs = run("ip", &["-4", "-o", "addr", "show", "dev", bridge()]).await?;
+    if !addrs.contains(&format!(" {ip}/32")) {
+        run("ip", &["addr", "add", &format!("{ip}/32"), "dev", bridge()]).await?;
+    }
+    Ok(())
+}
+
+pub async fn del_cluster_ip(ip: &str) {
+    run_quiet("ip", &["addr", "del", &format!("{ip}/32"), "dev", bridge()]).await;
+}
+
+/// `lk-<c>-<d>` / `lkv<c>-<d>` → (c, d)
+fn octets(name: &str, prefix: &str) -> Option<(u8, u8)> {
+    let (c, d) = name.strip_prefix(prefix)?.split_once('-')?;
+    Some((c.parse().ok()?, d.parse().ok()?))
+}
+
+/// Removes everything an agent creates: processes in pod namespaces, namespaces, veths, the
+/// bridge (with its ClusterIPs), the mount points it created on the machine, pod folders.
+/// Persistent volume folders stay.
+pub async fn cleanup_leftovers(data_dir: &Path) {
+    let list = run("ip", &["netns", "list"]).await.unwrap_or_default();
+    for line in list.lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        if octets(name, NETNS_PREFIX).is_some_and(|(c, d)| ours(c, d)) {
+            kill_netns_processes(name).await;
+            run_quiet("ip", &["netns", "del", name]).await;
+        }
+    }
+    let links = run("ip", &["-o", "link", "show"]).await.unwrap_or_default();
+    for line in links.lines() {
+        if let Some(name) = line.split(':').nth(1) {
+            let name = name.trim().split('@').next().unwrap_or_default();
+            if octets(name, VETH_PREFIX).is_some_and(|(c, d)| ours(c, d)) {
+                run_quiet("ip", &["link", "del", name]).await;
+            }
+        }
+    }
+    if run_quiet("ip", &["link", "show", bridge()]).await {
+        run_quiet("ip", &["link", "del", bridge()]).await;
+    }
+    // mount points created on the machine's filesystem, deepest first, only when still empty
+    let rec = data_dir.join("created-paths");
+    if let Ok(s) = std::fs::read_to_string(&rec) {
+        let mut paths: Vec<&str> = s.lines().filter(|l| !l.is_empty()).collect();
+        paths.sort();
+        paths.dedup();
+        paths.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+        for p in paths {
+            let p = Path::new(p);
+            match std::fs::symlink_metadata(p) {
+                Ok(md) if md.is_dir() => {
+                    let _ = std::fs::remove_dir(p);
+                }
+                Ok(md) if md.is_file() && md.len() == 0 => {
+                    let _ = std::fs::remove_file(p);
+                }
+                _ => {}
+            }
+        }
+        let _ = std::fs::remove_file(&rec);
+    }
+    let _ = std::fs::remove_dir_all(data_dir.join("pods"));
+    let marker = Path::new(NETNS_MARKER);
+    if marker.exists() {
+        let empty = std::fs::read_dir("/run/netns")
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(true);
+        if empty {
+            if netns_dir_mounted() {
+                run_quiet("umount", &["/run/netns"]).await;
+            }
+            let _ = std::fs::remove_dir("/run/netns");
+            let _ = std::fs::remove_file(marker);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn ipam_reuses_after_wrap() {
+        let mut m = Ipam::default();
+        let a = m.allocate().unwrap();
+        assert_eq!(a, Ipv4Addr::new(198, 18, 1, 1));
+        let b = m.allocate().unwrap();
+        assert_eq!(b, Ipv4Addr::new(198, 18, 1, 2));
+        m.release(a);
+        assert_eq!(m.allocate().unwrap(), Ipv4Addr::new(198, 18, 1, 3));
+        assert_eq!(names(b).0, "lk-1-2");
+    }
+}

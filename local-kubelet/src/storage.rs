@@ -1,0 +1,234 @@
+//! The default StorageClass `local` and its provisioner: one folder per claim under
+//! `<data dir>/pv/`, a PersistentVolume bound to the claim by `claimRef`, the folder deleted when
+//! a Released volume has reclaim policy Delete, expansion by updating the capacity.
+
+use crate::{PROVISIONER, STORAGE_CLASS, SharedCtx};
+use anyhow::Result;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+async fn ensure_class(ctx: &SharedCtx) -> Result<()> {
+    let api: Api<StorageClass> = Api::all(ctx.client.clone());
+    if api.get_opt(STORAGE_CLASS).await?.is_none() {
+        let sc: StorageClass = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": true
+        }))?;
+        api.create(&PostParams::default(), &sc).await?;
+        tracing::info!("created StorageClass {STORAGE_CLASS}");
+    }
+    Ok(())
+}
+
+pub fn pv_root(ctx: &SharedCtx) -> PathBuf {
+    ctx.data_dir.join("pv")
+}
+
+fn quantity_bytes(q: &str) -> Option<u128> {
+    let q = q.trim();
+    let idx = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    let (num, suf) = q.split_at(idx);
+    let n: f64 = num.parse().ok()?;
+    let m: f64 = match suf {
+        "" => 1.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        _ => return None,
+    };
+    Some((n * m) as u128)
+}
+
+async fn sync_once(ctx: &SharedCtx) -> Result<()> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::all(ctx.client.clone());
+    let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let claims = pvcs.list(&ListParams::default()).await?;
+    let volumes = pvs.list(&ListParams::default()).await?;
+    for pvc in &claims.items {
+        let Some(spec) = &pvc.spec else { continue };
+        let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+        let name = pvc.metadata.name.clone().unwrap_or_default();
+        let uid = pvc.metadata.uid.clone().unwrap_or_default();
+        if spec.storage_class_name.as_deref() != Some(STORAGE_CLASS) {
+            continue;
+        }
+        let request = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage"))
+            .map(|q| q.0.clone())
+            .unwrap_or_else(|| "1Gi".into());
+        let selected = pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SELECTED_NODE))
+            .cloned();
+        let bound_to = spec.volume_name.clone().filter(|v| !v.is_empty());
+        if bound_to.is_none()
+            && pvc.metadata.deletion_timestamp.is_none()
+            && selected.as_deref() == Some(ctx.node.as_str())
+        {
+            let pv_name = format!("pvc-{uid}");
+            if !volumes
+                .items
+                .iter()
+                .any(|v| v.metadata.name.as_deref() == Some(&pv_name))
+            {
+                let dir = pv_root(ctx).join(&pv_name);
+                std::fs::create_dir_all(&dir)?;
+                let pv: PersistentVolume = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": pv_name,
+                        "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+                    "spec": {
+                        "capacity": {"storage": request},
+                        "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
+                        "persistentVolumeReclaimPolicy": "Delete",
+                        "storageClassName": STORAGE_CLASS,
+                        "volumeMode": "Filesystem",
+                        "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                            "namespace": ns, "name": name, "uid": uid,
+                            "resourceVersion": pvc.metadata.resource_version},
+                        "hostPath": {"path": dir.to_string_lossy(), "type": "DirectoryOrCreate"},
+                        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [ctx.node]}]}]}}
+                    }
+                }))?;
+                match pvs.create(&PostParams::default(), &pv).await {
+                    Ok(_) => tracing::info!("provisioned {pv_name} for {ns}/{name} ({request})"),
+                    Err(e) => tracing::warn!("creating {pv_name}: {e}"),
+                }
+            }
+        }
+        // expansion
+        if let Some(pv_name) = &bound_to
+            && let Some(pv) = volumes
+                .items
+                .iter()
+                .find(|v| v.metadata.name.as_deref() == Some(pv_name))
+            && is_ours(pv)
+        {
+            let cap = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage"))
+                .map(|q| q.0.clone())
+                .unwrap_or_default();
+            let status_cap = pvc
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage"))
+                .map(|q| q.0.clone())
+                .unwrap_or_default();
+            let want = quantity_bytes(&request).unwrap_or(0);
+            if want > quantity_bytes(&cap).unwrap_or(0) {
+                pvs.patch(
+                    pv_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"capacity": {"storage": request}}})),
+                )
+                .await?;
+                tracing::info!("expanded {pv_name} to {request}");
+            }
+            if want > quantity_bytes(&status_cap).unwrap_or(0)
+                && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+            {
+                let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"capacity": {"storage": request},
+                        "allocatedResources": {"storage": request}, "conditions": null}})),
+                )
+                .await?;
+            }
+        }
+    }
+    // released volumes with reclaim policy Delete
+    for pv in &volumes.items {
+        if !is_ours(pv) {
+            continue;
+        }
+        let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
+        let policy = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
+        if phase == Some("Released") && policy == Some("Delete") {
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            if let Some(path) = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.host_path.as_ref())
+                .map(|h| PathBuf::from(&h.path))
+                && path.starts_with(pv_root(ctx))
+            {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+            match pvs.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => tracing::info!("deleted released {name} and its folder"),
+                Err(e) => tracing::warn!("deleting {name}: {e}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn is_ours(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
+        .map(|p| p == PROVISIONER)
+        .unwrap_or(false)
+}
+
+pub async fn run(ctx: SharedCtx) {
+    let mut n = 0u64;
+    loop {
+        if n.is_multiple_of(30)
+            && let Err(e) = ensure_class(&ctx).await
+        {
+            tracing::warn!("storage class: {e}");
+        }
+        if let Err(e) = sync_once(&ctx).await {
+            tracing::warn!("provisioner: {e}");
+        }
+        n += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quantities() {
+        assert_eq!(super::quantity_bytes("1Gi"), Some(1 << 30));
+        assert_eq!(super::quantity_bytes("500M"), Some(500_000_000));
+    }
+}

@@ -1,0 +1,526 @@
+//! Pod volumes as folders of this machine: ConfigMap, Secret, downwardAPI and projected volumes
+//! are written under the pod's folder and kept up to date (like the kubelet: files replaced by
+//! rename inside the bind-mounted folder), emptyDir is a folder, a PVC is its PV's folder.
+
+use crate::SharedCtx;
+use anyhow::{Context, Result, anyhow, bail};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
+    Secret, ServiceAccount, Volume,
+};
+use kube::Api;
+use kube::api::PostParams;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum VolKind {
+    /// written by the agent (configMap, secret, projected, downwardAPI)
+    Generated,
+    EmptyDir,
+    Persistent,
+    HostPath,
+}
+
+#[derive(Clone, Debug)]
+pub struct Vol {
+    pub path: PathBuf,
+    pub kind: VolKind,
+}
+
+/// service account, audiences, expiration
+type TokenKey = (String, Vec<String>, i64);
+
+#[derive(Default)]
+pub struct VolumeState {
+    pub vols: HashMap<String, Vol>,
+    tokens: HashMap<TokenKey, (String, Instant, i64)>,
+}
+
+type Files = BTreeMap<String, (Vec<u8>, u32)>;
+
+pub fn field_value(pod: &Pod, path: &str) -> Result<String> {
+    let md = &pod.metadata;
+    let map_fmt = |m: Option<&BTreeMap<String, String>>| -> String {
+        m.map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v:?}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+    };
+    let status = pod.status.as_ref();
+    Ok(match path {
+        "metadata.name" => md.name.clone().unwrap_or_default(),
+        "metadata.namespace" => md.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => md.uid.clone().unwrap_or_default(),
+        "metadata.labels" => map_fmt(md.labels.as_ref()),
+        "metadata.annotations" => map_fmt(md.annotations.as_ref()),
+        "spec.nodeName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default(),
+        "spec.serviceAccountName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into()),
+        "status.podIP" | "status.podIPs" => {
+            status.and_then(|s| s.pod_ip.clone()).unwrap_or_default()
+        }
+        "status.hostIP" | "status.hostIPs" => crate::net::gateway().to_string(),
+        p if p.starts_with("metadata.labels['") || p.starts_with("metadata.annotations['") => {
+            let key = p
+                .split("['")
+                .nth(1)
+                .and_then(|k| k.strip_suffix("']"))
+                .unwrap_or_default();
+            let m = if p.starts_with("metadata.labels") {
+                md.labels.as_ref()
+            } else {
+                md.annotations.as_ref()
+            };
+            m.and_then(|m| m.get(key).cloned()).unwrap_or_default()
+        }
+        other => bail!("unsupported fieldPath {other}"),
+    })
+}
+
+fn resource_value(pod: &Pod, container: Option<&str>, resource: &str) -> String {
+    let c = pod.spec.as_ref().and_then(|s| {
+        s.containers
+            .iter()
+            .find(|c| Some(c.name.as_str()) == container)
+            .or(s.containers.first())
+    });
+    let (kind, res) = resource.split_once('.').unwrap_or(("limits", resource));
+    let r = c.and_then(|c| c.resources.as_ref());
+    let q = r.and_then(|r| {
+        if kind == "limits" {
+            r.limits.as_ref()
+        } else {
+            r.requests.as_ref()
+        }
+        .and_then(|m| m.get(res))
+        .map(|q| q.0.clone())
+    });
+    match (q, res) {
+        (Some(q), _) => q,
+        (None, "cpu") => "2".into(),
+        (None, "memory") => (24u64 << 30).to_string(),
+        _ => "0".into(),
+    }
+}
+
+fn cm_files(
+    ctx: &SharedCtx,
+    ns: &str,
+    name: &str,
+    items: Option<&Vec<KeyToPath>>,
+    mode: u32,
+    optional: bool,
+    out: &mut Files,
+) -> Result<()> {
+    let Some(cm) = ctx
+        .configmaps
+        .get(&ObjectRef::<ConfigMap>::new(name).within(ns))
+    else {
+        if optional {
+            return Ok(());
+        }
+        bail!("configmap \"{name}\" not found");
+    };
+    let mut all: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (k, v) in cm.data.iter().flatten() {
+        all.insert(k.clone(), v.clone().into_bytes());
+    }
+    for (k, v) in cm.binary_data.iter().flatten() {
+        all.insert(k.clone(), v.0.clone());
+    }
+    select_items(
+        all,
+        items,
+        mode,
+        optional,
+        &format!("configmap {ns}/{name}"),
+        out,
+    )
+}
+
+fn secret_files(
+    ctx: &SharedCtx,
+    ns: &str,
+    name: &str,
+    items: Option<&Vec<KeyToPath>>,
+    mode: u32,
+    optional: bool,
+    out: &mut Files,
+) -> Result<()> {
+    let Some(s) = ctx.secrets.get(&ObjectRef::<Secret>::new(name).within(ns)) else {
+        if optional {
+            return Ok(());
+        }
+        bail!("secret \"{name}\" not found");
+    };
+    let mut all: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (k, v) in s.data.iter().flatten() {
+        all.insert(k.clone(), v.0.clone());
+    }
+    for (k, v) in s.string_data.iter().flatten() {
+        all.insert(k.clone(), v.clone().into_bytes());
+    }
+    select_items(
+        all,
+        items,
+        mode,
+        optional,
+        &format!("secret {ns}/{name}"),
+        out,
+    )
+}
+
+fn select_items(
+    all: BTreeMap<String, Vec<u8>>,
+    items: Option<&Vec<KeyToPath>>,
+    mode: u32,
+    optional: bool,
+    what: &str,
+    out: &mut Files,
+) -> Result<()> {
+    match items {
+        Some(items) if !items.is_empty() => {
+            for it in items {
+                match all.get(&it.key) {
+                    Some(v) => {
+                        out.insert(
+                            it.path.clone(),
+                            (v.clone(), it.mode.map(|m| m as u32).unwrap_or(mode)),
+                        );
+                    }
+                    None if optional => {}
+                    None => bail!("couldn't find key {} in {what}", it.key),
+                }
+            }
+        }
+        _ => {
+            for (k, v) in all {
+                out.insert(k, (v, mode));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn downward_files(
+    pod: &Pod,
+    items: &[DownwardAPIVolumeFile],
+    mode: u32,
+    out: &mut Files,
+) -> Result<()> {
+    for it in items {
+        let v = if let Some(f) = &it.field_ref {
+            field_value(pod, &f.field_path)?
+        } else if let Some(r) = &it.resource_field_ref {
+            resource_value(pod, r.container_name.as_deref(), &r.resource)
+        } else {
+            String::new()
+        };
+        out.insert(
+            it.path.clone(),
+            (v.into_bytes(), it.mode.map(|m| m as u32).unwrap_or(mode)),
+        );
+    }
+    Ok(())
+}
+
+impl VolumeState {
+    async fn token(
+        &mut self,
+        ctx: &SharedCtx,
+        pod: &Pod,
+        audiences: Vec<String>,
+        exp: i64,
+    ) -> Result<String> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let sa = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let key = (sa.clone(), audiences.clone(), exp);
+        if let Some((t, at, e)) = self.tokens.get(&key)
+            && at.elapsed().as_secs() < (*e as u64) * 8 / 10
+        {
+            return Ok(t.clone());
+        }
+        let tr: TokenRequest = serde_json::from_value(json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": audiences, "expirationSeconds": exp,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                    "name": pod.metadata.name, "uid": pod.metadata.uid}}
+        }))?;
+        let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ns);
+        let res = api
+            .create_token_request(&sa, &PostParams::default(), &tr)
+            .await
+            .with_context(|| format!("token for serviceaccount {ns}/{sa}"))?;
+        let token = res.status.and_then(|s| s.token).unwrap_or_default();
+        let granted = exp.max(600);
+        self.tokens
+            .insert(key, (token.clone(), Instant::now(), granted));
+        Ok(token)
+    }
+
+    /// Makes every volume of the pod exist and be current. Errors name what is missing.
+    pub async fn sync(&mut self, ctx: &SharedCtx, pod: &Pod, pod_dir: &Path) -> Result<()> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let spec = pod.spec.as_ref().context("pod without spec")?;
+        let fs_group = spec
+            .security_context
+            .as_ref()
+            .and_then(|s| s.fs_group)
+            .map(|g| g as u32);
+        let vols: Vec<Volume> = spec.volumes.clone().unwrap_or_default();
+        for v in &vols {
+            let dir = pod_dir.join("volumes").join(&v.name);
+            let vol = if let Some(cm) = &v.config_map {
+                let mut files = Files::new();
+                let mode = cm.default_mode.unwrap_or(0o644) as u32;
+                cm_files(
+                    ctx,
+                    &ns,
+                    &cm.name,
+                    cm.items.as_ref(),
+                    mode,
+                    cm.optional.unwrap_or(false),
+                    &mut files,
+                )?;
+                write_files(&dir, &files, fs_group)?;
+                Vol {
+                    path: dir,
+                    kind: VolKind::Generated,
+                }
+            } else if let Some(s) = &v.secret {
+                let mut files = Files::new();
+                let mode = s.default_mode.unwrap_or(0o644) as u32;
+                let name = s.secret_name.clone().unwrap_or_default();
+                secret_files(
+                    ctx,
+                    &ns,
+                    &name,
+                    s.items.as_ref(),
+                    mode,
+                    s.optional.unwrap_or(false),
+                    &mut files,
+                )?;
+                write_files(&dir, &files, fs_group)?;
+                Vol {
+                    path: dir,
+                    kind: VolKind::Generated,
+                }
+            } else if let Some(d) = &v.downward_api {
+                let mut files = Files::new();
+                let mode = d.default_mode.unwrap_or(0o644) as u32;
+                downward_files(
+                    pod,
+                    d.items.as_deref().unwrap_or_default(),
+                    mode,
+                    &mut files,
+                )?;
+                write_files(&dir, &files, fs_group)?;
+                Vol {
+                    path: dir,
+                    kind: VolKind::Generated,
+                }
+            } else if let Some(p) = &v.projected {
+                let mut files = Files::new();
+                let mode = p.default_mode.unwrap_or(0o644) as u32;
+                for src in p.sources.iter().flatten() {
+                    if let Some(t) = &src.service_account_token {
+                        let token = self
+                            .token(
+                                ctx,
+                                pod,
+                                t.audience.clone().into_iter().collect(),
+                                t.expiration_seconds.unwrap_or(3607),
+                            )
+                            .await?;
+                        files.insert(t.path.clone(), (token.into_bytes(), mode));
+                    }
+                    if let Some(cm) = &src.config_map {
+                        cm_files(
+                            ctx,
+                            &ns,
+                            &cm.name,
+                            cm.items.as_ref(),
+                            mode,
+                            cm.optional.unwrap_or(false),
+                            &mut files,
+                        )?;
+                    }
+                    if let Some(s) = &src.secret {
+                        secret_files(
+                            ctx,
+                            &ns,
+                            &s.name,
+                            s.items.as_ref(),
+                            mode,
+                            s.optional.unwrap_or(false),
+                            &mut files,
+                        )?;
+                    }
+                    if let Some(d) = &src.downward_api {
+                        downward_files(
+                            pod,
+                            d.items.as_deref().unwrap_or_default(),
+                            mode,
+                            &mut files,
+                        )?;
+                    }
+                }
+                write_files(&dir, &files, fs_group)?;
+                Vol {
+                    path: dir,
+                    kind: VolKind::Generated,
+                }
+            } else if v.empty_dir.is_some() {
+                if let Some(v) = self.vols.get(&v.name) {
+                    v.clone()
+                } else {
+                    std::fs::create_dir_all(&dir)?;
+                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+                    Vol {
+                        path: dir,
+                        kind: VolKind::EmptyDir,
+                    }
+                }
+            } else if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+                if let Some(v) = self.vols.get(&v.name) {
+                    v.clone()
+                } else {
+                    let claim = match &v.persistent_volume_claim {
+                        Some(c) => c.claim_name.clone(),
+                        None => format!(
+                            "{}-{}",
+                            pod.metadata.name.clone().unwrap_or_default(),
+                            v.name
+                        ),
+                    };
+                    let path = pv_path(ctx, &ns, &claim).await?;
+                    std::fs::create_dir_all(&path)?;
+                    Vol {
+                        path,
+                        kind: VolKind::Persistent,
+                    }
+                }
+            } else if let Some(h) = &v.host_path {
+                let p = PathBuf::from(&h.path);
+                if !p.exists() && h.type_.as_deref() == Some("DirectoryOrCreate") {
+                    std::fs::create_dir_all(&p)?;
+                }
+                Vol {
+                    path: p,
+                    kind: VolKind::HostPath,
+                }
+            } else {
+                bail!(
+                    "volume {}: this node supports configMap, secret, projected, downwardAPI, emptyDir, persistentVolumeClaim, ephemeral and hostPath volumes",
+                    v.name
+                );
+            };
+            self.vols.insert(v.name.clone(), vol);
+        }
+        Ok(())
+    }
+}
+
+async fn pv_path(ctx: &SharedCtx, ns: &str, claim: &str) -> Result<PathBuf> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+    let pvc = pvcs
+        .get_opt(claim)
+        .await?
+        .ok_or_else(|| anyhow!("persistentvolumeclaim \"{claim}\" not found"))?;
+    let vn = pvc
+        .spec
+        .and_then(|s| s.volume_name)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| anyhow!("persistentvolumeclaim \"{claim}\" is not bound"))?;
+    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
+        .get(&vn)
+        .await?;
+    let spec = pv.spec.context("pv without spec")?;
+    if let Some(h) = spec.host_path {
+        return Ok(PathBuf::from(h.path));
+    }
+    if let Some(l) = spec.local {
+        return Ok(PathBuf::from(l.path));
+    }
+    bail!("persistentvolume {vn} is neither hostPath nor local")
+}
+
+/// Writes the files (replacing changed ones by rename), removes files no longer wanted.
+fn write_files(dir: &Path, files: &Files, fs_group: Option<u32>) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (rel, (data, mode)) in files {
+        let rel = rel.trim_start_matches('/');
+        if rel.split('/').any(|c| c == "..") {
+            bail!("invalid path {rel}");
+        }
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut mode = *mode & 0o7777;
+        if fs_group.is_some() {
+            mode |= 0o040;
+        }
+        let same = std::fs::read(&p).ok().as_deref() == Some(data.as_slice())
+            && std::fs::metadata(&p)
+                .map(|m| m.permissions().mode() & 0o7777 == mode)
+                .unwrap_or(false);
+        if same {
+            continue;
+        }
+        let tmp = p.with_file_name(format!(
+            ".{}.tmp",
+            p.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        std::fs::write(&tmp, data)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+        if let Some(g) = fs_group {
+            crate::util::chown(&tmp, None, Some(g));
+        }
+        std::fs::rename(&tmp, &p)?;
+    }
+    remove_unwanted(dir, dir, files);
+    Ok(())
+}
+
+fn remove_unwanted(root: &Path, dir: &Path, files: &Files) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let rel = p
+            .strip_prefix(root)
+            .unwrap_or(&p)
+            .to_string_lossy()
+            .to_string();
+        if p.is_dir() {
+            remove_unwanted(root, &p, files);
+            if !files.keys().any(|k| k.starts_with(&format!("{rel}/"))) {
+                let _ = std::fs::remove_dir(&p);
+            }
+        } else if !files.contains_key(&rel) {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}

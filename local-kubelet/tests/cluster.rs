@@ -1,0 +1,1194 @@
+//! Tests of the local cluster against the real control plane: `hack/local-cluster.sh up` into a
+//! temporary folder once, every scenario in its own namespace, `down` at the end (also when a
+//! scenario fails or panics), then a check that nothing of the cluster is left on the machine.
+//!
+//! Needs root (network namespaces). Run: `cargo test -p local-kubelet --test cluster`
+//! (an argument filters scenarios by name).
+
+use anyhow::{Context, Result, bail};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Cluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    up: bool,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../hack/local-cluster.sh")
+}
+
+impl Cluster {
+    fn start() -> Result<Cluster> {
+        let dir = std::env::temp_dir().join(format!("local-kubelet-test-{}", std::process::id()));
+        let t0 = Instant::now();
+        // what the agent runs for *clickhouse-operator* images in these tests
+        std::fs::create_dir_all(&dir)?;
+        let fake_operator = dir.join("fake-operator.sh");
+        std::fs::write(&fake_operator, FAKE_OPERATOR)?;
+        std::fs::set_permissions(
+            &fake_operator,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )?;
+        let st = Command::new("bash")
+            .arg(script())
+            .arg("up")
+            .arg(&dir)
+            .env("LOCAL_KUBELET_BIN", env!("CARGO_BIN_EXE_local-kubelet"))
+            .env("CLICKHOUSE_OPERATOR_BIN", &fake_operator)
+            .stdin(Stdio::null())
+            .status()?;
+        let mut c = Cluster {
+            dir: dir.clone(),
+            bin: PathBuf::new(),
+            up: true,
+        };
+        if !st.success() {
+            bail!("local-cluster.sh up failed");
+        }
+        eprintln!(
+            "cluster up in {:.1} s: {}",
+            t0.elapsed().as_secs_f64(),
+            dir.display()
+        );
+        let env = std::fs::read_to_string(dir.join("env"))?;
+        let path_line = env
+            .lines()
+            .find(|l| l.starts_with("export PATH="))
+            .context("no PATH in env")?;
+        let bin = path_line
+            .trim_start_matches("export PATH=")
+            .split(':')
+            .next()
+            .unwrap_or_default();
+        c.bin = PathBuf::from(bin);
+        Ok(c)
+    }
+
+    fn down(&mut self) -> bool {
+        if !self.up {
+            return true;
+        }
+        self.up = false;
+        Command::new("bash")
+            .arg(script())
+            .arg("down")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
+        let mut child = Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.dir.join("kubeconfig"))
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(s) = stdin {
+            child.stdin.take().unwrap().write_all(s.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn apply(&self, ns: &str, yaml: &str) -> Result<()> {
+        self.kubectl(&["-n", ns, "apply", "-f", "-"], Some(yaml))
+            .map(|_| ())
+    }
+
+    fn get(&self, ns: &str, what: &str, jsonpath: &str) -> String {
+        self.kubectl(
+            &["-n", ns, "get", what, "-o", &format!("jsonpath={jsonpath}")],
+            None,
+        )
+        .unwrap_or_default()
+    }
+
+    fn namespace(&self, ns: &str) -> Result<()> {
+        self.kubectl(&["create", "namespace", ns], None).map(|_| ())
+    }
+
+    fn wait_ready(&self, ns: &str, pod: &str, timeout: Duration) -> Result<String> {
+        let ok = wait(timeout, || {
+            self.get(
+                ns,
+                &format!("pod/{pod}"),
+                "{.status.conditions[?(@.type==\"Ready\")].status}",
+            ) == "True"
+        });
+        if !ok {
+            bail!(
+                "pod {ns}/{pod} not Ready within {timeout:?}: {}",
+                self.get(ns, &format!("pod/{pod}"), "{.status}")
+            );
+        }
+        Ok(self.get(ns, &format!("pod/{pod}"), "{.status.podIP}"))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+fn wait(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    false
+}
+
+/// A query over ClickHouse's HTTP interface (HTTP/1.0, so the body is not chunked).
+fn query(host: &str, sql: &str) -> Result<String> {
+    let mut s =
+        TcpStream::connect_timeout(&format!("{host}:8123").parse()?, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let req = format!(
+        "POST / HTTP/1.0\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{sql}",
+        sql.len()
+    );
+    s.write_all(req.as_bytes())?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!("{sql}: {}", body.trim());
+    }
+    Ok(body.to_string())
+}
+
+fn query_retry(host: &str, sql: &str, timeout: Duration) -> Result<String> {
+    let t0 = Instant::now();
+    loop {
+        match query(host, sql) {
+            Ok(r) => return Ok(r),
+            Err(e) if t0.elapsed() > timeout => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
+fn four_letter(ip: &str, cmd: &str) -> String {
+    let Ok(mut s) = TcpStream::connect_timeout(
+        &format!("{ip}:9181").parse().unwrap(),
+        Duration::from_secs(2),
+    ) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.write_all(cmd.as_bytes());
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+const CH_STS: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: ch}
+spec:
+  clusterIP: None
+  selector: {app: ch}
+  ports: [{name: http, port: 8123}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ch-svc}
+spec:
+  selector: {app: ch}
+  ports: [{name: http, port: 8123, targetPort: http}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: ch}
+spec:
+  serviceName: ch
+  replicas: 2
+  selector: {matchLabels: {app: ch}}
+  template:
+    metadata: {labels: {app: ch}}
+    spec:
+      containers:
+      - name: clickhouse
+        image: clickhouse/clickhouse-server:24.8
+        ports: [{name: http, containerPort: 8123}]
+        readinessProbe:
+          httpGet: {path: /ping, port: 8123}
+          periodSeconds: 2
+        volumeMounts: [{name: data, mountPath: /var/lib/clickhouse}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+"#;
+
+fn statefulset_two_clickhouse_replicas(c: &Cluster) -> Result<()> {
+    let ns = "t-sts";
+    c.namespace(ns)?;
+    c.apply(ns, CH_STS)?;
+    let a = c.wait_ready(ns, "ch-0", Duration::from_secs(120))?;
+    let b = c.wait_ready(ns, "ch-1", Duration::from_secs(120))?;
+    assert_eq!(c.get(ns, "pod/ch-0", "{.status.phase}"), "Running");
+    for ip in [&a, &b] {
+        assert!(ip.starts_with("198.18."), "pod IP {ip}");
+        assert_eq!(query(ip, "SELECT 1")?.trim(), "1");
+    }
+    assert_ne!(a, b);
+    // both pod IPs in the Service's EndpointSlice
+    for svc in ["ch", "ch-svc"] {
+        let ok = wait(Duration::from_secs(30), || {
+            let eps = c.get(
+                ns,
+                "endpointslices",
+                &format!("{{.items[?(@.metadata.labels.kubernetes\\.io/service-name==\"{svc}\")].endpoints[*].addresses[*]}}"),
+            );
+            eps.split_whitespace().any(|x| x == a) && eps.split_whitespace().any(|x| x == b)
+        });
+        assert!(ok, "pod IPs {a} {b} not in the EndpointSlice of {svc}");
+    }
+    let cip = c.get(ns, "service/ch-svc", "{.spec.clusterIP}");
+    assert!(cip.starts_with("198.19."), "ClusterIP {cip}");
+    let host = query_retry(&cip, "SELECT hostName()", Duration::from_secs(20))?;
+    assert!(host.trim() == "ch-0" || host.trim() == "ch-1", "{host}");
+    Ok(())
+}
+
+fn pod_deleted_keeps_data_and_sigkill_restarts(c: &Cluster) -> Result<()> {
+    let ns = "t-sts";
+    let a = c.wait_ready(ns, "ch-0", Duration::from_secs(120))?;
+    query(
+        &a,
+        "CREATE TABLE keep (x UInt32) ENGINE = MergeTree ORDER BY x",
+    )?;
+    query(&a, "INSERT INTO keep VALUES (1), (2), (3)")?;
+    let uid = c.get(ns, "pod/ch-0", "{.metadata.uid}");
+    c.kubectl(&["-n", ns, "delete", "pod", "ch-0", "--wait=true"], None)?;
+    let recreated = wait(Duration::from_secs(60), || {
+        let u = c.get(ns, "pod/ch-0", "{.metadata.uid}");
+        !u.is_empty() && u != uid
+    });
+    assert!(recreated, "ch-0 was not recreated");
+    let a2 = c.wait_ready(ns, "ch-0", Duration::from_secs(120))?;
+    let rows = query_retry(&a2, "SELECT sum(x) FROM keep", Duration::from_secs(20))?;
+    assert_eq!(rows.trim(), "6", "rows after re-creation");
+
+    // SIGKILL of the server process of ch-1: same pod object, restartCount grows
+    let b = c.wait_ready(ns, "ch-1", Duration::from_secs(60))?;
+    let uid1 = c.get(ns, "pod/ch-1", "{.metadata.uid}");
+    let o: Vec<&str> = b.split('.').collect();
+    let netns = format!("lk-{}-{}", o[2], o[3]);
+    let pids = Command::new("ip")
+        .args(["netns", "pids", &netns])
+        .output()?;
+    let pids = String::from_utf8_lossy(&pids.stdout).to_string();
+    assert!(!pids.trim().is_empty(), "no process in {netns}");
+    for p in pids.split_whitespace() {
+        let _ = Command::new("kill").args(["-9", p]).status();
+    }
+    let restarted = wait(Duration::from_secs(60), || {
+        c.get(
+            ns,
+            "pod/ch-1",
+            "{.status.containerStatuses[0].restartCount}",
+        )
+        .parse::<i32>()
+        .unwrap_or(0)
+            >= 1
+    });
+    assert!(restarted, "restartCount did not grow");
+    assert_eq!(
+        c.get(ns, "pod/ch-1", "{.metadata.uid}"),
+        uid1,
+        "pod object replaced"
+    );
+    let b2 = c.wait_ready(ns, "ch-1", Duration::from_secs(60))?;
+    assert_eq!(
+        query_retry(&b2, "SELECT 1", Duration::from_secs(20))?.trim(),
+        "1"
+    );
+    let last = c.get(
+        ns,
+        "pod/ch-1",
+        "{.status.containerStatuses[0].lastState.terminated.exitCode}",
+    );
+    assert_eq!(last, "137", "lastState.terminated.exitCode");
+    Ok(())
+}
+
+fn keeper_yaml(ns: &str) -> String {
+    let servers: String = (0..3)
+        .map(|i| {
+            format!(
+                "<server><id>{}</id><hostname>keeper-{i}.keeper.{ns}.svc.cluster.local</hostname><port>9234</port></server>",
+                i + 1
+            )
+        })
+        .collect();
+    format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: keeper-config}}
+data:
+  keeper_config.xml: |
+    <clickhouse><keeper_server><tcp_port>9181</tcp_port><server_id from_env="KEEPER_ID"/>
+    <raft_configuration>{servers}</raft_configuration></keeper_server></clickhouse>
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: keeper}}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {{app: keeper}}
+  ports: [{{name: client, port: 9181}}, {{name: raft, port: 9234}}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: keeper}}
+spec:
+  serviceName: keeper
+  replicas: 3
+  podManagementPolicy: Parallel
+  selector: {{matchLabels: {{app: keeper}}}}
+  template:
+    metadata: {{labels: {{app: keeper}}}}
+    spec:
+      securityContext: {{runAsUser: 101, runAsGroup: 101, runAsNonRoot: true, fsGroup: 101}}
+      containers:
+      - name: keeper
+        image: clickhouse/clickhouse-keeper:24.8
+        command: [bash, -c, 'export KEEPER_ID=$(( ${{HOSTNAME##*-}} + 1 )); exec /entrypoint.sh']
+        securityContext: {{readOnlyRootFilesystem: true, allowPrivilegeEscalation: false}}
+        readinessProbe:
+          tcpSocket: {{port: 9181}}
+          periodSeconds: 2
+        volumeMounts:
+        - {{name: config, mountPath: /etc/clickhouse-keeper}}
+        - {{name: data, mountPath: /var/lib/clickhouse-keeper}}
+        - {{name: logs, mountPath: /var/log/clickhouse-keeper}}
+        - {{name: tmp, mountPath: /tmp}}
+      volumes:
+      - name: config
+        configMap: {{name: keeper-config}}
+      - {{name: logs, emptyDir: {{}}}}
+      - {{name: tmp, emptyDir: {{}}}}
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {{requests: {{storage: 1Gi}}}}
+"#
+    )
+}
+
+fn replicas_yaml(ns: &str) -> String {
+    let keepers: String = (0..3)
+        .map(|i| format!("<node><host>keeper-{i}.keeper.{ns}.svc.cluster.local</host><port>9181</port></node>"))
+        .collect();
+    let replicas: String = (0..2)
+        .map(|i| format!("<replica><host>chr-{i}.chr.{ns}.svc.cluster.local</host><port>9000</port></replica>"))
+        .collect();
+    format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: ch-config}}
+data:
+  cluster.xml: |
+    <yandex>
+      <listen_host>0.0.0.0</listen_host>
+      <zookeeper>{keepers}</zookeeper>
+      <remote_servers><c><shard><internal_replication>true</internal_replication>{replicas}</shard></c></remote_servers>
+      <macros><replica from_env="POD_NAME"/><shard>1</shard></macros>
+    </yandex>
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: chr}}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {{app: chr}}
+  ports: [{{name: http, port: 8123}}, {{name: native, port: 9000}}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: chr}}
+spec:
+  serviceName: chr
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector: {{matchLabels: {{app: chr}}}}
+  template:
+    metadata: {{labels: {{app: chr}}}}
+    spec:
+      securityContext: {{fsGroup: 101}}
+      containers:
+      - name: clickhouse
+        image: clickhouse/clickhouse-server:24.8
+        env:
+        - name: POD_NAME
+          valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}
+        readinessProbe:
+          httpGet: {{path: /ping, port: 8123}}
+          periodSeconds: 2
+        volumeMounts:
+        - {{name: config, mountPath: /etc/clickhouse-server/config.d}}
+        - {{name: data, mountPath: /var/lib/clickhouse}}
+      volumes:
+      - name: config
+        configMap: {{name: ch-config}}
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {{requests: {{storage: 1Gi}}}}
+"#
+    )
+}
+
+fn keeper_quorum_and_replication(c: &Cluster) -> Result<()> {
+    let ns = "t-repl";
+    c.namespace(ns)?;
+    c.apply(ns, &keeper_yaml(ns))?;
+    let mut ips = Vec::new();
+    for i in 0..3 {
+        ips.push(c.wait_ready(ns, &format!("keeper-{i}"), Duration::from_secs(120))?);
+    }
+    let formed = wait(Duration::from_secs(60), || {
+        let modes: Vec<String> = ips
+            .iter()
+            .map(|ip| {
+                four_letter(ip, "srvr")
+                    .lines()
+                    .find(|l| l.starts_with("Mode:"))
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect();
+        modes.iter().filter(|m| m.contains("leader")).count() == 1
+            && modes.iter().filter(|m| m.contains("follower")).count() == 2
+    });
+    assert!(
+        formed,
+        "no quorum: {:?}",
+        ips.iter()
+            .map(|ip| four_letter(ip, "srvr"))
+            .collect::<Vec<_>>()
+    );
+    let mntr = ips
+        .iter()
+        .map(|ip| four_letter(ip, "mntr"))
+        .collect::<String>();
+    assert!(mntr.contains("zk_synced_followers\t2"), "mntr: {mntr}");
+
+    c.apply(ns, &replicas_yaml(ns))?;
+    let a = c.wait_ready(ns, "chr-0", Duration::from_secs(120))?;
+    let b = c.wait_ready(ns, "chr-1", Duration::from_secs(120))?;
+    let ddl = query_retry(
+        &a,
+        "CREATE TABLE r ON CLUSTER c (x UInt32) ENGINE = ReplicatedMergeTree('/clickhouse/tables/r', '{replica}') ORDER BY x",
+        Duration::from_secs(60),
+    )?;
+    let hosts: Vec<&str> = ddl.lines().filter(|l| l.contains("chr-")).collect();
+    assert_eq!(hosts.len(), 2, "ON CLUSTER answered by {ddl}");
+    assert!(
+        hosts.iter().all(|l| l.split('\t').nth(2) == Some("0")),
+        "{ddl}"
+    );
+    for ip in [&a, &b] {
+        assert_eq!(
+            query(ip, "SELECT count() FROM system.tables WHERE name = 'r'")?.trim(),
+            "1"
+        );
+    }
+    query(&a, "INSERT INTO r VALUES (7), (8)")?;
+    let replicated = wait(Duration::from_secs(30), || {
+        query(&b, "SELECT sum(x) FROM r")
+            .map(|r| r.trim() == "15")
+            .unwrap_or(false)
+    });
+    assert!(replicated, "row inserted on chr-0 not read on chr-1");
+    Ok(())
+}
+
+fn crash_loop_and_unknown_image(c: &Cluster) -> Result<()> {
+    let ns = "t-crash";
+    c.namespace(ns)?;
+    c.apply(
+        ns,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: crash}
+spec:
+  containers:
+  - {name: c, image: busybox:1.36, command: [sh, -c, 'echo bye; exit 3']}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unknown}
+spec:
+  containers:
+  - {name: web, image: nginx:1.27}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: init}
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - {name: prepare, image: busybox, command: [sh, -c, 'echo from-init > /w/x'], volumeMounts: [{name: w, mountPath: /w}]}
+  - {name: sidecar, image: busybox, restartPolicy: Always, command: [sleep, "3600"]}
+  containers:
+  - {name: main, image: busybox, command: [sh, -c, 'cat /w/x; exec sleep 3600'], volumeMounts: [{name: w, mountPath: /w}]}
+  volumes:
+  - {name: w, emptyDir: {}}
+"#,
+    )?;
+    let looping = wait(Duration::from_secs(60), || {
+        c.get(
+            ns,
+            "pod/crash",
+            "{.status.containerStatuses[0].state.waiting.reason}",
+        ) == "CrashLoopBackOff"
+    });
+    assert!(looping, "crash: {}", c.get(ns, "pod/crash", "{.status}"));
+    assert_eq!(
+        c.get(
+            ns,
+            "pod/crash",
+            "{.status.containerStatuses[0].lastState.terminated.exitCode}"
+        ),
+        "3"
+    );
+    let why = wait(Duration::from_secs(30), || {
+        c.get(
+            ns,
+            "pod/unknown",
+            "{.status.containerStatuses[0].state.waiting.reason}",
+        ) == "ErrImagePull"
+    });
+    assert!(why, "unknown: {}", c.get(ns, "pod/unknown", "{.status}"));
+    let msg = c.get(
+        ns,
+        "pod/unknown",
+        "{.status.containerStatuses[0].state.waiting.message}",
+    );
+    assert!(msg.contains("cannot run"), "{msg}");
+    assert_eq!(c.get(ns, "pod/unknown", "{.status.phase}"), "Pending");
+    // kubectl logs goes through the API server to the agent
+    let logs = c.kubectl(&["-n", ns, "logs", "crash"], None)?;
+    assert!(logs.contains("bye"), "logs: {logs}");
+    // init containers run first, to completion
+    c.wait_ready(ns, "init", Duration::from_secs(30))?;
+    assert_eq!(
+        c.get(
+            ns,
+            "pod/init",
+            "{.status.initContainerStatuses[0].state.terminated.exitCode}"
+        ),
+        "0"
+    );
+    let logs = c.kubectl(&["-n", ns, "logs", "init", "-c", "main"], None)?;
+    assert_eq!(logs.trim(), "from-init");
+    c.kubectl(
+        &[
+            "-n",
+            ns,
+            "delete",
+            "pod",
+            "crash",
+            "unknown",
+            "init",
+            "--wait=true",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// What of a cluster's node network exists on the machine: its bridge, the netns and veths of
+/// its pod addresses (other clusters may run beside it), the processes in those netns.
+struct Footprint {
+    bridge: String,
+    netns: Vec<String>,
+    veths: Vec<String>,
+    pids: Vec<i32>,
+}
+
+fn footprint(dir: &Path) -> Footprint {
+    let net = std::fs::read_to_string(dir.join("network")).unwrap_or_default();
+    let val = |k: &str| {
+        net.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let bridge = val("BRIDGE");
+    let base: u32 = val("POD_CIDR")
+        .split('.')
+        .nth(2)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let ours = |name: &str, prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(c, _)| c.parse::<u32>().ok())
+            .is_some_and(|c| (base..base + 32).contains(&c))
+    };
+    let out = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default()
+    };
+    let netns: Vec<String> = out(&["netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| ours(n, "lk-"))
+        .map(String::from)
+        .collect();
+    let veths: Vec<String> = out(&["-o", "link"])
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap_or_default().to_string())
+        .filter(|n| ours(n, "lkv"))
+        .collect();
+    let pids = netns
+        .iter()
+        .flat_map(|n| {
+            out(&["netns", "pids", n])
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    Footprint {
+        bridge,
+        netns,
+        veths,
+        pids,
+    }
+}
+
+fn machine_is_clean(dir: &Path, before: &Footprint) -> Result<()> {
+    assert!(!before.netns.is_empty(), "no pod netns seen before down");
+    let after = footprint(dir);
+    assert!(after.netns.is_empty(), "netns left: {:?}", after.netns);
+    assert!(after.veths.is_empty(), "veths left: {:?}", after.veths);
+    let links = String::from_utf8_lossy(&Command::new("ip").args(["-o", "link"]).output()?.stdout)
+        .to_string();
+    assert!(
+        !before.bridge.is_empty() && !links.contains(&format!(": {}:", before.bridge)),
+        "bridge {} left",
+        before.bridge
+    );
+    let mounts = std::fs::read_to_string("/proc/mounts")?;
+    let d = dir.to_string_lossy().to_string();
+    for l in mounts.lines() {
+        assert!(!l.contains(&d), "mount left: {l}");
+        for n in &before.netns {
+            assert!(!l.contains(&format!("/run/netns/{n} ")), "mount left: {l}");
+        }
+    }
+    for e in std::fs::read_dir("/run")?.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with("local-cluster.owner") {
+            let owner = std::fs::read_to_string(e.path()).unwrap_or_default();
+            assert!(!owner.contains(&d), "{name} still names {d}");
+        }
+    }
+    for pid in &before.pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "pod process {pid} left"
+        );
+    }
+    for e in std::fs::read_dir("/proc")?.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.parse::<u32>().is_err() {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        assert!(!cmd.contains(&d), "process {name} left: {cmd}");
+    }
+    Ok(())
+}
+
+/// PIDs of the processes in a pod's network namespace (derived from its IP).
+fn pod_pids(ip: &str) -> Vec<i32> {
+    let o: Vec<&str> = ip.split('.').collect();
+    let netns = format!("lk-{}-{}", o[2], o[3]);
+    Command::new("ip")
+        .args(["netns", "pids", &netns])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs a command inside a pod's container namespaces (mount, net, uts).
+fn in_pod(ip: &str, cmd: &[&str]) -> Result<String> {
+    let pid = *pod_pids(ip).first().context("no process in the pod")?;
+    let out = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-m", "-n", "-u", "--"])
+        .args(cmd)
+        .output()?;
+    if !out.status.success() {
+        bail!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn volumes_env_probes_and_api_access(c: &Cluster) -> Result<()> {
+    let ns = "t-pod";
+    c.namespace(ns)?;
+    let hostdir = c.dir.join("prestop-check");
+    std::fs::create_dir_all(&hostdir)?;
+    c.apply(
+        ns,
+        &format!(
+            r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: cm}}
+data: {{greeting: hello, extra: x}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: sec}}
+stringData: {{password: s3cret}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: box}}
+spec:
+  hostname: box
+  subdomain: boxes
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: c
+    image: debian:12
+    command: [sh, -c, 'env > /out/env; exec sleep 3600']
+    env:
+    - {{name: GREETING, valueFrom: {{configMapKeyRef: {{name: cm, key: greeting}}}}}}
+    - {{name: PASSWORD, valueFrom: {{secretKeyRef: {{name: sec, key: password}}}}}}
+    - {{name: MY_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}
+    - {{name: COMBINED, value: "$(GREETING)-world"}}
+    envFrom: [{{prefix: CM_, configMapRef: {{name: cm}}}}]
+    readinessProbe:
+      exec: {{command: [test, -f, /out/env]}}
+      periodSeconds: 1
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+    - {{name: cfg, mountPath: /etc/demo}}
+    - {{name: sec, mountPath: /etc/demo-secret}}
+    - {{name: info, mountPath: /etc/podinfo}}
+    - {{name: host, mountPath: /mnt/host}}
+    - {{name: tmp, mountPath: /tmp}}
+    lifecycle: {{preStop: {{exec: {{command: [sh, -c, 'echo bye > /mnt/host/prestop']}}}}}}
+  volumes:
+  - {{name: out, emptyDir: {{}}}}
+  - {{name: cfg, configMap: {{name: cm, items: [{{key: greeting, path: sub/greeting.txt, mode: 0600}}]}}}}
+  - {{name: sec, secret: {{secretName: sec, defaultMode: 0400}}}}
+  - {{name: info, downwardAPI: {{items: [{{path: name, fieldRef: {{fieldPath: metadata.name}}}}]}}}}
+  - {{name: host, hostPath: {{path: {}}}}}
+  - {{name: tmp, emptyDir: {{}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: live}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: c
+    image: busybox
+    command: [sleep, "3600"]
+    livenessProbe:
+      exec: {{command: ["false"]}}
+      periodSeconds: 1
+      failureThreshold: 2
+"#,
+            hostdir.display()
+        ),
+    )?;
+    let ip = c.wait_ready(ns, "box", Duration::from_secs(60))?;
+    let env = in_pod(&ip, &["cat", "/out/env"])?;
+    for want in [
+        "GREETING=hello".to_string(),
+        "PASSWORD=s3cret".into(),
+        format!("MY_IP={ip}"),
+        "COMBINED=hello-world".into(),
+        "CM_extra=x".into(),
+        "KUBERNETES_SERVICE_PORT=443".into(),
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} not in env:\n{env}");
+    }
+    assert_eq!(
+        in_pod(&ip, &["cat", "/etc/demo/sub/greeting.txt"])?,
+        "hello"
+    );
+    assert_eq!(
+        in_pod(&ip, &["stat", "-c", "%a", "/etc/demo/sub/greeting.txt"])?.trim(),
+        "600"
+    );
+    assert_eq!(
+        in_pod(&ip, &["cat", "/etc/demo-secret/password"])?,
+        "s3cret"
+    );
+    assert_eq!(
+        in_pod(&ip, &["stat", "-Lc", "%a", "/etc/demo-secret/password"])?.trim(),
+        "400"
+    );
+    assert_eq!(in_pod(&ip, &["cat", "/etc/podinfo/name"])?, "box");
+    assert_eq!(in_pod(&ip, &["hostname"])?.trim(), "box");
+    assert_eq!(
+        in_pod(
+            &ip,
+            &["getent", "hosts", "box.boxes.t-pod.svc.cluster.local"]
+        )?
+        .split_whitespace()
+        .next(),
+        Some(ip.as_str())
+    );
+    // a ConfigMap change reaches the mounted file
+    c.kubectl(
+        &[
+            "-n",
+            ns,
+            "patch",
+            "configmap",
+            "cm",
+            "-p",
+            r#"{"data":{"greeting":"bonjour"}}"#,
+        ],
+        None,
+    )?;
+    let updated = wait(Duration::from_secs(20), || {
+        in_pod(&ip, &["cat", "/etc/demo/sub/greeting.txt"])
+            .ok()
+            .as_deref()
+            == Some("bonjour")
+    });
+    assert!(updated, "configmap update not visible in the pod");
+    // the API server through the kubernetes Service, with the pod's own token
+    let api = in_pod(
+        &ip,
+        &[
+            "sh",
+            "-c",
+            "curl -sS --cacert /var/run/secrets/kubernetes.io/serviceaccount/ca.crt \
+             -H \"Authorization: Bearer $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)\" \
+             https://kubernetes.default.svc/api",
+        ],
+    )?;
+    assert!(api.contains("\"versions\""), "API answer: {api}");
+    // a failing liveness probe restarts the container
+    let restarted = wait(Duration::from_secs(60), || {
+        c.get(
+            ns,
+            "pod/live",
+            "{.status.containerStatuses[0].restartCount}",
+        )
+        .parse::<i32>()
+        .unwrap_or(0)
+            >= 1
+    });
+    assert!(
+        restarted,
+        "liveness: {}",
+        c.get(ns, "pod/live", "{.status}")
+    );
+    // deletion runs preStop before stopping the process
+    c.kubectl(
+        &["-n", ns, "delete", "pod", "box", "live", "--wait=true"],
+        None,
+    )?;
+    assert_eq!(
+        std::fs::read_to_string(hostdir.join("prestop"))?.trim(),
+        "bye"
+    );
+    Ok(())
+}
+
+fn volume_expansion_and_reclaim(c: &Cluster) -> Result<()> {
+    let ns = "t-pv";
+    c.namespace(ns)?;
+    c.apply(
+        ns,
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: scratch}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: writer}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox
+    command: [sh, -c, 'echo data > /data/file; exec sleep 3600']
+    volumeMounts: [{name: d, mountPath: /data}]
+  volumes:
+  - {name: d, persistentVolumeClaim: {claimName: scratch}}
+"#,
+    )?;
+    c.wait_ready(ns, "writer", Duration::from_secs(60))?;
+    let pv = c.get(ns, "pvc/scratch", "{.spec.volumeName}");
+    let path = PathBuf::from(c.get(ns, &format!("pv/{pv}"), "{.spec.hostPath.path}"));
+    assert!(
+        wait(Duration::from_secs(10), || path.join("file").exists()),
+        "no file in {path:?}"
+    );
+    c.kubectl(
+        &[
+            "-n",
+            ns,
+            "patch",
+            "pvc",
+            "scratch",
+            "-p",
+            r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#,
+        ],
+        None,
+    )?;
+    let expanded = wait(Duration::from_secs(30), || {
+        c.get(ns, &format!("pv/{pv}"), "{.spec.capacity.storage}") == "2Gi"
+            && c.get(ns, "pvc/scratch", "{.status.capacity.storage}") == "2Gi"
+    });
+    assert!(
+        expanded,
+        "expansion: {}",
+        c.get(ns, "pvc/scratch", "{.status}")
+    );
+    c.kubectl(&["-n", ns, "delete", "pod", "writer", "--wait=true"], None)?;
+    c.kubectl(&["-n", ns, "delete", "pvc", "scratch", "--wait=true"], None)?;
+    let reclaimed = wait(Duration::from_secs(60), || {
+        c.kubectl(&["get", "pv", &pv], None).is_err() && !path.exists()
+    });
+    assert!(reclaimed, "PV {pv} or its folder {path:?} not deleted");
+    Ok(())
+}
+
+/// Stands in for the operator binary: shows its args, user and what the in-cluster
+/// configuration gives it (the API server through KUBERNETES_SERVICE_HOST with the pod's token).
+const FAKE_OPERATOR: &str = r#"#!/bin/sh
+echo "args: $*"
+echo "uid: $(id -u)"
+SA=/var/run/secrets/kubernetes.io/serviceaccount
+curl -sS --cacert $SA/ca.crt -H "Authorization: Bearer $(cat $SA/token)" \
+  "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat $SA/namespace)/pods"
+echo
+exec sleep 3600
+"#;
+
+fn operator_image_in_cluster(c: &Cluster) -> Result<()> {
+    let ns = "t-op";
+    c.namespace(ns)?;
+    c.apply(
+        ns,
+        r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: operator}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pods-reader}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: operator}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pods-reader}
+subjects:
+- {kind: ServiceAccount, name: operator}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: operator}
+spec:
+  serviceAccountName: operator
+  terminationGracePeriodSeconds: 1
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - name: operator
+    image: ghcr.io/example/clickhouse-operator:dev
+    args: [run, --flag]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: rootbox}
+spec:
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - {name: c, image: busybox, command: [sleep, "3600"]}
+"#,
+    )?;
+    c.wait_ready(ns, "operator", Duration::from_secs(60))?;
+    let ok = wait(Duration::from_secs(20), || {
+        c.kubectl(&["-n", ns, "logs", "operator"], None)
+            .map(|l| l.contains("\"kind\": \"PodList\"") || l.contains("\"kind\":\"PodList\""))
+            .unwrap_or(false)
+    });
+    let logs = c.kubectl(&["-n", ns, "logs", "operator"], None)?;
+    assert!(ok, "the operator pod did not reach the API server: {logs}");
+    assert!(logs.contains("args: run --flag"), "{logs}");
+    assert!(logs.contains("uid: 65532"), "{logs}");
+    let refused = wait(Duration::from_secs(20), || {
+        c.get(
+            ns,
+            "pod/rootbox",
+            "{.status.containerStatuses[0].state.waiting.reason}",
+        ) == "CreateContainerConfigError"
+    });
+    assert!(
+        refused,
+        "runAsNonRoot: {}",
+        c.get(ns, "pod/rootbox", "{.status}")
+    );
+    c.kubectl(
+        &[
+            "-n",
+            ns,
+            "delete",
+            "pod",
+            "operator",
+            "rootbox",
+            "--wait=true",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+type Scenario = (&'static str, fn(&Cluster) -> Result<()>);
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("these tests need root (network namespaces, a bridge, mounts)");
+        std::process::exit(1);
+    }
+    let scenarios: Vec<Scenario> = vec![
+        (
+            "statefulset_two_clickhouse_replicas",
+            statefulset_two_clickhouse_replicas,
+        ),
+        (
+            "pod_deleted_keeps_data_and_sigkill_restarts",
+            pod_deleted_keeps_data_and_sigkill_restarts,
+        ),
+        (
+            "keeper_quorum_and_replication",
+            keeper_quorum_and_replication,
+        ),
+        ("crash_loop_and_unknown_image", crash_loop_and_unknown_image),
+        (
+            "volumes_env_probes_and_api_access",
+            volumes_env_probes_and_api_access,
+        ),
+        ("volume_expansion_and_reclaim", volume_expansion_and_reclaim),
+        ("operator_image_in_cluster", operator_image_in_cluster),
+    ];
+    let selected: Vec<&Scenario> = scenarios
+        .iter()
+        .filter(|(n, _)| filter.is_empty() || filter.iter().any(|f| n.contains(f.as_str())))
+        .collect();
+    let mut failed = Vec::new();
+    let mut cluster = match Cluster::start() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cannot start the cluster: {e:#}");
+            std::process::exit(1);
+        }
+    };
+    let dir = cluster.dir.clone();
+    println!("running {} scenarios", selected.len() + 1);
+    for (name, f) in &selected {
+        let t0 = Instant::now();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&cluster)));
+        let secs = t0.elapsed().as_secs_f64();
+        match r {
+            Ok(Ok(())) => println!("test {name} ... ok ({secs:.1} s)"),
+            Ok(Err(e)) => {
+                println!("test {name} ... FAILED ({secs:.1} s): {e:#}");
+                failed.push(name.to_string());
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED ({secs:.1} s): panicked");
+                failed.push(name.to_string());
+            }
+        }
+    }
+    let before = footprint(&dir);
+    let down_ok = cluster.down();
+    drop(cluster);
+    let clean = std::panic::catch_unwind(|| machine_is_clean(&dir, &before))
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("panicked")));
+    match clean {
+        Ok(()) if down_ok => println!("test machine_clean_after_down ... ok"),
+        Ok(()) => {
+            println!("test machine_clean_after_down ... FAILED: down failed");
+            failed.push("machine_clean_after_down".into());
+        }
+        Err(e) => {
+            println!("test machine_clean_after_down ... FAILED: {e:#}");
+            failed.push("machine_clean_after_down".into());
+        }
+    }
+    if failed.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+        println!("test result: ok. {} passed", selected.len() + 1);
+    } else {
+        println!(
+            "test result: FAILED. failed: {} (logs kept in {})",
+            failed.join(", "),
+            dir.display()
+        );
+        std::process::exit(1);
+    }
+}
