@@ -30,7 +30,11 @@ fi
 bash "$ROOT/hack/setup.sh"
 (cd "$ROOT" && cargo build --workspace --quiet)
 mkdir -p "$DIR"
-if ! bash "$ROOT/hack/local-cluster.sh" status "$DIR" >/dev/null 2>&1; then
+running() {
+  [ -f "$DIR/env" ] && (source "$DIR/env" && kubectl get --raw /readyz >/dev/null 2>&1)
+}
+if ! running; then
+  bash "$ROOT/hack/local-cluster.sh" down "$DIR" >/dev/null 2>&1 || true
   bash "$ROOT/hack/local-cluster.sh" up "$DIR"
 fi
 # shellcheck disable=SC1091
@@ -38,7 +42,10 @@ source "$DIR/env"
 
 echo ">> installing the CRDs"
 "$ROOT/target/debug/clickhouse-operator" crd | kubectl apply --server-side --force-conflicts -f - >/dev/null
-kubectl wait --for condition=established crd/clickhouseclusters.clickhouse.com >/dev/null
+for _ in $(seq 1 30); do
+  kubectl wait --for condition=established crd/clickhouseclusters.clickhouse.com >/dev/null 2>&1 && break
+  sleep 1
+done
 
 echo ">> starting the operator (log: $DIR/operator.log)"
 stop_operator
@@ -77,10 +84,12 @@ pass="$(kubectl -n "$NS" get secret "$CLUSTER-operator" -o jsonpath='{.data.pass
 q() { clickhouse-client --host "$ip" --user "$user" --password "$pass" --query "$1"; }
 q "CREATE TABLE IF NOT EXISTS default.events ON CLUSTER '$CLUSTER' (id UInt64, at DateTime DEFAULT now()) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') ORDER BY id" >/dev/null
 q "CREATE TABLE IF NOT EXISTS default.events_all ON CLUSTER '$CLUSTER' AS default.events ENGINE = Distributed('$CLUSTER', default, events, id)" >/dev/null
-q "INSERT INTO default.events_all (id) SELECT number FROM system.numbers LIMIT 1000"
+q "INSERT INTO default.events_all (id) SELECT number FROM system.numbers LIMIT 1000 SETTINGS insert_distributed_sync = 1"
 sleep 2
 echo "rows through the Distributed table: $(q 'SELECT count() FROM default.events_all')"
-echo "rows per shard: $(q "SELECT groupArray(c) FROM (SELECT hostName() AS h, count() AS c FROM remote('$CLUSTER-headless', default.events) GROUP BY h)" 2>/dev/null || true)"
+for p in $(kubectl -n "$NS" get pods -l clickhouse.com/cluster=$CLUSTER,app.kubernetes.io/component=server -o jsonpath='{.items[*].metadata.name}'); do
+  echo "  $p (shard $(kubectl -n "$NS" get pod "$p" -o jsonpath='{.metadata.labels.clickhouse\.com/shard}')): $(clickhouse-client --host "$(pod_ip "$p")" --user "$user" --password "$pass" --query 'SELECT count() FROM default.events') rows"
+done
 echo
 echo "The cluster is ready. Try: source $DIR/env && kubectl -n $NS get chc,sts,pods,svc"
 echo "Stop everything with: hack/demo.sh down"

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, PodSpec, PodTemplateSpec, Probe, Service,
-    ServiceSpec, TCPSocketAction, Volume,
+    ConfigMap, ConfigMapVolumeSource, Container, ExecAction, PodSpec, PodTemplateSpec, Probe,
+    Service, ServiceSpec, TCPSocketAction, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -96,7 +96,25 @@ pub fn statefulset(
             mount("logs", names::KEEPER_LOG_PATH),
             mount("tmp", "/tmp"),
         ]),
-        readiness_probe: Some(probe()),
+        // Ready means serving: a member answers `srvr` with its Mode only once the ensemble
+        // has a quorum (listening alone is not enough: servers that meet a Keeper without
+        // quorum fail their first requests).
+        readiness_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(vec![
+                    "/bin/bash".into(),
+                    "-c".into(),
+                    format!(
+                        "exec 3<>/dev/tcp/127.0.0.1/{port} && printf srvr >&3 && grep -q '^Mode: ' <&3",
+                        port = names::KEEPER_CLIENT_PORT
+                    ),
+                ]),
+            }),
+            period_seconds: Some(2),
+            timeout_seconds: Some(3),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
         liveness_probe: Some(Probe {
             initial_delay_seconds: Some(30),
             period_seconds: Some(10),

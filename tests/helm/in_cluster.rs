@@ -172,9 +172,39 @@ impl Drop for Cleanup {
 
 fn helm_in_cluster(args: &[&str]) -> String {
     let h = helm().expect("helm");
-    let mut c = helm_cmd(h);
-    c.arg("--kubeconfig").arg(kubeconfig()).args(args);
-    String::from_utf8_lossy(&run(c).stdout).into_owned()
+    // The API server refuses a ClickHouseCluster while the namespace's new ResourceQuota has no
+    // status yet ("status unknown for quota"); the chart creates both at once, so an install
+    // may meet that for a few seconds. A user re-runs the install; so does the test.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let mut c = helm_cmd(h);
+        c.arg("--kubeconfig").arg(kubeconfig()).args(args);
+        let out = c.output().expect("run helm");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success()
+            && stderr.contains("status unknown for quota")
+            && std::time::Instant::now() < deadline
+        {
+            eprintln!("helm {args:?}: the quota has no status yet, retrying");
+            let mut undo = helm_cmd(h);
+            undo.arg("--kubeconfig").arg(kubeconfig());
+            if let Some(i) = args.iter().position(|a| *a == "install") {
+                undo.args(["uninstall", args[i + 1]]);
+                if let Some(n) = args.iter().position(|a| *a == "-n") {
+                    undo.args(["-n", args[n + 1]]);
+                }
+                let _ = undo.output();
+            }
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            continue;
+        }
+        assert!(
+            out.status.success(),
+            "helm {args:?} failed:\n{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        return String::from_utf8_lossy(&out.stdout).into_owned();
+    }
 }
 
 async fn create_namespace(client: &Client, name: &str) {
@@ -845,7 +875,11 @@ async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
 }
 
 /// Rules of the chart that this run does not exercise but the operator needs, and why.
-const KEPT_UNUSED: &[(&str, &str)] = &[];
+const KEPT_UNUSED: &[(&str, &str)] = &[(
+    "may patch configmaps",
+    "a change of spec.configuration (settings, files) or of the Keeper size updates a ConfigMap \
+     the operator created; this run changes neither, so it only creates them",
+)];
 
 /// CRD upgrades: Helm created the CRDs, so applying the new ones server-side conflicts on every
 /// changed field unless the fields are taken over (`--force-conflicts`), as charts/README.md
