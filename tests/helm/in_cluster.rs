@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 
-use super::{docs, helm, helm_cmd, repo, rule_triples, run, text};
+use super::{docs, helm, helm_cmd, repo, rule_triples, text};
 
 const READY: Duration = Duration::from_secs(360);
 /// The operator's Lease duration (src/runtime/leader.rs) and its standby's retry period.
