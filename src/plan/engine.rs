@@ -573,15 +573,23 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
                 _ => false,
             };
             if !grow {
-                waits.push(format!(
-                    "StatefulSet {dname}: storage cannot shrink below {}",
-                    have_size.clone().unwrap_or_default()
-                ));
+                fail(
+                    "StorageChangeRefused",
+                    format!(
+                        "spec.storage.size: the storage of {dname} cannot shrink below {}",
+                        have_size.clone().unwrap_or_default()
+                    ),
+                    &mut out,
+                );
             } else if !spec.storage_scaling.enable_volume_scaling {
-                waits.push(format!(
-                    "storage of {dname} grows to {} only with spec.storageScaling.enableVolumeScaling: true",
-                    want_size.clone().unwrap_or_default()
-                ));
+                fail(
+                    "StorageChangeRefused",
+                    format!(
+                        "spec.storage.size: the storage of {dname} grows to {} only with spec.storageScaling.enableVolumeScaling: true; nothing was changed",
+                        want_size.clone().unwrap_or_default()
+                    ),
+                    &mut out,
+                );
             } else {
                 let pvc = format!("{}-{}", model::statefulset::DATA_VOLUME, pod_name(&dname));
                 let pvc_size = obs.pvcs.get(&pvc).and_then(|p| {

@@ -726,7 +726,13 @@ async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
     // the new leader has made its passes: nothing changed
     tokio::time::sleep(Duration::from_secs(15)).await;
     let c = api.get("c1").await.unwrap();
-    assert_eq!(c.status.as_ref().unwrap().state, ClusterState::Ready);
+    let s = c.status.as_ref().unwrap();
+    assert_eq!(
+        s.state,
+        ClusterState::Ready,
+        "after the failover: {:?}",
+        s.message
+    );
     assert_eq!(
         cluster_pods(&client, &ch_ns).await,
         before,
