@@ -495,7 +495,7 @@ async fn run_step(
             ))
         }
         Step::ScaleIn(a) => {
-            let event = run_scale_in(cluster, world, status, a, ctx).await?;
+            let event = run_scale_in(cluster, world, a, ctx).await?;
             scale_in::record(&mut status.replica_state_map, a);
             Ok(event)
         }
@@ -517,7 +517,6 @@ async fn run_step(
 async fn run_scale_in(
     cluster: &ClickHouseCluster,
     world: &World,
-    status: &ClickHouseClusterStatus,
     a: &ScaleInAction,
     ctx: &Context,
 ) -> Result<Option<PlannedEvent>, Error> {
@@ -667,7 +666,6 @@ async fn run_scale_in(
                         ))
             })
             .await?;
-            let _ = status;
             Ok(event(
                 "ReplicaRemoved",
                 format!("{replica} removed; its PVCs are labelled {DELETE_PVC_LABEL}"),
