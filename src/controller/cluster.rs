@@ -208,10 +208,44 @@ async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World, Er
             b.spec.cluster_name == name && b.status.as_ref().is_some_and(|s| s.state.in_flight())
         })
         .map(|b| b.name_any());
-    Ok(World {
+    let mut world = World {
         clusters_in_namespace: siblings,
         observed: o,
-    })
+    };
+    // What each Ready server has loaded of remote_servers (see `Observed::cluster_hosts`).
+    if world.observed.operator_secret_present {
+        let ready: Vec<String> = cluster
+            .status
+            .iter()
+            .flat_map(|s| s.replica_state_map.keys())
+            .filter(|r| {
+                world
+                    .observed
+                    .pods
+                    .get(&names::replica_pod(r))
+                    .and_then(|p| p.status.as_ref()?.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .cloned()
+            .collect();
+        for r in ready {
+            let seen = match ch_client(cluster, &world, &r) {
+                Ok(c) => {
+                    let q = format!(
+                        "SELECT count() AS n FROM system.clusters WHERE cluster = {}",
+                        clickhouse::sql::literal(&name)
+                    );
+                    c.query(&q, &clickhouse::QueryOptions::new())
+                        .await
+                        .ok()
+                        .and_then(|rows| rows.iter().next().and_then(|row| row.u64("n").ok()))
+                }
+                Err(_) => None,
+            };
+            world.observed.cluster_hosts.insert(r, seen);
+        }
+    }
+    Ok(world)
 }
 
 /// A ClickHouse client for a replica's pod, as the operator's own user.

@@ -67,6 +67,10 @@ pub struct Observed {
     pub backup_in_flight: Option<String>,
     /// Replication caught up, per replica, where it was checked.
     pub caught_up: BTreeMap<String, bool>,
+    /// Per Ready replica: how many hosts its server lists in the cluster's `remote_servers`
+    /// (`system.clusters`), `None` when it could not say. The cluster is ready only once every
+    /// server has loaded the current list.
+    pub cluster_hosts: BTreeMap<String, Option<u64>>,
     /// What the builders need (secrets, passwords); `replicas` is filled by the pass.
     pub inputs: Inputs,
     /// The operator's Secret exists (its password is in `inputs`).
@@ -84,6 +88,7 @@ impl Default for Observed {
             pvcs: BTreeMap::new(),
             backup_in_flight: None,
             caught_up: BTreeMap::new(),
+            cluster_hosts: BTreeMap::new(),
             inputs: Inputs {
                 replicas: Vec::new(),
                 listed: None,
@@ -382,6 +387,7 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
             .collect(),
     );
     inputs.replicas = live.clone();
+    let listed_count = inputs.listed.as_ref().map_or(0, Vec::len) as u64;
     let desired = match model::desired(&model_cluster, &inputs) {
         Ok(d) => d,
         Err(e) => {
@@ -903,7 +909,25 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
             _ => Some(names::client_host(&name, &ns)),
         }
     });
-    let all_ready = ready_servers == spec.shards * spec.replicas
+    // Every server has loaded the current remote_servers (it is reloaded, not restarted).
+    let config_lagging: Vec<&str> = servers_wanted
+        .iter()
+        .filter(|n| facts(n).ready)
+        .filter(|n| {
+            obs.cluster_hosts
+                .get(n.as_str())
+                .is_some_and(|seen| *seen != Some(listed_count))
+        })
+        .map(|n| n.as_str())
+        .collect();
+    if !config_lagging.is_empty() {
+        waits.push(format!(
+            "waiting for {} to load the cluster's {listed_count} hosts",
+            config_lagging.join(", ")
+        ));
+    }
+    let all_ready = config_lagging.is_empty()
+        && ready_servers == spec.shards * spec.replicas
         && servers_wanted
             .iter()
             .all(|n| status.replica_state_map[*n].state == ReplicaState::Ready)
