@@ -398,35 +398,51 @@ mod tests {
     }
 
     proptest! {
-        /// S0-13 / S0-14: over random sequences of resizes, every shard with a replica has
-        /// exactly one backup replica, the backup replica is never condemned, names are never
+        /// S0-06 / S0-13 / S0-14: over random sequences of resizes and pauses, every transition
+        /// is an allowed one, every shard with a replica has exactly one backup replica, the backup replica is never condemned, names are never
         /// reused, and each shard ends with the requested number of active replicas.
         #[test]
         fn s0_13_one_backup_per_shard_through_any_sequence(
-            ops in proptest::collection::vec((1i32..4, 1i32..5, any::<bool>()), 1..12)
+            ops in proptest::collection::vec((1i32..4, 1i32..5, any::<bool>(), any::<bool>()), 1..16)
         ) {
-            let mut map = BTreeMap::new();
+            let mut map: BTreeMap<String, ReplicaStatus> = BTreeMap::new();
             let mut next = 0;
             let mut seen = std::collections::BTreeSet::new();
-            for (shards, replicas, ready) in ops {
+            for (shards, replicas, ready, paused) in ops {
                 let facts = move |_: &str| ReplicaFacts { sts_exists: true, pod_exists: ready, ready, ready_and_current: ready };
-                let c = plan_map(&topo(shards, replicas, false, true), &map, next, facts);
+                let c = plan_map(&topo(shards, replicas, paused, true), &map, next, facts);
                 for n in &c.added {
                     prop_assert!(seen.insert(n.clone()), "name {} reused", n);
                 }
                 for n in &c.condemned {
                     prop_assert!(!c.map[n].is_backup_pod);
                 }
-                // Condemned replicas finish their scale-in and leave the map.
+                // S0-06: every entry moves only along an allowed transition.
+                for (n, before) in &map {
+                    if let Some(after) = c.map.get(n) {
+                        prop_assert!(
+                            transition_allowed(before.state, after.state),
+                            "{}: {:?} -> {:?}", n, before.state, after.state
+                        );
+                    }
+                }
+                // Condemned replicas finish their scale-in and leave the map; running pods
+                // of Pending replicas make them Ready (their schema was copied).
                 map = c.map.into_iter().filter(|(_, r)| r.state != ReplicaState::Condemned).collect();
                 for r in map.values_mut() {
-                    if ready { r.state = ReplicaState::Ready; }
+                    if ready && !paused && r.state == ReplicaState::Pending {
+                        r.state = ReplicaState::Ready;
+                    }
                 }
                 next = c.next_index;
                 for shard in 0..shards {
                     let members: Vec<_> = map.values().filter(|r| r.shard == shard).collect();
-                    prop_assert_eq!(members.len() as i32, replicas);
-                    prop_assert_eq!(members.iter().filter(|r| r.is_backup_pod).count(), 1);
+                    if !paused {
+                        prop_assert_eq!(members.len() as i32, replicas);
+                    }
+                    if !members.is_empty() {
+                        prop_assert_eq!(members.iter().filter(|r| r.is_backup_pod).count(), 1);
+                    }
                 }
             }
         }
