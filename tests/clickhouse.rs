@@ -81,11 +81,11 @@ const REPLICATED_ONLY: &[&str] = &[
     "db2.t_local",
 ];
 
-/// S1-01, S1-04, S1-11, S1-27, S0-20 and the issue's first "done means": a third replica gets
-/// the same tables as the first (compare `system.tables`), replicated objects before
-/// distributed ones, and a row inserted on replica 1 is read on replica 3 through ZooKeeper.
+/// S1-01, S1-04, S1-11, S1-27, S0-20: a third replica gets the same tables as the first
+/// (compare `system.tables`), replicated objects before distributed ones, and a row inserted on
+/// replica 1 is read on replica 3 through ZooKeeper.
 #[tokio::test]
-async fn s1_04_replica_added_gets_the_shards_tables_and_replicates() {
+async fn added_replica_gets_the_shards_tables_and_replicates() {
     let _serial = SERIAL.lock().await;
     let mut h = Harness::new(1, &[(1, "r1"), (1, "r2"), (1, "r3")]);
     h.start("r1");
@@ -181,11 +181,11 @@ async fn s1_04_replica_added_gets_the_shards_tables_and_replicates() {
     );
 }
 
-/// S1-03, S1-14, S1-23 and the issue's second "done means": a new shard gets the Distributed table
-/// and the local table it points to (in another database), and a query through the
-/// Distributed table counts the rows of both shards.
+/// S1-03, S1-14, S1-23: a new shard gets the Distributed table and the local table it points to
+/// (in another database), and a query through the Distributed table counts the rows of both
+/// shards.
 #[tokio::test]
-async fn s1_03_new_shard_gets_distributed_and_local_table_and_counts_both_shards() {
+async fn new_shard_gets_distributed_and_local_table_and_counts_both_shards() {
     let _serial = SERIAL.lock().await;
     let mut h = Harness::new(2, &[(1, "r1"), (1, "r2"), (2, "s2r1")]);
     h.start("r1");
@@ -283,11 +283,11 @@ async fn s1_03_new_shard_gets_distributed_and_local_table_and_counts_both_shards
     assert_eq!(rows.iter().next().map(|r| r.u64("v")), Some(Ok(3)));
 }
 
-/// S1-07, S1-08, S1-13, S1-25 and the issue's "each schemaPolicy value creates exactly what
-/// it promises": a new shard host and a new replica host, for each policy value; the target
-/// is wiped between cases (dropping its databases also unregisters its replicas).
+/// S1-07, S1-08, S1-13, S1-25: each schemaPolicy value creates exactly what it promises, on a
+/// new shard host and on a new replica host; the target is wiped between cases (dropping its
+/// databases also unregisters its replicas).
 #[tokio::test]
-async fn s1_25_each_schema_policy_creates_exactly_what_it_promises() {
+async fn each_schema_policy_creates_exactly_what_it_promises() {
     use ReplicaPolicy as R;
     use ShardPolicy as S;
     let _serial = SERIAL.lock().await;
@@ -370,14 +370,14 @@ async fn keeper_replicas(c: &Client, path: &str) -> Vec<String> {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// S0-25, S1-16…S1-21, S0-27 (18.16 fallback, decision 2) and invariant 8, the issue's third
-/// "done means": rows written on the leaving replica reach the backup replica through the
-/// sync; after its objects are dropped on it, its node under each table's Keeper path is
-/// gone; a replica added under a new name works, and a replica that vanished without the
-/// flow is reported as left behind (18.16 cannot drop it) and makes its old name fail with
-/// `REPLICA_ALREADY_EXISTS`, which is why names are never reused.
+/// S0-25, S1-16…S1-21, S0-27 (18.16 fallback, decision 2) and invariant 8: rows written on the
+/// leaving replica reach the backup replica through the sync; after its objects are dropped on
+/// it, its node under each table's Keeper path is gone; a replica added under a new name works,
+/// and a replica that vanished without the flow is reported as left behind (18.16 cannot drop
+/// it) and makes its old name fail with `REPLICA_ALREADY_EXISTS`, which is why names are never
+/// reused.
 #[tokio::test]
-async fn s1_16_replica_removed_leaves_nothing_in_keeper_and_a_new_replica_works() {
+async fn removed_replica_leaves_nothing_in_keeper_and_a_new_replica_works() {
     let _serial = SERIAL.lock().await;
     let mut h = Harness::new(4, &[(1, "r1"), (1, "r2"), (1, "r3"), (1, "r4")]);
     for n in ["r1", "r2", "r3"] {
@@ -607,7 +607,7 @@ async fn modern_statements_are_refused_by_18_16_so_the_fallbacks_are_chosen() {
 /// S1-05: a statement that fails for a reason that passes (here: the server is not up yet,
 /// as a pod that just became Ready may still refuse) is retried with backoff and succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s1_05_ddl_is_retried_until_the_server_answers() {
+async fn ddl_is_retried_until_the_server_answers() {
     let _serial = SERIAL.lock().await;
     let mut h = Harness::new(6, &[(1, "r1")]);
     let r1 = h.client("r1");

@@ -132,6 +132,41 @@ pub struct KeeperSpec {
     pub pod: PodSettings,
 }
 
+impl ClickHouseClusterSpec {
+    /// Every Secret the spec names: (the field naming it, the Secret's name, whether the
+    /// cluster reads it now — the TLS Secrets only while TLS is enabled).
+    pub fn secret_references(&self) -> [(&'static str, Option<&String>, bool); 5] {
+        let tls = self.tls.enabled;
+        [
+            (
+                "spec.users.secretName",
+                self.users.as_ref().map(|u| &u.secret_name),
+                true,
+            ),
+            (
+                "spec.tls.serverCertSecret",
+                self.tls.server_cert_secret.as_ref(),
+                tls,
+            ),
+            ("spec.tls.caSecret", self.tls.ca_secret.as_ref(), tls),
+            ("spec.pod.envSecret", self.pod.env_secret.as_ref(), true),
+            (
+                "spec.keeper.pod.envSecret",
+                self.keeper.pod.env_secret.as_ref(),
+                true,
+            ),
+        ]
+    }
+
+    /// The Secrets the cluster reads: (field naming it, Secret name).
+    pub fn referenced_secrets(&self) -> Vec<(&'static str, String)> {
+        self.secret_references()
+            .into_iter()
+            .filter_map(|(field, name, read)| Some((field, name.filter(|_| read)?.clone())))
+            .collect()
+    }
+}
+
 impl Default for KeeperSpec {
     fn default() -> Self {
         KeeperSpec {
@@ -447,7 +482,7 @@ pub struct ReplicaStatus {
     pub scale_in_step: Option<ScaleInStep>,
 }
 
-/// The steps of removing a replica, in order (seed 000, decisions 2 and 3).
+/// The steps of removing a replica, in order (S0-21…S0-30, decisions 2 and 3).
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
 )]

@@ -136,7 +136,7 @@ mod tests {
 
     /// S1-24: without the field the operator maintains both replicated and distributed tables.
     #[test]
-    fn s1_24_missing_policy_defaults_to_all_all() {
+    fn missing_policy_defaults_to_all_all() {
         let (p, replaced) = SchemaPolicy::normalise(&SchemaPolicySpec::default());
         assert_eq!(p, SchemaPolicy::default());
         assert_eq!(p.effective().replica, "All");
@@ -146,7 +146,7 @@ mod tests {
 
     /// S1-26: every spelling is matched case-insensitively and stored in canonical case.
     #[test]
-    fn s1_26_every_spelling_normalises_case_insensitively() {
+    fn every_spelling_normalises_case_insensitively() {
         let replica_cases = [
             ("None", ReplicaPolicy::None),
             ("none", ReplicaPolicy::None),
@@ -182,7 +182,7 @@ mod tests {
 
     /// S1-26 / decision 10: unknown values fall back to All and are reported by field.
     #[test]
-    fn s1_26_unknown_values_fall_back_to_all_and_are_reported() {
+    fn unknown_values_fall_back_to_all_and_are_reported() {
         let (p, replaced) = SchemaPolicy::normalise(&spec(Some("bogus"), Some("")));
         assert_eq!(p, SchemaPolicy::default());
         assert_eq!(replaced.len(), 2);

@@ -6,6 +6,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use super::cluster::ClickHouseClusterSpec;
+use crate::util::names::{
+    is_dns_label, is_dns_subdomain, is_label_key, is_label_value, operator_secret, users_secret,
+};
 use crate::util::{cron::Cron, quantity};
 
 /// Version of the resource format this operator understands (`spec.crVersion`).
@@ -29,47 +32,6 @@ impl fmt::Display for FieldError {
 /// A finding that is allowed but worth saying (decision 16: no redundancy).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning(pub String);
-
-/// DNS-1035 label: what Service names must be.
-pub fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.starts_with(|c: char| c.is_ascii_lowercase())
-        && !s.ends_with('-')
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-}
-
-/// DNS-1123 subdomain: what Secret names must be.
-pub fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|l| {
-            !l.is_empty()
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        })
-}
-
-/// A label key (`prefix/name` or `name`).
-pub fn is_label_key(s: &str) -> bool {
-    let (prefix, name) = match s.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    prefix.is_none_or(is_dns_subdomain) && is_label_value(name) && !name.is_empty()
-}
-
-pub fn is_label_value(s: &str) -> bool {
-    s.len() <= 63
-        && (s.is_empty()
-            || (s.starts_with(|c: char| c.is_ascii_alphanumeric())
-                && s.ends_with(|c: char| c.is_ascii_alphanumeric())
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))))
-}
 
 /// Label key prefixes the operator owns on its pods; users cannot set them.
 const RESERVED_LABEL_PREFIXES: [&str; 2] = ["clickhouse.com/", "app.kubernetes.io/"];
@@ -167,26 +129,8 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
         );
     }
     // The operator generates Secrets of its own; a referenced Secret must not be one of them.
-    let generated = [
-        crate::model::names::users_secret(name),
-        crate::model::names::operator_secret(name),
-    ];
-    for (field, secret) in [
-        (
-            "spec.users.secretName",
-            spec.users.as_ref().map(|u| &u.secret_name),
-        ),
-        (
-            "spec.tls.serverCertSecret",
-            spec.tls.server_cert_secret.as_ref(),
-        ),
-        ("spec.tls.caSecret", spec.tls.ca_secret.as_ref()),
-        ("spec.pod.envSecret", spec.pod.env_secret.as_ref()),
-        (
-            "spec.keeper.pod.envSecret",
-            spec.keeper.pod.env_secret.as_ref(),
-        ),
-    ] {
+    let generated = [users_secret(name), operator_secret(name)];
+    for (field, secret, _) in spec.secret_references() {
         if let Some(secret) = secret
             && generated.contains(secret)
         {
@@ -358,7 +302,7 @@ mod tests {
 
     /// S2-10 / S2-14: an even Keeper ensemble is refused with a message naming the field.
     #[test]
-    fn s2_14_keeper_must_be_zero_or_odd() {
+    fn keeper_must_be_zero_or_odd() {
         for (k, ok) in [
             (0, true),
             (1, true),
@@ -465,7 +409,7 @@ mod tests {
 
     /// S2-25: a resource newer than the operator is refused with a message to upgrade.
     #[test]
-    fn s2_25_newer_cr_version_is_refused() {
+    fn newer_cr_version_is_refused() {
         let mut s = spec();
         s.cr_version = Some(OPERATOR_VERSION.into());
         assert!(fields("c1", &s).is_empty());

@@ -238,6 +238,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// The statement did not finish in time (the server's `TIMEOUT_EXCEEDED`, or no answer
+    /// within the client's timeout): it may succeed when run again later.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            Error::Server { code, .. } => *code == Some(ErrorCode::TIMEOUT_EXCEEDED),
+            Error::Transport { source, .. } => source.is_timeout(),
+            _ => false,
+        }
+    }
+
     /// ClickHouse's error code, if the server sent one.
     pub fn code(&self) -> Option<ErrorCode> {
         match self {

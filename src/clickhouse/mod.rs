@@ -1,6 +1,6 @@
 //! The SQL side of the operator: an HTTP client per replica, the server version and what it
-//! can do, pure SQL builders, schema migration on scale-out (seed 001) and the replica
-//! operations of scale-in and rollouts (seed 000).
+//! can do, pure SQL builders, schema migration on scale-out (S1-01…S1-27) and the replica
+//! operations of scale-in and rollouts (S0-21…S0-30).
 //!
 //! - [`client`]: [`Client`] talks to one replica over HTTP; errors keep ClickHouse's code.
 //! - [`version`]: [`Version`] and the one table of [`version::CAPABILITIES`].

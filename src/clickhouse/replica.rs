@@ -1,4 +1,4 @@
-//! Replica operations of scale-in (seed 000 steps 3 and 5, decision 2) and of rollouts
+//! Replica operations of scale-in (S0-25, S0-27, decision 2) and of rollouts
 //! (S2-29 "Synced"):
 //!
 //! 1. [`sync_shard`] on the shard's backup replica: `SYSTEM SYNC REPLICA` every replicated
@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use super::client::{Client, Error, QueryOptions, Row, Rows};
-use super::sql::{self, DatabaseName, ReplicaMacro, ShardMacro, TableName};
+use super::sql::{self, ClusterName, DatabaseName, ReplicaMacro, ShardMacro, TableName};
 use super::version::{Capability, Version};
 
 /// A replicated table on one server.
@@ -277,6 +277,15 @@ impl ReplicationLag {
     }
 }
 
+/// How many hosts the server has loaded for `cluster` from `remote_servers`
+/// (`system.clusters`): a reloaded configuration shows here.
+pub async fn cluster_host_count(client: &Client, cluster: &ClusterName) -> Result<u64, Error> {
+    let q = sql::cluster_host_count(cluster);
+    let rows = client.query(&q, &QueryOptions::new()).await?;
+    let counts = decode(client, &rows, &q, |r| r.u64("n"))?;
+    Ok(counts.into_iter().next().unwrap_or(0))
+}
+
 /// Reads `system.replicas` of a (restarted) replica: the rollout's catch-up check.
 pub async fn replication_lag(client: &Client) -> Result<ReplicationLag, Error> {
     let q = sql::replication_status();
@@ -307,7 +316,7 @@ mod tests {
 
     /// S2-29: synced means not read-only and no delay; merges in the queue do not count.
     #[test]
-    fn s2_29_synced_means_writable_and_no_delay() {
+    fn synced_means_writable_and_no_delay() {
         let cases = [
             (vec![], true),
             (vec![lag(false, 0, 0)], true),

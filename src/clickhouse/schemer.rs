@@ -1,4 +1,4 @@
-//! Schema migration on scale-out (seed 001, S1-01…S1-15, S1-24…S1-27).
+//! Schema migration on scale-out (S1-01…S1-15, S1-24…S1-27).
 //!
 //! A new replica gets, from the other replicas of its shard, the databases, tables, views,
 //! dictionaries and user-defined functions they have (the "replicated" batch); then, from the
@@ -563,7 +563,7 @@ impl MigrationOutcome {
     }
 }
 
-/// Brings a new host's schema up to its cluster's (seed 001 `HostCreateTables`): the
+/// Brings a new host's schema up to its cluster's (S1-01): the
 /// replicated batch, then the distributed batch, each as the policy allows, each statement
 /// retried and logged. Returns what was created, or an error that still carries it.
 pub async fn migrate_new_host(
@@ -792,7 +792,7 @@ mod tests {
 
     /// S1-07 / S1-08: the replicated-objects decision table, rule 1 first.
     #[test]
-    fn s1_07_s1_08_replicated_objects_decision_table() {
+    fn replicated_objects_follow_the_policy_table_shard_all_first() {
         use ReplicaPolicy as R;
         use ShardPolicy as S;
         // (replica, shard, hosts, shard_replicas) -> create?
@@ -825,7 +825,7 @@ mod tests {
 
     /// S1-13: the distributed-objects decision table.
     #[test]
-    fn s1_13_distributed_objects_decision_table() {
+    fn distributed_objects_need_a_shard_policy_and_two_hosts() {
         use ReplicaPolicy as R;
         use ShardPolicy as S;
         let cases = [
@@ -874,7 +874,7 @@ mod tests {
 
     /// S1-14: the target database and table, bare or quoted.
     #[test]
-    fn s1_14_distributed_target_is_parsed_from_engine_full() {
+    fn distributed_target_is_parsed_from_engine_full() {
         let cases = [
             ("Distributed('c', db2, t, rand())", Some(("db2", "t"))),
             ("Distributed(c, 'db2', 't')", Some(("db2", "t"))),
@@ -1096,7 +1096,7 @@ mod tests {
     /// S1-03 / S1-14 / S1-25: the distributed batch is the Distributed tables, their local
     /// tables and databases only, local before Distributed.
     #[test]
-    fn s1_25_distributed_batch_has_only_distributed_tables_and_what_they_need() {
+    fn distributed_batch_has_only_distributed_tables_and_what_they_need() {
         let mut s = schema();
         s.tables.push(dist(
             "db2",

@@ -268,6 +268,14 @@ pub fn sync_replica(version: Version, table: &TableName) -> String {
     }
 }
 
+/// How many hosts the server lists in the cluster `cluster` of its `remote_servers`.
+pub fn cluster_host_count(cluster: &ClusterName) -> String {
+    format!(
+        "SELECT count() AS n FROM system.clusters WHERE cluster = {}",
+        literal(&cluster.0)
+    )
+}
+
 /// The replicated tables of a server, with their Keeper path and replica name.
 pub fn replicated_tables() -> &'static str {
     "SELECT database, table, zookeeper_path, replica_name FROM system.replicas \
@@ -404,7 +412,7 @@ mod tests {
 
     /// S1-11 / S1-27: every kind becomes CREATE … IF NOT EXISTS, idempotently.
     #[test]
-    fn s1_11_create_queries_are_rewritten_to_if_not_exists() {
+    fn create_queries_are_rewritten_to_if_not_exists() {
         let cases = [
             (
                 "CREATE TABLE db1.events ( d Date) ENGINE = ReplicatedMergeTree('/p', '{replica}', d, id, 8192)",
@@ -458,7 +466,7 @@ mod tests {
     /// S1-09 / S1-10 / S1-15: databases cluster-wide on modern servers, with engine_full from
     /// 22.12 and skip_unavailable_shards; each replica directly with `engine` on 18.16.
     #[test]
-    fn s1_09_s1_10_s1_15_database_discovery_per_version() {
+    fn database_discovery_follows_the_server_version() {
         let c = ClusterName("c1".into());
         assert_eq!(
             discover_databases(NEW, Source::AllReplicas(&c)),
@@ -481,7 +489,7 @@ mod tests {
 
     /// S1-11 / S1-15: table discovery keeps UUIDs where the version has them.
     #[test]
-    fn s1_11_table_discovery_per_version() {
+    fn table_discovery_keeps_uuids_where_the_version_has_them() {
         let c = ClusterName("c1".into());
         let cols = "SELECT DISTINCT database, name, engine, engine_full, create_table_query, \
                     dependencies_database, dependencies_table FROM ";
@@ -509,7 +517,7 @@ mod tests {
 
     /// S1-12: functions only where SQL UDFs exist.
     #[test]
-    fn s1_12_function_discovery_only_where_udfs_exist() {
+    fn functions_are_discovered_only_where_udfs_exist() {
         let c = ClusterName("c1".into());
         assert_eq!(discover_functions(OLD, Source::Local), None);
         assert_eq!(
@@ -543,7 +551,7 @@ mod tests {
 
     /// S0-25 / decision 17: LIGHTWEIGHT where it exists, the plain form on 18.16.
     #[test]
-    fn s0_25_sync_replica_per_version() {
+    fn sync_replica_is_lightweight_where_the_version_has_it() {
         let tb = t("db1", "events");
         assert_eq!(
             sync_replica(NEW, &tb),
@@ -554,7 +562,7 @@ mod tests {
 
     /// S1-17 / S1-18 / S1-19: the drops of a leaving replica, modern and 18.16 forms.
     #[test]
-    fn s1_17_18_19_drop_statements_per_version() {
+    fn leaving_replica_drops_wait_with_sync_where_the_version_has_it() {
         assert_eq!(
             drop_dictionary(&t("db", "d")),
             "DROP DICTIONARY IF EXISTS `db`.`d`"
@@ -592,7 +600,7 @@ mod tests {
 
     /// S0-27 / S1-20: Keeper clean-up from a survivor where the version has it.
     #[test]
-    fn s0_27_s1_20_drop_replica_statements_per_version() {
+    fn keeper_cleanup_statements_exist_only_where_the_version_has_them() {
         let r = ReplicaMacro("c1-0-2".into());
         let s = ShardMacro("0".into());
         assert_eq!(

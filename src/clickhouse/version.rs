@@ -100,7 +100,7 @@ pub enum Capability {
     SystemDropDatabaseReplica,
     /// `BACKUP … TO …` / `RESTORE` and `system.backups`.
     Backup,
-    /// `system.databases.engine_full` is used to recreate a database (seed 001: "version ≥ 22.12").
+    /// `system.databases.engine_full` is used to recreate a database (S1-10: from 22.12).
     DatabaseEngineFull,
     /// `SYSTEM SYNC REPLICA db.t LIGHTWEIGHT`.
     SyncReplicaLightweight,
@@ -140,7 +140,7 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     (Capability::SystemDropDatabaseReplica, Version::new(23, 1)),
     // 22.8: `BACKUP`/`RESTORE` usable without the experimental flag.
     (Capability::Backup, Version::new(22, 8)),
-    // 22.12: seed 001, Altinity's `sqlCreateDatabaseReplicated` (`version.Matches(">= 22.12")`).
+    // 22.12: S1-10.
     (Capability::DatabaseEngineFull, Version::new(22, 12)),
     // PR #48085 "More options for SYSTEM SYNC REPLICA" (LIGHTWEIGHT and PULL), opened
     // 2023-03-27 after the 23.3 branch: v23.4 (2023-04-26).
@@ -250,7 +250,7 @@ mod tests {
 
     /// S1-10: engine_full for databases from 22.12, engine below.
     #[test]
-    fn s1_10_database_engine_full_from_22_12() {
+    fn database_engine_full_is_used_from_22_12() {
         assert!(!Version::new(22, 11).supports(Capability::DatabaseEngineFull));
         assert!(Version::new(22, 12).supports(Capability::DatabaseEngineFull));
         assert!(Version::new(23, 1).supports(Capability::DatabaseEngineFull));
@@ -259,7 +259,7 @@ mod tests {
 
     /// S0-25 / decision 17: LIGHTWEIGHT from 23.4, plain SYNC REPLICA below.
     #[test]
-    fn s0_25_lightweight_sync_from_23_4() {
+    fn lightweight_sync_is_used_from_23_4() {
         assert!(!Version::new(23, 3).supports(Capability::SyncReplicaLightweight));
         assert!(Version::new(23, 4).supports(Capability::SyncReplicaLightweight));
     }

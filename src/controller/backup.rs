@@ -7,12 +7,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::warn;
 
 use super::{Context, MANAGER, PassTimer};
 use crate::api::{ClickHouseBackup, ClickHouseBackupStatus};
 use crate::runtime::backoff::RECHECK;
-use crate::runtime::metrics::ErrorLabels;
 
 pub const KIND: &str = "ClickHouseBackup";
 
@@ -64,14 +62,12 @@ pub fn error_policy(backup: Arc<ClickHouseBackup>, error: &Error, ctx: Arc<Conte
         backup.namespace().unwrap_or_default(),
         backup.name_any()
     );
-    let delay = ctx.backup_backoff.failed(&key);
-    ctx.metrics
-        .errors
-        .get_or_create(&ErrorLabels {
-            kind: KIND.into(),
-            reason: "KubernetesApi".into(),
-        })
-        .inc();
-    warn!(backup = %key, error = %error, retry_in_ms = delay.as_millis() as u64, "backup pass failed");
-    Action::requeue(delay)
+    super::retry_later(
+        KIND,
+        &key,
+        "KubernetesApi",
+        error,
+        &ctx.backup_backoff,
+        &ctx,
+    )
 }

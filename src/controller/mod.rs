@@ -12,22 +12,22 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::Action;
 use kube::runtime::{
     Controller, events::Reporter, reflector::ObjectRef, reflector::Store, watcher,
 };
 use kube::{Client, Resource};
 use tokio::sync::Semaphore;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::api::{ClickHouseBackup, ClickHouseCluster};
+use crate::model::labels;
 use crate::runtime::backoff::Backoff;
-use crate::runtime::metrics::{Health, Metrics};
+use crate::runtime::metrics::{ErrorLabels, Health, Metrics};
 use crate::runtime::settings::{Settings, WatchNamespaces};
 
 /// Field manager of every server-side apply, and the events' reporting controller.
 pub const MANAGER: &str = "clickhouse-operator";
-/// Label on every object the operator creates for a cluster: the cluster's name.
-pub const CLUSTER_LABEL: &str = "clickhouse.com/cluster";
 
 /// Shared by every pass.
 pub struct Context {
@@ -41,6 +41,8 @@ pub struct Context {
     /// MAX_CONCURRENT_RECONCILES, counted separately for clusters and backups, across namespaces.
     pub cluster_permits: Semaphore,
     pub backup_permits: Semaphore,
+    /// The last status write of each cluster (see [`cluster::LastWrites`]).
+    pub last_writes: cluster::LastWrites,
 }
 
 impl Context {
@@ -71,7 +73,7 @@ pub async fn run(
         WatchNamespaces::All => vec![None],
         WatchNamespaces::Only(list) => list.iter().cloned().map(Some).collect(),
     };
-    fn api<K>(client: &Client, ns: &Option<String>) -> Api<K>
+    fn watched<K>(client: &Client, ns: &Option<String>) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
@@ -80,33 +82,33 @@ pub async fn run(
             None => Api::all(client.clone()),
         }
     }
-    let owned = watcher::Config::default().labels(CLUSTER_LABEL);
+    let owned = watcher::Config::default().labels(labels::CLUSTER);
     let mut cluster_controllers = Vec::new();
     let mut stores = Vec::new();
     for ns in &namespaces {
         let ctl = Controller::new(
-            api::<ClickHouseCluster>(&client, ns),
+            watched::<ClickHouseCluster>(&client, ns),
             watcher::Config::default(),
         );
         let store = ctl.store();
         stores.push(store.clone());
         let secret_store = store.clone();
         let ctl = ctl
-            .owns(api::<StatefulSet>(&client, ns), owned.clone())
-            .owns(api::<Service>(&client, ns), owned.clone())
-            .owns(api::<ConfigMap>(&client, ns), owned.clone())
-            .owns(api::<PodDisruptionBudget>(&client, ns), owned.clone())
+            .owns(watched::<StatefulSet>(&client, ns), owned.clone())
+            .owns(watched::<Service>(&client, ns), owned.clone())
+            .owns(watched::<ConfigMap>(&client, ns), owned.clone())
+            .owns(watched::<PodDisruptionBudget>(&client, ns), owned.clone())
             .watches(
-                api::<PartialObjectMeta<Pod>>(&client, ns),
+                watched::<PartialObjectMeta<Pod>>(&client, ns),
                 owned.clone(),
                 |pod| {
                     let ns = pod.metadata.namespace.clone()?;
-                    let name = pod.metadata.labels.as_ref()?.get(CLUSTER_LABEL)?.clone();
+                    let name = pod.metadata.labels.as_ref()?.get(labels::CLUSTER)?.clone();
                     Some(ObjectRef::new(&name).within(&ns))
                 },
             )
             .watches(
-                api::<PartialObjectMeta<Secret>>(&client, ns),
+                watched::<PartialObjectMeta<Secret>>(&client, ns),
                 watcher::Config::default(),
                 move |secret| cluster::clusters_referencing_secret(&secret_store.state(), &secret),
             );
@@ -124,6 +126,7 @@ pub async fn run(
         },
         cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+        last_writes: cluster::LastWrites::default(),
     });
     let config = kube::runtime::controller::Config::default()
         .concurrency(settings.max_concurrent_reconciles);
@@ -140,7 +143,7 @@ pub async fn run(
     for ns in &namespaces {
         streams.push(
             Controller::new(
-                api::<ClickHouseBackup>(&client, ns),
+                watched::<ClickHouseBackup>(&client, ns),
                 watcher::Config::default(),
             )
             .with_config(config.clone())
@@ -165,6 +168,36 @@ pub async fn run(
         _ = all => Ok(()),
         _ = lost_leadership => anyhow::bail!("lost the leader lease: stopping so that only one replica acts"),
     }
+}
+
+/// The API of a namespaced kind in one namespace.
+pub fn api<K>(ctx: &Context, ns: &str) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    Api::namespaced(ctx.client.clone(), ns)
+}
+
+/// After a failed pass of an object of `kind`: counts the error under `reason`, logs it and
+/// asks for a retry after the object's backoff delay (S2-05).
+pub fn retry_later(
+    kind: &'static str,
+    key: &str,
+    reason: &str,
+    error: &dyn std::fmt::Display,
+    backoff: &Backoff,
+    ctx: &Context,
+) -> Action {
+    let delay = backoff.failed(key);
+    ctx.metrics
+        .errors
+        .get_or_create(&ErrorLabels {
+            kind: kind.into(),
+            reason: reason.into(),
+        })
+        .inc();
+    warn!(kind, object = %key, error = %error, retry_in_ms = delay.as_millis() as u64, failures = backoff.failures(key), "pass failed");
+    Action::requeue(delay)
 }
 
 /// Times a pass and counts it.

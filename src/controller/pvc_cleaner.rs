@@ -1,4 +1,4 @@
-//! The PVC cleaner (seed 000): deletes PVCs labelled `clickhouse.com/delete-pvc` once no pod
+//! The PVC cleaner (S0-29): deletes PVCs labelled `clickhouse.com/delete-pvc` once no pod
 //! uses them. It never touches an unlabelled PVC and never one a pod still mounts. It reads no
 //! ClickHouseCluster, so it runs as its own component (`clickhouse-operator pvc-cleaner`).
 
@@ -131,7 +131,7 @@ mod tests {
 
     /// S0-29: only labelled PVCs that no pod mounts are deleted.
     #[test]
-    fn s0_29_only_labelled_unused_pvcs_go() {
+    fn only_labelled_unused_pvcs_are_deleted() {
         let pvcs = vec![pvc("a", true), pvc("b", true), pvc("c", false)];
         let pods = vec![pod_using("b"), pod_using("c")];
         let names: Vec<String> = deletable(&pvcs, &pods)

@@ -358,7 +358,7 @@ mod tests {
 
     /// S2-14 / S0-05: replica and shard counts scale without a restart.
     #[test]
-    fn s2_14_replica_and_shard_counts_scale_without_restart() {
+    fn replica_and_shard_counts_scale_without_restart() {
         row(
             json!({"replicas": 2}),
             json!({"replicas": 3}),
@@ -377,7 +377,7 @@ mod tests {
 
     /// S2-14: Keeper members scale; the servers only reload their node list.
     #[test]
-    fn s2_14_keeper_members_scale_and_servers_reload() {
+    fn keeper_members_scale_and_servers_reload() {
         row(
             json!({"keeper": {"replicas": 1}}),
             json!({"keeper": {"replicas": 3}}),
@@ -388,7 +388,7 @@ mod tests {
 
     /// S2-15: image, resources, env, affinity, sidecars (and the other pod fields) roll.
     #[test]
-    fn s2_15_pod_template_fields_need_a_rolling_restart() {
+    fn pod_template_fields_need_a_rolling_restart() {
         let rr = &[Need::RollingRestart];
         row(
             json!({}),
@@ -449,7 +449,7 @@ mod tests {
 
     /// S2-16: settings ClickHouse reloads reload; the others, and raw files, roll.
     #[test]
-    fn s2_16_settings_reload_or_restart_by_the_allow_list() {
+    fn settings_reload_or_restart_by_the_allow_list() {
         row(
             json!({}),
             json!({"configuration": {"settings": {"max_concurrent_queries": "200"}}}),
@@ -479,7 +479,7 @@ mod tests {
     /// Users, profiles and quotas are reloaded at runtime (S2-17: the operator's user restarts
     /// nothing).
     #[test]
-    fn s2_17_users_profiles_and_quotas_reload_without_restart() {
+    fn users_profiles_and_quotas_reload_without_restart() {
         let r = &[Need::ConfigReload];
         row(
             json!({}),
@@ -504,7 +504,7 @@ mod tests {
 
     /// S2-16: a TLS, CA or env Secret's contents roll the pods that use them.
     #[test]
-    fn s2_16_secret_contents_need_a_rolling_restart() {
+    fn secret_contents_need_a_rolling_restart() {
         let s = spec(
             json!({"tls": {"enabled": true, "serverCertSecret": "tls", "caSecret": "ca"},
             "pod": {"envSecret": "env"}, "keeper": {"pod": {"envSecret": "kenv"}}}),
@@ -544,7 +544,7 @@ mod tests {
     /// S2-18: larger storage resizes PVCs without a restart, only with volume scaling on;
     /// shrinking and class changes are refused.
     #[test]
-    fn s2_18_storage_growth_resizes_and_shrinking_is_refused() {
+    fn storage_growth_resizes_and_shrinking_is_refused() {
         let on = json!({"enableVolumeScaling": true});
         row(
             json!({"storage": {"size": "1Gi"}, "storageScaling": on}),
@@ -586,7 +586,7 @@ mod tests {
 
     /// S2-21 / S2-22: pause stops everything, unpause starts it.
     #[test]
-    fn s2_21_pause_stops_all_and_unpause_starts_all() {
+    fn pause_stops_all_and_unpause_starts_all() {
         row(
             json!({}),
             json!({"pause": true}),
@@ -603,7 +603,7 @@ mod tests {
 
     /// S2-23: toggling tls.enabled is a full stop and start; other TLS fields roll.
     #[test]
-    fn s2_23_tls_toggle_is_a_full_stop_and_start() {
+    fn tls_toggle_is_a_full_stop_and_start() {
         let on = json!({"tls": {"enabled": true, "serverCertSecret": "tls"}});
         row(json!({}), on.clone(), &[Need::FullStopStart], &[]);
         row(on.clone(), json!({}), &[Need::FullStopStart], &[]);
@@ -615,9 +615,9 @@ mod tests {
         );
     }
 
-    /// S2-19 and friends: Services, budgets and the update strategy change without restart.
+    /// S2-19: the client Service, the budgets and the update strategy change without restart.
     #[test]
-    fn s2_19_objects_outside_the_pod_template_update_without_restart() {
+    fn objects_outside_the_pod_template_update_without_restart() {
         let u = &[Need::ObjectUpdate];
         row(
             json!({}),

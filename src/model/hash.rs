@@ -1,5 +1,5 @@
 //! Hash annotations of the pod templates: the only way a configuration or Secret change
-//! reaches a pod template, so exactly those changes roll pods out (seed 002, S2-16).
+//! reaches a pod template, so exactly those changes roll pods out (S2-16).
 //!
 //! Scheme: SHA-256, hex. `clickhouse.com/config-hash` covers the files read at startup
 //! ([`Effect::Restart`]); each referenced Secret has its own annotation over its data

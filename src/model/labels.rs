@@ -32,6 +32,9 @@ pub const MANAGED_BY_VALUE: &str = "clickhouse-operator";
 pub const APP_SERVER: &str = "clickhouse";
 /// Value of [`NAME`] on Keeper objects.
 pub const APP_KEEPER: &str = "clickhouse-keeper";
+/// The labels that put a pod in traffic and in the topology spread; a condemned replica's pod
+/// loses them first (decision 20).
+pub const TRAFFIC: [&str; 2] = [SERVING, SPREAD];
 /// Value of [`SERVING`] and [`SPREAD`] when present.
 pub const TRUE: &str = "true";
 

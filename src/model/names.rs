@@ -1,6 +1,8 @@
 //! Names of every object and host a cluster has, and the ports its servers listen on. Every
 //! other part of the operator takes names from here, so that they are computed one way only.
 
+use super::statefulset::DATA_VOLUME;
+
 /// HTTP interface of a ClickHouse server (`/ping`, SQL over HTTP).
 pub const HTTP_PORT: i32 = 8123;
 /// Native TCP interface of a ClickHouse server.
@@ -61,6 +63,12 @@ pub fn replica_pod(replica: &str) -> String {
     format!("{replica}-0")
 }
 
+/// The PVC of a replica's data volume, `data-<sts>-0`: the name Kubernetes gives the claim of
+/// the StatefulSet's [`DATA_VOLUME`] template for its only pod.
+pub fn data_pvc(replica: &str) -> String {
+    format!("{DATA_VOLUME}-{}", replica_pod(replica))
+}
+
 /// Headless Service of all server pods; every server StatefulSet's `serviceName`.
 pub fn headless_service(cluster: &str) -> String {
     format!("{cluster}-headless")
@@ -82,15 +90,10 @@ pub fn replica_config(replica: &str) -> String {
     replica.to_string()
 }
 
-/// The generated Secret with the users file (password hashes only).
-pub fn users_secret(cluster: &str) -> String {
-    format!("{cluster}-users")
-}
-
-/// The generated Secret with the operator's own password (key [`OPERATOR_PASSWORD_KEY`]).
-pub fn operator_secret(cluster: &str) -> String {
-    format!("{cluster}-operator")
-}
+/// The generated Secrets: `<cluster>-users` with the users file (password hashes only) and
+/// `<cluster>-operator` with the operator's own password (key [`OPERATOR_PASSWORD_KEY`]). They
+/// are defined in `util`, where the validation of the spec finds them too.
+pub use crate::util::names::{operator_secret, users_secret};
 
 /// PodDisruptionBudget of the server pods of one shard.
 pub fn shard_pdb(cluster: &str, shard: i32) -> String {
@@ -148,11 +151,12 @@ mod tests {
         );
         assert_eq!(client_host("c1", "t1"), "c1.t1.svc.cluster.local");
         assert_eq!(shard_pdb("c1", 0), "c1-shard-0");
+        assert_eq!(data_pvc("c1-1-2"), "data-c1-1-2-0");
     }
 
     /// S0-11: a name is derived from the creation index, so a new index never gives an old name.
     #[test]
-    fn s0_11_distinct_indexes_give_distinct_names() {
+    fn distinct_indexes_give_distinct_names() {
         let names: std::collections::BTreeSet<_> = (0..3)
             .flat_map(|s| (0..50).map(move |i| replica_name("c1", s, i64::from(s) * 50 + i)))
             .collect();
@@ -169,7 +173,7 @@ mod tests {
             shard_pdb(&c, 99),
             format!("{}-99", keeper(&c)),
         ] {
-            assert!(crate::api::validate::is_dns_label(&n), "{n}");
+            assert!(crate::util::names::is_dns_label(&n), "{n}");
         }
     }
 }

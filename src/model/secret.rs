@@ -5,26 +5,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use rand::Rng;
-use rand::distr::Alphanumeric;
 
 use super::config::users::users_file;
 use super::labels::{self, Component};
 use super::{BuildError, Cluster, Password, names};
-
-/// Length of a generated operator password.
-pub const PASSWORD_LEN: usize = 32;
-
-/// A new random password for the operator's user (alphanumeric, [`PASSWORD_LEN`] characters).
-/// The controller calls it once, when `<cluster>-operator` does not exist yet.
-pub fn new_password(rng: &mut impl Rng) -> Password {
-    Password(
-        rng.sample_iter(Alphanumeric)
-            .take(PASSWORD_LEN)
-            .map(char::from)
-            .collect(),
-    )
-}
 
 /// `<cluster>-users`: the users file, projected into the servers' `users.d/`, and the
 /// `remote_servers` file (with the password servers use between them), projected into

@@ -1,4 +1,4 @@
-//! The server StatefulSet of one replica (MultiSTS, seed 000: one StatefulSet per replica,
+//! The server StatefulSet of one replica (MultiSTS, S0-10: one StatefulSet per replica,
 //! `replicas: 1`), and the pod pieces server and Keeper pods share.
 
 use std::collections::BTreeMap;
@@ -26,7 +26,7 @@ use crate::util::quantity;
 pub const CLICKHOUSE_UID: i64 = 101;
 /// Name of the main server container.
 pub const SERVER_CONTAINER: &str = "clickhouse";
-/// Name of the data volume claim template (PVCs are `data-<sts>-0`).
+/// Name of the data volume claim template (a replica's PVC is [`names::data_pvc`]).
 pub const DATA_VOLUME: &str = "data";
 
 /// Pod security: non-root as the images' `clickhouse` user, fsGroup for the volumes, seccomp

@@ -84,7 +84,7 @@ fn parse(xml: &str) -> roxmltree::Document<'_> {
 /// S0-10 / S0-11: 3 shards × 2 replicas give 6 StatefulSets with distinct names that are
 /// stable across builds, each with one pod.
 #[test]
-fn s0_10_three_shards_by_two_replicas_give_six_statefulsets_with_distinct_stable_names() {
+fn three_shards_by_two_replicas_give_six_statefulsets_with_distinct_stable_names() {
     let c = cluster(json!({"shards": 3, "replicas": 2}));
     let i = inputs(replicas(3, 2));
     let d = build(&c, &i);
@@ -211,10 +211,10 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
     assert!(!format!("{:?}", i.operator_password).contains("operator-secret-pw"));
 }
 
-/// Runtime-reloaded configuration (profiles, quotas, users, passwords, reloadable settings,
-/// another replica, Keeper members) changes no server pod template (S2-17, seed 002).
+/// S2-16 / S2-17: runtime-reloaded configuration (profiles, quotas, users, passwords,
+/// reloadable settings, another replica, Keeper members) changes no server pod template.
 #[test]
-fn s2_16_reloadable_changes_change_no_pod_template() {
+fn reloadable_changes_change_no_pod_template() {
     let base = json!({"shards": 2, "replicas": 2, "users": {"secretName": "users"},
         "configuration": {"profiles": {"default": {"max_memory_usage": "1000"}},
                           "quotas": {"default": {"duration": "3600", "queries": "10"}},
@@ -281,7 +281,7 @@ fn s2_16_reloadable_changes_change_no_pod_template() {
 /// S0-05: adding a replica changes neither the other replicas' StatefulSets nor their own
 /// ConfigMaps; only the shared remote_servers (reloaded) changes.
 #[test]
-fn s0_05_adding_a_replica_leaves_the_others_untouched() {
+fn adding_a_replica_leaves_the_others_untouched() {
     let c = cluster(json!({"replicas": 2}));
     let before = build(&c, &inputs(replicas(1, 2)));
     let mut more = replicas(1, 2);
@@ -301,7 +301,7 @@ fn s0_05_adding_a_replica_leaves_the_others_untouched() {
 
 /// S2-15: changing the image changes every server pod template, and no Keeper template.
 #[test]
-fn s2_15_changing_the_image_changes_every_server_pod_template() {
+fn changing_the_image_changes_every_server_pod_template() {
     let c0 = cluster(json!({"shards": 2, "replicas": 2}));
     let i = inputs(replicas(2, 2));
     let d0 = build(&c0, &i);
@@ -324,7 +324,7 @@ fn s2_15_changing_the_image_changes_every_server_pod_template() {
 /// S2-16 / S0-20: a setting that needs a restart changes the config hash, equally on every
 /// replica, and only the hash in the pod template.
 #[test]
-fn s2_16_a_restart_setting_changes_the_config_hash_of_every_replica() {
+fn a_restart_setting_changes_the_config_hash_of_every_replica() {
     let c0 = cluster(json!({"shards": 2}));
     let i = inputs(replicas(2, 2));
     let d0 = build(&c0, &i);
@@ -365,7 +365,7 @@ fn s2_16_a_restart_setting_changes_the_config_hash_of_every_replica() {
 /// S2-16: a change of a TLS, CA or env Secret's data changes that Secret's hash annotation;
 /// an unrelated Secret changes nothing.
 #[test]
-fn s2_16_a_tls_secret_change_changes_the_hash() {
+fn a_tls_ca_or_env_secret_change_changes_its_hash() {
     let c = cluster(
         json!({"tls": {"enabled": true, "serverCertSecret": "tls", "caSecret": "ca"},
         "pod": {"envSecret": "env"}, "keeper": {"pod": {"envSecret": "kenv"}}}),
@@ -477,9 +477,10 @@ fn replica_config_has_macros_and_interserver_host() {
     );
 }
 
-/// Every object carries the standard labels and a controller owner reference to the cluster.
+/// S0-01: every object carries the standard labels and a controller owner reference to the
+/// cluster.
 #[test]
-fn s0_01_every_object_has_the_labels_and_an_owner_reference() {
+fn every_object_has_the_labels_and_an_owner_reference() {
     let c = cluster(json!({}));
     let d = build(&c, &inputs(replicas(1, 2)));
     let k = d.keeper.clone().unwrap();
@@ -531,7 +532,7 @@ fn s0_01_every_object_has_the_labels_and_an_owner_reference() {
 /// S0-22 / S0-23: server pods carry serving and spread labels; the client Service selects
 /// serving, the spread constraint selects spread, the StatefulSet selector neither.
 #[test]
-fn s0_22_s0_23_serving_and_spread_labels_drive_service_and_spread() {
+fn serving_and_spread_labels_drive_the_client_service_and_the_spread_constraint() {
     let c = cluster(
         json!({"pod": {"topologySpreadKey": "topology.kubernetes.io/zone", "labels": {"team": "a"}}}),
     );
@@ -583,7 +584,7 @@ fn s0_22_s0_23_serving_and_spread_labels_drive_service_and_spread() {
 
 /// S0-10 / S2-21: pause sets every server and Keeper StatefulSet to 0 replicas.
 #[test]
-fn s2_21_pause_scales_every_statefulset_to_zero() {
+fn pause_scales_every_statefulset_to_zero() {
     let c = cluster(json!({"pause": true, "shards": 2}));
     let d = build(&c, &inputs(replicas(2, 2)));
     assert!(
@@ -597,7 +598,7 @@ fn s2_21_pause_scales_every_statefulset_to_zero() {
 /// S2-26 / S2-33 / S2-34: SmartUpdate and OnDelete give OnDelete; RollingUpdate gives
 /// RollingUpdate. Keeper always rolls natively.
 #[test]
-fn s2_26_update_strategy_maps_to_the_statefulset_strategy() {
+fn update_strategy_maps_to_the_statefulset_strategy() {
     for (strategy, want) in [
         ("SmartUpdate", "OnDelete"),
         ("OnDelete", "OnDelete"),
@@ -613,7 +614,7 @@ fn s2_26_update_strategy_maps_to_the_statefulset_strategy() {
 
 /// S0-18: one budget per shard with the spec's maxUnavailable, selecting that shard's pods.
 #[test]
-fn s0_18_one_pdb_per_shard_with_max_unavailable() {
+fn each_shard_gets_a_pdb_with_the_specs_max_unavailable() {
     let c =
         cluster(json!({"shards": 2, "replicas": 5, "podDisruptionBudget": {"maxUnavailable": 2}}));
     let d = build(&c, &inputs(replicas(2, 5)));
@@ -798,6 +799,23 @@ fn server_pods_are_locked_down_and_probed_on_ping() {
     assert_eq!(projected, ["c1-common", "c1-0-0", "c1-users", "c1-users"]);
 }
 
+/// The PVC Kubernetes creates for a replica (`<claim template>-<sts>-<ordinal>`) is the one
+/// [`names::data_pvc`] names, which scale-in labels and storage growth resizes.
+#[test]
+fn a_replicas_data_pvc_is_named_by_data_pvc() {
+    let c = cluster(json!({"shards": 2}));
+    let d = build(&c, &inputs(replicas(2, 2)));
+    for sts in &d.server_statefulsets {
+        let name = sts.metadata.name.clone().unwrap();
+        let templates = sts.spec.volume_claim_templates.clone().unwrap();
+        let claims: Vec<String> = templates
+            .iter()
+            .map(|t| format!("{}-{name}-0", t.metadata.name.clone().unwrap()))
+            .collect();
+        assert_eq!(claims, [names::data_pvc(&name)]);
+    }
+}
+
 /// With TLS the secure ports are served and used between replicas; `required` drops the plain
 /// ones and probes over HTTPS.
 #[test]
@@ -899,17 +917,6 @@ fn a_user_cannot_take_the_operator_user() {
     assert!(users.contains(&config::users::sha256_hex(&Password(
         "operator-secret-pw".into()
     ))));
-}
-
-/// A new random operator password differs each time and is alphanumeric.
-#[test]
-fn new_passwords_are_random() {
-    let mut rng = rand::rng();
-    let a = secret::new_password(&mut rng);
-    let b = secret::new_password(&mut rng);
-    assert_ne!(a, b);
-    assert_eq!(a.0.len(), secret::PASSWORD_LEN);
-    assert!(a.0.chars().all(|c| c.is_ascii_alphanumeric()));
 }
 
 /// The image's passwordless `default` user is reachable only from the pod itself and the

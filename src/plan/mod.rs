@@ -2,9 +2,12 @@
 //! and returns a `Plan`: the status to report, the events to publish, and whether the pass
 //! failed. It performs no I/O, so every rule here is tested with plain data.
 
+pub mod action;
 pub mod diff;
-pub mod engine;
+pub mod facts;
+pub mod pass;
 pub mod replicas;
+pub mod report;
 pub mod rollout;
 pub mod scale_in;
 pub mod status;
@@ -28,7 +31,7 @@ pub struct World {
     /// Every ClickHouseCluster of the namespace, this one included.
     pub clusters_in_namespace: Vec<Sibling>,
     /// The cluster's objects, pods and inputs.
-    pub observed: engine::Observed,
+    pub observed: facts::Observed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,10 +49,61 @@ pub struct PlannedEvent {
     pub message: String,
 }
 
-/// Why a pass failed; the reason is also the metric label and the condition reason detail.
+/// Why a pass failed: the metric label and the start of the failed condition's message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureReason {
+    /// Another ClickHouseCluster owns the namespace (decision 18).
+    NamespaceConflict,
+    /// The spec is invalid; the message names the field.
+    InvalidSpec,
+    /// A Secret the spec names does not exist.
+    MissingSecret,
+    /// `spec.shards` shrank without the data-loss annotation.
+    ShardRemovalRefused,
+    /// A storage change that cannot be applied (a shrink, or growth without volume scaling).
+    StorageChangeRefused,
+    /// A replica on its new revision cannot start (S2-31).
+    RolloutFailed,
+    /// The Kubernetes API refused or failed a request.
+    KubernetesApi,
+    /// An object of the cluster's name exists and is not the cluster's.
+    NameConflict,
+    /// A ClickHouse server answered with an error.
+    ClickHouse,
+    /// A replica the step needs has no running pod.
+    ReplicaUnreachable,
+    /// The operator built something it cannot use (a bug).
+    Internal,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::NamespaceConflict => "NamespaceConflict",
+            FailureReason::InvalidSpec => "InvalidSpec",
+            FailureReason::MissingSecret => "MissingSecret",
+            FailureReason::ShardRemovalRefused => "ShardRemovalRefused",
+            FailureReason::StorageChangeRefused => "StorageChangeRefused",
+            FailureReason::RolloutFailed => "RolloutFailed",
+            FailureReason::KubernetesApi => "KubernetesApi",
+            FailureReason::NameConflict => "NameConflict",
+            FailureReason::ClickHouse => "ClickHouse",
+            FailureReason::ReplicaUnreachable => "ReplicaUnreachable",
+            FailureReason::Internal => "Internal",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a pass failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
-    pub reason: &'static str,
+    pub reason: FailureReason,
     pub message: String,
 }
 
@@ -58,7 +112,9 @@ pub struct Plan {
     pub status: ClickHouseClusterStatus,
     pub events: Vec<PlannedEvent>,
     /// What to do, in order.
-    pub actions: Vec<engine::Action>,
+    pub actions: Vec<action::Action>,
+    /// The phase that planned each action.
+    pub phases: Vec<pass::Phase>,
     /// Replicas whose replication lag must be read before deciding again.
     pub lag_checks: Vec<String>,
     /// Observe and decide again right after acting.
@@ -106,7 +162,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
             owner.name
         );
         let failure = Failure {
-            reason: "NamespaceConflict",
+            reason: FailureReason::NamespaceConflict,
             message: message.clone(),
         };
         let status = status::failed(&old, generation, &failure, now);
@@ -122,6 +178,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
             status,
             events,
             actions: Vec::new(),
+            phases: Vec::new(),
             lag_checks: Vec::new(),
             again: false,
             failure: Some(failure),
@@ -146,7 +203,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
     }
     if !errors.is_empty() {
         let failure = Failure {
-            reason: "InvalidSpec",
+            reason: FailureReason::InvalidSpec,
             message: format!("invalid spec: {}", describe_errors(&errors)),
         };
         if old.message.as_deref() != Some(failure.message.as_str()) {
@@ -163,6 +220,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
             status,
             events,
             actions: Vec::new(),
+            phases: Vec::new(),
             lag_checks: Vec::new(),
             again: false,
             failure: Some(failure),
@@ -170,7 +228,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         };
     }
 
-    let pass = engine::plan_pass(cluster, &world.observed, now);
+    let pass = pass::plan_pass(cluster, &world.observed, now);
     let mut status = pass.status;
     status.schema_policy = Some(policy.effective());
     if pass.failure.is_none() {
@@ -193,6 +251,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         status,
         events,
         actions: pass.actions,
+        phases: pass.phases,
         lag_checks: pass.lag_checks,
         again: pass.again,
         failure: pass.failure,
@@ -236,7 +295,7 @@ mod tests {
 
     /// S0-07 / decision 18: the oldest cluster owns the namespace; ties go to the name.
     #[test]
-    fn s0_07_oldest_cluster_owns_the_namespace() {
+    fn oldest_cluster_owns_the_namespace() {
         let a = sib("b-old", "2026-01-01T00:00:00Z");
         let b = sib("a-new", "2026-02-01T00:00:00Z");
         assert_eq!(
@@ -251,7 +310,7 @@ mod tests {
 
     /// S0-07: the newcomer gets error, a condition and a Warning event, and is not managed.
     #[test]
-    fn s0_07_second_cluster_in_a_namespace_is_refused() {
+    fn second_cluster_in_a_namespace_is_refused_and_left_alone() {
         let c2 = cluster("c2", serde_json::json!({}));
         let world = World {
             clusters_in_namespace: vec![
@@ -288,11 +347,11 @@ mod tests {
 
     /// S2-10 / S2-36: an invalid spec is an error naming the field, with reason ErrorReconcile.
     #[test]
-    fn s2_10_invalid_spec_is_reported_with_the_field() {
+    fn invalid_spec_is_reported_with_the_field() {
         let c = cluster("c1", serde_json::json!({"keeper": {"replicas": 2}}));
         let plan = decide(&c, &world(), now());
         let f = plan.failure.as_ref().unwrap();
-        assert_eq!(f.reason, "InvalidSpec");
+        assert_eq!(f.reason, FailureReason::InvalidSpec);
         assert!(f.message.contains("spec.keeper.replicas"), "{}", f.message);
         assert_eq!(plan.status.state, ClusterState::Error);
         assert_eq!(plan.status.message.as_deref(), Some(f.message.as_str()));

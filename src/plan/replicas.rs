@@ -1,4 +1,4 @@
-//! PURE: the ReplicaStateMap (seed 000). Which replicas exist, in which state, which one of each
+//! PURE: the ReplicaStateMap (S0-06, S0-12). Which replicas exist, in which state, which one of each
 //! shard is the backup replica, which are added on scale-out and which are condemned on
 //! scale-in. Replica names are `<cluster>-<shard>-<index>`, with a creation index that is never
 //! reused, so a replica that comes back later never meets stale Keeper metadata of an old one.
@@ -266,7 +266,7 @@ mod tests {
 
     /// S0-06: only the allowed transitions.
     #[test]
-    fn s0_06_transition_table() {
+    fn only_allowed_state_transitions_are_accepted() {
         use ReplicaState::*;
         let all = [Pending, Ready, Stopped, Condemned];
         let allowed = [
@@ -290,7 +290,7 @@ mod tests {
 
     /// S0-19 / S0-11: scale-out adds Pending entries with fresh, never reused names.
     #[test]
-    fn s0_19_scale_out_adds_pending_entries_with_new_names() {
+    fn scale_out_adds_pending_entries_with_never_used_names() {
         let empty = BTreeMap::new();
         let c = plan_map(&topo(2, 2, false, false), &empty, 0, ready_facts);
         assert_eq!(c.added, ["c1-0-0", "c1-0-1", "c1-1-2", "c1-1-3"]);
@@ -306,7 +306,7 @@ mod tests {
 
     /// S0-21 / S0-14: exactly the excess is condemned, newest first, never the backup replica.
     #[test]
-    fn s0_14_scale_in_condemns_newest_but_never_the_backup() {
+    fn scale_in_condemns_newest_but_never_the_backup() {
         let mut m = BTreeMap::new();
         m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, false));
         m.insert("c1-0-1".into(), entry(0, ReplicaState::Ready, 1, false));
@@ -331,7 +331,7 @@ mod tests {
 
     /// S0-15: a condemned backup replica (hand-edited map) hands the flag to a Ready replica.
     #[test]
-    fn s0_15_condemned_backup_replica_hands_over() {
+    fn condemned_backup_replica_hands_the_flag_to_a_ready_one() {
         let mut m = BTreeMap::new();
         m.insert("c1-0-0".into(), entry(0, ReplicaState::Condemned, 0, true));
         m.insert("c1-0-1".into(), entry(0, ReplicaState::Pending, 1, false));
@@ -362,7 +362,7 @@ mod tests {
 
     /// S0-03: pause stops (Ready → Stopped once the pod is gone); resume goes back via Pending.
     #[test]
-    fn s0_03_pause_and_resume_states() {
+    fn pause_stops_replicas_once_pods_are_gone_and_resume_goes_through_pending() {
         let mut m = BTreeMap::new();
         m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
         let running = |_: &str| ReplicaFacts {
@@ -402,7 +402,7 @@ mod tests {
         /// is an allowed one, every shard with a replica has exactly one backup replica, the backup replica is never condemned, names are never
         /// reused, and each shard ends with the requested number of active replicas.
         #[test]
-        fn s0_13_one_backup_per_shard_through_any_sequence(
+        fn one_backup_per_shard_through_any_sequence(
             ops in proptest::collection::vec((1i32..4, 1i32..5, any::<bool>(), any::<bool>()), 1..16)
         ) {
             let mut map: BTreeMap<String, ReplicaStatus> = BTreeMap::new();

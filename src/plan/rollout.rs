@@ -1,5 +1,5 @@
-//! PURE: which replicas to update or restart next when their pod template changed (seed 002's
-//! Smart Update, seed 000's rolling reconciliation, decisions 5, 6 and 8).
+//! PURE: which replicas to update or restart next when their pod template changed (the Smart
+//! Update of S2-26…S2-34, the rolling reconciliation of S0-17, decisions 5, 6 and 8).
 //!
 //! Within a shard at most `maxUnavailable` replicas are down at once, counting the ones that
 //! are already unready; the newest replica goes first and the shard's backup replica last;
@@ -199,7 +199,7 @@ mod tests {
 
     /// S2-28 / decision 6: newest first, the backup replica last, one at a time (S0-17).
     #[test]
-    fn s2_28_order_is_newest_first_backup_last() {
+    fn rollout_goes_newest_first_and_backup_last_one_at_a_time() {
         let mut ms = vec![
             member("r0", 0, 0, true),
             member("r1", 0, 1, false),
@@ -228,7 +228,7 @@ mod tests {
 
     /// S0-18: an already unready replica uses the budget: the rollout does not start, and says why.
     #[test]
-    fn s0_18_broken_replica_blocks_the_rollout() {
+    fn broken_replica_uses_the_budget_and_blocks_the_rollout() {
         let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
         ms[0].available = false;
         ms[0].ready = false;
@@ -240,9 +240,10 @@ mod tests {
         assert_eq!(p.write_templates, ["r1"]);
     }
 
-    /// S2-27 / S2-30: Smart Update waits for a running backup and for the client Service.
+    /// S2-27 / S2-30 / S2-33: Smart Update waits for a running backup and for the client Service;
+    /// RollingUpdate waits for neither.
     #[test]
-    fn s2_27_smart_update_waits_for_backup_and_client_service() {
+    fn smart_update_waits_for_backup_and_client_service() {
         let ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
         let g = Gates {
             backup_in_flight: Some("b1".into()),
@@ -268,7 +269,7 @@ mod tests {
 
     /// S2-31: a pod on the new template that cannot start stops the rollout.
     #[test]
-    fn s2_31_failing_pod_stops_the_rollout() {
+    fn failing_pod_stops_the_rollout() {
         let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
         ms[1].template_outdated = false;
         ms[1].available = false;
@@ -281,7 +282,7 @@ mod tests {
 
     /// S2-34: OnDelete updates every spec and restarts nothing.
     #[test]
-    fn s2_34_on_delete_writes_specs_only() {
+    fn on_delete_writes_specs_and_restarts_nothing() {
         let ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
         let p = plan_rollout(&ms, UpdateStrategy::OnDelete, 1, &gates());
         assert_eq!(p.write_templates.len(), 2);
@@ -290,7 +291,7 @@ mod tests {
 
     /// S2-12: a shard with no ready replica is brought to the new spec at once.
     #[test]
-    fn s2_12_crashed_shard_recovers_in_parallel() {
+    fn crashed_shard_recovers_in_parallel() {
         let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
         for m in &mut ms {
             m.ready = false;

@@ -1,4 +1,4 @@
-//! PURE: removing condemned replicas, the six steps of seed 000 with decisions 2 and 3:
+//! PURE: removing condemned replicas, the steps of S0-21…S0-30 with decisions 2 and 3:
 //! out of traffic and topology spread → wait until every StatefulSet is Ready → sync the shard
 //! on its backup replica → drop the leaving replica's replicated objects on it → delete its
 //! StatefulSet → drop its Keeper metadata from a survivor → label its PVCs; only then does its
@@ -209,7 +209,7 @@ mod tests {
 
     /// S0-30 / S1-21: the steps in order, the sync on the shard's backup replica first.
     #[test]
-    fn s0_30_steps_run_in_order() {
+    fn scale_in_steps_run_in_order_with_the_sync_on_the_backup_replica() {
         let p = plan_scale_in(&map(), |_| true, |_| true);
         assert_eq!(p.chains.len(), 2);
         assert_eq!(
@@ -237,7 +237,7 @@ mod tests {
 
     /// S0-24: an unready StatefulSet defers everything after leaving traffic, and says which.
     #[test]
-    fn s0_24_unready_statefulset_defers_the_scale_in() {
+    fn unready_statefulset_defers_the_scale_in() {
         let p = plan_scale_in(&map(), |n| n != "c1-0-0", |_| true);
         assert!(p.chains.iter().all(|c| kinds(c) == ["leave"]));
         assert!(p.waiting[0].contains("c1-0-0"), "{:?}", p.waiting);

@@ -3,13 +3,13 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::Failure;
+use super::{Failure, FailureReason};
 use crate::api::{ClickHouseClusterStatus, ClusterState, Condition, validate::Warning};
 
 pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
 pub const SPEC_VALID: &str = "SpecValid";
 pub const REDUNDANT: &str = "Redundant";
-/// The reason of the failed-pass condition (seed 002).
+/// The reason of the failed-pass condition (S2-36).
 pub const ERROR_RECONCILE: &str = "ErrorReconcile";
 
 /// Sets condition `type_`; keeps its transition time when its status does not change.
@@ -57,11 +57,11 @@ pub fn failed(
         RECONCILE_SUCCEEDED,
         false,
         ERROR_RECONCILE,
-        &format!("{}: {}", failure.reason, failure.message),
+        &format!("{}: {}", failure.reason.as_str(), failure.message),
         generation,
         now,
     );
-    if failure.reason == "InvalidSpec" {
+    if failure.reason == FailureReason::InvalidSpec {
         set_condition(
             &mut s.conditions,
             SPEC_VALID,

@@ -1,4 +1,4 @@
-//! When the next pass of an object runs (seed 002): about 5 s after a successful pass; after a
+//! When the next pass of an object runs (S2-05): about 5 s after a successful pass; after a
 //! failed one, an exponential backoff from a few milliseconds, doubling with each consecutive
 //! failure up to about 16 minutes, reset only by a success (or by restarting the operator:
 //! the failure counts live in memory only).
@@ -64,7 +64,7 @@ mod tests {
 
     /// S2-05: 5 ms, 10 ms, 20 ms … doubling, capped at 1000 s.
     #[test]
-    fn s2_05_backoff_doubles_from_milliseconds_and_is_capped() {
+    fn backoff_doubles_from_milliseconds_and_is_capped() {
         let delays: Vec<u128> = (1..=8).map(|n| retry_delay(n).as_millis()).collect();
         assert_eq!(delays, [5, 10, 20, 40, 80, 160, 320, 640]);
         // 5 ms * 2^17 = 655 s, 2^18 would be 1310 s: capped.
@@ -79,7 +79,7 @@ mod tests {
 
     /// S2-05: only a success resets the sequence, and only for that object.
     #[test]
-    fn s2_05_success_resets_only_its_own_object() {
+    fn success_resets_only_its_own_object() {
         let b = Backoff::default();
         assert_eq!(b.failed("t1/c1"), Duration::from_millis(5));
         assert_eq!(b.failed("t1/c1"), Duration::from_millis(10));

@@ -163,7 +163,7 @@ mod tests {
 
     /// S2-06: one active replica; another takes over only after the holder stops renewing.
     #[test]
-    fn s2_06_lease_verdicts() {
+    fn lease_is_taken_over_only_after_the_holder_stops_renewing() {
         let now = Timestamp::now();
         assert_eq!(judge(None, "a", now), Verdict::Acquire);
         assert_eq!(judge(Some(&spec(None, 0)), "a", now), Verdict::Acquire);

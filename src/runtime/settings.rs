@@ -21,7 +21,7 @@ impl WatchNamespaces {
             if ns.is_empty() {
                 continue;
             }
-            if !crate::api::validate::is_dns_label(ns) {
+            if !crate::util::names::is_dns_label(ns) {
                 return Err(format!("WATCH_NAMESPACE: {ns:?} is not a namespace name"));
             }
             if seen.insert(ns.to_string()) {
@@ -146,7 +146,7 @@ mod tests {
 
     /// S2-07: empty or unset watches everything; a comma-separated list watches those.
     #[test]
-    fn s2_07_watch_namespace_parsing() {
+    fn empty_watch_namespace_watches_all_and_a_list_watches_those() {
         assert_eq!(WatchNamespaces::parse(None), Ok(WatchNamespaces::All));
         assert_eq!(WatchNamespaces::parse(Some("")), Ok(WatchNamespaces::All));
         assert_eq!(
@@ -169,7 +169,7 @@ mod tests {
 
     /// S2-08: the default is 1; zero and garbage are refused.
     #[test]
-    fn s2_08_max_concurrent_reconciles() {
+    fn max_concurrent_reconciles_defaults_to_one_and_refuses_zero_and_garbage() {
         assert_eq!(parse_max_concurrent(None), Ok(1));
         assert_eq!(parse_max_concurrent(Some("")), Ok(1));
         assert_eq!(parse_max_concurrent(Some("4")), Ok(4));

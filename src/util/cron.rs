@@ -1,7 +1,7 @@
 //! Five-field cron expressions (minute hour day-of-month month day-of-week), as used by
 //! backup schedules.
 
-use chrono::{DateTime, Datelike, Duration, Timelike, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cron {
@@ -93,18 +93,6 @@ impl Cron {
             && self.months[t.month() as usize]
             && day_match
     }
-
-    /// The first matching minute strictly after `t` (searched up to about five years ahead).
-    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let mut c = t.with_second(0)?.with_nanosecond(0)? + Duration::minutes(1);
-        for _ in 0..(5 * 366 * 24 * 60) {
-            if self.matches(c) {
-                return Some(c);
-            }
-            c += Duration::minutes(1);
-        }
-        None
-    }
 }
 
 #[cfg(test)]
@@ -113,19 +101,14 @@ mod tests {
     use chrono::TimeZone;
 
     #[test]
-    fn parses_and_finds_next_times() {
+    fn parses_and_matches_times() {
         let daily = Cron::parse("0 4 * * *").unwrap();
         let t = Utc.with_ymd_and_hms(2026, 11, 30, 4, 0, 0).unwrap();
         assert!(daily.matches(t));
-        assert_eq!(
-            daily.next_after(t),
-            Some(Utc.with_ymd_and_hms(2026, 12, 1, 4, 0, 0).unwrap())
-        );
+        assert!(!daily.matches(Utc.with_ymd_and_hms(2026, 11, 30, 4, 1, 0).unwrap()));
         let every5 = Cron::parse("*/5 * * * *").unwrap();
-        assert_eq!(
-            every5.next_after(Utc.with_ymd_and_hms(2026, 1, 1, 0, 3, 10).unwrap()),
-            Some(Utc.with_ymd_and_hms(2026, 1, 1, 0, 5, 0).unwrap())
-        );
+        assert!(every5.matches(Utc.with_ymd_and_hms(2026, 1, 1, 0, 5, 0).unwrap()));
+        assert!(!every5.matches(Utc.with_ymd_and_hms(2026, 1, 1, 0, 3, 0).unwrap()));
         let sundays = Cron::parse("30 2 * * 7").unwrap();
         // 2026-11-29 is a Sunday.
         assert!(sundays.matches(Utc.with_ymd_and_hms(2026, 11, 29, 2, 30, 0).unwrap()));

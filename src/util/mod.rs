@@ -1,3 +1,4 @@
 //! Small pure helpers.
 pub mod cron;
+pub mod names;
 pub mod quantity;

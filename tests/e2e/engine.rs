@@ -73,7 +73,7 @@ fn backup_replica(c: &ClickHouseCluster) -> String {
 /// replicas get the schema and the data, the first replica is not restarted), then in 3→1
 /// (the backup replica stays, the others leave Keeper, their PVCs are labelled and cleaned).
 #[tokio::test]
-async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
+async fn scale_out_then_in_keeps_data_and_leaves_no_trace() {
     let client = client().await;
     let ns = namespace(&client, "scale").await;
     let op = start_operator(&client, &ns, false).await;
@@ -200,7 +200,7 @@ async fn s0_05_scale_out_then_in_keeps_data_and_leaves_no_trace() {
 /// S0-17, S2-15, S2-28: an image change restarts every replica once, one at a time, the
 /// backup replica last; the status is never `ready` while a pod is outdated.
 #[tokio::test]
-async fn s2_28_image_change_rolls_out_one_at_a_time_backup_last() {
+async fn image_change_rolls_out_one_at_a_time_backup_last() {
     let client = client().await;
     let ns = namespace(&client, "roll").await;
     let op = start_operator(&client, &ns, false).await;
@@ -297,7 +297,7 @@ async fn s2_28_image_change_rolls_out_one_at_a_time_backup_last() {
 /// S0-03, S2-21, S2-22: pause stops every pod (stopping, then paused), keeps the PVCs and the
 /// data; resume brings the cluster back to ready with its rows.
 #[tokio::test]
-async fn s2_22_pause_and_resume_keep_the_data() {
+async fn pause_and_resume_keep_the_data() {
     let client = client().await;
     let ns = namespace(&client, "pause").await;
     let op = start_operator(&client, &ns, false).await;
@@ -366,7 +366,7 @@ async fn s2_22_pause_and_resume_keep_the_data() {
 /// S2-03, S2-17: changing a password in the users Secret triggers a pass, the new password
 /// works on the replica and the old one no longer does, and no pod restarts.
 #[tokio::test]
-async fn s2_03_users_secret_change_reloads_without_restart() {
+async fn users_secret_change_reloads_without_restart() {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::PostParams;
     let client = client().await;
@@ -455,7 +455,7 @@ async fn s2_03_users_secret_change_reloads_without_restart() {
 /// StatefulSet with its pod kept (same uid, no restart); without the flag nothing changes and
 /// the status says why.
 #[tokio::test]
-async fn s2_18_storage_grows_in_place_without_restart() {
+async fn storage_grows_in_place_without_restart() {
     let client = client().await;
     let ns = namespace(&client, "grow").await;
     let op = start_operator(&client, &ns, false).await;

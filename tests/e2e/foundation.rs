@@ -204,7 +204,7 @@ async fn operator_takes_the_lease_and_reports_status() {
 /// S0-07 / decision 18: a second ClickHouseCluster in a namespace gets error, a condition and
 /// a Warning event; the first is untouched.
 #[tokio::test]
-async fn s0_07_second_cluster_in_a_namespace_is_refused() {
+async fn second_cluster_in_a_namespace_is_refused() {
     let client = client().await;
     let ns = namespace(&client, "one").await;
     let op = start_operator(&client, &ns, false).await;
@@ -281,7 +281,7 @@ async fn s0_07_second_cluster_in_a_namespace_is_refused() {
 /// S2-10 / S2-36: a spec the API server admits but the operator refuses gives `error` with the
 /// field in the message and reason ErrorReconcile; fixing it clears the error.
 #[tokio::test]
-async fn s2_36_invalid_spec_reports_error_and_recovers() {
+async fn invalid_spec_reports_error_and_recovers() {
     let client = client().await;
     let ns = namespace(&client, "inv").await;
     let op = start_operator(&client, &ns, false).await;

@@ -1,0 +1,321 @@
+//! Act: runs a plan's steps in order and reports what happened as an [`Outcome`]. It decides
+//! nothing: the status after the steps comes from the pure [`plan::report::report`]. A step
+//! that changes the ReplicaStateMap (a schema copy, a scale-in step) is followed at once by a
+//! status write, so a crash never repeats or skips it. No step waits: a step whose work is not
+//! finished yet (a shard still syncing) is reported as waiting and looked at again next pass.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{
+    DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+};
+use rand::Rng;
+use serde_json::json;
+use tracing::{debug, warn};
+
+use super::observe::ch_client;
+use super::{Error, KIND, api, dynamic, ignore_not_found, scale_in, write_status};
+use crate::api::ClickHouseCluster;
+use crate::clickhouse::{schemer, sql::ClusterName};
+use crate::controller::{Context, MANAGER};
+use crate::model::{self, Password, labels, names};
+use crate::plan::action::{Action, Outcome};
+use crate::plan::{self, EventType, FailureReason, Plan, PlannedEvent, World};
+use crate::runtime::metrics::KindLabels;
+
+/// What one step did.
+pub enum Done {
+    /// Finished, with what to tell about it.
+    Finished(Option<PlannedEvent>),
+    /// Started or checked, not finished: why the pass waits for it.
+    Waiting(String),
+}
+
+pub fn normal(reason: &'static str, action: &'static str, message: String) -> Done {
+    Done::Finished(Some(PlannedEvent {
+        kind: EventType::Normal,
+        reason,
+        action,
+        message,
+    }))
+}
+
+/// Runs the plan's steps in order. Stops at the first failure, except that the steps of other
+/// condemned replicas go on (each replica's chain stops at its own first failure or wait).
+/// `current` is the cluster as last written; it is updated by each progress write.
+pub async fn act(
+    current: &mut ClickHouseCluster,
+    world: &World,
+    plan: &Plan,
+    ctx: &Context,
+) -> Result<Outcome, Error> {
+    let mut outcome = Outcome::default();
+    let mut stopped_chains = BTreeSet::new();
+    for (i, step) in plan.actions.iter().enumerate() {
+        if let Action::ScaleIn(a) = step
+            && stopped_chains.contains(a.replica())
+        {
+            continue;
+        }
+        debug!(cluster = %current.name_any(), step = %step.describe(), "acting");
+        let result = run(current, world, step, ctx).await;
+        ctx.metrics
+            .writes
+            .get_or_create(&KindLabels { kind: KIND.into() })
+            .inc();
+        match result {
+            Ok(Done::Finished(event)) => {
+                outcome.done.push(i);
+                outcome.events.extend(event);
+                if step.records_progress() {
+                    let (status, _) = plan::report::report(
+                        plan,
+                        &outcome,
+                        current.metadata.generation,
+                        Timestamp::now(),
+                    );
+                    *current = write_status(current, &status, ctx).await?;
+                }
+            }
+            Ok(Done::Waiting(why)) => {
+                if let Action::ScaleIn(a) = step {
+                    stopped_chains.insert(a.replica().to_string());
+                }
+                outcome.waiting.push(why);
+            }
+            Err(e) => {
+                warn!(cluster = %current.name_any(), step = %step.describe(), error = %e, "step failed");
+                if outcome.failure.is_none() {
+                    outcome.failure = Some(plan::Failure {
+                        reason: e.reason(),
+                        message: format!("{} failed: {e}", step.describe()),
+                    });
+                }
+                match step {
+                    Action::ScaleIn(a) => {
+                        stopped_chains.insert(a.replica().to_string());
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+async fn run(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    step: &Action,
+    ctx: &Context,
+) -> Result<Done, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    match step {
+        Action::CreateOperatorSecret => create_operator_secret(cluster, ctx).await,
+        Action::Apply {
+            kind,
+            name,
+            object,
+            create,
+        } => {
+            let api = dynamic(ctx, &ns, *kind);
+            if !*create {
+                api.patch(
+                    name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(object),
+                )
+                .await?;
+                return Ok(normal(
+                    "Applied",
+                    "Apply",
+                    format!("applied {} {name}", kind.as_str()),
+                ));
+            }
+            let o: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| {
+                Error::failed(
+                    FailureReason::Internal,
+                    format!("{} {name} does not deserialise: {e}", kind.as_str()),
+                )
+            })?;
+            let pp = PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..PostParams::default()
+            };
+            match api.create(&pp, &o).await {
+                Ok(_) => Ok(normal(
+                    "Created",
+                    "Create",
+                    format!("created {} {name}", kind.as_str()),
+                )),
+                Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::failed(
+                    FailureReason::NameConflict,
+                    format!(
+                        "{} {name} already exists and is not managed by ClickHouseCluster {}: rename or remove it",
+                        kind.as_str(),
+                        cluster.name_any()
+                    ),
+                )),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Action::OrphanStatefulSet { name } => {
+            let dp = DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Orphan),
+                ..DeleteParams::default()
+            };
+            ignore_not_found(api::<StatefulSet>(ctx, &ns).delete(name, &dp).await)?;
+            Ok(normal(
+                "StatefulSetOrphaned",
+                "Recreate",
+                format!("deleted StatefulSet {name} with its pod kept; it is created again next"),
+            ))
+        }
+        Action::ResizePvc { name, size } => {
+            api::<PersistentVolumeClaim>(ctx, &ns)
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": size}}}})),
+                )
+                .await?;
+            Ok(normal(
+                "VolumeResized",
+                "Resize",
+                format!("PVC {name} resized to {size}"),
+            ))
+        }
+        Action::RestartPod { pod, uid, .. } => restart_pod(ctx, &ns, pod, uid.as_deref()).await,
+        Action::MigrateSchema { replica, shard } => {
+            migrate_schema(cluster, world, replica, *shard).await
+        }
+        Action::ScaleIn(a) => scale_in::run(cluster, world, a, ctx).await,
+        Action::Delete { kind, name } => {
+            ignore_not_found(
+                dynamic(ctx, &ns, *kind)
+                    .delete(name, &DeleteParams::background())
+                    .await,
+            )?;
+            Ok(normal(
+                "Deleted",
+                "Delete",
+                format!("deleted {} {name}", kind.as_str()),
+            ))
+        }
+    }
+}
+
+async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Done, Error> {
+    let c = model::Cluster::new(cluster)
+        .map_err(|e| Error::failed(FailureReason::InvalidSpec, e.to_string()))?;
+    let secret = model::secret::operator_secret(&c, &Password(random_password()));
+    match api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
+        .create(&PostParams::default(), &secret)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(normal(
+        "CredentialsCreated",
+        "Create",
+        format!(
+            "created Secret {}",
+            names::operator_secret(&cluster.name_any())
+        ),
+    ))
+}
+
+/// A random password of 32 letters and digits (no look-alikes).
+fn random_password() -> String {
+    const CHARS: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz23456789";
+    let mut rng = rand::rng();
+    (0..32)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// Takes the pod out of the client Service, then deletes it, only if it is still the pod that
+/// was observed (its replacement is never deleted by name).
+async fn restart_pod(ctx: &Context, ns: &str, pod: &str, uid: Option<&str>) -> Result<Done, Error> {
+    let pods = api::<Pod>(ctx, ns);
+    let unlabel = json!({"metadata": {"labels": {labels::SERVING: null}}});
+    ignore_not_found(
+        pods.patch(pod, &PatchParams::default(), &Patch::Merge(unlabel))
+            .await,
+    )?;
+    let dp = DeleteParams {
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match pods.delete(pod, &dp).await {
+        Ok(_) => Ok(Done::Finished(None)),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(Done::Finished(None)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn migrate_schema(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+    shard: i32,
+) -> Result<Done, Error> {
+    let target = ch_client(cluster, world, replica)?;
+    let map = &cluster
+        .status
+        .as_ref()
+        .map(|s| s.replica_state_map.clone())
+        .unwrap_or_default();
+    let mut peers = Vec::new();
+    let mut others = Vec::new();
+    let mut seen_shards = BTreeSet::new();
+    for (n, r) in map
+        .iter()
+        .filter(|(_, r)| r.state == crate::api::ReplicaState::Ready)
+    {
+        let Ok(c) = ch_client(cluster, world, n) else {
+            continue;
+        };
+        if r.shard == shard {
+            peers.push(c);
+        } else if seen_shards.insert(r.shard) {
+            others.push(c);
+        }
+    }
+    let (policy, _) = crate::api::SchemaPolicy::normalise(&cluster.spec.schema_policy);
+    let cluster_name = ClusterName(cluster.name_any());
+    let outcome = schemer::migrate_new_host(
+        &target,
+        schemer::MigrationSources {
+            cluster: &cluster_name,
+            shard_peers: &peers,
+            other_shards: &others,
+        },
+        policy,
+        schemer::Topology {
+            hosts: (cluster.spec.shards * cluster.spec.replicas) as usize,
+            shard_replicas: cluster.spec.replicas as usize,
+        },
+    )
+    .await
+    .map_err(|e| Error::clickhouse(&format!("copying the schema onto {replica}"), e))?;
+    let created = |b: &Option<schemer::BatchOutcome>| b.as_ref().map_or(0, |b| b.created.len());
+    Ok(normal(
+        "SchemaCopied",
+        "MigrateSchema",
+        format!(
+            "replica {replica} is ready: {} replicated and {} distributed object(s) created",
+            created(&outcome.replicated),
+            created(&outcome.distributed)
+        ),
+    ))
+}

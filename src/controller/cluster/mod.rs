@@ -1,0 +1,344 @@
+//! The ClickHouseCluster controller: observe ([`observe`]) → decide (the pure
+//! [`crate::plan::decide`]) → act ([`execute`]) → report (the pure
+//! [`crate::plan::report::report`]), then one status write and the events.
+
+mod execute;
+mod observe;
+mod scale_in;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::{Context, MANAGER, PassTimer, api};
+use crate::api::{ClickHouseCluster, ClickHouseClusterStatus, ReclaimPolicy};
+use crate::plan::facts::Kind;
+use crate::plan::{self, EventType, Failure, FailureReason, Plan, PlannedEvent, World};
+use crate::runtime::backoff::RECHECK;
+use crate::runtime::metrics::{KindLabels, ObjectLabels};
+
+pub const KIND: &str = "ClickHouseCluster";
+/// Finalizer of a ClickHouseCluster: deletion runs the PVC reclaim policy first (decision 12).
+/// The operator adds it itself rather than through kube-runtime's finalizer helper, because it
+/// adds it only to a cluster it manages: a second cluster refused in a namespace (decision 18)
+/// gets none, so deleting it never waits for the operator.
+pub const FINALIZER: &str = "clickhouse.com/finalizer";
+/// Label that hands a PVC to the PVC cleaner.
+pub const DELETE_PVC_LABEL: &str = "clickhouse.com/delete-pvc";
+/// How many times one reconcile observes and decides again right away (`Plan::again`).
+const PASSES_PER_RECONCILE: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{}: {}", .0.reason, .0.message)]
+    Failed(Failure),
+}
+
+impl Error {
+    pub fn failed(reason: FailureReason, message: String) -> Self {
+        Error::Failed(Failure { reason, message })
+    }
+
+    fn clickhouse(what: &str, e: impl std::fmt::Display) -> Self {
+        Error::failed(FailureReason::ClickHouse, format!("{what}: {e}"))
+    }
+
+    pub fn reason(&self) -> FailureReason {
+        match self {
+            Error::Kube(_) => FailureReason::KubernetesApi,
+            Error::Failed(f) => f.reason,
+        }
+    }
+}
+
+/// The resourceVersion of each cluster's last status write by this operator, by namespace/name:
+/// a cached copy older than that is read again from the API server before a pass plans on it.
+#[derive(Default)]
+pub struct LastWrites(Mutex<HashMap<String, String>>);
+
+impl LastWrites {
+    fn get(&self, key: &str) -> Option<String> {
+        self.0.lock().expect("never poisoned").get(key).cloned()
+    }
+
+    fn set(&self, key: &str, rv: Option<String>) {
+        let mut m = self.0.lock().expect("never poisoned");
+        match rv {
+            Some(rv) => m.insert(key.to_string(), rv),
+            None => m.remove(key),
+        };
+    }
+}
+
+/// The clusters of the Secret's namespace that reference it (users, TLS, environment).
+pub fn clusters_referencing_secret(
+    clusters: &[Arc<ClickHouseCluster>],
+    secret: &PartialObjectMeta<Secret>,
+) -> Vec<ObjectRef<ClickHouseCluster>> {
+    let (Some(ns), Some(name)) = (
+        secret.metadata.namespace.as_deref(),
+        secret.metadata.name.as_deref(),
+    ) else {
+        return Vec::new();
+    };
+    clusters
+        .iter()
+        .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
+        .filter(|c| c.spec.referenced_secrets().iter().any(|(_, s)| s == name))
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+fn resource(kind: Kind) -> ApiResource {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    match kind {
+        Kind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
+        Kind::Secret => ApiResource::erase::<Secret>(&()),
+        Kind::Service => ApiResource::erase::<Service>(&()),
+        Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        Kind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
+    }
+}
+
+fn dynamic(ctx: &Context, ns: &str, kind: Kind) -> Api<DynamicObject> {
+    Api::namespaced_with(ctx.client.clone(), ns, &resource(kind))
+}
+
+fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn publish(cluster: &ClickHouseCluster, events: &[PlannedEvent], ctx: &Context) {
+    if events.is_empty() {
+        return;
+    }
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let reference = cluster.object_ref(&());
+    for e in events {
+        let event = Event {
+            type_: match e.kind {
+                EventType::Normal => KubeEventType::Normal,
+                EventType::Warning => KubeEventType::Warning,
+            },
+            reason: e.reason.into(),
+            note: Some(e.message.chars().take(1000).collect()),
+            action: e.action.into(),
+            secondary: None,
+        };
+        if let Err(err) = recorder.publish(&event, &reference).await {
+            warn!(error = %err, reason = e.reason, "cannot publish event");
+        }
+    }
+}
+
+fn key(cluster: &ClickHouseCluster) -> String {
+    format!(
+        "{}/{}",
+        cluster.namespace().unwrap_or_default(),
+        cluster.name_any()
+    )
+}
+
+/// Writes the status when it changed, on the resourceVersion the pass planned from (a
+/// conflict fails the pass, which is retried at once on a fresh read); returns the cluster as
+/// the API server now has it.
+async fn write_status(
+    cluster: &ClickHouseCluster,
+    status: &ClickHouseClusterStatus,
+    ctx: &Context,
+) -> Result<ClickHouseCluster, Error> {
+    if cluster.status.as_ref() == Some(status) {
+        return Ok(cluster.clone());
+    }
+    let api: Api<ClickHouseCluster> = api(ctx, &cluster.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": ClickHouseCluster::api_version(&()),
+        "kind": ClickHouseCluster::kind(&()),
+        "metadata": {"resourceVersion": cluster.resource_version()},
+        "status": status,
+    });
+    let updated = api
+        .patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    ctx.last_writes
+        .set(&key(cluster), updated.resource_version());
+    ctx.metrics
+        .writes
+        .get_or_create(&KindLabels { kind: KIND.into() })
+        .inc();
+    Ok(updated)
+}
+
+async fn ensure_finalizer(
+    cluster: &ClickHouseCluster,
+    ctx: &Context,
+) -> Result<ClickHouseCluster, Error> {
+    if cluster.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(cluster.clone());
+    }
+    let mut finalizers = cluster.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let updated = api::<ClickHouseCluster>(ctx, &cluster.namespace().unwrap_or_default())
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": cluster.resource_version()}})),
+        )
+        .await?;
+    ctx.last_writes
+        .set(&key(cluster), updated.resource_version());
+    Ok(updated)
+}
+
+/// Deletion (S2-09: run the finalizers and stop): PVCs follow `spec.storage.reclaimPolicy`
+/// (decision 12); owned objects go through garbage collection.
+async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    if cluster.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
+        let world = observe::observe(cluster, ctx).await?;
+        scale_in::label_pvcs(ctx, &ns, &world, |_| true).await?;
+    }
+    let finalizers: Vec<String> = cluster
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    ignore_not_found(
+        api::<ClickHouseCluster>(ctx, &ns)
+            .patch(
+                &cluster.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+            )
+            .await,
+    )?;
+    ctx.last_writes.set(&key(cluster), None);
+    info!(cluster = %cluster.name_any(), "deleted");
+    Ok(Action::await_change())
+}
+
+/// The cluster to plan from: the cached copy, unless the operator wrote the cluster since the
+/// cache saw it (then a fresh read), so that no pass plans from a status older than the
+/// operator's own last write.
+async fn fresh(
+    cluster: &ClickHouseCluster,
+    ctx: &Context,
+) -> Result<Option<ClickHouseCluster>, Error> {
+    match ctx.last_writes.get(&key(cluster)) {
+        Some(rv) if cluster.resource_version().as_deref() != Some(rv.as_str()) => {
+            Ok(
+                api::<ClickHouseCluster>(ctx, &cluster.namespace().unwrap_or_default())
+                    .get_opt(&cluster.name_any())
+                    .await?,
+            )
+        }
+        _ => Ok(Some(cluster.clone())),
+    }
+}
+
+/// One pass: observe, decide, act, report; again right away while the plan asks for it.
+async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHouseCluster, Error> {
+    for _ in 0..PASSES_PER_RECONCILE {
+        let mut world = observe::observe(&current, ctx).await?;
+        let mut plan = plan::decide(&current, &world, Timestamp::now());
+        if !plan.lag_checks.is_empty() {
+            observe::read_lag(&current, &mut world, &plan.lag_checks).await;
+            plan = plan::decide(&current, &world, Timestamp::now());
+        }
+        if plan.manage {
+            current = ensure_finalizer(&current, ctx).await?;
+        }
+        let outcome = execute::act(&mut current, &world, &plan, ctx).await?;
+        let (status, events) = plan::report::report(
+            &plan,
+            &outcome,
+            current.metadata.generation,
+            Timestamp::now(),
+        );
+        current = write_status(&current, &status, ctx).await?;
+        publish(&current, &events, ctx).await;
+        if let Some(f) = outcome.failure.or(plan.failure) {
+            return Err(Error::Failed(f));
+        }
+        if !plan.again {
+            break;
+        }
+    }
+    Ok(current)
+}
+
+pub async fn reconcile(
+    cluster: Arc<ClickHouseCluster>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let _permit = ctx
+        .cluster_permits
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
+    let _timer = PassTimer::start(KIND, &ctx.metrics);
+    let key = key(&cluster);
+    debug!(cluster = %key, generation = ?cluster.metadata.generation, "pass started");
+    if cluster.metadata.deletion_timestamp.is_some() {
+        if cluster.finalizers().iter().any(|f| f == FINALIZER) {
+            return finalize(&cluster, &ctx).await;
+        }
+        return Ok(Action::await_change());
+    }
+    let Some(current) = fresh(&cluster, &ctx).await? else {
+        return Ok(Action::await_change());
+    };
+    let current = pass(current, &ctx).await?;
+    ctx.cluster_backoff.succeeded(&key);
+    ctx.metrics
+        .last_success
+        .get_or_create(&ObjectLabels {
+            kind: KIND.into(),
+            namespace: cluster.namespace().unwrap_or_default(),
+            name: cluster.name_any(),
+        })
+        .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
+    debug!(cluster = %key, state = %current.status.as_ref().map(|s| s.state).unwrap_or_default(), "pass done");
+    Ok(Action::requeue(RECHECK))
+}
+
+pub fn error_policy(cluster: Arc<ClickHouseCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    super::retry_later(
+        KIND,
+        &key(&cluster),
+        error.reason().as_str(),
+        error,
+        &ctx.cluster_backoff,
+        &ctx,
+    )
+}
+
+/// What the operator would decide for a cluster read from a file (no cluster access): the
+/// plan of a first pass over an empty namespace.
+pub fn offline_plan(cluster: &ClickHouseCluster) -> Plan {
+    let mut world = World::default();
+    world.observed.operator_secret_present = true;
+    plan::decide(cluster, &world, Timestamp::now())
+}

@@ -1,0 +1,223 @@
+//! Observe: everything a pass of one cluster reads, from the API server (through list calls
+//! filtered by the cluster's label) and from its ClickHouse servers.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use tracing::debug;
+
+use super::{Error, api};
+use crate::api::{ClickHouseBackup, ClickHouseCluster};
+use crate::clickhouse::{self, replica as chreplica, sql::ClusterName};
+use crate::controller::Context;
+use crate::model::{self, Password, labels, names};
+use crate::plan::facts::{Kind, Observed, pod_ready};
+use crate::plan::{FailureReason, Sibling, World};
+
+fn by_name<K: Resource>(items: Vec<K>) -> BTreeMap<String, K> {
+    items
+        .into_iter()
+        .map(|o| (o.meta().name.clone().unwrap_or_default(), o))
+        .collect()
+}
+
+fn as_json<K: Resource + Serialize>(
+    kind: Kind,
+    items: Vec<K>,
+) -> Vec<((Kind, String), serde_json::Value)> {
+    items
+        .into_iter()
+        .map(|o| {
+            let name = o.meta().name.clone().unwrap_or_default();
+            ((kind, name), serde_json::to_value(&o).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Reads the world of one pass.
+pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let siblings = ctx
+        .clusters_in(&ns)
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none() || c.name_any() == name)
+        .map(|c| Sibling {
+            name: c.name_any(),
+            created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        })
+        .collect();
+    let lp = ListParams::default().labels(&format!("{}={name}", labels::CLUSTER));
+    let mut o = Observed {
+        statefulsets: by_name(api::<StatefulSet>(ctx, &ns).list(&lp).await?.items),
+        pods: by_name(api::<Pod>(ctx, &ns).list(&lp).await?.items),
+        pvcs: by_name(
+            api::<PersistentVolumeClaim>(ctx, &ns)
+                .list(&lp)
+                .await?
+                .items,
+        ),
+        ..Observed::default()
+    };
+    o.objects.extend(as_json(
+        Kind::ConfigMap,
+        api::<ConfigMap>(ctx, &ns).list(&lp).await?.items,
+    ));
+    o.objects.extend(as_json(
+        Kind::Service,
+        api::<Service>(ctx, &ns).list(&lp).await?.items,
+    ));
+    o.objects.extend(as_json(
+        Kind::PodDisruptionBudget,
+        api::<PodDisruptionBudget>(ctx, &ns).list(&lp).await?.items,
+    ));
+    let secrets: Api<Secret> = api(ctx, &ns);
+    let owned_secrets = secrets.list(&lp).await?.items;
+    if let Some(pw) = owned_secrets
+        .iter()
+        .find(|s| s.name_any() == names::operator_secret(&name))
+        .and_then(|s| s.data.as_ref()?.get(names::OPERATOR_PASSWORD_KEY))
+    {
+        o.operator_secret_present = true;
+        o.inputs.operator_password = Password(String::from_utf8_lossy(&pw.0).into_owned());
+    }
+    o.objects.extend(as_json(Kind::Secret, owned_secrets));
+    for (field, secret) in cluster.spec.referenced_secrets() {
+        match secrets.get_opt(&secret).await? {
+            None => o.missing_secrets.push((field.to_string(), secret)),
+            Some(s) => {
+                let data: model::SecretData = s
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                if field == "spec.users.secretName" {
+                    o.inputs.user_passwords = data
+                        .iter()
+                        .map(|(k, v)| {
+                            (k.clone(), Password(String::from_utf8_lossy(v).into_owned()))
+                        })
+                        .collect();
+                } else {
+                    o.inputs.secrets.insert(secret, data);
+                }
+            }
+        }
+    }
+    let backups: Api<ClickHouseBackup> = api(ctx, &ns);
+    o.backup_in_flight = backups
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|b| {
+            b.spec.cluster_name == name && b.status.as_ref().is_some_and(|s| s.state.in_flight())
+        })
+        .map(|b| b.name_any());
+    let mut world = World {
+        clusters_in_namespace: siblings,
+        observed: o,
+    };
+    if world.observed.operator_secret_present {
+        read_cluster_hosts(cluster, &mut world).await;
+    }
+    Ok(world)
+}
+
+/// What each Ready server has loaded of `remote_servers` (see `Observed::cluster_hosts`).
+async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
+    let ready: Vec<String> = cluster
+        .status
+        .iter()
+        .flat_map(|s| s.replica_state_map.keys())
+        .filter(|r| {
+            world
+                .observed
+                .pods
+                .get(&names::replica_pod(r))
+                .is_some_and(pod_ready)
+        })
+        .cloned()
+        .collect();
+    let name = ClusterName(cluster.name_any());
+    for r in ready {
+        let seen = match ch_client(cluster, world, &r) {
+            Ok(c) => chreplica::cluster_host_count(&c, &name)
+                .await
+                .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
+                .ok(),
+            Err(_) => None,
+        };
+        world.observed.cluster_hosts.insert(r, seen);
+    }
+}
+
+/// Reads the replication lag of `replicas` into the world (the rollout's catch-up check).
+pub async fn read_lag(cluster: &ClickHouseCluster, world: &mut World, replicas: &[String]) {
+    for r in replicas {
+        let caught_up = match ch_client(cluster, world, r) {
+            Ok(c) => match chreplica::replication_lag(&c).await {
+                Ok(lag) => lag.is_synced(),
+                Err(e) => {
+                    debug!(replica = %r, error = %e, "cannot read replication lag");
+                    false
+                }
+            },
+            Err(_) => false,
+        };
+        world.observed.caught_up.insert(r.clone(), caught_up);
+    }
+}
+
+/// A ClickHouse client for a replica's pod, as the operator's own user.
+pub fn ch_client(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+) -> Result<clickhouse::Client, Error> {
+    let pod = names::replica_pod(replica);
+    let ip = world
+        .observed
+        .pods
+        .get(&pod)
+        .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+        .ok_or_else(|| {
+            Error::failed(
+                FailureReason::ReplicaUnreachable,
+                format!("pod {pod} has no address"),
+            )
+        })?;
+    let tls = cluster.spec.tls.enabled;
+    let ca = cluster
+        .spec
+        .tls
+        .ca_secret
+        .as_ref()
+        .and_then(|s| world.observed.inputs.secrets.get(s))
+        .and_then(|d| d.get("ca.crt").cloned());
+    let mut config = clickhouse::ClientConfig::new(
+        clickhouse::Endpoint {
+            host: ip,
+            port: if tls && ca.is_some() {
+                names::HTTPS_PORT as u16
+            } else {
+                names::HTTP_PORT as u16
+            },
+        },
+        clickhouse::Credentials {
+            user: names::OPERATOR_USER.to_string(),
+            password: world.observed.inputs.operator_password.0.clone(),
+        },
+    );
+    if tls {
+        config.tls_ca_pem = ca;
+    }
+    clickhouse::Client::new(config)
+        .map_err(|e| Error::failed(FailureReason::ClickHouse, e.to_string()))
+}

@@ -1,0 +1,210 @@
+//! The executor's side of removing a condemned replica: each step of
+//! [`crate::plan::scale_in`] as Kubernetes calls and ClickHouse statements. No step waits: the
+//! shard's sync is given a few seconds, and when it needs more the step is reported as waiting
+//! and run again next pass.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::execute::{Done, normal};
+use super::observe::ch_client;
+use super::{DELETE_PVC_LABEL, Error, api, ignore_not_found};
+use crate::api::ClickHouseCluster;
+use crate::clickhouse::{self, replica as chreplica};
+use crate::controller::Context;
+use crate::model::{labels, names};
+use crate::plan::scale_in::ScaleInAction;
+use crate::plan::{EventType, PlannedEvent, World};
+
+/// How long one pass lets `SYSTEM SYNC REPLICA` run before it looks again next pass.
+const SYNC_STEP: Duration = Duration::from_secs(4);
+
+fn event(reason: &'static str, message: String) -> Done {
+    normal(reason, "ScaleIn", message)
+}
+
+fn warning(reason: &'static str, message: String) -> Done {
+    Done::Finished(Some(PlannedEvent {
+        kind: EventType::Warning,
+        reason,
+        action: "ScaleIn",
+        message,
+    }))
+}
+
+pub async fn run(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    a: &ScaleInAction,
+    ctx: &Context,
+) -> Result<Done, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    match a {
+        ScaleInAction::LeaveTraffic { replica } => {
+            let unlabel: serde_json::Map<String, serde_json::Value> = labels::TRAFFIC
+                .iter()
+                .map(|l| (l.to_string(), serde_json::Value::Null))
+                .collect();
+            ignore_not_found(
+                api::<Pod>(ctx, &ns)
+                    .patch(
+                        &names::replica_pod(replica),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"labels": unlabel}})),
+                    )
+                    .await,
+            )?;
+            Ok(event(
+                "LeftTraffic",
+                format!("{replica} is out of the client Service and the topology spread"),
+            ))
+        }
+        ScaleInAction::SyncShard { replica, backup } => {
+            if backup.is_empty() {
+                return Ok(event(
+                    "Synced",
+                    format!("{replica}: its whole shard is removed, nothing to sync to"),
+                ));
+            }
+            let client = ch_client(cluster, world, backup)?;
+            match chreplica::sync_shard(&client, SYNC_STEP).await {
+                Ok(tables) => Ok(event(
+                    "Synced",
+                    format!(
+                        "{} replicated table(s) synced on {backup} before removing {replica}",
+                        tables.len()
+                    ),
+                )),
+                Err(e) if e.is_timeout() => Ok(Done::Waiting(format!(
+                    "scale-in of {replica} waits for {backup} to catch up with its shard"
+                ))),
+                Err(e) => Err(Error::clickhouse(
+                    &format!("syncing the shard of {replica} on {backup}"),
+                    e,
+                )),
+            }
+        }
+        ScaleInAction::DropObjects { replica } => match ch_client(cluster, world, replica) {
+            Ok(client) => {
+                let dropped = chreplica::drop_leaving_objects(&client)
+                    .await
+                    .map_err(|e| {
+                        Error::clickhouse(&format!("dropping the tables of {replica}"), e)
+                    })?;
+                Ok(event(
+                    "ObjectsDropped",
+                    format!(
+                        "{replica}: dropped {} table(s), {} dictionar(ies), {} database(s)",
+                        dropped.tables.len(),
+                        dropped.dictionaries.len(),
+                        dropped.databases.len()
+                    ),
+                ))
+            }
+            Err(_) => Ok(warning(
+                "ObjectsNotDropped",
+                format!(
+                    "{replica} has no running pod: its tables are cleaned from Keeper by a survivor instead"
+                ),
+            )),
+        },
+        ScaleInAction::DeleteStatefulSet { replica } => {
+            ignore_not_found(
+                api::<StatefulSet>(ctx, &ns)
+                    .delete(replica, &DeleteParams::background())
+                    .await,
+            )?;
+            ignore_not_found(
+                api::<ConfigMap>(ctx, &ns)
+                    .delete(&names::replica_config(replica), &DeleteParams::background())
+                    .await,
+            )?;
+            Ok(event(
+                "ReplicaDeleted",
+                format!("StatefulSet {replica} deleted"),
+            ))
+        }
+        ScaleInAction::DropKeeperMetadata {
+            replica,
+            shard,
+            survivors,
+        } => {
+            let Some(survivor) = survivors.first() else {
+                return Ok(event(
+                    "KeeperCleaned",
+                    format!("{replica}: no surviving replica in its shard"),
+                ));
+            };
+            let client = ch_client(cluster, world, survivor)?;
+            let leaving = chreplica::LeavingReplica {
+                shard: clickhouse::sql::ShardMacro(shard.to_string()),
+                replica: clickhouse::sql::ReplicaMacro(replica.clone()),
+            };
+            let cleanup = chreplica::drop_replica_metadata(&client, &leaving)
+                .await
+                .map_err(|e| {
+                    Error::clickhouse(
+                        &format!("dropping the Keeper metadata of {replica} from {survivor}"),
+                        e,
+                    )
+                })?;
+            if !cleanup.is_clean() {
+                return Ok(warning(
+                    "KeeperMetadataLeft",
+                    format!(
+                        "this ClickHouse version cannot drop the Keeper metadata of {replica} for {} table(s)",
+                        cleanup.left_behind.len()
+                    ),
+                ));
+            }
+            Ok(event(
+                "KeeperCleaned",
+                format!("Drop replica {replica}: Keeper metadata removed"),
+            ))
+        }
+        ScaleInAction::LabelPvcsAndForget { replica } => {
+            label_pvcs(ctx, &ns, world, |p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels::REPLICA))
+                    .map(String::as_str)
+                    == Some(replica)
+                    || p.metadata.name.as_deref() == Some(&names::data_pvc(replica))
+            })
+            .await?;
+            Ok(event(
+                "ReplicaRemoved",
+                format!("{replica} removed; its PVCs are labelled {DELETE_PVC_LABEL}"),
+            ))
+        }
+    }
+}
+
+/// Hands the selected PVCs to the PVC cleaner.
+pub async fn label_pvcs(
+    ctx: &Context,
+    ns: &str,
+    world: &World,
+    select: impl Fn(&PersistentVolumeClaim) -> bool,
+) -> Result<(), Error> {
+    for (pvc, p) in &world.observed.pvcs {
+        if select(p) {
+            ignore_not_found(
+                api::<PersistentVolumeClaim>(ctx, ns)
+                    .patch(
+                        pvc,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"labels": {DELETE_PVC_LABEL: "true"}}})),
+                    )
+                    .await,
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! PURE: the steps a plan asks the executor to run, and what the executor reports back.
+
+use serde_json::Value;
+
+use super::facts::Kind;
+use super::scale_in::ScaleInAction;
+use super::{Failure, PlannedEvent};
+
+/// One step of the executor.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create `<cluster>-operator` with a new random password.
+    CreateOperatorSecret,
+    /// Server-side apply of a built object; `create` when the object was not observed, so that
+    /// an existing object that is not the cluster's is never taken over.
+    Apply {
+        kind: Kind,
+        name: String,
+        object: Value,
+        create: bool,
+    },
+    /// Delete a StatefulSet and leave its pod running (orphan): the first half of changing a
+    /// field a StatefulSet cannot change, data kept (invariant 1). A later pass creates it
+    /// again once it is gone, and the new StatefulSet adopts the pod.
+    OrphanStatefulSet { name: String },
+    /// Grow a PVC in place.
+    ResizePvc { name: String, size: String },
+    /// Take a replica's pod out of traffic and delete it, only if it is still the pod `uid`
+    /// that was observed on an old revision; its StatefulSet recreates it on the new one.
+    RestartPod {
+        replica: String,
+        pod: String,
+        uid: Option<String>,
+    },
+    /// Copy the schema onto a new replica; once done, the replica is Ready.
+    MigrateSchema { replica: String, shard: i32 },
+    /// One step of removing a condemned replica.
+    ScaleIn(ScaleInAction),
+    /// Delete an owned object that is no longer wanted.
+    Delete { kind: Kind, name: String },
+}
+
+impl Action {
+    pub fn describe(&self) -> String {
+        match self {
+            Action::CreateOperatorSecret => "create the operator's credentials Secret".into(),
+            Action::Apply { kind, name, .. } => format!("apply {} {name}", kind.as_str()),
+            Action::OrphanStatefulSet { name } => {
+                format!("delete StatefulSet {name}, its pod kept, to create it again")
+            }
+            Action::ResizePvc { name, size } => format!("resize PVC {name} to {size}"),
+            Action::RestartPod { pod, .. } => format!("restart pod {pod}"),
+            Action::MigrateSchema { replica, .. } => format!("copy the schema onto {replica}"),
+            Action::ScaleIn(a) => format!("scale-in: {a:?}"),
+            Action::Delete { kind, name } => format!("delete {} {name}", kind.as_str()),
+        }
+    }
+
+    /// The step changes what `status.replicaStateMap` records once it succeeded, so the
+    /// status is written right after it (a crash never repeats a destructive step).
+    pub fn records_progress(&self) -> bool {
+        matches!(self, Action::MigrateSchema { .. } | Action::ScaleIn(_))
+    }
+}
+
+/// What the executor did with a plan.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outcome {
+    /// Indexes of the plan's actions that succeeded, in the order they ran.
+    pub done: Vec<usize>,
+    /// What the steps found, to publish (how many tables were synced, …).
+    pub events: Vec<PlannedEvent>,
+    /// Steps started or checked but not finished (a shard still syncing): why the pass waits.
+    pub waiting: Vec<String>,
+    /// The first step that failed, and why.
+    pub failure: Option<Failure>,
+}

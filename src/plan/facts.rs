@@ -1,0 +1,427 @@
+//! PURE: what a pass observed, read once. The controller lists the cluster's objects into an
+//! [`Observed`]; [`Facts::read`] turns the pods, StatefulSets and PVCs into typed facts (per
+//! server replica, for the Keeper ensemble, and the cluster's [`Mode`]). Every phase of a pass
+//! reads these facts; no phase looks at a pod or a StatefulSet itself.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+
+use crate::api::ClickHouseCluster;
+use crate::model::{self, Inputs, names};
+
+/// How long a pod may stay unschedulable before a rollout reports a failure (S2-31).
+pub const UNSCHEDULABLE_GRACE: SignedDuration = SignedDuration::from_secs(120);
+
+/// Kinds of objects the operator writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    ConfigMap,
+    Secret,
+    Service,
+    StatefulSet,
+    PodDisruptionBudget,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Secret => "Secret",
+            Kind::Service => "Service",
+            Kind::StatefulSet => "StatefulSet",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+        }
+    }
+}
+
+/// What the controller read for a pass, beyond the cluster itself.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// Server and Keeper StatefulSets of the cluster, by name.
+    pub statefulsets: BTreeMap<String, StatefulSet>,
+    /// Pods of the cluster, by name.
+    pub pods: BTreeMap<String, Pod>,
+    /// Other owned objects (ConfigMaps, Secrets, Services, PDBs) as JSON, by kind and name.
+    pub objects: BTreeMap<(Kind, String), Value>,
+    /// PVCs of the cluster, by name.
+    pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
+    /// A ClickHouseBackup of the cluster that is Starting or Running.
+    pub backup_in_flight: Option<String>,
+    /// Replication caught up, per replica, where it was checked.
+    pub caught_up: BTreeMap<String, bool>,
+    /// Per Ready replica: how many hosts its server lists in the cluster's `remote_servers`
+    /// (`system.clusters`), `None` when it could not say. The cluster is ready only once every
+    /// server has loaded the current list.
+    pub cluster_hosts: BTreeMap<String, Option<u64>>,
+    /// What the builders need (secrets, passwords); `replicas` is filled by the pass.
+    pub inputs: Inputs,
+    /// The operator's Secret exists (its password is in `inputs`).
+    pub operator_secret_present: bool,
+    /// Referenced Secrets that do not exist: field → Secret name.
+    pub missing_secrets: Vec<(String, String)>,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Observed {
+            statefulsets: BTreeMap::new(),
+            pods: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            pvcs: BTreeMap::new(),
+            backup_in_flight: None,
+            caught_up: BTreeMap::new(),
+            cluster_hosts: BTreeMap::new(),
+            inputs: Inputs {
+                replicas: Vec::new(),
+                listed: None,
+                secrets: BTreeMap::new(),
+                user_passwords: BTreeMap::new(),
+                operator_password: model::Password(String::new()),
+            },
+            operator_secret_present: false,
+            missing_secrets: Vec::new(),
+        }
+    }
+}
+
+/// What the cluster as a whole is doing, from the spec and the pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Serving, or starting to.
+    Running,
+    /// `spec.pause` is set and pods still run.
+    Pausing,
+    /// `spec.pause` is set and no pod is left.
+    Paused,
+    /// `spec.tls.enabled` changed: every server stops before all start again (S2-23).
+    SwitchingTls,
+}
+
+impl Mode {
+    /// The spec asks for the cluster to be stopped.
+    pub fn paused(self) -> bool {
+        matches!(self, Mode::Pausing | Mode::Paused)
+    }
+}
+
+/// One pod.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodFacts {
+    pub exists: bool,
+    /// Its uid: a restart deletes this pod only, never its replacement.
+    pub uid: Option<String>,
+    /// Ready (and not being deleted).
+    pub ready: bool,
+    /// When it last became Ready.
+    pub ready_since: Option<Timestamp>,
+    /// On its StatefulSet's update revision, and the StatefulSet's status is up to date.
+    pub current: bool,
+    /// Why it cannot run, when it cannot (S2-31, S2-39).
+    pub failing: Option<String>,
+    /// The scheduler's reason while it is not scheduled (S2-39).
+    pub unschedulable: Option<String>,
+    /// Its IP address, once it has one.
+    pub address: Option<String>,
+}
+
+/// A PVC.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PvcFacts {
+    pub name: String,
+    /// The requested size.
+    pub size: Option<String>,
+    /// The volume is being expanded (condition `Resizing`).
+    pub resizing: bool,
+    /// The file system waits for the pod to (re)start to grow (`FileSystemResizePending`).
+    pub file_system_resize_pending: bool,
+}
+
+/// One server replica: its StatefulSet, pod and data PVC.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerFacts {
+    /// The StatefulSet as observed, as JSON.
+    pub statefulset: Option<Value>,
+    /// Its `spec.replicas`.
+    pub scale: Option<i32>,
+    /// It is being deleted.
+    pub deleting: bool,
+    /// Its pod template serves HTTPS (it was written with `spec.tls.enabled`).
+    pub serves_tls: bool,
+    /// The data PVC size its claim template asks for.
+    pub claim_size: Option<String>,
+    pub pod: PodFacts,
+    pub pvc: Option<PvcFacts>,
+}
+
+/// The Keeper ensemble.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeeperFacts {
+    pub exists: bool,
+    /// Members its StatefulSet runs now (`spec.replicas`).
+    pub size: i32,
+    /// Per ordinal: (Ready, on the current revision).
+    pub members: BTreeMap<i32, (bool, bool)>,
+}
+
+impl KeeperFacts {
+    /// Every member of the current size is Ready.
+    pub fn all_ready(&self) -> bool {
+        (0..self.size).all(|i| self.members.get(&i).is_some_and(|m| m.0))
+    }
+
+    /// Every member of the current size is Ready on the current revision.
+    pub fn all_ready_and_current(&self) -> bool {
+        (0..self.size).all(|i| self.members.get(&i).is_some_and(|m| m.0 && m.1))
+    }
+
+    /// Members among the first `n` that are Ready on the current revision.
+    pub fn ready_and_current_of(&self, n: i32) -> i32 {
+        (0..n)
+            .filter(|i| self.members.get(i).is_some_and(|m| m.0 && m.1))
+            .count() as i32
+    }
+}
+
+/// Everything a pass knows about the world.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    pub mode: Mode,
+    /// Per server replica (every StatefulSet observed and every replica of the map).
+    pub servers: BTreeMap<String, ServerFacts>,
+    pub keeper: KeeperFacts,
+    /// Every pod's scheduling problem, in name order.
+    pub unschedulable: Vec<String>,
+    /// How many pods of the cluster exist.
+    pub pods: usize,
+}
+
+static NO_SERVER: std::sync::LazyLock<ServerFacts> = std::sync::LazyLock::new(ServerFacts::default);
+
+impl Facts {
+    /// Reads what was observed.
+    pub fn read(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) -> Facts {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        let keeper_name = names::keeper(&name);
+        let map = cluster
+            .status
+            .as_ref()
+            .map(|s| &s.replica_state_map)
+            .cloned()
+            .unwrap_or_default();
+        let mut servers = BTreeMap::new();
+        for n in obs
+            .statefulsets
+            .keys()
+            .filter(|n| **n != keeper_name)
+            .chain(map.keys())
+        {
+            servers.insert(n.clone(), server(obs, n, now));
+        }
+        let keeper = match obs.statefulsets.get(&keeper_name) {
+            None => KeeperFacts::default(),
+            Some(k) => {
+                let size = k.spec.replicas.unwrap_or(0);
+                let top = size.max(cluster.spec.keeper.replicas);
+                let members = (0..top)
+                    .filter_map(|i| {
+                        let p = obs.pods.get(&format!("{keeper_name}-{i}"))?;
+                        Some((i, (pod_ready(p), pod_current(k, p))))
+                    })
+                    .collect();
+                KeeperFacts {
+                    exists: true,
+                    size,
+                    members,
+                }
+            }
+        };
+        let spec = &cluster.spec;
+        let mode = if spec.pause {
+            if obs.pods.is_empty() {
+                Mode::Paused
+            } else {
+                Mode::Pausing
+            }
+        } else if servers.iter().any(|(n, s)| {
+            map.contains_key(n)
+                && s.statefulset.is_some()
+                && s.scale != Some(0)
+                && s.serves_tls != spec.tls.enabled
+        }) {
+            Mode::SwitchingTls
+        } else {
+            Mode::Running
+        };
+        Facts {
+            mode,
+            servers,
+            keeper,
+            unschedulable: obs.pods.values().filter_map(unschedulable).collect(),
+            pods: obs.pods.len(),
+        }
+    }
+
+    /// The facts of one server replica (all false when nothing of it was observed).
+    pub fn server(&self, replica: &str) -> &ServerFacts {
+        self.servers.get(replica).unwrap_or(&NO_SERVER)
+    }
+}
+
+fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
+    let sts = obs.statefulsets.get(replica);
+    let pod = obs.pods.get(&names::replica_pod(replica));
+    let json = sts.map(|s| serde_json::to_value(s).expect("Kubernetes objects serialise"));
+    let pvc_name = names::data_pvc(replica);
+    ServerFacts {
+        scale: sts.and_then(|s| s.spec.replicas),
+        deleting: sts.is_some_and(|s| s.metadata.deletion_timestamp.is_some()),
+        serves_tls: json
+            .as_ref()
+            .is_some_and(|j| serves_tls(&j["spec"]["template"])),
+        claim_size: json.as_ref().and_then(claim_size),
+        statefulset: json,
+        pod: match pod {
+            None => PodFacts::default(),
+            Some(p) => PodFacts {
+                exists: true,
+                uid: p.metadata.uid.clone(),
+                ready: pod_ready(p),
+                ready_since: ready_since(p),
+                current: sts.is_some_and(|s| pod_current(s, p)),
+                failing: pod_failing(p, now),
+                unschedulable: unschedulable(p),
+                address: p.status.as_ref().and_then(|s| s.pod_ip.clone()),
+            },
+        },
+        pvc: obs.pvcs.get(&pvc_name).map(|p| PvcFacts {
+            name: pvc_name.clone(),
+            size: p
+                .spec
+                .as_ref()
+                .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+                .map(|q| q.0.clone()),
+            resizing: pvc_condition(p, "Resizing"),
+            file_system_resize_pending: pvc_condition(p, "FileSystemResizePending"),
+        }),
+    }
+}
+
+fn pvc_condition(p: &PersistentVolumeClaim, type_: &str) -> bool {
+    p.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Is the pod Ready (and not being deleted)?
+pub fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn ready_since(p: &Pod) -> Option<Timestamp> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
+/// Pod on its StatefulSet's current revision (and the StatefulSet's status is up to date).
+fn pod_current(sts: &StatefulSet, p: &Pod) -> bool {
+    let settled =
+        sts.status.as_ref().and_then(|s| s.observed_generation) == sts.metadata.generation;
+    let update = sts
+        .status
+        .as_ref()
+        .and_then(|s| s.update_revision.as_deref());
+    let pod_rev = p
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("controller-revision-hash"))
+        .map(String::as_str);
+    settled && update.is_some() && update == pod_rev
+}
+
+/// Why a pod cannot run, if it cannot (S2-31, S2-39).
+fn pod_failing(p: &Pod, now: Timestamp) -> Option<String> {
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let st = p.status.as_ref()?;
+    for cs in st.container_statuses.iter().flatten() {
+        if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+            let reason = w.reason.as_deref().unwrap_or("");
+            if matches!(
+                reason,
+                "CrashLoopBackOff"
+                    | "ErrImagePull"
+                    | "ImagePullBackOff"
+                    | "InvalidImageName"
+                    | "CreateContainerConfigError"
+            ) {
+                return Some(format!(
+                    "pod {name}: {reason}: {}",
+                    w.message.as_deref().unwrap_or("")
+                ));
+            }
+        }
+    }
+    let sched = st.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    })?;
+    let since = sched.last_transition_time.as_ref()?.0;
+    (now.duration_since(since) > UNSCHEDULABLE_GRACE).then(|| {
+        format!(
+            "pod {name} has been unschedulable for more than 2 minutes: {}",
+            sched.message.as_deref().unwrap_or("")
+        )
+    })
+}
+
+/// The scheduler's reason for a pending pod (S2-39).
+fn unschedulable(p: &Pod) -> Option<String> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| {
+            format!(
+                "pod {} cannot be scheduled: {}",
+                p.metadata.name.as_deref().unwrap_or(""),
+                c.message.as_deref().unwrap_or("")
+            )
+        })
+}
+
+/// Does a server pod template serve HTTPS (`spec.tls.enabled` when it was written)?
+pub fn serves_tls(template: &Value) -> bool {
+    template["spec"]["containers"][0]["ports"]
+        .as_array()
+        .is_some_and(|ports| {
+            ports
+                .iter()
+                .any(|p| p["containerPort"] == names::HTTPS_PORT)
+        })
+}
+
+/// A StatefulSet's data PVC size as requested in its claim template.
+pub fn claim_size(sts: &Value) -> Option<String> {
+    sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+        .as_str()
+        .map(str::to_string)
+}

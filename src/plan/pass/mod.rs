@@ -1,0 +1,319 @@
+//! PURE: one reconcile pass over a valid cluster, as a list of phases in the order of S2-09.
+//!
+//! [`plan_pass`] reads the observation into [`Facts`] once, then runs each phase in turn. A
+//! phase decides first and then emits steps; a phase that must hold back later work sets a
+//! gate in [`Gates`] that the later phases read. Nothing is emitted and taken back. The status
+//! the pass reports is computed last, by [`super::report::pass_status`].
+
+mod cleanup;
+mod configuration;
+mod credentials;
+mod keeper;
+mod replica_map;
+mod rollout;
+mod scale_in;
+mod schema;
+mod servers;
+mod services;
+mod storage;
+mod tls;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+use super::action::Action;
+use super::diff::{covers, object_covered};
+use super::facts::{Facts, Kind, Observed};
+use super::rollout::Member;
+use super::{EventType, Failure, FailureReason, PlannedEvent};
+use crate::api::{
+    ClickHouseCluster, ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaState, ReplicaStatus,
+};
+use crate::model::Desired;
+
+/// Annotation on a ClickHouseCluster that allows removing shards, whose data is then lost.
+pub const ALLOW_DATA_LOSS: &str = "clickhouse.com/allow-data-loss";
+
+/// The phases of a pass, in the order they run (S2-09).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Referenced Secrets exist; the operator's own credentials exist.
+    Credentials,
+    /// The Keeper ensemble's size for this pass, the desired state, the Keeper objects.
+    Keeper,
+    /// The ReplicaStateMap: scale-out, scale-in, pause, the backup replica of each shard.
+    ReplicaMap,
+    /// Server ConfigMaps and the users Secret (reloaded by ClickHouse, no restart).
+    Configuration,
+    /// Data volumes that grow in place.
+    Storage,
+    /// Turning TLS on or off: a full stop before the start.
+    Tls,
+    /// Server StatefulSets (created in parallel) and the shards' PodDisruptionBudgets.
+    Servers,
+    /// Outdated pod templates and pods, one replica of a shard at a time (Smart Update).
+    Rollout,
+    /// Headless, client and Keeper client Services.
+    Services,
+    /// Owned objects no longer wanted.
+    Cleanup,
+    /// The schema copied onto new replicas.
+    Schema,
+    /// Removal of condemned replicas, step by step.
+    ScaleIn,
+}
+
+impl Phase {
+    /// Every phase, in the order [`plan_pass`] runs them.
+    pub const ORDER: [Phase; 12] = [
+        Phase::Credentials,
+        Phase::Keeper,
+        Phase::ReplicaMap,
+        Phase::Configuration,
+        Phase::Storage,
+        Phase::Tls,
+        Phase::Servers,
+        Phase::Rollout,
+        Phase::Services,
+        Phase::Cleanup,
+        Phase::Schema,
+        Phase::ScaleIn,
+    ];
+}
+
+/// What earlier phases decided that later ones must respect.
+#[derive(Clone, Debug, Default)]
+pub struct Gates {
+    /// Nothing more happens in this pass (a missing Secret, an invalid spec, credentials just
+    /// created).
+    pub halted: bool,
+    /// Keeper serves (every member of its current size is Ready): servers may start.
+    pub keeper_serving: bool,
+    /// New or condemned map entries must be persisted before anything acts on them (S0-19,
+    /// S0-21): no schema copy and no scale-in step in this pass.
+    pub map_first: bool,
+    /// Server StatefulSets whose storage is being grown: no rollout while any is (S2-13).
+    pub storage_busy: Vec<String>,
+}
+
+/// The result of planning one pass.
+#[derive(Clone, Debug, Default)]
+pub struct PassPlan {
+    pub status: ClickHouseClusterStatus,
+    pub actions: Vec<Action>,
+    /// The phase that emitted each action.
+    pub phases: Vec<Phase>,
+    pub events: Vec<PlannedEvent>,
+    pub failure: Option<Failure>,
+    /// Replicas whose replication lag must be read before the rollout can go on.
+    pub lag_checks: Vec<String>,
+    /// Run another pass right away (the map was persisted and the next steps depend on it).
+    pub again: bool,
+}
+
+/// A pass being planned: the inputs every phase reads and what the phases emitted so far.
+pub struct Pass<'a> {
+    pub cluster: &'a ClickHouseCluster,
+    pub spec: &'a ClickHouseClusterSpec,
+    pub name: String,
+    pub namespace: String,
+    pub now: Timestamp,
+    pub obs: &'a Observed,
+    pub facts: Facts,
+    /// The status the pass started from.
+    pub old: ClickHouseClusterStatus,
+    /// The ReplicaStateMap as this pass plans it.
+    pub map: BTreeMap<String, ReplicaStatus>,
+    pub next_index: i64,
+    /// Keeper members for this pass (one step towards `spec.keeper.replicas`).
+    pub keeper_size: i32,
+    /// Every object of the cluster, built for `keeper_size` (set by the Keeper phase).
+    pub desired: Option<Desired>,
+    /// Hosts listed in `remote_servers`.
+    pub listed: u64,
+    /// Per server StatefulSet: its observed pod template covers the desired one.
+    pub template_current: BTreeMap<String, bool>,
+    /// Server replicas whose StatefulSet exists (set by the Servers phase).
+    pub members: Vec<Member>,
+    pub gates: Gates,
+    /// Why the pass waits, for the status message.
+    pub waits: Vec<String>,
+    wanted: BTreeSet<(Kind, String)>,
+    phase: Phase,
+    out: PassPlan,
+}
+
+/// Plans one pass over a cluster whose spec is valid.
+pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) -> PassPlan {
+    let mut pass = Pass::new(cluster, obs, now);
+    pass.run(Phase::Credentials, credentials::plan);
+    pass.run(Phase::Keeper, keeper::plan);
+    pass.run(Phase::ReplicaMap, replica_map::plan);
+    pass.run(Phase::Configuration, configuration::plan);
+    pass.run(Phase::Storage, storage::plan);
+    pass.run(Phase::Tls, tls::plan);
+    pass.run(Phase::Servers, servers::plan);
+    pass.run(Phase::Rollout, rollout::plan);
+    pass.run(Phase::Services, services::plan);
+    pass.run(Phase::Cleanup, cleanup::plan);
+    pass.run(Phase::Schema, schema::plan);
+    pass.run(Phase::ScaleIn, scale_in::plan);
+    pass.finish()
+}
+
+impl<'a> Pass<'a> {
+    fn new(cluster: &'a ClickHouseCluster, obs: &'a Observed, now: Timestamp) -> Self {
+        let old = cluster.status.clone().unwrap_or_default();
+        Pass {
+            cluster,
+            spec: &cluster.spec,
+            name: cluster.metadata.name.clone().unwrap_or_default(),
+            namespace: cluster.metadata.namespace.clone().unwrap_or_default(),
+            now,
+            obs,
+            facts: Facts::read(cluster, obs, now),
+            map: old.replica_state_map.clone(),
+            next_index: old.next_replica_index,
+            old,
+            keeper_size: cluster.spec.keeper.replicas,
+            desired: None,
+            listed: 0,
+            template_current: BTreeMap::new(),
+            members: Vec::new(),
+            gates: Gates::default(),
+            waits: Vec::new(),
+            wanted: BTreeSet::new(),
+            phase: Phase::Credentials,
+            out: PassPlan::default(),
+        }
+    }
+
+    fn run(&mut self, phase: Phase, plan: fn(&mut Pass)) {
+        if !self.gates.halted {
+            self.phase = phase;
+            plan(self);
+        }
+    }
+
+    fn finish(mut self) -> PassPlan {
+        self.out.status = super::report::pass_status(&self);
+        self.out.again |= self.gates.map_first && self.out.failure.is_none();
+        self.out
+    }
+
+    /// The desired state (built by the Keeper phase, which runs before every phase using it).
+    pub fn desired(&self) -> &Desired {
+        self.desired
+            .as_ref()
+            .expect("the Keeper phase builds the desired state before later phases run")
+    }
+
+    /// Emits a step.
+    pub fn emit(&mut self, action: Action) {
+        self.out.actions.push(action);
+        self.out.phases.push(self.phase);
+    }
+
+    /// Emits an event.
+    pub fn event(&mut self, reason: &'static str, action: &'static str, message: String) {
+        self.out.events.push(PlannedEvent {
+            kind: EventType::Normal,
+            reason,
+            action,
+            message,
+        });
+    }
+
+    /// Fails the pass (the first failure is kept); later phases still run unless it halts.
+    pub fn fail(&mut self, reason: FailureReason, message: String) {
+        if self.out.failure.is_none() {
+            self.out.failure = Some(Failure { reason, message });
+        }
+    }
+
+    /// Fails the pass and stops it.
+    pub fn fail_and_halt(&mut self, reason: FailureReason, message: String) {
+        self.fail(reason, message);
+        self.gates.halted = true;
+    }
+
+    pub fn failed(&self) -> bool {
+        self.out.failure.is_some()
+    }
+
+    pub fn failure(&self) -> Option<&Failure> {
+        self.out.failure.as_ref()
+    }
+
+    /// Asks for the lag of these replicas to be read before the pass is planned again.
+    pub fn check_lag(&mut self, replicas: Vec<String>) {
+        self.out.lag_checks = replicas;
+    }
+
+    /// Asks for another pass right after this one.
+    pub fn again(&mut self) {
+        self.out.again = true;
+    }
+
+    /// Records that an object is wanted (so cleanup keeps it).
+    pub fn want(&mut self, kind: Kind, name: &str) {
+        self.wanted.insert((kind, name.to_string()));
+    }
+
+    pub fn is_wanted(&self, kind: Kind, name: &str) -> bool {
+        self.wanted.contains(&(kind, name.to_string()))
+    }
+
+    /// Wants an object and applies it unless the observed copy already covers it.
+    pub fn apply(&mut self, kind: Kind, object: Value) {
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        self.want(kind, &name);
+        let observed = if kind == Kind::StatefulSet {
+            self.obs.statefulsets.get(&name).map(json_of)
+        } else {
+            self.obs.objects.get(&(kind, name.clone())).cloned()
+        };
+        if !observed
+            .as_ref()
+            .is_some_and(|o| object_covered(o, &object))
+        {
+            self.emit(Action::Apply {
+                kind,
+                create: observed.is_none(),
+                name,
+                object,
+            });
+        }
+    }
+
+    /// The non-condemned replicas of the map.
+    pub fn live_replicas(&self) -> impl Iterator<Item = (&String, &ReplicaStatus)> {
+        self.map
+            .iter()
+            .filter(|(_, r)| r.state != ReplicaState::Condemned)
+    }
+
+    /// The replica's pod is Ready, on its StatefulSet's current revision and template.
+    pub fn ready_and_current(&self, replica: &str) -> bool {
+        let f = self.facts.server(replica);
+        f.pod.ready && f.pod.current && self.template_current.get(replica).copied().unwrap_or(false)
+    }
+}
+
+/// A built object as JSON.
+pub fn json_of<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("Kubernetes objects serialise")
+}
+
+/// Does the observed pod template cover the desired one?
+fn template_covers(observed: &Value, desired: &Value) -> bool {
+    covers(&observed["spec"]["template"], &desired["spec"]["template"])
+}
+
+#[cfg(test)]
+mod tests;

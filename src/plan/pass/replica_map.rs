@@ -1,0 +1,59 @@
+//! The ReplicaStateMap (S0-06, S0-12): scale-out adds Pending entries with new names, scale-in
+//! condemns the newest replicas but never a shard's backup replica, pause stops and resume
+//! restarts every entry, and each shard keeps exactly one backup replica. New and condemned
+//! entries are persisted before any later phase acts on them (S0-19, S0-21).
+
+use super::{ALLOW_DATA_LOSS, Pass};
+use crate::plan::FailureReason;
+use crate::plan::replicas::{self, ReplicaFacts, Topology};
+
+pub fn plan(pass: &mut Pass) {
+    let allow_loss = pass
+        .cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ALLOW_DATA_LOSS))
+        .is_some_and(|v| v == "true");
+    let facts = |replica: &str| {
+        let f = pass.facts.server(replica);
+        ReplicaFacts {
+            sts_exists: f.statefulset.is_some(),
+            pod_exists: f.pod.exists,
+            ready: f.pod.ready,
+            ready_and_current: pass.ready_and_current(replica),
+        }
+    };
+    let change = replicas::plan_map(
+        &Topology {
+            cluster: &pass.name,
+            shards: pass.spec.shards,
+            replicas: pass.spec.replicas,
+            paused: pass.facts.mode.paused(),
+            allow_shard_removal: allow_loss,
+        },
+        &pass.old.replica_state_map,
+        pass.old.next_replica_index,
+        facts,
+    );
+    pass.map = change.map;
+    pass.next_index = change.next_index;
+    if !change.refused_shards.is_empty() {
+        let message = format!(
+            "spec.shards is {} but shard(s) {:?} still hold replicas: removing a shard loses its data; to allow it, annotate the ClickHouseCluster {ALLOW_DATA_LOSS}=true",
+            pass.spec.shards, change.refused_shards
+        );
+        pass.fail(FailureReason::ShardRemovalRefused, message);
+    }
+    for n in &change.added {
+        pass.event("ReplicaAdded", "ScaleOut", format!("replica {n} added"));
+    }
+    for n in &change.condemned {
+        pass.event(
+            "ReplicaCondemned",
+            "ScaleIn",
+            format!("replica {n} will be removed"),
+        );
+    }
+    pass.gates.map_first = !change.added.is_empty() || !change.condemned.is_empty();
+}

@@ -1,0 +1,191 @@
+//! Existing server StatefulSets (S0-17, S2-26…S2-34): fields other than the pod template (the
+//! scale on pause and resume, labels, …) are written at once; a changed pod template is written
+//! when the replica's turn comes in the Smart Update order ([`crate::plan::rollout`]), and a pod
+//! left on an old revision is restarted. Nothing rolls while paused, while TLS is switched, or
+//! while a volume grows.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::jiff::SignedDuration;
+use serde_json::Value;
+
+use super::{Pass, json_of, template_covers};
+use crate::model::names;
+use crate::plan::FailureReason;
+use crate::plan::action::Action;
+use crate::plan::diff::object_covered;
+use crate::plan::facts::{Kind, Mode};
+use crate::plan::rollout::{self, Gates, Member, RolloutPlan};
+
+/// How long a restarted replica may take to catch up with replication (S2-32).
+pub const CATCH_UP_DEADLINE: SignedDuration = SignedDuration::from_secs(7200);
+
+/// A server StatefulSet that exists: the desired object (with the claim templates it has,
+/// which cannot change in place) and the observed one.
+struct Existing {
+    name: String,
+    desired: Value,
+    observed: Value,
+}
+
+pub fn plan(pass: &mut Pass) {
+    let existing = existing(pass);
+    pass.members = existing.iter().map(|e| member(pass, e)).collect();
+    let decision = decide(pass);
+    for e in &existing {
+        write(pass, e, &decision);
+    }
+    for n in &decision.restart_pods {
+        let pod = names::replica_pod(n);
+        pass.emit(Action::RestartPod {
+            replica: n.clone(),
+            pod: pod.clone(),
+            uid: pass.facts.server(n).pod.uid.clone(),
+        });
+        pass.event(
+            "RestartPod",
+            "Rollout",
+            format!("restarting {pod} on the new revision"),
+        );
+    }
+    pass.waits.extend(decision.waiting.iter().cloned());
+    if let Some(f) = decision.failure {
+        pass.fail(FailureReason::RolloutFailed, f);
+    } else if !decision.write_templates.is_empty() || !decision.restart_pods.is_empty() {
+        let rolled: Vec<String> = decision
+            .write_templates
+            .iter()
+            .chain(&decision.restart_pods)
+            .cloned()
+            .collect();
+        pass.waits
+            .push(format!("rolling out: {}", rolled.join(", ")));
+    }
+}
+
+/// The server StatefulSets this phase looks after: those that exist, are not being deleted
+/// and whose storage is not being grown.
+fn existing(pass: &Pass) -> Vec<Existing> {
+    pass.desired()
+        .server_statefulsets
+        .iter()
+        .filter_map(|d| {
+            let name = d.metadata.name.clone()?;
+            let f = pass.facts.server(&name);
+            if f.deleting || pass.gates.storage_busy.contains(&name) {
+                return None;
+            }
+            let observed = f.statefulset.clone()?;
+            let mut desired = json_of(d);
+            desired["spec"]["volumeClaimTemplates"] =
+                observed["spec"]["volumeClaimTemplates"].clone();
+            Some(Existing {
+                name,
+                desired,
+                observed,
+            })
+        })
+        .collect()
+}
+
+fn member(pass: &Pass, e: &Existing) -> Member {
+    let entry = pass.map.get(&e.name);
+    let pod = &pass.facts.server(&e.name).pod;
+    let caught_up = pass.obs.caught_up.get(&e.name).copied();
+    let failing = pod.failing.clone().or_else(|| {
+        let since = pod.ready_since?;
+        (caught_up == Some(false) && pass.now.duration_since(since) > CATCH_UP_DEADLINE).then(
+            || {
+                format!(
+                    "replica {} did not catch up with replication within 2 hours",
+                    e.name
+                )
+            },
+        )
+    });
+    Member {
+        name: e.name.clone(),
+        shard: entry.map_or(0, |r| r.shard),
+        index: entry.map_or(0, |r| r.index),
+        is_backup: entry.is_some_and(|r| r.is_backup_pod),
+        template_outdated: !template_covers(&e.observed, &e.desired),
+        pod_outdated: pod.exists && !pod.current,
+        available: pod.ready && caught_up != Some(false),
+        ready: pod.ready,
+        failing,
+    }
+}
+
+/// Which templates are written and which pods restart in this pass. Replication lag of the
+/// Ready replicas of the shards being rolled must be known first.
+fn decide(pass: &mut Pass) -> RolloutPlan {
+    let outdated = |m: &Member| m.template_outdated || m.pod_outdated;
+    let active = pass.facts.mode == Mode::Running
+        && pass.gates.storage_busy.is_empty()
+        && pass.members.iter().any(outdated);
+    if !active {
+        return RolloutPlan::default();
+    }
+    let shards: BTreeSet<i32> = pass
+        .members
+        .iter()
+        .filter(|m| outdated(m))
+        .map(|m| m.shard)
+        .collect();
+    let unknown: Vec<String> = pass
+        .members
+        .iter()
+        .filter(|m| {
+            shards.contains(&m.shard) && m.ready && !pass.obs.caught_up.contains_key(&m.name)
+        })
+        .map(|m| m.name.clone())
+        .collect();
+    if !unknown.is_empty() {
+        pass.check_lag(unknown);
+    }
+    let spec = pass.spec;
+    let gates = Gates {
+        backup_in_flight: pass.obs.backup_in_flight.clone(),
+        client_service_ready: !spec.client_service.enabled
+            || pass
+                .obs
+                .objects
+                .contains_key(&(Kind::Service, names::client_service(&pass.name))),
+    };
+    rollout::plan_rollout(
+        &pass.members,
+        spec.update_strategy,
+        spec.pod_disruption_budget.max_unavailable,
+        &gates,
+    )
+}
+
+/// Writes one StatefulSet: the whole desired object when its template's turn came; else,
+/// when fields other than the template differ, those (with the new template too when it runs
+/// no pod, so nothing restarts).
+fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
+    let f = pass.facts.server(&e.name);
+    let stopped = pass.facts.mode.paused() || f.scale == Some(0);
+    if pass.facts.mode == Mode::SwitchingTls && !stopped {
+        return; // the Tls phase stops it
+    }
+    if decision.write_templates.contains(&e.name) {
+        pass.apply(Kind::StatefulSet, e.desired.clone());
+        return;
+    }
+    let mut rest = e.desired.clone();
+    rest["spec"]["template"] = e.observed["spec"]["template"].clone();
+    if !object_covered(&e.observed, &rest) {
+        let template_outdated = !template_covers(&e.observed, &e.desired);
+        pass.emit(Action::Apply {
+            kind: Kind::StatefulSet,
+            name: e.name.clone(),
+            object: if template_outdated && stopped {
+                e.desired.clone()
+            } else {
+                rest
+            },
+            create: false,
+        });
+    }
+}

@@ -1,0 +1,23 @@
+//! Removal of condemned replicas, step by step ([`crate::plan::scale_in`]). Never while
+//! paused, and never in a pass that changes the map's entries (they are persisted first).
+
+use super::Pass;
+use crate::plan::action::Action;
+use crate::plan::scale_in::plan_scale_in;
+
+pub fn plan(pass: &mut Pass) {
+    if pass.gates.map_first || pass.facts.mode.paused() {
+        return;
+    }
+    let p = plan_scale_in(
+        &pass.map,
+        |n| pass.facts.server(n).pod.ready,
+        |n| pass.facts.server(n).statefulset.is_some(),
+    );
+    for chain in p.chains {
+        for step in chain {
+            pass.emit(Action::ScaleIn(step));
+        }
+    }
+    pass.waits.extend(p.waiting);
+}

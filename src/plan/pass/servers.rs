@@ -1,0 +1,45 @@
+//! Server StatefulSets that do not exist yet, all created in the same pass (S0-16), and the
+//! shards' PodDisruptionBudgets. Servers start only once Keeper serves: some versions (18.16)
+//! give up their distributed DDL queue for good when Keeper cannot be reached at start.
+//! Existing StatefulSets are brought to the desired state by the Rollout phase.
+
+use super::{Pass, json_of};
+use crate::plan::facts::Kind;
+
+pub fn plan(pass: &mut Pass) {
+    let all: Vec<String> = pass
+        .desired()
+        .server_statefulsets
+        .iter()
+        .map(|d| d.metadata.name.clone().unwrap_or_default())
+        .collect();
+    for n in &all {
+        pass.want(Kind::StatefulSet, n);
+    }
+    let missing: Vec<serde_json::Value> = pass
+        .desired()
+        .server_statefulsets
+        .iter()
+        .filter(|d| {
+            let n = d.metadata.name.as_deref().unwrap_or_default();
+            pass.facts.server(n).statefulset.is_none()
+        })
+        .map(json_of)
+        .collect();
+    let mut keeper_wait = false;
+    for sts in missing {
+        if pass.gates.keeper_serving {
+            pass.apply(Kind::StatefulSet, sts);
+        } else {
+            keeper_wait = true;
+        }
+    }
+    if keeper_wait {
+        pass.waits
+            .push("waiting for Keeper to be Ready before starting new server replicas".into());
+    }
+    let pdbs: Vec<serde_json::Value> = pass.desired().shard_pdbs.iter().map(json_of).collect();
+    for pdb in pdbs {
+        pass.apply(Kind::PodDisruptionBudget, pdb);
+    }
+}

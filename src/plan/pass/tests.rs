@@ -1,0 +1,714 @@
+//! A pass against a simulated API server: applied objects are stored, StatefulSets get a
+//! revision per template and one Ready pod, deleted pods come back on the current revision.
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+use super::{Phase, json_of};
+use crate::api::{
+    ClickHouseCluster, ClickHouseClusterSpec, ClusterState, ReplicaState, ReplicaStatus,
+};
+use crate::model;
+use crate::plan::action::{Action, Outcome};
+use crate::plan::facts::{Kind, Observed, serves_tls};
+use crate::plan::report::report;
+use crate::plan::scale_in::ScaleInAction;
+use crate::plan::{Plan, World, decide};
+use k8s_openapi::api::apps::v1::StatefulSetStatus;
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+struct Sim {
+    cluster: ClickHouseCluster,
+    obs: Observed,
+    log: Vec<String>,
+    /// Pods that do not come back ready (a broken replica).
+    broken: BTreeSet<String>,
+}
+
+fn revision(template: &Value) -> String {
+    let mut h = DefaultHasher::new();
+    template.to_string().hash(&mut h);
+    format!("r{:x}", h.finish())
+}
+
+fn now() -> Timestamp {
+    "2026-11-30T00:00:00Z".parse().unwrap()
+}
+
+impl Sim {
+    fn new(spec: serde_json::Value) -> Sim {
+        let spec: ClickHouseClusterSpec = serde_json::from_value(spec).unwrap();
+        let mut cluster = ClickHouseCluster::new("c1", spec);
+        cluster.metadata.namespace = Some("t1".into());
+        cluster.metadata.uid = Some("uid-1".into());
+        cluster.metadata.generation = Some(1);
+        cluster.metadata.creation_timestamp = Some(Time(now()));
+        let mut obs = Observed {
+            operator_secret_present: true,
+            ..Observed::default()
+        };
+        obs.inputs.operator_password = model::Password("pw".into());
+        Sim {
+            cluster,
+            obs,
+            log: Vec::new(),
+            broken: BTreeSet::new(),
+        }
+    }
+
+    fn plan(&self) -> Plan {
+        let world = World {
+            clusters_in_namespace: Vec::new(),
+            observed: self.obs.clone(),
+        };
+        decide(&self.cluster, &world, now())
+    }
+
+    fn make_pod(&mut self, sts: &str) {
+        let s = &self.obs.statefulsets[sts];
+        let rev = s.status.as_ref().unwrap().update_revision.clone().unwrap();
+        let name = format!("{sts}-0");
+        let ready = !self.broken.contains(&name);
+        let pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(BTreeMap::from([(
+                    "controller-revision-hash".to_string(),
+                    rev,
+                )])),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                pod_ip: Some("198.18.1.1".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    last_transition_time: Some(Time(now())),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.obs.pods.insert(name, pod);
+    }
+
+    /// The StatefulSet controller: pods for StatefulSets that have none; none for those at 0.
+    fn settle(&mut self) {
+        let names: Vec<String> = self.obs.statefulsets.keys().cloned().collect();
+        for n in names {
+            let replicas = self.obs.statefulsets[&n].spec.replicas.unwrap_or(1);
+            let keeper = n.ends_with("-keeper");
+            for i in 0..replicas {
+                let pod = format!("{n}-{i}");
+                if !self.obs.pods.contains_key(&pod) {
+                    if keeper {
+                        let rev = self.obs.statefulsets[&n]
+                            .status
+                            .as_ref()
+                            .unwrap()
+                            .update_revision
+                            .clone()
+                            .unwrap();
+                        let mut p = Pod::default();
+                        p.metadata.name = Some(pod.clone());
+                        p.metadata.labels = Some(BTreeMap::from([(
+                            "controller-revision-hash".to_string(),
+                            rev,
+                        )]));
+                        p.status = Some(PodStatus {
+                            conditions: Some(vec![PodCondition {
+                                type_: "Ready".into(),
+                                status: "True".into(),
+                                ..Default::default()
+                            }]),
+                            ..Default::default()
+                        });
+                        self.obs.pods.insert(pod, p);
+                    } else {
+                        self.make_pod(&n);
+                    }
+                }
+            }
+            if replicas == 0 {
+                self.obs
+                    .pods
+                    .retain(|p, _| !p.starts_with(&format!("{n}-")));
+            }
+        }
+    }
+
+    /// Runs one plan as the executor would, against the simulation.
+    fn act(&mut self, plan: &Plan) {
+        for a in &plan.actions {
+            self.log.push(a.describe());
+            match a {
+                Action::Apply {
+                    kind: Kind::StatefulSet,
+                    name,
+                    object,
+                    ..
+                } => {
+                    let mut sts: StatefulSet = serde_json::from_value(object.clone()).unwrap();
+                    let generation = self
+                        .obs
+                        .statefulsets
+                        .get(name)
+                        .and_then(|s| s.metadata.generation)
+                        .unwrap_or(0)
+                        + 1;
+                    sts.metadata.generation = Some(generation);
+                    sts.status = Some(StatefulSetStatus {
+                        observed_generation: Some(generation),
+                        update_revision: Some(revision(&object["spec"]["template"])),
+                        ..Default::default()
+                    });
+                    self.obs.statefulsets.insert(name.clone(), sts);
+                }
+                Action::Apply {
+                    kind, name, object, ..
+                } => {
+                    self.obs
+                        .objects
+                        .insert((*kind, name.clone()), object.clone());
+                }
+                Action::RestartPod { pod, .. } => {
+                    self.obs.pods.remove(pod);
+                }
+                Action::MigrateSchema { .. } => {}
+                Action::ScaleIn(s) => {
+                    if let ScaleInAction::DeleteStatefulSet { replica } = s {
+                        self.obs.statefulsets.remove(replica);
+                        self.obs.pods.remove(&format!("{replica}-0"));
+                    }
+                }
+                Action::OrphanStatefulSet { name } => {
+                    self.obs.statefulsets.remove(name);
+                }
+                Action::ResizePvc { name, size } => {
+                    let pvc = self.obs.pvcs.get_mut(name).unwrap();
+                    pvc.spec
+                        .as_mut()
+                        .unwrap()
+                        .resources
+                        .as_mut()
+                        .unwrap()
+                        .requests = Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        Quantity(size.clone()),
+                    )]));
+                }
+                Action::Delete {
+                    kind: Kind::StatefulSet,
+                    name,
+                } => {
+                    self.obs.statefulsets.remove(name);
+                }
+                Action::Delete { kind, name } => {
+                    self.obs.objects.remove(&(*kind, name.clone()));
+                }
+                other => panic!("unexpected action {other:?}"),
+            }
+        }
+        let outcome = Outcome {
+            done: (0..plan.actions.len()).collect(),
+            ..Outcome::default()
+        };
+        let (status, _) = report(plan, &outcome, self.cluster.metadata.generation, now());
+        self.cluster.status = Some(status);
+        self.settle();
+    }
+
+    /// Passes until nothing is left to do (or `max` passes). Returns the number of passes.
+    fn converge(&mut self, max: usize) -> usize {
+        for i in 0..max {
+            let mut p = self.plan();
+            if !p.lag_checks.is_empty() {
+                for r in &p.lag_checks {
+                    self.obs.caught_up.insert(r.clone(), true);
+                }
+                p = self.plan();
+            }
+            if p.actions.is_empty() && !p.again {
+                self.cluster.status = Some(p.status);
+                return i;
+            }
+            self.act(&p);
+            self.obs.caught_up.clear();
+        }
+        panic!(
+            "no convergence in {max} passes: {:?}",
+            self.log.iter().rev().take(10).collect::<Vec<_>>()
+        );
+    }
+
+    fn state(&self) -> ClusterState {
+        self.cluster.status.as_ref().unwrap().state
+    }
+
+    fn map(&self) -> &BTreeMap<String, ReplicaStatus> {
+        &self.cluster.status.as_ref().unwrap().replica_state_map
+    }
+}
+
+/// A new cluster converges to ready; a pass over the settled cluster does nothing at all.
+#[test]
+fn new_cluster_converges_and_then_nothing_happens() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2}));
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.cluster.status);
+    assert_eq!(sim.map().len(), 4);
+    assert!(sim.map().values().all(|r| r.state == ReplicaState::Ready));
+    let p = sim.plan();
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(p.status, sim.cluster.status.clone().unwrap());
+}
+
+/// S0-19 / S0-16: new entries are persisted before their StatefulSets exist, then every new
+/// StatefulSet is created in the same pass.
+#[test]
+fn scale_out_persists_the_map_then_creates_every_statefulset_in_one_pass() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
+    sim.converge(20);
+    sim.cluster.spec.replicas = 4;
+    let p = sim.plan();
+    assert!(p.again);
+    assert!(
+        !p.actions.iter().any(|a| matches!(
+            a,
+            Action::Apply {
+                kind: Kind::StatefulSet,
+                ..
+            }
+        )),
+        "{:?}",
+        p.actions
+    );
+    assert_eq!(
+        p.status
+            .replica_state_map
+            .values()
+            .filter(|r| r.state == ReplicaState::Pending)
+            .count(),
+        3
+    );
+    sim.act(&p);
+    let p = sim.plan();
+    let created: Vec<&String> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Apply {
+                kind: Kind::StatefulSet,
+                name,
+                ..
+            } => Some(name),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created.len(), 3, "{:?}", p.actions);
+    sim.act(&p);
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert_eq!(sim.map().len(), 4);
+}
+
+/// S0-21…S0-30: scale-in condemns, then runs the steps in order, and the map ends clean.
+#[test]
+fn scale_in_runs_the_steps_in_order() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 3}));
+    sim.converge(20);
+    let backup = sim
+        .map()
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .unwrap()
+        .0
+        .clone();
+    sim.cluster.spec.replicas = 1;
+    sim.log.clear();
+    sim.converge(20);
+    assert_eq!(sim.map().len(), 1);
+    assert!(
+        sim.map().contains_key(&backup),
+        "the backup replica survives (S0-14)"
+    );
+    let order: Vec<&str> = sim
+        .log
+        .iter()
+        .filter(|l| l.starts_with("scale-in"))
+        .map(|l| l.split(['{', ' ']).nth(1).unwrap_or(""))
+        .collect();
+    let pos = |k: &str| order.iter().position(|s| s.starts_with(k)).unwrap();
+    assert!(pos("LeaveTraffic") < pos("SyncShard"));
+    assert!(pos("SyncShard") < pos("DropObjects"));
+    assert!(pos("DropObjects") < pos("DeleteStatefulSet"));
+    assert!(pos("DeleteStatefulSet") < pos("DropKeeperMetadata"));
+    assert!(pos("DropKeeperMetadata") < pos("LabelPvcsAndForget"));
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert_eq!(
+        sim.obs
+            .statefulsets
+            .keys()
+            .filter(|k| !k.ends_with("keeper"))
+            .count(),
+        1
+    );
+}
+
+/// S0-17 / S2-28: an image change restarts one replica at a time, newest first, backup last.
+#[test]
+fn image_change_rolls_one_replica_at_a_time() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 3}));
+    sim.converge(20);
+    let backup = sim
+        .map()
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .unwrap()
+        .0
+        .clone();
+    sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
+    sim.log.clear();
+    sim.converge(40);
+    let restarts: Vec<&String> = sim
+        .log
+        .iter()
+        .filter(|l| l.starts_with("restart pod"))
+        .collect();
+    assert_eq!(restarts.len(), 3, "{:?}", sim.log);
+    assert_eq!(restarts[2], &format!("restart pod {backup}-0"));
+    assert_eq!(restarts[0], "restart pod c1-0-2-0");
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// A config change that ClickHouse reloads (a profile setting) restarts nothing.
+#[test]
+fn profile_change_restarts_nothing() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    sim.cluster.spec.configuration.profiles.insert(
+        "default".into(),
+        BTreeMap::from([("max_threads".to_string(), "4".to_string())]),
+    );
+    sim.log.clear();
+    sim.converge(20);
+    assert!(
+        sim.log
+            .iter()
+            .any(|l| l == "apply ConfigMap c1-common" || l == "apply Secret c1-users"),
+        "{:?}",
+        sim.log
+    );
+    assert!(
+        !sim.log
+            .iter()
+            .any(|l| l.starts_with("restart") || l.starts_with("apply StatefulSet")),
+        "{:?}",
+        sim.log
+    );
+}
+
+/// S0-03 / S2-21 / S2-22: pause stops every StatefulSet at once and says stopping, then
+/// paused; resume brings the cluster back to ready.
+#[test]
+fn pause_and_resume() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    sim.cluster.spec.pause = true;
+    let p = sim.plan();
+    let stopped = p
+        .actions
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::Apply {
+                    kind: Kind::StatefulSet,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(
+        stopped, 3,
+        "both servers and Keeper in one pass: {:?}",
+        p.actions
+    );
+    assert_eq!(p.status.state, ClusterState::Stopping);
+    sim.act(&p);
+    sim.converge(10);
+    assert_eq!(sim.state(), ClusterState::Paused);
+    assert!(sim.map().values().all(|r| r.state == ReplicaState::Stopped));
+    sim.cluster.spec.pause = false;
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// S0-24: a broken survivor defers the scale-in; nothing is deleted and the status says why.
+#[test]
+fn scale_in_waits_for_every_statefulset() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 3}));
+    sim.converge(20);
+    let backup = sim
+        .map()
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .unwrap()
+        .0
+        .clone();
+    let pod = format!("{backup}-0");
+    sim.broken.insert(pod.clone());
+    sim.obs.pods.remove(&pod);
+    sim.settle();
+    sim.cluster.spec.replicas = 2;
+    for _ in 0..5 {
+        let p = sim.plan();
+        assert!(
+            !p.actions
+                .iter()
+                .any(|a| matches!(a, Action::ScaleIn(ScaleInAction::DeleteStatefulSet { .. })))
+        );
+        sim.act(&p);
+    }
+    let msg = sim
+        .cluster
+        .status
+        .as_ref()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap();
+    assert!(msg.contains(&backup), "{msg}");
+    sim.broken.clear();
+    sim.obs.pods.remove(&pod);
+    sim.settle();
+    sim.converge(20);
+    assert_eq!(sim.map().len(), 2);
+}
+
+/// S2-23: turning TLS on stops every server, then starts them all on the new template.
+#[test]
+fn tls_toggle_is_a_full_stop_and_start() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    sim.cluster.spec.tls.enabled = true;
+    sim.cluster.spec.tls.server_cert_secret = Some("tls".into());
+    let p = sim.plan();
+    assert_eq!(
+        p.status.state,
+        ClusterState::Stopping,
+        "{:?}",
+        p.status.message
+    );
+    let stops: Vec<&Value> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Apply {
+                kind: Kind::StatefulSet,
+                object,
+                ..
+            } if !object["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("keeper") =>
+            {
+                Some(object)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stops.len(), 2);
+    assert!(
+        stops
+            .iter()
+            .all(|o| o["spec"]["replicas"] == 0 && !serves_tls(&o["spec"]["template"]))
+    );
+    sim.act(&p);
+    assert!(
+        !sim.obs.pods.keys().any(|p| p.starts_with("c1-0-")),
+        "every server stopped"
+    );
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert!(
+        sim.obs
+            .statefulsets
+            .iter()
+            .filter(|(n, _)| !n.ends_with("keeper"))
+            .all(|(_, s)| serves_tls(&json_of(&s.spec)["template"]))
+    );
+}
+
+/// Keeper membership changes one member at a time (1 → 3 goes through 2), each step only
+/// once every member is Ready.
+#[test]
+fn keeper_grows_one_member_at_a_time() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}}));
+    sim.converge(20);
+    sim.cluster.spec.keeper.replicas = 3;
+    let mut sizes = Vec::new();
+    for _ in 0..10 {
+        let p = sim.plan();
+        for a in &p.actions {
+            if let Action::Apply {
+                kind: Kind::StatefulSet,
+                name,
+                object,
+                ..
+            } = a
+                && name == "c1-keeper"
+            {
+                sizes.push(object["spec"]["replicas"].as_i64().unwrap());
+            }
+        }
+        if p.actions.is_empty() {
+            break;
+        }
+        sim.act(&p);
+    }
+    assert_eq!(sizes, [2, 3]);
+    sim.converge(10);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// S2-09: every pass emits its steps in the order of the phases: a new cluster's first pass
+/// applies Keeper, then the server configuration, then the Services; the pass that creates the
+/// server StatefulSets writes their ConfigMaps first.
+#[test]
+fn a_pass_emits_its_steps_in_the_order_of_the_phases() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2}));
+    let mut passes: Vec<Vec<(Phase, Kind, String)>> = Vec::new();
+    for _ in 0..20 {
+        let p = sim.plan();
+        let mut sorted = p.phases.clone();
+        sorted.sort();
+        assert_eq!(p.phases, sorted, "{:?}", p.actions);
+        assert_eq!(p.phases.len(), p.actions.len());
+        passes.push(
+            p.phases
+                .iter()
+                .zip(&p.actions)
+                .filter_map(|(phase, a)| match a {
+                    Action::Apply { kind, name, .. } => Some((*phase, *kind, name.clone())),
+                    _ => None,
+                })
+                .collect(),
+        );
+        if p.actions.is_empty() && !p.again {
+            sim.cluster.status = Some(p.status);
+            break;
+        }
+        sim.act(&p);
+    }
+    let at = |pass: &[(Phase, Kind, String)], kind: Kind, name: &str| {
+        pass.iter()
+            .position(|(_, k, n)| *k == kind && n == name)
+            .unwrap_or_else(|| panic!("{kind:?} {name} in {pass:?}"))
+    };
+    let first = &passes[0];
+    assert!(at(first, Kind::StatefulSet, "c1-keeper") < at(first, Kind::ConfigMap, "c1-common"));
+    assert!(at(first, Kind::Secret, "c1-users") < at(first, Kind::Service, "c1-headless"));
+    let creating = passes
+        .iter()
+        .find(|p| {
+            p.iter()
+                .any(|(_, k, n)| *k == Kind::StatefulSet && n == "c1-0-0")
+        })
+        .expect("a pass creates the server StatefulSets");
+    assert!(at(creating, Kind::ConfigMap, "c1-0-0") < at(creating, Kind::StatefulSet, "c1-0-0"));
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// S2-13: a data volume grows in place: the PVC first, then the StatefulSet is deleted with
+/// its pod kept and created again once it is gone; no pod restarts, and a PVC still resizing
+/// holds the rollout back.
+#[test]
+fn storage_growth_resizes_the_pvc_and_recreates_the_statefulset_keeping_the_pod() {
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaim, PersistentVolumeClaimCondition, PersistentVolumeClaimSpec,
+        PersistentVolumeClaimStatus, VolumeResourceRequirements,
+    };
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1,
+        "storage": {"size": "1Gi"}, "storageScaling": {"enableVolumeScaling": true}}));
+    sim.converge(20);
+    let replica = sim.map().keys().next().unwrap().clone();
+    let pvc = model::names::data_pvc(&replica);
+    sim.obs.pvcs.insert(
+        pvc.clone(),
+        PersistentVolumeClaim {
+            spec: Some(PersistentVolumeClaimSpec {
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        Quantity("1Gi".into()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    let pod_before = sim.obs.pods[&format!("{replica}-0")].clone();
+    sim.cluster.spec.storage.size = "2Gi".into();
+    let p = sim.plan();
+    let described: Vec<String> = p.actions.iter().map(Action::describe).collect();
+    let resize = described
+        .iter()
+        .position(|d| d.starts_with("resize PVC"))
+        .expect("resize");
+    let orphan = described
+        .iter()
+        .position(|d| d.starts_with(&format!("delete StatefulSet {replica}")))
+        .expect("orphan");
+    assert!(resize < orphan, "{described:?}");
+    assert!(p.again);
+    sim.act(&p);
+    assert_eq!(
+        sim.obs.pods[&format!("{replica}-0")],
+        pod_before,
+        "the pod is kept"
+    );
+    // The PVC now reports the volume being expanded: nothing rolls meanwhile.
+    sim.obs.pvcs.get_mut(&pvc).unwrap().status = Some(PersistentVolumeClaimStatus {
+        conditions: Some(vec![PersistentVolumeClaimCondition {
+            type_: "Resizing".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let p = sim.plan();
+    assert!(p.actions.iter().any(|a| matches!(a, Action::Apply { kind: Kind::StatefulSet, name, create: true, .. } if *name == replica)), "{:?}", p.actions);
+    sim.act(&p);
+    let p = sim.plan();
+    assert!(
+        p.status
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains(&format!("PVC {pvc} is being resized")),
+        "{:?}",
+        p.status.message
+    );
+    assert_ne!(p.status.state, ClusterState::Ready);
+    sim.obs.pvcs.get_mut(&pvc).unwrap().status = None;
+    sim.log.clear();
+    sim.converge(20);
+    assert!(
+        !sim.log.iter().any(|l| l.starts_with("restart")),
+        "{:?}",
+        sim.log
+    );
+    assert_eq!(sim.state(), ClusterState::Ready);
+}

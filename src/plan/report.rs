@@ -1,0 +1,245 @@
+//! PURE: the status a pass reports. [`pass_status`] says what the cluster is doing from the
+//! facts and what the phases decided (S2-14…S2-19: `initializing`, `ready`, `paused`,
+//! `stopping`, `error`, with the reason in the message); [`report`] adds what the executor
+//! did (a replica Ready after its schema copy, a scale-in step done, a failed step).
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::action::{Action, Outcome};
+use super::facts::Mode;
+use super::pass::Pass;
+use super::scale_in;
+use super::status::{self, set_condition};
+use super::{EventType, Plan, PlannedEvent};
+use crate::api::{
+    ClickHouseClusterStatus, ClientServiceType, ClusterState, ComponentStatus, ReplicaState,
+};
+use crate::model::names;
+
+/// The status after a planned pass, before anything was executed.
+pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
+    let generation = pass.cluster.metadata.generation;
+    if pass.gates.halted {
+        return match pass.failure() {
+            Some(f) => status::failed(&pass.old, generation, f, pass.now),
+            None => pass.old.clone(),
+        };
+    }
+    let mut status = pass.old.clone();
+    status.replica_state_map = pass.map.clone();
+    status.next_replica_index = pass.next_index;
+    status.observed_generation = generation;
+    let spec = pass.spec;
+    let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
+    let ready_servers = wanted.iter().filter(|n| pass.ready_and_current(n)).count() as i32;
+    status.clickhouse = ComponentStatus::new(spec.shards * spec.replicas, ready_servers);
+    let keeper_size = spec.keeper.replicas;
+    let keeper_ready = if pass.desired().keeper.is_some() {
+        pass.facts.keeper.ready_and_current_of(keeper_size)
+    } else {
+        0
+    };
+    status.keeper = ComponentStatus::new(keeper_size, keeper_ready);
+    status.host = client_host(pass);
+    let (state, message) = state(pass, &status, ready_servers, keeper_ready);
+    status.state = state;
+    status.message = message;
+    if let Some(f) = pass.failure() {
+        status = status::failed(&status, generation, f, pass.now);
+    } else {
+        for condition in [status::RECONCILE_SUCCEEDED, status::SPEC_VALID] {
+            set_condition(
+                &mut status.conditions,
+                condition,
+                true,
+                condition,
+                "",
+                generation,
+                pass.now,
+            );
+        }
+    }
+    let ready = state == ClusterState::Ready;
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        ready,
+        if ready { "Ready" } else { "NotReady" },
+        status.message.as_deref().unwrap_or(""),
+        generation,
+        pass.now,
+    );
+    status
+}
+
+/// The address clients use: the LoadBalancer's, or the client Service's DNS name.
+fn client_host(pass: &Pass) -> Option<String> {
+    let svc = pass.desired().client_service.as_ref()?;
+    let observed = pass
+        .obs
+        .objects
+        .get(&(super::facts::Kind::Service, svc.metadata.name.clone()?))?;
+    match pass.spec.client_service.r#type {
+        ClientServiceType::LoadBalancer => {
+            let ing = &observed["status"]["loadBalancer"]["ingress"][0];
+            ing["ip"]
+                .as_str()
+                .or(ing["hostname"].as_str())
+                .map(str::to_string)
+        }
+        _ => Some(names::client_host(&pass.name, &pass.namespace)),
+    }
+}
+
+/// The state and its message.
+fn state(
+    pass: &Pass,
+    status: &ClickHouseClusterStatus,
+    ready_servers: i32,
+    keeper_ready: i32,
+) -> (ClusterState, Option<String>) {
+    let spec = pass.spec;
+    let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
+    let condemned: Vec<&str> = pass
+        .map
+        .iter()
+        .filter(|(_, r)| r.state == ReplicaState::Condemned)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let mut waits = pass.waits.clone();
+    // Every server has loaded the current remote_servers (it is reloaded, not restarted).
+    let lagging: Vec<&str> = wanted
+        .iter()
+        .filter(|n| pass.facts.server(n).pod.ready)
+        .filter(|n| {
+            pass.obs
+                .cluster_hosts
+                .get(n.as_str())
+                .is_some_and(|seen| *seen != Some(pass.listed))
+        })
+        .map(|n| n.as_str())
+        .collect();
+    if !lagging.is_empty() {
+        waits.push(format!(
+            "waiting for {} to load the cluster's {} hosts",
+            lagging.join(", "),
+            pass.listed
+        ));
+    }
+    let all_ready = lagging.is_empty()
+        && ready_servers == spec.shards * spec.replicas
+        && wanted
+            .iter()
+            .all(|n| status.replica_state_map[*n].state == ReplicaState::Ready)
+        && keeper_ready == spec.keeper.replicas
+        && condemned.is_empty()
+        && pass.gates.storage_busy.is_empty()
+        && (status.host.is_some() || !spec.client_service.enabled)
+        && !pass
+            .members
+            .iter()
+            .any(|m| m.template_outdated || m.pod_outdated);
+    waits.extend(pass.facts.unschedulable.iter().cloned());
+    if pass.facts.mode == Mode::SwitchingTls && !pass.failed() {
+        return (ClusterState::Stopping, Some(waits.join("; ")));
+    }
+    if let Some(f) = pass.failure() {
+        return (ClusterState::Error, Some(f.message.clone()));
+    }
+    match pass.facts.mode {
+        Mode::Pausing => {
+            return (
+                ClusterState::Stopping,
+                Some(format!(
+                    "stopping: {} pod(s) still running",
+                    pass.facts.pods
+                )),
+            );
+        }
+        Mode::Paused => return (ClusterState::Paused, None),
+        _ => {}
+    }
+    if all_ready {
+        return (ClusterState::Ready, None);
+    }
+    if waits.is_empty() {
+        let not_ready: Vec<&str> = wanted
+            .iter()
+            .filter(|n| !pass.ready_and_current(n))
+            .map(|n| n.as_str())
+            .collect();
+        if !not_ready.is_empty() {
+            waits.push(format!(
+                "waiting for server replicas to be Ready and up to date: {}",
+                not_ready.join(", ")
+            ));
+        }
+        let pending: Vec<&str> = wanted
+            .iter()
+            .filter(|n| {
+                pass.ready_and_current(n)
+                    && status.replica_state_map[**n].state == ReplicaState::Pending
+            })
+            .map(|n| n.as_str())
+            .collect();
+        if !pending.is_empty() {
+            waits.push(format!("copying the schema onto {}", pending.join(", ")));
+        }
+        if keeper_ready < spec.keeper.replicas {
+            waits.push(format!(
+                "waiting for Keeper members ({keeper_ready}/{} ready)",
+                spec.keeper.replicas
+            ));
+        }
+        if !condemned.is_empty() {
+            waits.push(format!("removing replicas {}", condemned.join(", ")));
+        }
+        if status.host.is_none() && spec.client_service.enabled {
+            waits.push("waiting for the client Service's address".into());
+        }
+    }
+    (
+        ClusterState::Initializing,
+        Some(waits.join("; ")).filter(|s| !s.is_empty()),
+    )
+}
+
+/// The status and events after the executor ran `plan`: steps done change the map (a replica
+/// whose schema was copied is Ready, a scale-in step is recorded), and a failed step fails
+/// the pass.
+pub fn report(
+    plan: &Plan,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> (ClickHouseClusterStatus, Vec<PlannedEvent>) {
+    let mut status = plan.status.clone();
+    let mut events = plan.events.clone();
+    events.extend(outcome.events.iter().cloned());
+    for &i in &outcome.done {
+        match plan.actions.get(i) {
+            Some(Action::MigrateSchema { replica, .. }) => {
+                if let Some(r) = status.replica_state_map.get_mut(replica) {
+                    r.state = ReplicaState::Ready;
+                }
+            }
+            Some(Action::ScaleIn(a)) => scale_in::record(&mut status.replica_state_map, a),
+            _ => {}
+        }
+    }
+    if !outcome.waiting.is_empty() && status.state == ClusterState::Initializing {
+        let mut message: Vec<String> = status.message.iter().cloned().collect();
+        message.extend(outcome.waiting.iter().cloned());
+        status.message = Some(message.join("; "));
+    }
+    if let Some(f) = &outcome.failure {
+        status = status::failed(&status, generation, f, now);
+        events.push(PlannedEvent {
+            kind: EventType::Warning,
+            reason: "ReconcileFailed",
+            action: "Reconcile",
+            message: f.message.clone(),
+        });
+    }
+    (status, events)
+}
