@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::cluster::ClickHouseClusterSpec;
+use super::cluster::{ClickHouseClusterSpec, PodSettings};
 use crate::util::names::{
     is_dns_label, is_dns_subdomain, is_label_key, is_label_value, operator_secret, users_secret,
 };
@@ -50,44 +50,75 @@ fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
 
 /// Checks a cluster's name and spec. Returns every error (not just the first) and the warnings.
 pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, Vec<Warning>) {
-    let mut errors = Vec::new();
-    let mut warnings = Vec::new();
-    let mut err = |field: &str, message: String| {
-        errors.push(FieldError {
+    let mut errors = Errors::default();
+    check_name(name, &mut errors);
+    check_counts(spec, &mut errors);
+    check_images(spec, &mut errors);
+    check_storage(spec, &mut errors);
+    check_disruption_budget(spec, &mut errors);
+    check_secrets(name, spec, &mut errors);
+    check_tls(spec, &mut errors);
+    check_backup_schedules(spec, &mut errors);
+    for (which, pod) in [
+        ("spec.pod", &spec.pod),
+        ("spec.keeper.pod", &spec.keeper.pod),
+    ] {
+        check_pod(which, pod, &mut errors);
+    }
+    check_configuration(spec, &mut errors);
+    check_cr_version(spec, &mut errors);
+    (errors.0, warnings(spec))
+}
+
+/// The errors found so far, in the order the checks found them.
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn add(&mut self, field: &str, message: String) {
+        self.0.push(FieldError {
             field: field.to_string(),
             message,
-        })
-    };
+        });
+    }
+}
 
+/// `metadata.name`: every object name derived from it must stay a valid DNS label.
+fn check_name(name: &str, errors: &mut Errors) {
     if !is_dns_label(name) || name.len() > MAX_CLUSTER_NAME_LEN {
-        err(
+        errors.add(
             "metadata.name",
             format!(
                 "{name:?} must be a DNS label (lower-case letters, digits, '-', starting with a letter) of at most {MAX_CLUSTER_NAME_LEN} characters"
             ),
         );
     }
+}
+
+/// Shards, replicas and Keeper members: at least one shard and replica, a Keeper ensemble
+/// that can form a quorum, and Keeper wherever tables are replicated.
+fn check_counts(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if spec.shards < 1 {
-        err(
+        errors.add(
             "spec.shards",
             format!("must be at least 1, got {}", spec.shards),
         );
     }
     if spec.replicas < 1 {
-        err(
+        errors.add(
             "spec.replicas",
             format!("must be at least 1, got {}", spec.replicas),
         );
     }
     let k = spec.keeper.replicas;
     if !matches!(k, 0 | 1 | 3 | 5 | 7) {
-        err(
+        errors.add(
             "spec.keeper.replicas",
             format!("must be 0 or an odd number up to 7 (quorum needs a majority), got {k}"),
         );
     }
     if k == 0 && spec.replicas > 1 {
-        err(
+        errors.add(
             "spec.keeper.replicas",
             format!(
                 "is 0 but spec.replicas is {}: replicated tables need Keeper",
@@ -95,24 +126,36 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
             ),
         );
     }
+}
+
+/// The server and Keeper images must be named.
+fn check_images(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if spec.image.trim().is_empty() {
-        err("spec.image", "must not be empty".into());
+        errors.add("spec.image", "must not be empty".into());
     }
     if spec.keeper.image.trim().is_empty() {
-        err("spec.keeper.image", "must not be empty".into());
+        errors.add("spec.keeper.image", "must not be empty".into());
     }
+}
+
+/// The server and Keeper volume sizes: quantities larger than 0.
+fn check_storage(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for (field, size) in [
         ("spec.storage.size", &spec.storage.size),
         ("spec.keeper.storage.size", &spec.keeper.storage.size),
     ] {
         match quantity::parse_bytes(size) {
-            Some(0) => err(field, "must be larger than 0".into()),
+            Some(0) => errors.add(field, "must be larger than 0".into()),
             Some(_) => {}
-            None => err(field, format!("{size:?} is not a quantity such as 10Gi")),
+            None => errors.add(field, format!("{size:?} is not a quantity such as 10Gi")),
         }
     }
+}
+
+/// The disruption budget must let at least one pod go.
+fn check_disruption_budget(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if spec.pod_disruption_budget.max_unavailable < 1 {
-        err(
+        errors.add(
             "spec.podDisruptionBudget.maxUnavailable",
             format!(
                 "must be at least 1, got {}",
@@ -120,10 +163,14 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
             ),
         );
     }
+}
+
+/// Referenced Secrets: valid names, none of them one the operator generates itself.
+fn check_secrets(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if let Some(users) = &spec.users
         && !is_dns_subdomain(&users.secret_name)
     {
-        err(
+        errors.add(
             "spec.users.secretName",
             format!("{:?} is not a valid Secret name", users.secret_name),
         );
@@ -134,7 +181,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
         if let Some(secret) = secret
             && generated.contains(secret)
         {
-            err(
+            errors.add(
                 field,
                 format!(
                     "{secret:?} is the name of a Secret the operator generates for this cluster: use another name"
@@ -142,88 +189,93 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
             );
         }
     }
+}
+
+/// TLS: enabled needs a server certificate, required needs enabled.
+fn check_tls(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if spec.tls.enabled && spec.tls.server_cert_secret.is_none() {
-        err(
+        errors.add(
             "spec.tls.serverCertSecret",
             "is required when spec.tls.enabled is true".into(),
         );
     }
     if spec.tls.required && !spec.tls.enabled {
-        err("spec.tls.required", "needs spec.tls.enabled: true".into());
+        errors.add("spec.tls.required", "needs spec.tls.enabled: true".into());
     }
+}
+
+/// Backup schedules: unique DNS-label names, a valid cron expression, a destination and at
+/// least one backup kept.
+fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     let mut schedule_names = BTreeSet::new();
     for (i, s) in spec.backup.schedules.iter().enumerate() {
         let f = |leaf: &str| format!("spec.backup.schedules[{i}].{leaf}");
         if !is_dns_label(&s.name) {
-            err(&f("name"), format!("{:?} must be a DNS label", s.name));
+            errors.add(&f("name"), format!("{:?} must be a DNS label", s.name));
         }
         if !schedule_names.insert(s.name.as_str()) {
-            err(&f("name"), format!("{:?} is used twice", s.name));
+            errors.add(&f("name"), format!("{:?} is used twice", s.name));
         }
         if let Err(e) = Cron::parse(&s.schedule) {
-            err(&f("schedule"), e);
+            errors.add(&f("schedule"), e);
         }
         if s.destination.trim().is_empty() {
-            err(&f("destination"), "must not be empty".into());
+            errors.add(&f("destination"), "must not be empty".into());
         }
         if s.keep < 1 {
-            err(&f("keep"), format!("must be at least 1, got {}", s.keep));
+            errors.add(&f("keep"), format!("must be at least 1, got {}", s.keep));
         }
     }
-    for (which, pod) in [
-        ("spec.pod", &spec.pod),
-        ("spec.keeper.pod", &spec.keeper.pod),
-    ] {
-        let mut names = BTreeSet::new();
-        for (i, c) in pod.sidecars.iter().enumerate() {
-            if matches!(c.name.as_str(), "clickhouse" | "keeper") || !names.insert(c.name.as_str())
-            {
-                err(
-                    &format!("{which}.sidecars[{i}].name"),
-                    format!("{:?} is reserved or used twice", c.name),
-                );
-            }
-        }
-        for (key, value) in &pod.labels {
-            if !is_label_key(key) || !is_label_value(value) {
-                err(
-                    &format!("{which}.labels"),
-                    format!("{key:?}: {value:?} is not a valid label"),
-                );
-            } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
-                err(
-                    &format!("{which}.labels"),
-                    format!("{key:?} is reserved for the operator"),
-                );
-            }
-        }
-        if let Some(key) = &pod.topology_spread_key
-            && !is_label_key(key)
-        {
-            err(
-                &format!("{which}.topologySpreadKey"),
-                format!("{key:?} is not a valid label key"),
+}
+
+/// The pod settings at `which` (server or Keeper): sidecar names, labels outside the
+/// operator's prefixes, the topology spread key.
+fn check_pod(which: &str, pod: &PodSettings, errors: &mut Errors) {
+    let mut names = BTreeSet::new();
+    for (i, c) in pod.sidecars.iter().enumerate() {
+        if matches!(c.name.as_str(), "clickhouse" | "keeper") || !names.insert(c.name.as_str()) {
+            errors.add(
+                &format!("{which}.sidecars[{i}].name"),
+                format!("{:?} is reserved or used twice", c.name),
             );
         }
     }
+    for (key, value) in &pod.labels {
+        if !is_label_key(key) || !is_label_value(value) {
+            errors.add(
+                &format!("{which}.labels"),
+                format!("{key:?}: {value:?} is not a valid label"),
+            );
+        } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
+            errors.add(
+                &format!("{which}.labels"),
+                format!("{key:?} is reserved for the operator"),
+            );
+        }
+    }
+    if let Some(key) = &pod.topology_spread_key
+        && !is_label_key(key)
+    {
+        errors.add(
+            &format!("{which}.topologySpreadKey"),
+            format!("{key:?} is not a valid label key"),
+        );
+    }
+}
+
+/// Configuration: plain `.xml`/`.yaml` file names, settings as element paths.
+fn check_configuration(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for file in spec.configuration.files.keys() {
         if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
-            err(
+            errors.add(
                 "spec.configuration.files",
                 format!("{file:?} must be a plain file name ending in .xml or .yaml"),
             );
         }
     }
     for key in spec.configuration.settings.keys() {
-        let ok = !key.is_empty()
-            && key.split('/').all(|p| {
-                !p.is_empty()
-                    && p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                    && p.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-            });
-        if !ok {
-            err(
+        if !is_element_path(key) {
+            errors.add(
                 "spec.configuration.settings",
                 format!(
                     "{key:?} is not an element path such as max_concurrent_queries or logger/level"
@@ -231,33 +283,52 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
             );
         }
     }
+}
+
+/// `max_concurrent_queries`, `logger/level`: `/`-separated XML element names.
+fn is_element_path(key: &str) -> bool {
+    !key.is_empty()
+        && key.split('/').all(|p| {
+            !p.is_empty()
+                && p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        })
+}
+
+/// `spec.crVersion`: a version, not newer than this operator.
+fn check_cr_version(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if let Some(v) = &spec.cr_version {
         match (parse_version(v), parse_version(OPERATOR_VERSION)) {
-            (Some(want), Some(have)) if want > have => err(
+            (Some(want), Some(have)) if want > have => errors.add(
                 "spec.crVersion",
                 format!(
                     "{v} is newer than this operator ({OPERATOR_VERSION}): upgrade the operator and its CRDs first"
                 ),
             ),
-            (None, _) => err(
+            (None, _) => errors.add(
                 "spec.crVersion",
                 format!("{v:?} is not a version such as 0.1.0"),
             ),
             _ => {}
         }
     }
+}
 
+/// Allowed but unsafe (decision 16): a single copy of the data, a single Keeper member.
+fn warnings(spec: &ClickHouseClusterSpec) -> Vec<Warning> {
+    let mut warnings = Vec::new();
     if spec.replicas == 1 {
         warnings.push(Warning(
             "spec.replicas is 1: every shard has a single copy of its data".into(),
         ));
     }
-    if k == 1 {
+    if spec.keeper.replicas == 1 {
         warnings.push(Warning(
             "spec.keeper.replicas is 1: losing that member stops all inserts".into(),
         ));
     }
-    (errors, warnings)
+    warnings
 }
 
 #[cfg(test)]

@@ -371,6 +371,24 @@ impl Rows {
             values,
         })
     }
+
+    /// Every row read by `f`; the first row `f` refuses becomes an [`Error::Decode`] of
+    /// `statement` on `endpoint`.
+    pub(crate) fn decode<T>(
+        &self,
+        endpoint: &Endpoint,
+        statement: &str,
+        f: impl Fn(&Row<'_>) -> Result<T, String>,
+    ) -> Result<Vec<T>, Error> {
+        self.iter()
+            .map(|r| f(&r))
+            .collect::<Result<Vec<T>, String>>()
+            .map_err(|detail| Error::Decode {
+                endpoint: endpoint.clone(),
+                detail,
+                statement: statement.to_string(),
+            })
+    }
 }
 
 /// One row; typed getters by column name, each failing (never panicking) on a missing column

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::client::{Client, Error, QueryOptions, Row, Rows};
+use super::client::{Client, Error, QueryOptions, Row};
 use super::sql::{self, ClusterName, DatabaseName, ReplicaMacro, ShardMacro, TableName};
 use super::version::{Capability, Version};
 
@@ -29,27 +29,11 @@ pub struct ReplicatedTable {
     pub replica: ReplicaMacro,
 }
 
-fn decode<T>(
-    client: &Client,
-    rows: &Rows,
-    statement: &str,
-    f: impl Fn(&Row<'_>) -> Result<T, String>,
-) -> Result<Vec<T>, Error> {
-    rows.iter()
-        .map(|r| f(&r))
-        .collect::<Result<Vec<T>, String>>()
-        .map_err(|detail| Error::Decode {
-            endpoint: client.endpoint().clone(),
-            detail,
-            statement: statement.to_string(),
-        })
-}
-
 /// The replicated tables of a server (`system.replicas`).
 pub async fn replicated_tables(client: &Client) -> Result<Vec<ReplicatedTable>, Error> {
     let q = sql::replicated_tables();
     let rows = client.query(q, &QueryOptions::new().retry(true)).await?;
-    decode(client, &rows, q, |r| {
+    rows.decode(client.endpoint(), q, |r| {
         Ok(ReplicatedTable {
             table: TableName::new(r.str("database")?, r.str("table")?),
             zookeeper_path: r.str("zookeeper_path")?.to_string(),
@@ -99,14 +83,14 @@ pub async fn drop_leaving_objects(leaving: &Client) -> Result<DroppedObjects, Er
     let mut dropped = DroppedObjects::default();
     if let Some(q) = sql::discover_dictionaries(version) {
         let rows = leaving.query(&q, &retry).await?;
-        for d in decode(leaving, &rows, &q, table_name)? {
+        for d in rows.decode(leaving.endpoint(), &q, table_name)? {
             leaving.exec(&sql::drop_dictionary(&d), &retry).await?;
             dropped.dictionaries.push(d);
         }
     }
     let q = sql::discover_droppable_tables();
     let rows = leaving.query(&q, &retry).await?;
-    let mut tables = decode(leaving, &rows, &q, table_name)?;
+    let mut tables = rows.decode(leaving.endpoint(), &q, table_name)?;
     // Views and materialized views first, so no view outlives its source mid-way.
     let views = list_views(leaving).await?;
     tables.sort_by_key(|t| !views.contains(t));
@@ -116,7 +100,7 @@ pub async fn drop_leaving_objects(leaving: &Client) -> Result<DroppedObjects, Er
     }
     let q = sql::discover_replicated_databases();
     let rows = leaving.query(q, &retry).await?;
-    for d in decode(leaving, &rows, q, |r| {
+    for d in rows.decode(leaving.endpoint(), q, |r| {
         Ok(DatabaseName(r.str("name")?.to_string()))
     })? {
         leaving
@@ -134,7 +118,7 @@ fn table_name(r: &Row<'_>) -> Result<TableName, String> {
 async fn list_views(client: &Client) -> Result<Vec<TableName>, Error> {
     let q = "SELECT database, name FROM system.tables WHERE engine LIKE '%View%'";
     let rows = client.query(q, &QueryOptions::new().retry(true)).await?;
-    decode(client, &rows, q, table_name)
+    rows.decode(client.endpoint(), q, table_name)
 }
 
 /// "No node" (Keeper) or "does not exist": what was to be removed or read is not there.
@@ -210,7 +194,7 @@ pub async fn drop_replica_metadata(
     if version.supports(Capability::ReplicatedDatabase) {
         let q = sql::discover_replicated_databases();
         let rows = survivor.query(q, &retry).await?;
-        let databases = decode(survivor, &rows, q, |r| {
+        let databases = rows.decode(survivor.endpoint(), q, |r| {
             Ok(DatabaseName(r.str("name")?.to_string()))
         })?;
         for d in databases {
@@ -234,7 +218,7 @@ pub async fn drop_replica_metadata(
 pub async fn keeper_children(client: &Client, path: &str) -> Result<Vec<String>, Error> {
     let q = sql::zookeeper_children(path);
     match client.query(&q, &QueryOptions::new().retry(true)).await {
-        Ok(rows) => decode(client, &rows, &q, |r| Ok(r.str("name")?.to_string())),
+        Ok(rows) => rows.decode(client.endpoint(), &q, |r| Ok(r.str("name")?.to_string())),
         Err(e) if is_absent(&e) => Ok(Vec::new()),
         Err(e) => Err(e),
     }
@@ -282,7 +266,7 @@ impl ReplicationLag {
 pub async fn cluster_host_count(client: &Client, cluster: &ClusterName) -> Result<u64, Error> {
     let q = sql::cluster_host_count(cluster);
     let rows = client.query(&q, &QueryOptions::new()).await?;
-    let counts = decode(client, &rows, &q, |r| r.u64("n"))?;
+    let counts = rows.decode(client.endpoint(), &q, |r| r.u64("n"))?;
     Ok(counts.into_iter().next().unwrap_or(0))
 }
 
@@ -290,7 +274,7 @@ pub async fn cluster_host_count(client: &Client, cluster: &ClusterName) -> Resul
 pub async fn replication_lag(client: &Client) -> Result<ReplicationLag, Error> {
     let q = sql::replication_status();
     let rows = client.query(q, &QueryOptions::new()).await?;
-    let tables = decode(client, &rows, q, |r| {
+    let tables = rows.decode(client.endpoint(), q, |r| {
         Ok(TableLag {
             table: TableName::new(r.str("database")?, r.str("table")?),
             is_readonly: r.flag("is_readonly")?,

@@ -1,4 +1,4 @@
-//! PURE: what a spec change needs, per component — seed 002's table carried over to
+//! PURE: what a spec change needs, per component — the table of S2-14…S2-23 carried over to
 //! ClickHouse (S2-14 … S2-23). The planner turns these needs into actions; the README's table
 //! is this module's.
 //!
@@ -19,12 +19,16 @@
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService` | [`Need::ObjectUpdate`] | — |
 //! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy` | nothing | nothing |
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::{ClickHouseClusterSpec, PodSettings, StorageSpec};
+use serde_json::Value;
+
+use crate::api::{ClickHouseCluster, ClickHouseClusterSpec, PodSettings, StorageSpec};
 use crate::model::config::settings::needs_restart;
+use crate::model::diff::covers;
 use crate::model::hash::PodHashes;
 use crate::model::labels;
+use crate::model::{Cluster, Desired, Inputs, Password, ReplicaSpec, desired};
 use crate::util::quantity;
 
 /// What a change needs from one component. Ordered from least to most disruptive.
@@ -101,6 +105,26 @@ impl ComponentChanges {
     /// Whether nothing changes.
     pub fn is_empty(&self) -> bool {
         self.reasons.is_empty()
+    }
+
+    /// Makes the restart verdict the built pod templates' (`restarts`): a field change that
+    /// leaves the template as it is (say, an empty affinity) restarts nothing, and a template
+    /// change no field explains still rolls.
+    fn restarts_as_built(&mut self, restarts: bool) {
+        let claimed = self.needs(Need::RollingRestart) || self.needs(Need::FullStopStart);
+        if restarts && !claimed {
+            self.add(Need::RollingRestart, "the pod template");
+        } else if !restarts && claimed {
+            let rolled: Vec<Reason> = self
+                .reasons
+                .iter()
+                .filter(|r| matches!(r.need, Need::RollingRestart | Need::FullStopStart))
+                .cloned()
+                .collect();
+            for r in rolled {
+                self.reasons.remove(&r);
+            }
+        }
     }
 }
 
@@ -290,7 +314,58 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         ch.server.add(need, "spec.pause");
         ch.keeper.add(need, "spec.pause");
     }
+    if let (Some(o), Some(n)) = (built(old), built(new)) {
+        let server = o.server_statefulsets.iter().any(|os| {
+            n.server_statefulsets
+                .iter()
+                .find(|ns| ns.metadata.name == os.metadata.name)
+                .is_some_and(|ns| pod_template_changed(&json(os), &json(ns)))
+        });
+        let keeper = match (&o.keeper, &n.keeper) {
+            (Some(ok), Some(nk)) => {
+                pod_template_changed(&json(&ok.statefulset), &json(&nk.statefulset))
+            }
+            _ => false,
+        };
+        ch.server.restarts_as_built(server);
+        ch.keeper.restarts_as_built(keeper);
+    }
     ch
+}
+
+/// Does a StatefulSet's pod template change from `observed` to `desired`, so that its pods
+/// restart? The one test of a restart: the planner rolls exactly the StatefulSets for which
+/// this holds, and [`classify`] derives its restarts from it.
+pub fn pod_template_changed(observed: &Value, desired: &Value) -> bool {
+    !covers(&observed["spec"]["template"], &desired["spec"]["template"])
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("Kubernetes objects serialise")
+}
+
+/// Every object of a cluster with `spec`, built as a pass builds it (fixed names, no Secret
+/// contents), so that two specs compare the way the planner compares observed and desired
+/// objects. `None` when the spec cannot be built.
+fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
+    let mut c = ClickHouseCluster::new("c", spec.clone());
+    c.metadata.namespace = Some("ns".into());
+    c.metadata.uid = Some("uid".into());
+    // Stable names across a change of `replicas`: the index says shard and position.
+    let replicas = (0..spec.shards)
+        .flat_map(|s| {
+            (0..spec.replicas)
+                .map(move |i| ReplicaSpec::new("c", s, i64::from(s) * 1000 + i64::from(i)))
+        })
+        .collect();
+    let inputs = Inputs {
+        replicas,
+        listed: None,
+        secrets: BTreeMap::new(),
+        user_passwords: BTreeMap::new(),
+        operator_password: Password("-".into()),
+    };
+    desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }
 
 /// Classifies a change of Secret contents, from the hash annotations of the server and Keeper
@@ -411,7 +486,8 @@ mod tests {
         row(json!({}), json!({"pod": {"envSecret": "env"}}), rr, &[]);
         row(
             json!({}),
-            json!({"pod": {"affinity": {"podAntiAffinity": {}}}}),
+            json!({"pod": {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}}}),
             rr,
             &[],
         );
@@ -611,6 +687,18 @@ mod tests {
             on,
             json!({"tls": {"enabled": true, "serverCertSecret": "tls2", "required": true}}),
             &[Need::RollingRestart],
+            &[],
+        );
+    }
+
+    /// A field change that leaves the built pod template as it is restarts nothing: the
+    /// restart verdict is the planner's own template comparison ([`pod_template_changed`]).
+    #[test]
+    fn a_change_that_leaves_the_pod_template_restarts_nothing() {
+        row(
+            json!({}),
+            json!({"pod": {"affinity": {"podAntiAffinity": {}}}}),
+            &[],
             &[],
         );
     }

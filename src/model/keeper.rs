@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ExecAction, PodSpec, PodTemplateSpec, Probe,
-    Service, ServiceSpec, TCPSocketAction, Volume,
+    ConfigMap, ConfigMapVolumeSource, Container, ExecAction, PodTemplateSpec, Probe, Service,
+    ServiceSpec, TCPSocketAction, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -24,7 +24,7 @@ use super::pdb::budget;
 use super::service::service_port;
 use super::statefulset::{
     DATA_VOLUME, container_security, data_claim, empty_dir, env, env_from, mount, pod_annotations,
-    pod_security, port, spread,
+    pod_spec, port,
 };
 use super::{BuildError, Cluster, KeeperObjects, SecretData, names};
 
@@ -63,23 +63,82 @@ pub fn config_map(c: &Cluster<'_>) -> ConfigMap {
     }
 }
 
-/// The Keeper StatefulSet.
+/// The Keeper StatefulSet: `spec.keeper.replicas` members (0 while paused), started in
+/// parallel and rolled one at a time.
 pub fn statefulset(
     c: &Cluster<'_>,
     secrets: &BTreeMap<String, SecretData>,
 ) -> Result<StatefulSet, BuildError> {
     let k = &c.spec.keeper;
-    let pod = &k.pod;
-    let probe = || Probe {
-        tcp_socket: Some(TCPSocketAction {
-            port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
-            ..TCPSocketAction::default()
+    let selector = labels::component_selector(c.name, Component::Keeper);
+    Ok(StatefulSet {
+        metadata: c.meta(
+            names::keeper(c.name),
+            labels::common(c.name, Component::Keeper),
+        ),
+        spec: StatefulSetSpec {
+            replicas: Some(if c.spec.pause { 0 } else { k.replicas }),
+            service_name: Some(names::keeper_headless_service(c.name)),
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(selector.clone()),
+                ..LabelSelector::default()
+            },
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            template: keeper_pod(c, secrets, selector),
+            volume_claim_templates: Some(vec![data_claim(
+                &k.storage,
+                "spec.keeper.storage.size",
+                labels::common(c.name, Component::Keeper),
+            )?]),
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    })
+}
+
+/// The Keeper pod template: the Keeper container and the user's pod settings
+/// ([`pod_spec`]) with the Keeper ConfigMap and scratch space for logs and `/tmp`, spread
+/// among pods matching `selector`; the user's annotations plus the input hashes.
+fn keeper_pod(
+    c: &Cluster<'_>,
+    secrets: &BTreeMap<String, SecretData>,
+    selector: BTreeMap<String, String>,
+) -> PodTemplateSpec {
+    let pod = &c.spec.keeper.pod;
+    let mut pod_labels = pod.labels.clone();
+    pod_labels.extend(labels::common(c.name, Component::Keeper));
+    let volumes = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names::keeper(c.name),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        empty_dir("logs"),
+        empty_dir("tmp"),
+    ];
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: Some(pod_annotations(pod, &keeper_hashes(c, secrets))),
+            ..ObjectMeta::default()
         }),
-        period_seconds: Some(5),
-        failure_threshold: Some(3),
-        ..Probe::default()
-    };
-    let container = Container {
+        spec: Some(pod_spec(pod, keeper_container(c), volumes, selector)),
+    }
+}
+
+/// The Keeper container: [`keeper_command`], the client and raft ports, the user's
+/// environment; ready once it serves with a quorum, alive while its client port answers.
+fn keeper_container(c: &Cluster<'_>) -> Container {
+    let k = &c.spec.keeper;
+    let pod = &k.pod;
+    Container {
         name: KEEPER_CONTAINER.into(),
         image: Some(k.image.clone()),
         command: Some(keeper_command()),
@@ -116,75 +175,18 @@ pub fn statefulset(
             ..Probe::default()
         }),
         liveness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
+                ..TCPSocketAction::default()
+            }),
             initial_delay_seconds: Some(30),
             period_seconds: Some(10),
             failure_threshold: Some(6),
-            ..probe()
+            ..Probe::default()
         }),
         security_context: Some(container_security()),
         ..Container::default()
-    };
-    let mut containers = vec![container];
-    containers.extend(pod.sidecars.iter().cloned());
-    let mut pod_labels = pod.labels.clone();
-    pod_labels.extend(labels::common(c.name, Component::Keeper));
-    let selector = labels::component_selector(c.name, Component::Keeper);
-    Ok(StatefulSet {
-        metadata: c.meta(
-            names::keeper(c.name),
-            labels::common(c.name, Component::Keeper),
-        ),
-        spec: StatefulSetSpec {
-            replicas: Some(if c.spec.pause { 0 } else { k.replicas }),
-            service_name: Some(names::keeper_headless_service(c.name)),
-            pod_management_policy: Some("Parallel".into()),
-            selector: LabelSelector {
-                match_labels: Some(selector.clone()),
-                ..LabelSelector::default()
-            },
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("RollingUpdate".into()),
-                ..StatefulSetUpdateStrategy::default()
-            }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: Some(pod_annotations(pod, &keeper_hashes(c, secrets))),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers,
-                    volumes: Some(vec![
-                        Volume {
-                            name: "config".into(),
-                            config_map: Some(ConfigMapVolumeSource {
-                                name: names::keeper(c.name),
-                                ..ConfigMapVolumeSource::default()
-                            }),
-                            ..Volume::default()
-                        },
-                        empty_dir("logs"),
-                        empty_dir("tmp"),
-                    ]),
-                    security_context: Some(pod_security()),
-                    affinity: pod.affinity.clone(),
-                    tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
-                    node_selector: (!pod.node_selector.is_empty())
-                        .then(|| pod.node_selector.clone()),
-                    topology_spread_constraints: spread(pod.topology_spread_key.as_ref(), selector),
-                    enable_service_links: Some(false),
-                    ..PodSpec::default()
-                }),
-            },
-            volume_claim_templates: Some(vec![data_claim(
-                &k.storage,
-                "spec.keeper.storage.size",
-                labels::common(c.name, Component::Keeper),
-            )?]),
-            ..StatefulSetSpec::default()
-        },
-        ..StatefulSet::default()
-    })
+    }
 }
 
 /// Every Keeper object, or `None` when `spec.keeper.replicas` is 0.

@@ -10,6 +10,7 @@
 
 pub mod changes;
 pub mod config;
+pub mod diff;
 pub mod hash;
 pub mod keeper;
 pub mod labels;
@@ -55,7 +56,7 @@ impl ReplicaSpec {
 
 /// A plain password. It reaches no built object except the operator's own Secret; its `Debug`
 /// never shows it.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Password(pub String);
 
 impl fmt::Debug for Password {
@@ -68,7 +69,7 @@ impl fmt::Debug for Password {
 pub type SecretData = BTreeMap<String, Vec<u8>>;
 
 /// What the controller read for the builders.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Inputs {
     /// The server replicas (all entries of `status.replicaStateMap`).
     pub replicas: Vec<ReplicaSpec>,

@@ -31,7 +31,7 @@ pub const DATA_VOLUME: &str = "data";
 
 /// Pod security: non-root as the images' `clickhouse` user, fsGroup for the volumes, seccomp
 /// RuntimeDefault.
-pub(crate) fn pod_security() -> PodSecurityContext {
+fn pod_security() -> PodSecurityContext {
     PodSecurityContext {
         run_as_user: Some(CLICKHOUSE_UID),
         run_as_group: Some(CLICKHOUSE_UID),
@@ -105,7 +105,7 @@ pub(crate) fn env(vars: Vec<EnvVar>) -> Option<Vec<EnvVar>> {
 }
 
 /// A topology spread over `key` (maxSkew 1, ScheduleAnyway) among pods matching `selector`.
-pub(crate) fn spread(
+fn spread(
     key: Option<&String>,
     selector: BTreeMap<String, String>,
 ) -> Option<Vec<TopologySpreadConstraint>> {
@@ -121,6 +121,30 @@ pub(crate) fn spread(
             ..TopologySpreadConstraint::default()
         }]
     })
+}
+
+/// A pod spec: `main`, then the user's sidecars; `volumes`; the locked-down
+/// [`pod_security`]; the user's affinity, tolerations and node selector; the spread over the
+/// user's topology key among pods matching `spread_selector`; no service links.
+pub(crate) fn pod_spec(
+    pod: &PodSettings,
+    main: Container,
+    volumes: Vec<Volume>,
+    spread_selector: BTreeMap<String, String>,
+) -> PodSpec {
+    let mut containers = vec![main];
+    containers.extend(pod.sidecars.iter().cloned());
+    PodSpec {
+        containers,
+        volumes: Some(volumes),
+        security_context: Some(pod_security()),
+        affinity: pod.affinity.clone(),
+        tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
+        node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
+        topology_spread_constraints: spread(pod.topology_spread_key.as_ref(), spread_selector),
+        enable_service_links: Some(false),
+        ..PodSpec::default()
+    }
 }
 
 /// The data volume claim template from a storage spec.
@@ -204,97 +228,72 @@ pub fn server(
     hashes: &PodHashes,
 ) -> Result<StatefulSet, BuildError> {
     let spec = c.spec;
+    Ok(StatefulSet {
+        metadata: c.meta(r.name.clone(), labels::replica(c.name, r)),
+        spec: StatefulSetSpec {
+            replicas: Some(if spec.pause { 0 } else { 1 }),
+            service_name: Some(names::headless_service(c.name)),
+            selector: LabelSelector {
+                match_labels: Some(labels::replica_selector(c.name, &r.name)),
+                ..LabelSelector::default()
+            },
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some(
+                    match spec.update_strategy {
+                        UpdateStrategy::SmartUpdate | UpdateStrategy::OnDelete => "OnDelete",
+                        UpdateStrategy::RollingUpdate => "RollingUpdate",
+                    }
+                    .into(),
+                ),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            template: server_pod(c, r, hashes),
+            volume_claim_templates: Some(vec![data_claim(
+                &spec.storage,
+                "spec.storage.size",
+                labels::replica(c.name, r),
+            )?]),
+            ..StatefulSetSpec::default()
+        },
+        ..StatefulSet::default()
+    })
+}
+
+/// The pod template of replica `r`: the server container and the user's pod settings
+/// ([`pod_spec`]), spread among the cluster's serving pods, a minute to shut down; the user's
+/// annotations plus the input hashes ([`pod_annotations`]).
+fn server_pod(c: &Cluster<'_>, r: &ReplicaSpec, hashes: &PodHashes) -> PodTemplateSpec {
+    let pod = &c.spec.pod;
+    let (mounts, volumes) = server_volumes(c, r);
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels::server_pod(c.name, r, &pod.labels)),
+            annotations: Some(pod_annotations(pod, hashes)),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            termination_grace_period_seconds: Some(60),
+            ..pod_spec(
+                pod,
+                server_container(c, mounts),
+                volumes,
+                labels::spread_selector(c.name),
+            )
+        }),
+    }
+}
+
+/// The server container: the image's entrypoint told not to set up users, the user's
+/// environment, [`server_ports`], and `/ping` probes on the HTTP port (HTTPS when only secure
+/// ports are open).
+fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
+    let spec = c.spec;
     let pod = &spec.pod;
-    let tls = &spec.tls;
-    let secure_only = tls.enabled && tls.required;
-    let (probe_port, https) = if secure_only {
+    let (probe_port, https) = if spec.tls.enabled && spec.tls.required {
         (names::HTTPS_PORT, true)
     } else {
         (names::HTTP_PORT, false)
     };
-    let mut mounts = vec![
-        mount(DATA_VOLUME, names::SERVER_DATA_PATH),
-        mount("config-d", names::SERVER_CONFIG_D_PATH),
-        mount("users-d", names::SERVER_USERS_D_PATH),
-        mount("logs", names::SERVER_LOG_PATH),
-        mount("tmp", "/tmp"),
-    ];
-    let mut volumes = vec![
-        Volume {
-            name: "config-d".into(),
-            projected: Some(ProjectedVolumeSource {
-                sources: Some(vec![
-                    VolumeProjection {
-                        config_map: Some(ConfigMapProjection {
-                            name: names::common_config(c.name),
-                            ..ConfigMapProjection::default()
-                        }),
-                        ..VolumeProjection::default()
-                    },
-                    VolumeProjection {
-                        config_map: Some(ConfigMapProjection {
-                            name: names::replica_config(&r.name),
-                            ..ConfigMapProjection::default()
-                        }),
-                        ..VolumeProjection::default()
-                    },
-                    VolumeProjection {
-                        secret: Some(SecretProjection {
-                            name: names::users_secret(c.name),
-                            items: Some(vec![KeyToPath {
-                                key: names::REMOTE_SERVERS_FILE.into(),
-                                path: names::REMOTE_SERVERS_FILE.into(),
-                                ..KeyToPath::default()
-                            }]),
-                            ..SecretProjection::default()
-                        }),
-                        ..VolumeProjection::default()
-                    },
-                ]),
-                ..ProjectedVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        Volume {
-            name: "users-d".into(),
-            projected: Some(ProjectedVolumeSource {
-                sources: Some(vec![VolumeProjection {
-                    secret: Some(SecretProjection {
-                        name: names::users_secret(c.name),
-                        items: Some(vec![KeyToPath {
-                            key: names::USERS_FILE.into(),
-                            path: names::USERS_FILE.into(),
-                            ..KeyToPath::default()
-                        }]),
-                        ..SecretProjection::default()
-                    }),
-                    ..VolumeProjection::default()
-                }]),
-                ..ProjectedVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
-        empty_dir("logs"),
-        empty_dir("tmp"),
-    ];
-    if tls.enabled {
-        for (volume, secret, path) in [
-            ("tls", &tls.server_cert_secret, names::SERVER_TLS_PATH),
-            ("ca", &tls.ca_secret, names::SERVER_CA_PATH),
-        ] {
-            if let Some(secret) = secret {
-                mounts.push(mount(volume, path));
-                volumes.push(Volume {
-                    name: volume.into(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(secret.clone()),
-                        ..SecretVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                });
-            }
-        }
-    }
     let mut env_vars = vec![EnvVar {
         // The official image's entrypoint must not write users.d (a read-only projection):
         // the operator manages the users.
@@ -303,7 +302,7 @@ pub fn server(
         ..EnvVar::default()
     }];
     env_vars.extend(pod.env.iter().cloned());
-    let container = Container {
+    Container {
         name: SERVER_CONTAINER.into(),
         image: Some(spec.image.clone()),
         ports: Some(
@@ -334,58 +333,97 @@ pub fn server(
         }),
         security_context: Some(container_security()),
         ..Container::default()
-    };
-    let mut containers = vec![container];
-    containers.extend(pod.sidecars.iter().cloned());
-    let template = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(labels::server_pod(c.name, r, &pod.labels)),
-            annotations: Some(pod_annotations(pod, hashes)),
-            ..ObjectMeta::default()
+    }
+}
+
+/// The server container's mounts and the pod's volumes: the data claim, `config.d` (the
+/// common and the replica's ConfigMap plus `remote_servers` from the users Secret), `users.d`
+/// (from the users Secret), scratch space for logs and `/tmp`, and with TLS the certificate
+/// and CA Secrets that are set.
+fn server_volumes(c: &Cluster<'_>, r: &ReplicaSpec) -> (Vec<VolumeMount>, Vec<Volume>) {
+    let tls = &c.spec.tls;
+    let mut mounts = vec![
+        mount(DATA_VOLUME, names::SERVER_DATA_PATH),
+        mount("config-d", names::SERVER_CONFIG_D_PATH),
+        mount("users-d", names::SERVER_USERS_D_PATH),
+        mount("logs", names::SERVER_LOG_PATH),
+        mount("tmp", "/tmp"),
+    ];
+    let mut volumes = vec![
+        projected(
+            "config-d",
+            vec![
+                config_map_projection(names::common_config(c.name)),
+                config_map_projection(names::replica_config(&r.name)),
+                secret_file_projection(names::users_secret(c.name), names::REMOTE_SERVERS_FILE),
+            ],
+        ),
+        projected(
+            "users-d",
+            vec![secret_file_projection(
+                names::users_secret(c.name),
+                names::USERS_FILE,
+            )],
+        ),
+        empty_dir("logs"),
+        empty_dir("tmp"),
+    ];
+    if tls.enabled {
+        for (volume, secret, path) in [
+            ("tls", &tls.server_cert_secret, names::SERVER_TLS_PATH),
+            ("ca", &tls.ca_secret, names::SERVER_CA_PATH),
+        ] {
+            if let Some(secret) = secret {
+                mounts.push(mount(volume, path));
+                volumes.push(Volume {
+                    name: volume.into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(secret.clone()),
+                        ..SecretVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                });
+            }
+        }
+    }
+    (mounts, volumes)
+}
+
+/// A projected volume of `sources`.
+fn projected(name: &str, sources: Vec<VolumeProjection>) -> Volume {
+    Volume {
+        name: name.into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            ..ProjectedVolumeSource::default()
         }),
-        spec: Some(PodSpec {
-            containers,
-            volumes: Some(volumes),
-            security_context: Some(pod_security()),
-            affinity: pod.affinity.clone(),
-            tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
-            node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
-            topology_spread_constraints: spread(
-                pod.topology_spread_key.as_ref(),
-                labels::spread_selector(c.name),
-            ),
-            enable_service_links: Some(false),
-            termination_grace_period_seconds: Some(60),
-            ..PodSpec::default()
+        ..Volume::default()
+    }
+}
+
+/// Every key of ConfigMap `name`, as files.
+fn config_map_projection(name: String) -> VolumeProjection {
+    VolumeProjection {
+        config_map: Some(ConfigMapProjection {
+            name,
+            ..ConfigMapProjection::default()
         }),
-    };
-    Ok(StatefulSet {
-        metadata: c.meta(r.name.clone(), labels::replica(c.name, r)),
-        spec: StatefulSetSpec {
-            replicas: Some(if spec.pause { 0 } else { 1 }),
-            service_name: Some(names::headless_service(c.name)),
-            selector: LabelSelector {
-                match_labels: Some(labels::replica_selector(c.name, &r.name)),
-                ..LabelSelector::default()
-            },
-            update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some(
-                    match spec.update_strategy {
-                        UpdateStrategy::SmartUpdate | UpdateStrategy::OnDelete => "OnDelete",
-                        UpdateStrategy::RollingUpdate => "RollingUpdate",
-                    }
-                    .into(),
-                ),
-                ..StatefulSetUpdateStrategy::default()
-            }),
-            template,
-            volume_claim_templates: Some(vec![data_claim(
-                &spec.storage,
-                "spec.storage.size",
-                labels::replica(c.name, r),
-            )?]),
-            ..StatefulSetSpec::default()
-        },
-        ..StatefulSet::default()
-    })
+        ..VolumeProjection::default()
+    }
+}
+
+/// Key `file` of Secret `name`, as the file of that name.
+fn secret_file_projection(name: String, file: &str) -> VolumeProjection {
+    VolumeProjection {
+        secret: Some(SecretProjection {
+            name,
+            items: Some(vec![KeyToPath {
+                key: file.into(),
+                path: file.into(),
+                ..KeyToPath::default()
+            }]),
+            ..SecretProjection::default()
+        }),
+        ..VolumeProjection::default()
+    }
 }

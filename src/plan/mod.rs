@@ -3,7 +3,6 @@
 //! failed. It performs no I/O, so every rule here is tested with plain data.
 
 pub mod action;
-pub mod diff;
 pub mod facts;
 pub mod pass;
 pub mod replicas;
@@ -125,6 +124,27 @@ pub struct Plan {
     pub manage: bool,
 }
 
+impl Plan {
+    /// A pass that does nothing but report `failure`.
+    fn refused(
+        status: ClickHouseClusterStatus,
+        events: Vec<PlannedEvent>,
+        failure: Failure,
+        manage: bool,
+    ) -> Plan {
+        Plan {
+            status,
+            events,
+            actions: Vec::new(),
+            phases: Vec::new(),
+            lag_checks: Vec::new(),
+            again: false,
+            failure: Some(failure),
+            manage,
+        }
+    }
+}
+
 /// The cluster that owns a namespace: the oldest by creation time, then by name (decision 18).
 pub fn namespace_owner(clusters: &[Sibling]) -> Option<&Sibling> {
     clusters
@@ -174,16 +194,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
                 message,
             });
         }
-        return Plan {
-            status,
-            events,
-            actions: Vec::new(),
-            phases: Vec::new(),
-            lag_checks: Vec::new(),
-            again: false,
-            failure: Some(failure),
-            manage: false,
-        };
+        return Plan::refused(status, events, failure, false);
     }
 
     // Validate and default.
@@ -216,16 +227,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         }
         let mut status = status::failed(&old, generation, &failure, now);
         status.schema_policy = Some(policy.effective());
-        return Plan {
-            status,
-            events,
-            actions: Vec::new(),
-            phases: Vec::new(),
-            lag_checks: Vec::new(),
-            again: false,
-            failure: Some(failure),
-            manage: true,
-        };
+        return Plan::refused(status, events, failure, true);
     }
 
     let pass = pass::plan_pass(cluster, &world.observed, now);

@@ -65,29 +65,7 @@ pub async fn run(
             ))
         }
         ScaleInAction::SyncShard { replica, backup } => {
-            if backup.is_empty() {
-                return Ok(event(
-                    "Synced",
-                    format!("{replica}: its whole shard is removed, nothing to sync to"),
-                ));
-            }
-            let client = ch_client(cluster, world, backup)?;
-            match chreplica::sync_shard(&client, SYNC_STEP).await {
-                Ok(tables) => Ok(event(
-                    "Synced",
-                    format!(
-                        "{} replicated table(s) synced on {backup} before removing {replica}",
-                        tables.len()
-                    ),
-                )),
-                Err(e) if e.is_timeout() => Ok(Done::Waiting(format!(
-                    "scale-in of {replica} waits for {backup} to catch up with its shard"
-                ))),
-                Err(e) => Err(Error::clickhouse(
-                    &format!("syncing the shard of {replica} on {backup}"),
-                    e,
-                )),
-            }
+            sync_shard(cluster, world, replica, backup).await
         }
         ScaleInAction::DropObjects { replica } => match ch_client(cluster, world, replica) {
             Ok(client) => {
@@ -133,40 +111,7 @@ pub async fn run(
             replica,
             shard,
             survivors,
-        } => {
-            let Some(survivor) = survivors.first() else {
-                return Ok(event(
-                    "KeeperCleaned",
-                    format!("{replica}: no surviving replica in its shard"),
-                ));
-            };
-            let client = ch_client(cluster, world, survivor)?;
-            let leaving = chreplica::LeavingReplica {
-                shard: clickhouse::sql::ShardMacro(shard.to_string()),
-                replica: clickhouse::sql::ReplicaMacro(replica.clone()),
-            };
-            let cleanup = chreplica::drop_replica_metadata(&client, &leaving)
-                .await
-                .map_err(|e| {
-                    Error::clickhouse(
-                        &format!("dropping the Keeper metadata of {replica} from {survivor}"),
-                        e,
-                    )
-                })?;
-            if !cleanup.is_clean() {
-                return Ok(warning(
-                    "KeeperMetadataLeft",
-                    format!(
-                        "this ClickHouse version cannot drop the Keeper metadata of {replica} for {} table(s)",
-                        cleanup.left_behind.len()
-                    ),
-                ));
-            }
-            Ok(event(
-                "KeeperCleaned",
-                format!("Drop replica {replica}: Keeper metadata removed"),
-            ))
-        }
+        } => drop_keeper_metadata(cluster, world, replica, *shard, survivors).await,
         ScaleInAction::LabelPvcsAndForget { replica } => {
             label_pvcs(ctx, &ns, world, |p| {
                 p.metadata
@@ -184,6 +129,80 @@ pub async fn run(
             ))
         }
     }
+}
+
+/// Scale-in step 3 (S0-25): the shard's replicated tables synced on its backup replica.
+async fn sync_shard(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+    backup: &str,
+) -> Result<Done, Error> {
+    if backup.is_empty() {
+        return Ok(event(
+            "Synced",
+            format!("{replica}: its whole shard is removed, nothing to sync to"),
+        ));
+    }
+    let client = ch_client(cluster, world, backup)?;
+    match chreplica::sync_shard(&client, SYNC_STEP).await {
+        Ok(tables) => Ok(event(
+            "Synced",
+            format!(
+                "{} replicated table(s) synced on {backup} before removing {replica}",
+                tables.len()
+            ),
+        )),
+        Err(e) if e.is_timeout() => Ok(Done::Waiting(format!(
+            "scale-in of {replica} waits for {backup} to catch up with its shard"
+        ))),
+        Err(e) => Err(Error::clickhouse(
+            &format!("syncing the shard of {replica} on {backup}"),
+            e,
+        )),
+    }
+}
+
+/// Scale-in step 5 (S0-27): the leaving replica's Keeper metadata dropped from a survivor.
+async fn drop_keeper_metadata(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+    shard: i32,
+    survivors: &[String],
+) -> Result<Done, Error> {
+    let Some(survivor) = survivors.first() else {
+        return Ok(event(
+            "KeeperCleaned",
+            format!("{replica}: no surviving replica in its shard"),
+        ));
+    };
+    let client = ch_client(cluster, world, survivor)?;
+    let leaving = chreplica::LeavingReplica {
+        shard: clickhouse::sql::ShardMacro(shard.to_string()),
+        replica: clickhouse::sql::ReplicaMacro(replica.to_string()),
+    };
+    let cleanup = chreplica::drop_replica_metadata(&client, &leaving)
+        .await
+        .map_err(|e| {
+            Error::clickhouse(
+                &format!("dropping the Keeper metadata of {replica} from {survivor}"),
+                e,
+            )
+        })?;
+    if !cleanup.is_clean() {
+        return Ok(warning(
+            "KeeperMetadataLeft",
+            format!(
+                "this ClickHouse version cannot drop the Keeper metadata of {replica} for {} table(s)",
+                cleanup.left_behind.len()
+            ),
+        ));
+    }
+    Ok(event(
+        "KeeperCleaned",
+        format!("Drop replica {replica}: Keeper metadata removed"),
+    ))
 }
 
 /// Hands the selected PVCs to the PVC cleaner.

@@ -24,7 +24,6 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use super::action::Action;
-use super::diff::{covers, object_covered};
 use super::facts::{Facts, Kind, Observed};
 use super::rollout::Member;
 use super::{EventType, Failure, FailureReason, PlannedEvent};
@@ -32,6 +31,8 @@ use crate::api::{
     ClickHouseCluster, ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaState, ReplicaStatus,
 };
 use crate::model::Desired;
+use crate::model::changes::pod_template_changed;
+use crate::model::diff::object_covered;
 
 /// Annotation on a ClickHouseCluster that allows removing shards, whose data is then lost.
 pub const ALLOW_DATA_LOSS: &str = "clickhouse.com/allow-data-loss";
@@ -310,9 +311,9 @@ pub fn json_of<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("Kubernetes objects serialise")
 }
 
-/// Does the observed pod template cover the desired one?
+/// Does the observed StatefulSet's pod template cover the desired one (no restart needed)?
 fn template_covers(observed: &Value, desired: &Value) -> bool {
-    covers(&observed["spec"]["template"], &desired["spec"]["template"])
+    !pod_template_changed(observed, desired)
 }
 
 #[cfg(test)]
