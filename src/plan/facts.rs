@@ -11,7 +11,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use crate::api::ClickHouseCluster;
-use crate::model::{self, Inputs, names};
+use crate::model::{Inputs, names};
 
 /// How long a pod may stay unschedulable before a rollout reports a failure (S2-31).
 pub const UNSCHEDULABLE_GRACE: SignedDuration = SignedDuration::from_secs(120);
@@ -39,7 +39,7 @@ impl Kind {
 }
 
 /// What the controller read for a pass, beyond the cluster itself.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Observed {
     /// Server and Keeper StatefulSets of the cluster, by name.
     pub statefulsets: BTreeMap<String, StatefulSet>,
@@ -63,29 +63,6 @@ pub struct Observed {
     pub operator_secret_present: bool,
     /// Referenced Secrets that do not exist: field → Secret name.
     pub missing_secrets: Vec<(String, String)>,
-}
-
-impl Default for Observed {
-    fn default() -> Self {
-        Observed {
-            statefulsets: BTreeMap::new(),
-            pods: BTreeMap::new(),
-            objects: BTreeMap::new(),
-            pvcs: BTreeMap::new(),
-            backup_in_flight: None,
-            caught_up: BTreeMap::new(),
-            cluster_hosts: BTreeMap::new(),
-            inputs: Inputs {
-                replicas: Vec::new(),
-                listed: None,
-                secrets: BTreeMap::new(),
-                user_passwords: BTreeMap::new(),
-                operator_password: model::Password(String::new()),
-            },
-            operator_secret_present: false,
-            missing_secrets: Vec::new(),
-        }
-    }
 }
 
 /// What the cluster as a whole is doing, from the spec and the pods.
@@ -157,31 +134,43 @@ pub struct ServerFacts {
     pub pvc: Option<PvcFacts>,
 }
 
+/// One pod of the Keeper ensemble.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeeperMember {
+    pub pod: String,
+    pub uid: Option<String>,
+    pub ready: bool,
+    /// On the StatefulSet's current revision.
+    pub current: bool,
+    /// On a revision older than the StatefulSet's current one (its status is up to date).
+    pub old_revision: bool,
+}
+
 /// The Keeper ensemble.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KeeperFacts {
     pub exists: bool,
     /// Members its StatefulSet runs now (`spec.replicas`).
     pub size: i32,
-    /// Per ordinal: (Ready, on the current revision).
-    pub members: BTreeMap<i32, (bool, bool)>,
+    /// Its pods, by ordinal.
+    pub members: BTreeMap<i32, KeeperMember>,
 }
 
 impl KeeperFacts {
     /// Every member of the current size is Ready.
     pub fn all_ready(&self) -> bool {
-        (0..self.size).all(|i| self.members.get(&i).is_some_and(|m| m.0))
+        (0..self.size).all(|i| self.members.get(&i).is_some_and(|m| m.ready))
     }
 
     /// Every member of the current size is Ready on the current revision.
     pub fn all_ready_and_current(&self) -> bool {
-        (0..self.size).all(|i| self.members.get(&i).is_some_and(|m| m.0 && m.1))
+        (0..self.size).all(|i| self.members.get(&i).is_some_and(|m| m.ready && m.current))
     }
 
     /// Members among the first `n` that are Ready on the current revision.
     pub fn ready_and_current_of(&self, n: i32) -> i32 {
         (0..n)
-            .filter(|i| self.members.get(i).is_some_and(|m| m.0 && m.1))
+            .filter(|i| self.members.get(i).is_some_and(|m| m.ready && m.current))
             .count() as i32
     }
 }
@@ -228,8 +217,16 @@ impl Facts {
                 let top = size.max(cluster.spec.keeper.replicas);
                 let members = (0..top)
                     .filter_map(|i| {
-                        let p = obs.pods.get(&format!("{keeper_name}-{i}"))?;
-                        Some((i, (pod_ready(p), pod_current(k, p))))
+                        let pod = format!("{keeper_name}-{i}");
+                        let p = obs.pods.get(&pod)?;
+                        let member = KeeperMember {
+                            uid: p.metadata.uid.clone(),
+                            ready: pod_ready(p),
+                            current: pod_current(k, p),
+                            old_revision: old_revision(k, p),
+                            pod,
+                        };
+                        Some((i, member))
                     })
                     .collect();
                 KeeperFacts {
@@ -353,6 +350,23 @@ fn pod_current(sts: &StatefulSet, p: &Pod) -> bool {
         .and_then(|l| l.get("controller-revision-hash"))
         .map(String::as_str);
     settled && update.is_some() && update == pod_rev
+}
+
+/// Pod on a revision older than its StatefulSet's current one, as far as the StatefulSet's
+/// up-to-date status tells.
+fn old_revision(sts: &StatefulSet, p: &Pod) -> bool {
+    let settled =
+        sts.status.as_ref().and_then(|s| s.observed_generation) == sts.metadata.generation;
+    let update = sts
+        .status
+        .as_ref()
+        .and_then(|s| s.update_revision.as_deref());
+    let pod_rev = p
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("controller-revision-hash"));
+    settled && update.is_some() && pod_rev.map(String::as_str) != update
 }
 
 /// Why a pod cannot run, if it cannot (S2-31, S2-39).

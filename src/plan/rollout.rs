@@ -2,9 +2,13 @@
 //! Update of S2-26…S2-34, the rolling reconciliation of S0-17, decisions 5, 6 and 8).
 //!
 //! Within a shard at most `maxUnavailable` replicas are down at once, counting the ones that
-//! are already unready; the newest replica goes first and the shard's backup replica last;
-//! shards roll in parallel. A StatefulSet's template is written only when it is that replica's
-//! turn, so the new configuration never reaches a pod before its turn either.
+//! are already unready; the newest replica goes first and the shard's backup replica last.
+//! A canary goes first: until one replica of the whole cluster is available on the new
+//! template, only one replica of the cluster is rolled; then the shards roll in parallel, so
+//! a bad change costs one host. A replica that is not Ready and not on the desired template is
+//! repaired at once, whatever the budget: that cannot lower availability, and it is how
+//! reverting a bad change heals (decision 5). A StatefulSet's template is written only when
+//! it is that replica's turn, so the new configuration never reaches a pod before its turn.
 
 use crate::api::UpdateStrategy;
 
@@ -28,6 +32,17 @@ pub struct Member {
     pub failing: Option<String>,
 }
 
+impl Member {
+    fn outdated(&self) -> bool {
+        self.template_outdated || self.pod_outdated
+    }
+
+    /// On the new template but not (yet) available on it: being rolled.
+    fn in_flight(&self) -> bool {
+        !self.template_outdated && (self.pod_outdated || !self.available)
+    }
+}
+
 /// What the rollout does in this pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RolloutPlan {
@@ -41,14 +56,6 @@ pub struct RolloutPlan {
     pub failure: Option<String>,
 }
 
-impl RolloutPlan {
-    pub fn in_progress(&self) -> bool {
-        !(self.write_templates.is_empty()
-            && self.restart_pods.is_empty()
-            && self.waiting.is_empty())
-    }
-}
-
 /// Conditions outside the replicas that hold back a Smart Update.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Gates {
@@ -56,6 +63,18 @@ pub struct Gates {
     pub backup_in_flight: Option<String>,
     /// The client Service exists (S2-30).
     pub client_service_ready: bool,
+}
+
+/// How many replicas of the whole cluster may still start rolling in this pass before one is
+/// proven on the new template: `None` once one is (no limit but the shards' budgets).
+fn canary_slots(members: &[Member]) -> Option<usize> {
+    let proven = members.iter().any(|m| !m.outdated() && m.available);
+    let rolling = members.iter().any(Member::in_flight);
+    match (proven, rolling) {
+        (true, _) => None,
+        (false, true) => Some(0),
+        (false, false) => Some(1),
+    }
 }
 
 /// Plans the rollout over `members` (all shards).
@@ -66,10 +85,6 @@ pub fn plan_rollout(
     gates: &Gates,
 ) -> RolloutPlan {
     let mut plan = RolloutPlan::default();
-    let mut shards: Vec<i32> = members.iter().map(|m| m.shard).collect();
-    shards.sort();
-    shards.dedup();
-
     if strategy == UpdateStrategy::OnDelete {
         // Specs are updated, nothing is restarted (S2-34).
         plan.write_templates = members
@@ -79,96 +94,131 @@ pub fn plan_rollout(
             .collect();
         return plan;
     }
-
+    let mut shards: Vec<i32> = members.iter().map(|m| m.shard).collect();
+    shards.sort();
+    shards.dedup();
+    let mut canary = canary_slots(members);
     for shard in shards {
         let mut group: Vec<&Member> = members.iter().filter(|m| m.shard == shard).collect();
         // Newest first, the backup replica last (decision 6).
         group.sort_by_key(|m| (m.is_backup, std::cmp::Reverse(m.index)));
-        let outdated = |m: &Member| m.template_outdated || m.pod_outdated;
-        if !group.iter().any(|m| outdated(m)) {
-            continue;
-        }
-        // A replica on the new template that cannot start stops the rollout (S2-31).
-        if strategy == UpdateStrategy::SmartUpdate
-            && let Some(m) = group
-                .iter()
-                .find(|m| !m.template_outdated && m.failing.is_some())
-        {
-            plan.failure = Some(format!(
-                "rollout stopped: {} {}",
-                m.name,
-                m.failing.as_deref().unwrap_or_default()
-            ));
-            continue;
-        }
-        // Full crash of the shard: nothing to protect, bring every replica to the new spec at
-        // once (S2-12, decision 14).
-        if group.iter().all(|m| !m.ready) {
-            for m in &group {
-                if m.template_outdated {
-                    plan.write_templates.push(m.name.clone());
-                } else if m.pod_outdated && strategy == UpdateStrategy::SmartUpdate {
-                    plan.restart_pods.push(m.name.clone());
-                }
-            }
-            continue;
-        }
-        if strategy == UpdateStrategy::SmartUpdate {
-            if let Some(b) = &gates.backup_in_flight {
-                plan.waiting
-                    .push(format!("shard {shard}: waiting for backup {b} to finish"));
-                continue;
-            }
-            if !gates.client_service_ready {
-                plan.waiting
-                    .push(format!("shard {shard}: waiting for the client Service"));
-                continue;
-            }
-        }
-        // Replicas being rolled: on the new template but not yet available on it.
-        let in_flight: Vec<&&Member> = group
-            .iter()
-            .filter(|m| !m.template_outdated && (m.pod_outdated || !m.available))
-            .collect();
-        let unavailable_other = group
-            .iter()
-            .filter(|m| m.template_outdated && !m.available)
-            .count() as i32;
-        let mut budget = max_unavailable - in_flight.len() as i32 - unavailable_other;
-        for m in &in_flight {
-            if m.pod_outdated && strategy == UpdateStrategy::SmartUpdate {
-                let others_available = group.iter().any(|o| o.name != m.name && o.available);
-                if group.len() > 1 && !others_available {
-                    plan.waiting.push(format!(
-                        "shard {shard}: {} waits for another replica to be available before its restart",
-                        m.name
-                    ));
-                } else {
-                    plan.restart_pods.push(m.name.clone());
-                }
-            } else if !m.available {
-                plan.waiting.push(format!(
-                    "shard {shard}: waiting for {} to be {} on its new revision",
-                    m.name,
-                    if m.ready { "caught up" } else { "Ready" }
-                ));
-            }
-        }
-        for m in group.iter().filter(|m| m.template_outdated) {
-            if budget <= 0 {
-                if in_flight.is_empty() {
-                    plan.waiting.push(format!(
-                        "shard {shard}: {} unavailable replica(s) already use the disruption budget of {max_unavailable}",
-                        unavailable_other
-                    ));
-                }
-                break;
-            }
-            plan.write_templates.push(m.name.clone());
-            budget -= 1;
+        if group.iter().any(|m| m.outdated()) {
+            plan_shard(
+                &mut plan,
+                shard,
+                &group,
+                strategy,
+                max_unavailable,
+                gates,
+                &mut canary,
+            );
         }
     }
     plan
+}
+
+fn plan_shard(
+    plan: &mut RolloutPlan,
+    shard: i32,
+    group: &[&Member],
+    strategy: UpdateStrategy,
+    max_unavailable: i32,
+    gates: &Gates,
+    canary: &mut Option<usize>,
+) {
+    let smart = strategy == UpdateStrategy::SmartUpdate;
+    // A pod of the new revision that cannot start stops the rollout (S2-31); a failing pod
+    // of an old revision is replaced below.
+    if smart && let Some(m) = group.iter().find(|m| !m.outdated() && m.failing.is_some()) {
+        plan.failure = Some(format!(
+            "rollout stopped: {} {}",
+            m.name,
+            m.failing.as_deref().unwrap_or_default()
+        ));
+        return;
+    }
+    // Repair: not Ready and not on the desired template (decision 5). A full crash of the
+    // shard is the same case for every replica (S2-12, decision 14).
+    let repaired: Vec<&&Member> = group
+        .iter()
+        .filter(|m| m.template_outdated && !m.ready)
+        .collect();
+    plan.write_templates
+        .extend(repaired.iter().map(|m| m.name.clone()));
+    if group.iter().all(|m| !m.ready) {
+        for m in group
+            .iter()
+            .filter(|m| !m.template_outdated && m.pod_outdated && smart)
+        {
+            plan.restart_pods.push(m.name.clone());
+        }
+        return;
+    }
+    // Replicas being rolled: on the new template but not yet available on it.
+    let in_flight: Vec<&&Member> = group.iter().filter(|m| m.in_flight()).collect();
+    for m in &in_flight {
+        if m.pod_outdated && smart {
+            let others_available = group.iter().any(|o| o.name != m.name && o.available);
+            if !m.ready || group.len() == 1 || others_available {
+                plan.restart_pods.push(m.name.clone());
+            } else {
+                plan.waiting.push(format!(
+                    "shard {shard}: {} waits for another replica to be available before its restart",
+                    m.name
+                ));
+            }
+        } else if !m.available {
+            plan.waiting.push(format!(
+                "shard {shard}: waiting for {} to be {} on its new revision",
+                m.name,
+                if m.ready { "caught up" } else { "Ready" }
+            ));
+        }
+    }
+    let healthy: Vec<&&Member> = group
+        .iter()
+        .filter(|m| m.template_outdated && m.ready)
+        .collect();
+    if healthy.is_empty() {
+        return;
+    }
+    if smart {
+        if let Some(b) = &gates.backup_in_flight {
+            plan.waiting
+                .push(format!("shard {shard}: waiting for backup {b} to finish"));
+            return;
+        }
+        if !gates.client_service_ready {
+            plan.waiting
+                .push(format!("shard {shard}: waiting for the client Service"));
+            return;
+        }
+    }
+    let unavailable_other = healthy.iter().filter(|m| !m.available).count() as i32;
+    let down = (in_flight.len() + repaired.len()) as i32 + unavailable_other;
+    let mut budget = max_unavailable - down;
+    for m in healthy {
+        if budget <= 0 {
+            if in_flight.is_empty() {
+                plan.waiting.push(format!(
+                    "shard {shard}: {down} unavailable replica(s) already use the disruption budget of {max_unavailable}"
+                ));
+            }
+            break;
+        }
+        match canary {
+            Some(0) => {
+                plan.waiting.push(format!(
+                    "shard {shard}: waiting for the first replica rolled (the canary) to be available on the new template"
+                ));
+                break;
+            }
+            Some(n) => *n -= 1,
+            None => {}
+        }
+        plan.write_templates.push(m.name.clone());
+        budget -= 1;
+    }
 }
 
 #[cfg(test)]
@@ -226,18 +276,53 @@ mod tests {
         assert!(ms.iter().all(|m| !m.template_outdated && !m.pod_outdated));
     }
 
-    /// S0-18: an already unready replica uses the budget: the rollout does not start, and says why.
+    /// S0-18 / decision 5: an already unready replica uses the budget, so no healthy replica
+    /// is taken down, and the status says why; the broken replica itself, not on the desired
+    /// template, is repaired at once.
     #[test]
-    fn broken_replica_uses_the_budget_and_blocks_the_rollout() {
+    fn broken_replica_uses_the_budget_and_is_repaired_first() {
         let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
         ms[0].available = false;
         ms[0].ready = false;
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
-        assert!(p.write_templates.is_empty() && p.restart_pods.is_empty());
+        assert_eq!(p.write_templates, ["r0"], "{p:?}");
+        assert!(p.restart_pods.is_empty());
         assert!(p.waiting[0].contains("disruption budget"), "{p:?}");
         // With maxUnavailable 2 one more may go.
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 2, &gates());
-        assert_eq!(p.write_templates, ["r1"]);
+        assert_eq!(p.write_templates, ["r0", "r1"]);
+    }
+
+    /// Decision 5, invariant 4: reverting a bad change heals. A replica stuck on the bad
+    /// template (not Ready, say unschedulable or crash-looping) gets the desired template at
+    /// once and its pod is replaced at once, with maxUnavailable 1 and whatever the canary.
+    #[test]
+    fn reverting_a_bad_change_repairs_the_broken_replica_at_once() {
+        let mut ms = vec![
+            member("a0", 0, 0, true),
+            member("a1", 0, 1, false),
+            member("b0", 1, 2, true),
+        ];
+        for m in &mut ms {
+            m.template_outdated = false;
+        }
+        // a1 got the bad template and cannot start; the spec is reverted, so its StatefulSet
+        // is now the outdated one.
+        ms[1].template_outdated = true;
+        ms[1].ready = false;
+        ms[1].available = false;
+        ms[1].failing = Some("pod a1-0: ErrImagePull".into());
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.write_templates, ["a1"], "{p:?}");
+        assert!(
+            p.failure.is_none(),
+            "the revert is not a failed rollout: {p:?}"
+        );
+        // Its StatefulSet has the desired template; the broken pod is still the old revision.
+        ms[1].template_outdated = false;
+        ms[1].pod_outdated = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.restart_pods, ["a1"], "{p:?}");
     }
 
     /// S2-27 / S2-30 / S2-33: Smart Update waits for a running backup and for the client Service;
@@ -301,17 +386,35 @@ mod tests {
         assert_eq!(p.write_templates.len(), 2);
     }
 
-    /// Shards roll in parallel: one replica of each shard at once.
+    /// Decision 5: a canary goes first; once it is available on the new template, the shards
+    /// roll in parallel, one replica of each shard at once.
     #[test]
-    fn shards_roll_in_parallel() {
-        let ms = vec![
+    fn a_canary_goes_first_then_the_shards_roll_in_parallel() {
+        let mut ms = vec![
             member("a0", 0, 0, true),
             member("a1", 0, 1, false),
             member("b0", 1, 2, true),
             member("b1", 1, 3, false),
         ];
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
-        assert_eq!(p.write_templates, ["a1", "b1"]);
+        assert_eq!(p.write_templates, ["a1"]);
+        assert!(p.waiting.iter().any(|w| w.contains("canary")), "{p:?}");
+        // The canary restarts: still nothing else moves.
+        ms[1].template_outdated = false;
+        ms[1].pod_outdated = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.restart_pods, ["a1"]);
+        assert!(p.write_templates.is_empty(), "{p:?}");
+        ms[1].pod_outdated = false;
+        ms[1].available = false;
+        ms[1].ready = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert!(p.write_templates.is_empty(), "{p:?}");
+        // Available on the new template: the rest goes, shards in parallel.
+        ms[1].available = true;
+        ms[1].ready = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.write_templates, ["a0", "b1"]);
     }
 
     /// Nothing outdated: nothing to do.
@@ -322,7 +425,7 @@ mod tests {
             m.template_outdated = false;
         }
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
-        assert!(!p.in_progress());
+        assert_eq!(p, RolloutPlan::default());
     }
 
     proptest! {

@@ -5,8 +5,9 @@
 
 use super::{Pass, json_of};
 use crate::api::ReplicaState;
-use crate::model::{self, Cluster, ReplicaSpec};
+use crate::model::{self, Cluster, ReplicaSpec, names};
 use crate::plan::FailureReason;
+use crate::plan::action::Action;
 use crate::plan::facts::Kind;
 
 pub fn plan(pass: &mut Pass) {
@@ -27,6 +28,34 @@ pub fn plan(pass: &mut Pass) {
     ];
     for (kind, object) in objects {
         pass.apply(kind, object);
+    }
+    repair(pass);
+}
+
+/// A member that is not Ready on an old revision (a reverted bad change: unschedulable,
+/// crash-looping, an image that cannot be pulled) is replaced at once: it serves nothing, and
+/// the StatefulSet's own rolling update never replaces a pod that is not Ready (decision 5).
+fn repair(pass: &mut Pass) {
+    let keeper = names::keeper(&pass.name);
+    let broken: Vec<(String, Option<String>)> = pass
+        .facts
+        .keeper
+        .members
+        .values()
+        .filter(|m| !m.ready && m.old_revision)
+        .map(|m| (m.pod.clone(), m.uid.clone()))
+        .collect();
+    for (pod, uid) in broken {
+        pass.event(
+            "RestartPod",
+            "Repair",
+            format!("replacing Keeper pod {pod}: not Ready on an old revision"),
+        );
+        pass.emit(Action::RestartPod {
+            replica: keeper.clone(),
+            pod,
+            uid,
+        });
     }
 }
 

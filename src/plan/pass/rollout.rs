@@ -10,10 +10,11 @@ use k8s_openapi::jiff::SignedDuration;
 use serde_json::Value;
 
 use super::{Pass, json_of, template_covers};
+use crate::api::UpdateStrategy;
+use crate::model::diff::object_covered;
 use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::action::Action;
-use crate::plan::diff::object_covered;
 use crate::plan::facts::{Kind, Mode};
 use crate::plan::rollout::{self, Gates, Member, RolloutPlan};
 
@@ -110,7 +111,10 @@ fn member(pass: &Pass, e: &Existing) -> Member {
         is_backup: entry.is_some_and(|r| r.is_backup_pod),
         template_outdated: !template_covers(&e.observed, &e.desired),
         pod_outdated: pod.exists && !pod.current,
-        available: pod.ready && caught_up != Some(false),
+        // Only a Smart Update waits for a restarted replica to catch up (S2-29, S2-33).
+        available: pod.ready
+            && (pass.spec.update_strategy != UpdateStrategy::SmartUpdate
+                || caught_up != Some(false)),
         ready: pod.ready,
         failing,
     }
@@ -123,6 +127,7 @@ fn decide(pass: &mut Pass) -> RolloutPlan {
     let active = pass.facts.mode == Mode::Running
         && pass.gates.storage_busy.is_empty()
         && pass.members.iter().any(outdated);
+    let smart = pass.spec.update_strategy == UpdateStrategy::SmartUpdate;
     if !active {
         return RolloutPlan::default();
     }
@@ -140,7 +145,7 @@ fn decide(pass: &mut Pass) -> RolloutPlan {
         })
         .map(|m| m.name.clone())
         .collect();
-    if !unknown.is_empty() {
+    if smart && !unknown.is_empty() {
         pass.check_lag(unknown);
     }
     let spec = pass.spec;
@@ -168,6 +173,13 @@ fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
     let stopped = pass.facts.mode.paused() || f.scale == Some(0);
     if pass.facts.mode == Mode::SwitchingTls && !stopped {
         return; // the Tls phase stops it
+    }
+    let starts = f.scale == Some(0) && e.desired["spec"]["replicas"].as_i64().unwrap_or(1) > 0;
+    if starts && !pass.gates.keeper_serving {
+        // Resuming: servers start only once Keeper serves again, as on a first start.
+        pass.waits
+            .push(format!("{} starts once Keeper serves", e.name));
+        return;
     }
     if decision.write_templates.contains(&e.name) {
         pass.apply(Kind::StatefulSet, e.desired.clone());

@@ -30,12 +30,28 @@ struct Sim {
     log: Vec<String>,
     /// Pods that do not come back ready (a broken replica).
     broken: BTreeSet<String>,
+    /// Pods of a template with this image cannot pull it (ErrImagePull).
+    bad_image: Option<String>,
 }
 
 fn revision(template: &Value) -> String {
     let mut h = DefaultHasher::new();
     template.to_string().hash(&mut h);
     format!("r{:x}", h.finish())
+}
+
+fn err_image_pull() -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting, ContainerStatus};
+    vec![ContainerStatus {
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ErrImagePull".into()),
+                message: Some("no such image".into()),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]
 }
 
 fn now() -> Timestamp {
@@ -60,6 +76,7 @@ impl Sim {
             obs,
             log: Vec::new(),
             broken: BTreeSet::new(),
+            bad_image: None,
         }
     }
 
@@ -75,7 +92,8 @@ impl Sim {
         let s = &self.obs.statefulsets[sts];
         let rev = s.status.as_ref().unwrap().update_revision.clone().unwrap();
         let name = format!("{sts}-0");
-        let ready = !self.broken.contains(&name);
+        let bad = self.pulls_bad_image(sts);
+        let ready = !self.broken.contains(&name) && !bad;
         let pod = Pod {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.clone()),
@@ -93,11 +111,20 @@ impl Sim {
                     last_transition_time: Some(Time(now())),
                     ..Default::default()
                 }]),
+                container_statuses: bad.then(err_image_pull),
                 ..Default::default()
             }),
             ..Default::default()
         };
         self.obs.pods.insert(name, pod);
+    }
+
+    fn pulls_bad_image(&self, sts: &str) -> bool {
+        let image = json_of(&self.obs.statefulsets[sts].spec)["template"]["spec"]["containers"][0]
+            ["image"]
+            .as_str()
+            .map(str::to_string);
+        self.bad_image.is_some() && image == self.bad_image
     }
 
     /// The StatefulSet controller: pods for StatefulSets that have none; none for those at 0.
@@ -123,12 +150,14 @@ impl Sim {
                             "controller-revision-hash".to_string(),
                             rev,
                         )]));
+                        let bad = self.pulls_bad_image(&n);
                         p.status = Some(PodStatus {
                             conditions: Some(vec![PodCondition {
                                 type_: "Ready".into(),
-                                status: "True".into(),
+                                status: if bad { "False" } else { "True" }.into(),
                                 ..Default::default()
                             }]),
+                            container_statuses: bad.then(err_image_pull),
                             ..Default::default()
                         });
                         self.obs.pods.insert(pod, p);
@@ -710,5 +739,153 @@ fn storage_growth_resizes_the_pvc_and_recreates_the_statefulset_keeping_the_pod(
         "{:?}",
         sim.log
     );
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// The pods of the servers, as (name, uid-less revision label) pairs, to count restarts.
+fn server_restarts(log: &[String]) -> Vec<&String> {
+    log.iter()
+        .filter(|l| l.starts_with("restart pod c1-") && !l.contains("keeper"))
+        .collect()
+}
+
+/// Decision 5: a change first rolls one replica of the whole cluster (the canary); once it is
+/// Ready on the new template the shards roll in parallel; every server restarts exactly once.
+#[test]
+fn a_canary_replica_rolls_before_the_shards_go_in_parallel() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2}));
+    sim.converge(20);
+    sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
+    let mut p = sim.plan();
+    if !p.lag_checks.is_empty() {
+        for r in &p.lag_checks {
+            sim.obs.caught_up.insert(r.clone(), true);
+        }
+        p = sim.plan();
+    }
+    let written: Vec<&String> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Apply {
+                kind: Kind::StatefulSet,
+                name,
+                ..
+            } => Some(name),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written.len(), 1, "one canary: {:?}", p.actions);
+    sim.log.clear();
+    sim.converge(40);
+    let restarts = server_restarts(&sim.log);
+    let unique: BTreeSet<&&String> = restarts.iter().collect();
+    assert_eq!(restarts.len(), 4, "{:?}", sim.log);
+    assert_eq!(unique.len(), 4, "each server restarts once: {:?}", sim.log);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// Decision 5, invariant 4: an image that cannot be pulled stops the rollout at its first
+/// replica (the cluster says error, one replica down), and reverting the spec heals it with
+/// maxUnavailable 1: the broken replica gets the good template and a new pod at once.
+#[test]
+fn reverting_a_bad_image_heals_the_broken_replica() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2}));
+    sim.converge(20);
+    let good = sim.cluster.spec.image.clone();
+    sim.bad_image = Some("registry.invalid/clickhouse:bad".into());
+    sim.cluster.spec.image = "registry.invalid/clickhouse:bad".into();
+    let mut failed = false;
+    for _ in 0..10 {
+        let mut p = sim.plan();
+        for r in p.lag_checks.clone() {
+            sim.obs.caught_up.insert(r, true);
+        }
+        if !p.lag_checks.is_empty() {
+            p = sim.plan();
+        }
+        let down = sim
+            .obs
+            .pods
+            .iter()
+            .filter(|(n, pod)| !n.contains("keeper") && !crate::plan::facts::pod_ready(pod))
+            .count();
+        assert!(down <= 1, "at most the canary is down: {down}");
+        failed |= p.status.state == ClusterState::Error;
+        sim.act(&p);
+        sim.obs.caught_up.clear();
+    }
+    assert!(failed, "the rollout stops with an error");
+    let servers_on_bad = sim
+        .obs
+        .statefulsets
+        .iter()
+        .filter(|(n, _)| !n.ends_with("keeper"))
+        .filter(|(n, _)| sim.pulls_bad_image(n))
+        .count();
+    assert_eq!(servers_on_bad, 1, "only the canary got the bad image");
+    sim.cluster.spec.image = good;
+    sim.converge(40);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert!(!sim.obs.statefulsets.keys().any(|n| sim.pulls_bad_image(n)));
+}
+
+/// Decision 5 for Keeper: a member stuck on a bad revision (the StatefulSet's own rolling
+/// update never replaces a pod that is not Ready) is replaced once the spec is reverted.
+#[test]
+fn reverting_a_bad_keeper_image_replaces_the_stuck_member() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
+    sim.converge(20);
+    let good = sim.cluster.spec.keeper.image.clone();
+    sim.bad_image = Some("registry.invalid/keeper:bad".into());
+    sim.cluster.spec.keeper.image = "registry.invalid/keeper:bad".into();
+    let p = sim.plan();
+    sim.act(&p);
+    // The StatefulSet controller replaces the highest ordinal first; it never becomes Ready.
+    sim.obs.pods.remove("c1-keeper-2");
+    sim.settle();
+    assert!(!crate::plan::facts::pod_ready(&sim.obs.pods["c1-keeper-2"]));
+    sim.cluster.spec.keeper.image = good;
+    let p = sim.plan();
+    sim.act(&p);
+    let p = sim.plan();
+    assert!(
+        p.actions
+            .iter()
+            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-2")),
+        "{:?}",
+        p.actions
+    );
+    sim.act(&p);
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// Resuming after a pause starts Keeper first; servers start once it serves.
+#[test]
+fn resume_starts_keeper_before_the_servers() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    sim.cluster.spec.pause = true;
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Paused);
+    sim.cluster.spec.pause = false;
+    let p = sim.plan();
+    let started: Vec<&String> = p
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Apply {
+                kind: Kind::StatefulSet,
+                name,
+                object,
+                ..
+            } if object["spec"]["replicas"].as_i64() != Some(0) => Some(name),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, ["c1-keeper"], "{:?}", p.actions);
+    sim.act(&p);
+    sim.converge(20);
     assert_eq!(sim.state(), ClusterState::Ready);
 }
