@@ -512,18 +512,24 @@ pub enum ReplicaState {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentStatus {
+    /// Pods the spec asks for.
     pub size: i32,
+    /// Pods that are Ready (serving), whatever their revision.
     pub ready: i32,
+    /// Ready pods that also run the current revision and configuration.
+    #[serde(default)]
+    pub updated: i32,
     /// `ready/size`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_text: Option<String>,
 }
 
 impl ComponentStatus {
-    pub fn new(size: i32, ready: i32) -> Self {
+    pub fn new(size: i32, ready: i32, updated: i32) -> Self {
         ComponentStatus {
             size,
             ready,
+            updated,
             ready_text: Some(format!("{ready}/{size}")),
         }
     }

@@ -15,5 +15,7 @@ pub mod schemer;
 pub mod sql;
 pub mod version;
 
-pub use client::{Client, ClientConfig, Credentials, Endpoint, Error, ErrorCode, QueryOptions};
+pub use client::{
+    Client, ClientConfig, Credentials, Endpoint, Error, ErrorCode, QueryOptions, RetryPolicy,
+};
 pub use version::{Capability, Version};

@@ -264,10 +264,27 @@ impl ReplicationLag {
 /// How many hosts the server has loaded for `cluster` from `remote_servers`
 /// (`system.clusters`): a reloaded configuration shows here.
 pub async fn cluster_host_count(client: &Client, cluster: &ClusterName) -> Result<u64, Error> {
-    let q = sql::cluster_host_count(cluster);
-    let rows = client.query(&q, &QueryOptions::new()).await?;
-    let counts = rows.decode(client.endpoint(), &q, |r| r.u64("n"))?;
+    count(client, &sql::cluster_host_count(cluster)).await
+}
+
+/// The column `n` of the first row of a statement's answer.
+async fn count(client: &Client, statement: &str) -> Result<u64, Error> {
+    let rows = client.query(statement, &QueryOptions::new()).await?;
+    let counts = rows.decode(client.endpoint(), statement, |r| r.u64("n"))?;
     Ok(counts.into_iter().next().unwrap_or(0))
+}
+
+/// How many shards of `cluster` answer a query sent through this server (see
+/// [`sql::shards_answering`]); an error when one does not.
+pub async fn shards_answering(client: &Client, cluster: &ClusterName) -> Result<u64, Error> {
+    count(client, &sql::shards_answering(cluster)).await
+}
+
+/// `SYSTEM DROP DNS CACHE` on this server.
+pub async fn drop_dns_cache(client: &Client) -> Result<(), Error> {
+    client
+        .exec(sql::drop_dns_cache(), &QueryOptions::new())
+        .await
 }
 
 /// Reads `system.replicas` of a (restarted) replica: the rollout's catch-up check.

@@ -276,6 +276,21 @@ pub fn cluster_host_count(cluster: &ClusterName) -> String {
     )
 }
 
+/// Queries one replica of every shard of `cluster` through the `cluster` table function, which
+/// uses the same connections as the cluster's Distributed tables; counts the shards answering.
+pub fn shards_answering(cluster: &ClusterName) -> String {
+    format!(
+        "SELECT count() AS n FROM cluster({}, system.one)",
+        literal(&cluster.0)
+    )
+}
+
+/// Forgets the addresses a server resolved (decision 17: a pod that comes back with a new
+/// address is otherwise unreachable from servers that cache DNS for good).
+pub fn drop_dns_cache() -> &'static str {
+    "SYSTEM DROP DNS CACHE"
+}
+
 /// The replicated tables of a server, with their Keeper path and replica name.
 pub fn replicated_tables() -> &'static str {
     "SELECT database, table, zookeeper_path, replica_name FROM system.replicas \

@@ -38,6 +38,8 @@ pub enum Action {
     ScaleIn(ScaleInAction),
     /// Delete an owned object that is no longer wanted.
     Delete { kind: Kind, name: String },
+    /// Make a server resolve the cluster's host names again (`SYSTEM DROP DNS CACHE`).
+    DropDnsCache { replica: String },
 }
 
 impl Action {
@@ -53,6 +55,7 @@ impl Action {
             Action::MigrateSchema { replica, .. } => format!("copy the schema onto {replica}"),
             Action::ScaleIn(a) => format!("scale-in: {a:?}"),
             Action::Delete { kind, name } => format!("delete {} {name}", kind.as_str()),
+            Action::DropDnsCache { replica } => format!("drop the DNS cache of {replica}"),
         }
     }
 

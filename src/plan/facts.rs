@@ -57,6 +57,9 @@ pub struct Observed {
     /// (`system.clusters`), `None` when it could not say. The cluster is ready only once every
     /// server has loaded the current list.
     pub cluster_hosts: BTreeMap<String, Option<u64>>,
+    /// Per Ready replica, while the cluster is not `ready`: why a query through it does not
+    /// reach every shard (`None`: it does). `ready` means usable (invariant 10).
+    pub distributed: BTreeMap<String, Option<String>>,
     /// What the builders need (secrets, passwords); `replicas` is filled by the pass.
     pub inputs: Inputs,
     /// The operator's Secret exists (its password is in `inputs`).

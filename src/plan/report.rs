@@ -31,15 +31,23 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     status.observed_generation = generation;
     let spec = pass.spec;
     let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
+    let serving = wanted
+        .iter()
+        .filter(|n| pass.facts.server(n).pod.ready)
+        .count() as i32;
     let ready_servers = wanted.iter().filter(|n| pass.ready_and_current(n)).count() as i32;
-    status.clickhouse = ComponentStatus::new(spec.shards * spec.replicas, ready_servers);
+    status.clickhouse = ComponentStatus::new(spec.shards * spec.replicas, serving, ready_servers);
     let keeper_size = spec.keeper.replicas;
-    let keeper_ready = if pass.desired().keeper.is_some() {
-        pass.facts.keeper.ready_and_current_of(keeper_size)
+    let (keeper_serving, keeper_ready) = if pass.desired().keeper.is_some() {
+        let k = &pass.facts.keeper;
+        let serving = (0..keeper_size)
+            .filter(|i| k.members.get(i).is_some_and(|m| m.ready))
+            .count() as i32;
+        (serving, k.ready_and_current_of(keeper_size))
     } else {
-        0
+        (0, 0)
     };
-    status.keeper = ComponentStatus::new(keeper_size, keeper_ready);
+    status.keeper = ComponentStatus::new(keeper_size, keeper_serving, keeper_ready);
     status.host = client_host(pass);
     let (state, message) = state(pass, &status, ready_servers, keeper_ready);
     status.state = state;
@@ -126,7 +134,21 @@ fn state(
             pass.listed
         ));
     }
+    let unreachable: Vec<String> = wanted
+        .iter()
+        .filter_map(|n| {
+            let e = pass.obs.distributed.get(n.as_str())?.as_ref()?;
+            Some(format!("{n} ({e})"))
+        })
+        .collect();
+    if !unreachable.is_empty() {
+        waits.push(format!(
+            "waiting for queries through {} to reach every shard",
+            unreachable.join(", ")
+        ));
+    }
     let all_ready = lagging.is_empty()
+        && unreachable.is_empty()
         && ready_servers == spec.shards * spec.replicas
         && wanted
             .iter()

@@ -20,7 +20,7 @@ use tracing::{debug, warn};
 use super::observe::ch_client;
 use super::{Error, KIND, api, dynamic, ignore_not_found, scale_in, write_status};
 use crate::api::ClickHouseCluster;
-use crate::clickhouse::{schemer, sql::ClusterName};
+use crate::clickhouse::{replica as chreplica, schemer, sql::ClusterName};
 use crate::controller::{Context, MANAGER};
 use crate::model::{self, Password, labels, names};
 use crate::plan::action::{Action, Outcome};
@@ -194,6 +194,17 @@ async fn run(
             migrate_schema(cluster, world, replica, *shard).await
         }
         Action::ScaleIn(a) => scale_in::run(cluster, world, a, ctx).await,
+        Action::DropDnsCache { replica } => {
+            let client = ch_client(cluster, world, replica)?;
+            chreplica::drop_dns_cache(&client).await.map_err(|e| {
+                Error::clickhouse(&format!("dropping the DNS cache of {replica}"), e)
+            })?;
+            Ok(normal(
+                "DnsCacheDropped",
+                "Repair",
+                format!("{replica} resolves the cluster's hosts again"),
+            ))
+        }
         Action::Delete { kind, name } => {
             ignore_not_found(
                 dynamic(ctx, &ns, *kind)

@@ -2,6 +2,7 @@
 //! filtered by the cluster's label) and from its ClickHouse servers.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -12,7 +13,7 @@ use serde::Serialize;
 use tracing::debug;
 
 use super::{Error, api};
-use crate::api::{ClickHouseBackup, ClickHouseCluster};
+use crate::api::{ClickHouseBackup, ClickHouseCluster, ClusterState};
 use crate::clickhouse::{self, replica as chreplica, sql::ClusterName};
 use crate::controller::Context;
 use crate::model::{self, Password, labels, names};
@@ -130,8 +131,14 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World
     Ok(world)
 }
 
-/// What each Ready server has loaded of `remote_servers` (see `Observed::cluster_hosts`).
+/// What each Ready server has loaded of `remote_servers` (see `Observed::cluster_hosts`) and,
+/// while the cluster is not `ready`, whether a query through it reaches every shard (see
+/// `Observed::distributed`).
 async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
+    let probe = cluster
+        .status
+        .as_ref()
+        .is_none_or(|s| s.state != ClusterState::Ready);
     let ready: Vec<String> = cluster
         .status
         .iter()
@@ -147,14 +154,22 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
         .collect();
     let name = ClusterName(cluster.name_any());
     for r in ready {
-        let seen = match ch_client(cluster, world, &r) {
-            Ok(c) => chreplica::cluster_host_count(&c, &name)
-                .await
-                .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
-                .ok(),
-            Err(_) => None,
+        let Ok(c) = ch_client(cluster, world, &r) else {
+            world.observed.cluster_hosts.insert(r, None);
+            continue;
         };
-        world.observed.cluster_hosts.insert(r, seen);
+        let seen = chreplica::cluster_host_count(&c, &name)
+            .await
+            .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
+            .ok();
+        world.observed.cluster_hosts.insert(r.clone(), seen);
+        if probe {
+            let reached = chreplica::shards_answering(&c, &name).await;
+            world
+                .observed
+                .distributed
+                .insert(r, reached.err().map(|e| e.to_string()));
+        }
     }
 }
 
@@ -174,6 +189,9 @@ pub async fn read_lag(cluster: &ClickHouseCluster, world: &mut World, replicas: 
         world.observed.caught_up.insert(r.clone(), caught_up);
     }
 }
+
+/// How long one call of a pass to a ClickHouse server may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// A ClickHouse client for a replica's pod, as the operator's own user.
 pub fn ch_client(
@@ -218,6 +236,13 @@ pub fn ch_client(
     if tls {
         config.tls_ca_pem = ca;
     }
+    // A pass never waits long on one server (invariant 11).
+    config.timeout = CALL_TIMEOUT;
+    config.retry = clickhouse::RetryPolicy {
+        attempts: 3,
+        first_delay: Duration::from_millis(200),
+        max_delay: Duration::from_secs(1),
+    };
     clickhouse::Client::new(config)
         .map_err(|e| Error::failed(FailureReason::ClickHouse, e.to_string()))
 }
