@@ -210,6 +210,18 @@ pub struct PodSettings {
     /// Extra labels of the pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Seconds the main container may take to start (a server loading its tables) before it is
+    /// restarted; after that, 60 s without an answer restart it. Default 120 for servers, 60
+    /// for Keeper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_seconds: Option<i32>,
+}
+
+impl PodSettings {
+    /// A startup probe of `startupSeconds` (or `default` seconds), checked every 2 s.
+    pub fn startup_failure_threshold(&self, default: i32) -> i32 {
+        (self.startup_seconds.unwrap_or(default).max(2) + 1) / 2
+    }
 }
 
 /// A data volume.

@@ -231,6 +231,14 @@ fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 /// The pod settings at `which` (server or Keeper): sidecar names, labels outside the
 /// operator's prefixes, the topology spread key.
 fn check_pod(which: &str, pod: &PodSettings, errors: &mut Errors) {
+    if let Some(secs) = pod.startup_seconds
+        && !(10..=86_400).contains(&secs)
+    {
+        errors.add(
+            &format!("{which}.startupSeconds"),
+            format!("must be between 10 and 86400, got {secs}"),
+        );
+    }
     let mut names = BTreeSet::new();
     for (i, c) in pod.sidecars.iter().enumerate() {
         if matches!(c.name.as_str(), "clickhouse" | "keeper") || !names.insert(c.name.as_str()) {

@@ -169,6 +169,7 @@ fn pod_settings(out: &mut ComponentChanges, prefix: &str, old: &PodSettings, new
     diff("sidecars", old.sidecars != new.sidecars);
     diff("annotations", old.annotations != new.annotations);
     diff("labels", old.labels != new.labels);
+    diff("startupSeconds", old.startup_seconds != new.startup_seconds);
 }
 
 fn storage(

@@ -135,6 +135,9 @@ fn keeper_pod(
 
 /// The Keeper container: [`keeper_command`], the client and raft ports, the user's
 /// environment; ready once it serves with a quorum, alive while its client port answers.
+/// Default `startupSeconds` of a Keeper member.
+const KEEPER_STARTUP_SECONDS: i32 = 60;
+
 fn keeper_container(c: &Cluster<'_>) -> Container {
     let k = &c.spec.keeper;
     let pod = &k.pod;
@@ -174,12 +177,20 @@ fn keeper_container(c: &Cluster<'_>) -> Container {
             failure_threshold: Some(3),
             ..Probe::default()
         }),
+        startup_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
+                ..TCPSocketAction::default()
+            }),
+            period_seconds: Some(2),
+            failure_threshold: Some(pod.startup_failure_threshold(KEEPER_STARTUP_SECONDS)),
+            ..Probe::default()
+        }),
         liveness_probe: Some(Probe {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
                 ..TCPSocketAction::default()
             }),
-            initial_delay_seconds: Some(30),
             period_seconds: Some(10),
             failure_threshold: Some(6),
             ..Probe::default()

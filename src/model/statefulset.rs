@@ -28,6 +28,8 @@ pub const CLICKHOUSE_UID: i64 = 101;
 pub const SERVER_CONTAINER: &str = "clickhouse";
 /// Name of the data volume claim template (a replica's PVC is [`names::data_pvc`]).
 pub const DATA_VOLUME: &str = "data";
+/// Default `startupSeconds` of a server.
+pub const SERVER_STARTUP_SECONDS: i32 = 120;
 
 /// Pod security: non-root as the images' `clickhouse` user, fsGroup for the volumes, seccomp
 /// RuntimeDefault.
@@ -322,13 +324,20 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
             failure_threshold: Some(3),
             ..Probe::default()
         }),
+        // A server may take `startupSeconds` to load its tables; a server stuck at start-up is
+        // restarted then, not after a long liveness delay.
+        startup_probe: Some(Probe {
+            http_get: Some(http_probe("/ping", probe_port, https)),
+            period_seconds: Some(2),
+            timeout_seconds: Some(2),
+            failure_threshold: Some(pod.startup_failure_threshold(SERVER_STARTUP_SECONDS)),
+            ..Probe::default()
+        }),
         liveness_probe: Some(Probe {
             http_get: Some(http_probe("/ping", probe_port, https)),
-            // Generous: a server loading many parts after a restart must not be killed.
-            initial_delay_seconds: Some(60),
             period_seconds: Some(10),
             timeout_seconds: Some(5),
-            failure_threshold: Some(10),
+            failure_threshold: Some(6),
             ..Probe::default()
         }),
         security_context: Some(container_security()),

@@ -757,6 +757,7 @@ fn server_pods_are_locked_down_and_probed_on_ping() {
     for probe in [
         main.readiness_probe.clone().unwrap(),
         main.liveness_probe.clone().unwrap(),
+        main.startup_probe.clone().unwrap(),
     ] {
         let get = probe.http_get.unwrap();
         assert_eq!(get.path.as_deref(), Some("/ping"));
@@ -765,13 +766,16 @@ fn server_pods_are_locked_down_and_probed_on_ping() {
             k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8123)
         );
     }
-    assert!(
-        main.liveness_probe
-            .clone()
-            .unwrap()
-            .initial_delay_seconds
-            .unwrap()
-            >= 60
+    // A server loading many parts after a restart is not killed before `startupSeconds`
+    // (default 120 s); one stuck at start-up is restarted then, not after a long delay.
+    let startup = main.startup_probe.clone().unwrap();
+    assert_eq!(
+        startup.period_seconds.unwrap() * startup.failure_threshold.unwrap(),
+        120
+    );
+    assert_eq!(
+        main.liveness_probe.clone().unwrap().initial_delay_seconds,
+        None
     );
     let vct = &sts.spec.volume_claim_templates.clone().unwrap()[0];
     assert_eq!(vct.metadata.name.as_deref(), Some("data"));
