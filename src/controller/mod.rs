@@ -43,6 +43,8 @@ pub struct Context {
     pub backup_permits: Semaphore,
     /// The last status write of each cluster (see [`cluster::LastWrites`]).
     pub last_writes: cluster::LastWrites,
+    /// See [`AfterStep`].
+    pub after_step: Option<AfterStep>,
 }
 
 impl Context {
@@ -68,6 +70,29 @@ pub async fn run(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     lost_leadership: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with(settings, client, metrics, health, lost_leadership, None).await
+}
+
+/// Where the executor is: about to run a step, or just ran it (before anything records it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepPoint {
+    Before,
+    After,
+}
+
+/// Called before and after each step with its description: `true` stops the pass right there,
+/// as if the process had died (fault-injection tests; never set in the operator binary).
+pub type AfterStep = Arc<dyn Fn(StepPoint, &str) -> bool + Send + Sync>;
+
+/// [`run`], with a hook after each executed step.
+pub async fn run_with(
+    settings: &Settings,
+    client: Client,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    lost_leadership: impl std::future::Future<Output = ()> + Send + 'static,
+    after_step: Option<AfterStep>,
 ) -> anyhow::Result<()> {
     let namespaces: Vec<Option<String>> = match &settings.watch_namespaces {
         WatchNamespaces::All => vec![None],
@@ -127,6 +152,7 @@ pub async fn run(
         cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         last_writes: cluster::LastWrites::default(),
+        after_step,
     });
     let config = kube::runtime::controller::Config::default()
         .concurrency(settings.max_concurrent_reconciles);

@@ -12,31 +12,6 @@ use serde_json::json;
 
 use crate::support::*;
 
-const READY: Duration = Duration::from_secs(300);
-
-async fn patch_spec(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
-    Api::<ClickHouseCluster>::namespaced(client.clone(), ns)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": spec })),
-        )
-        .await
-        .expect("patch the cluster");
-}
-
-async fn wait_ready(client: &Client, ns: &str, name: &str, generation: i64) -> ClickHouseCluster {
-    wait_status(
-        client,
-        ns,
-        name,
-        READY,
-        &format!("{name} ready at generation {generation}"),
-        |s| s.state == ClusterState::Ready && s.observed_generation == Some(generation),
-    )
-    .await
-}
-
 /// (uid, restartCount) of every server pod, by pod name.
 async fn server_pods(client: &Client, ns: &str, cluster: &str) -> BTreeMap<String, (String, i32)> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);

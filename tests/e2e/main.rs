@@ -1,5 +1,8 @@
 //! End-to-end tests against the real local Kubernetes (see `support`).
 
 mod engine;
+mod faults;
 mod foundation;
+mod kills;
 mod support;
+mod workload;

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use clickhouse_operator::api::{ClickHouseCluster, crd};
+use clickhouse_operator::api::{ClickHouseCluster, ClusterState, crd};
 use clickhouse_operator::runtime::metrics::{Health, Metrics};
 use clickhouse_operator::runtime::settings::Settings;
 use k8s_openapi::api::core::v1::Namespace;
@@ -19,6 +19,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use serde_json::json;
 
 struct LocalCluster {
     kubeconfig: PathBuf,
@@ -158,6 +159,24 @@ impl Drop for Operator {
 }
 
 pub async fn start_operator(client: &Client, namespace: &str, leader_election: bool) -> Operator {
+    start(client, namespace, leader_election, None).await
+}
+
+/// The operator without leader election, with a fault-injection hook after each step.
+pub async fn start_operator_with(
+    client: &Client,
+    namespace: &str,
+    hook: Option<clickhouse_operator::controller::AfterStep>,
+) -> Operator {
+    start(client, namespace, false, hook).await
+}
+
+async fn start(
+    client: &Client,
+    namespace: &str,
+    leader_election: bool,
+    hook: Option<clickhouse_operator::controller::AfterStep>,
+) -> Operator {
     let env = [
         ("WATCH_NAMESPACE", namespace.to_string()),
         ("LEADER_ELECTION", leader_election.to_string()),
@@ -190,12 +209,13 @@ pub async fn start_operator(client: &Client, namespace: &str, leader_election: b
         } else {
             Box::pin(futures::future::pending())
         };
-        clickhouse_operator::controller::run(
+        clickhouse_operator::controller::run_with(
             &settings,
             client,
             m,
             std::sync::Arc::new(Health::default()),
             lost,
+            hook,
         )
         .await
     });
@@ -268,8 +288,7 @@ pub async fn sql_client(
     cluster: &str,
     pod: &str,
 ) -> clickhouse_operator::clickhouse::Client {
-    use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint};
-    use k8s_openapi::api::core::v1::{Pod, Secret};
+    use k8s_openapi::api::core::v1::Pod;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let ip = wait_for(
         Duration::from_secs(120),
@@ -280,23 +299,37 @@ pub async fn sql_client(
         },
     )
     .await;
+    sql_client_at(client, ns, cluster, &ip, Duration::from_secs(30)).await
+}
+
+/// A ClickHouse client for `host` (a pod or Service address), as the operator's own user.
+pub async fn sql_client_at(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    host: &str,
+    timeout: Duration,
+) -> clickhouse_operator::clickhouse::Client {
+    use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint};
+    use k8s_openapi::api::core::v1::Secret;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let secret = secrets
         .get(&format!("{cluster}-operator"))
         .await
         .expect("the operator's Secret");
     let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
-    clickhouse_operator::clickhouse::Client::new(ClientConfig::new(
+    let mut config = ClientConfig::new(
         Endpoint {
-            host: ip,
+            host: host.to_string(),
             port: 8123,
         },
         Credentials {
             user: "clickhouse_operator".into(),
             password,
         },
-    ))
-    .expect("a ClickHouse client")
+    );
+    config.timeout = timeout;
+    clickhouse_operator::clickhouse::Client::new(config).expect("a ClickHouse client")
 }
 
 /// Runs SQL whose result has a column `v` and returns it, as strings, row by row.
@@ -351,4 +384,37 @@ pub async fn finish(client: &Client, ns: &str, operator: Operator) {
     drop(operator);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(ns, &DeleteParams::default()).await;
+}
+
+/// How long a cluster may take to become ready in these tests.
+pub const READY: Duration = Duration::from_secs(300);
+
+/// Merges `spec` into the cluster's spec.
+pub async fn patch_spec(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
+    Api::<ClickHouseCluster>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .expect("patch the cluster");
+}
+
+/// Waits until the cluster is ready at `generation`.
+pub async fn wait_ready(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    generation: i64,
+) -> ClickHouseCluster {
+    wait_status(
+        client,
+        ns,
+        name,
+        READY,
+        &format!("{name} ready at generation {generation}"),
+        |s| s.state == ClusterState::Ready && s.observed_generation == Some(generation),
+    )
+    .await
 }

@@ -71,11 +71,12 @@ denied and that every rule here is used during a create, scale-out, scale-in, ro
 No wildcard anywhere.
 */}}
 {{- define "clickhouse-operator.operatorRules" -}}
-# ClickHouseClusters: the controller lists and watches them (kube-runtime reflector); the
-# finalizer clickhouse.com/cleanup is added and removed with a merge patch.
+# ClickHouseClusters: the controller lists and watches them (kube-runtime reflector); a pass
+# reads one again (get) when the cache is older than the operator's own last write, so that it
+# never plans from a stale status; the finalizer is added and removed with a merge patch.
 - apiGroups: ["clickhouse.com"]
   resources: ["clickhouseclusters"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 # ClickHouseBackups: watched by their controller, and listed in each cluster pass (is a backup in
 # flight?). Never written but for their status.
 - apiGroups: ["clickhouse.com"]
@@ -87,10 +88,10 @@ No wildcard anywhere.
   verbs: ["patch"]
 # One StatefulSet per replica and per Keeper ensemble: observed by label (list), watched (owns),
 # created, applied (patch), deleted on scale-in, and recreated with orphaned pods when an immutable
-# field changes, e.g. a volume grows (delete, then get until it is gone).
+# field changes, e.g. a volume grows (delete; a later pass creates it once it is gone).
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # ClickHouse and Keeper configuration, and the client and headless Services: observed, watched,
 # created, applied when they change, and deleted when no longer wanted (a removed replica's
 # ConfigMap, the client Service switched off).

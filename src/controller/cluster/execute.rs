@@ -21,7 +21,7 @@ use super::observe::ch_client;
 use super::{Error, KIND, api, dynamic, ignore_not_found, scale_in, write_status};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::{replica as chreplica, schemer, sql::ClusterName};
-use crate::controller::{Context, MANAGER};
+use crate::controller::{Context, MANAGER, StepPoint};
 use crate::model::{self, Password, labels, names};
 use crate::plan::action::{Action, Outcome};
 use crate::plan::{self, EventType, FailureReason, Plan, PlannedEvent, World};
@@ -62,11 +62,15 @@ pub async fn act(
             continue;
         }
         debug!(cluster = %current.name_any(), step = %step.describe(), "acting");
+        crash_at(ctx, StepPoint::Before, step)?;
         let result = run(current, world, step, ctx).await;
         ctx.metrics
             .writes
             .get_or_create(&KindLabels { kind: KIND.into() })
             .inc();
+        if result.is_ok() {
+            crash_at(ctx, StepPoint::After, step)?;
+        }
         match result {
             Ok(Done::Finished(event)) => {
                 outcome.done.push(i);
@@ -105,6 +109,17 @@ pub async fn act(
         }
     }
     Ok(outcome)
+}
+
+/// The fault-injection hook ([`crate::controller::AfterStep`]).
+fn crash_at(ctx: &Context, point: StepPoint, step: &Action) -> Result<(), Error> {
+    match &ctx.after_step {
+        Some(hook) if hook(point, &step.describe()) => Err(Error::failed(
+            FailureReason::Internal,
+            format!("stopped {point:?} {} (fault injection)", step.describe()),
+        )),
+        _ => Ok(()),
+    }
 }
 
 async fn run(

@@ -1,6 +1,9 @@
 //! Owned objects that are no longer wanted: the client Service switched off, the PDB of a
 //! removed shard, Keeper switched off. The objects of a condemned replica wait for its
-//! scale-in, and the operator's credentials Secret always stays.
+//! scale-in, and the operator's credentials Secret always stays. A server StatefulSet that is
+//! not in the ReplicaStateMap is never deleted here, nor its ConfigMap: it holds data, and the
+//! map it is missing from may be older than the StatefulSet (invariant 1); only a scale-in
+//! step removes a server replica.
 
 use super::Pass;
 use crate::api::ReplicaState;
@@ -9,12 +12,14 @@ use crate::plan::action::Action;
 use crate::plan::facts::Kind;
 
 pub fn plan(pass: &mut Pass) {
+    let keeper = names::keeper(&pass.name);
     let protected = |n: &str| {
         n == names::operator_secret(&pass.name)
             || pass
                 .map
                 .get(n)
                 .is_some_and(|r| r.state == ReplicaState::Condemned)
+            || (n != keeper && pass.obs.statefulsets.contains_key(n))
     };
     let mut unwanted: Vec<(Kind, String)> = pass
         .obs
@@ -23,17 +28,21 @@ pub fn plan(pass: &mut Pass) {
         .filter(|(kind, n)| !pass.is_wanted(*kind, n) && !protected(n))
         .cloned()
         .collect();
-    unwanted.extend(
-        pass.obs
-            .statefulsets
-            .keys()
-            .filter(|n| {
-                !pass.is_wanted(Kind::StatefulSet, n)
-                    && !protected(n)
-                    && !pass.old.replica_state_map.contains_key(*n)
-            })
-            .map(|n| (Kind::StatefulSet, n.clone())),
-    );
+    if pass.obs.statefulsets.contains_key(&keeper) && !pass.is_wanted(Kind::StatefulSet, &keeper) {
+        unwanted.push((Kind::StatefulSet, keeper.clone()));
+    }
+    let strays: Vec<String> = pass
+        .obs
+        .statefulsets
+        .keys()
+        .filter(|n| **n != keeper && !pass.map.contains_key(*n))
+        .cloned()
+        .collect();
+    for n in strays {
+        pass.waits.push(format!(
+            "StatefulSet {n} carries the cluster's label but is none of its replicas: it is left alone"
+        ));
+    }
     for (kind, name) in unwanted {
         pass.emit(Action::Delete { kind, name });
     }

@@ -1,9 +1,10 @@
 //! Services (S2-09): the headless Service of the servers, the client Service unless switched
-//! off, and Keeper's client Service. A server through which a query does not reach every shard
-//! is made to resolve the cluster's host names again: a pod that came back with a new address
-//! stays unreachable from servers that cache DNS for good (decision 17).
+//! off, and Keeper's client Service. While the cluster is not ready, the servers are made to
+//! resolve the cluster's host names again: a pod that came back with a new address stays
+//! unreachable from servers that cache DNS for good (decision 17).
 
 use super::{Pass, json_of};
+use crate::api::ClusterState;
 use crate::plan::action::Action;
 use crate::plan::facts::Kind;
 
@@ -16,14 +17,17 @@ pub fn plan(pass: &mut Pass) {
     for s in services {
         pass.apply(Kind::Service, s);
     }
-    let unreachable: Vec<String> = pass
-        .obs
-        .distributed
-        .iter()
-        .filter(|(_, e)| e.is_some())
-        .map(|(r, _)| r.clone())
-        .collect();
-    for replica in unreachable {
-        pass.emit(Action::DropDnsCache { replica });
+    // While the cluster is not ready (pods were restarted or added), every Ready server
+    // resolves the cluster's hosts again: a server that cached a pod's old address would
+    // neither fetch parts from it nor reach it from a Distributed table (decision 17).
+    if pass.old.state != ClusterState::Ready {
+        let serving: Vec<String> = pass
+            .live_replicas()
+            .map(|(n, _)| n.clone())
+            .filter(|n| pass.facts.server(n).pod.ready)
+            .collect();
+        for replica in serving {
+            pass.emit(Action::DropDnsCache { replica });
+        }
     }
 }

@@ -211,7 +211,7 @@ impl Sim {
                 Action::RestartPod { pod, .. } => {
                     self.obs.pods.remove(pod);
                 }
-                Action::MigrateSchema { .. } => {}
+                Action::MigrateSchema { .. } | Action::DropDnsCache { .. } => {}
                 Action::ScaleIn(s) => {
                     if let ScaleInAction::DeleteStatefulSet { replica } = s {
                         self.obs.statefulsets.remove(replica);
@@ -888,4 +888,33 @@ fn resume_starts_keeper_before_the_servers() {
     sim.act(&p);
     sim.converge(20);
     assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// Invariant 1, against stale observations: a pass planned from a status older than the
+/// StatefulSet of a just-added replica (the map in it lacks the replica) deletes nothing of it.
+#[test]
+fn a_stale_map_never_deletes_a_server_statefulset() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
+    sim.converge(20);
+    let stale = sim.cluster.status.clone();
+    sim.cluster.spec.replicas = 2;
+    sim.converge(20);
+    assert_eq!(sim.map().len(), 2);
+    let added: Vec<String> = sim
+        .map()
+        .keys()
+        .filter(|n| !stale.as_ref().unwrap().replica_state_map.contains_key(*n))
+        .cloned()
+        .collect();
+    sim.cluster.status = stale;
+    let p = sim.plan();
+    for a in &p.actions {
+        if let Action::Delete { name, .. } = a {
+            assert!(
+                !added.contains(name),
+                "deletes {name} of the new replica: {:?}",
+                p.actions
+            );
+        }
+    }
 }

@@ -1,0 +1,291 @@
+//! Bad days on the real local Kubernetes, with rows written every second through the client
+//! Service and checked on every replica afterwards, and the status sampled every second: bad
+//! changes applied and reverted (servers and Keeper), a rolling restart, a killed server pod.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use clickhouse_operator::api::ClusterState;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::*;
+use crate::workload::*;
+
+/// How long a bad change is left in place once its first pod cannot start: long enough for an
+/// operator that would go on to take a second replica down.
+const BAD_FOR: Duration = Duration::from_secs(20);
+
+async fn pods(client: &Client, ns: &str, component: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
+        .await
+        .unwrap()
+        .items
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Applies `bad`, waits until a pod of `component` made after it has not become Ready for
+/// 15 s, leaves it [`BAD_FOR`], then applies `revert` and waits for `ready`.
+async fn bad_then_revert(
+    client: &Client,
+    ns: &str,
+    generation: &mut i64,
+    component: &str,
+    what: &str,
+    bad: serde_json::Value,
+    revert: serde_json::Value,
+) {
+    let before: BTreeSet<String> = pods(client, ns, component)
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    patch_spec(client, ns, "c1", bad).await;
+    *generation += 1;
+    let stuck = wait_for(
+        Duration::from_secs(240),
+        &format!("a {component} pod that cannot start ({what})"),
+        || {
+            let before = &before;
+            async move {
+                pods(client, ns, component).await.into_iter().find(|p| {
+                    let new = p.uid().is_some_and(|u| !before.contains(&u));
+                    let age = p
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t.0));
+                    new && !pod_ready(p) && age.is_some_and(|a| a.as_secs() >= 15)
+                })
+            }
+        },
+    )
+    .await;
+    println!("{what}: {} cannot start", stuck.name_any());
+    tokio::time::sleep(BAD_FOR).await;
+    patch_spec(client, ns, "c1", revert).await;
+    *generation += 1;
+    let started = Instant::now();
+    wait_ready(client, ns, "c1", *generation).await;
+    println!("{what}: ready {:?} after the revert", started.elapsed());
+}
+
+/// The most pods of `component` that were not Ready in one sample.
+fn most_down(samples: &[Sample], component_prefix: &str, keeper: bool) -> usize {
+    samples
+        .iter()
+        .map(|s| {
+            s.not_ready
+                .iter()
+                .filter(|n| n.starts_with(component_prefix) && n.contains("keeper") == keeper)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Invariant 4, decision 5: an image that cannot be pulled, a node selector no node matches and
+/// a setting that stops ClickHouse each take one server down (the canary) and no other, with
+/// `maxUnavailable: 1`; reverting each brings the cluster back to `ready` with every
+/// acknowledged row on every replica of its shard.
+#[tokio::test]
+async fn reverting_bad_server_changes_heals_under_write_load() {
+    let client = client().await;
+    let ns = namespace(&client, "revert").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1},
+               "storage": {"size": "1Gi"}, "podDisruptionBudget": {"maxUnavailable": 1}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let observer = Observer::start(&client, &ns, "c1").await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let mut generation = 1;
+    for (what, bad, revert) in [
+        (
+            "an image that cannot be pulled",
+            json!({"image": "registry.invalid/clickhouse-server:none"}),
+            json!({"image": null}),
+        ),
+        (
+            "a node selector no node matches",
+            json!({"pod": {"nodeSelector": {"example.com/no-such-node": "x"}}}),
+            json!({"pod": {"nodeSelector": null}}),
+        ),
+        (
+            "a setting that stops the server",
+            json!({"configuration": {"settings": {"uncompressed_cache_size": "not-a-number"}}}),
+            json!({"configuration": {"settings": {"uncompressed_cache_size": null}}}),
+        ),
+    ] {
+        bad_then_revert(&client, &ns, &mut generation, "server", what, bad, revert).await;
+    }
+    let batches = workload.stop_and_check(&client, &ns).await;
+    let samples = observer.stop().await;
+    println!("{batches} batches acknowledged and found on every replica");
+    assert_eq!(
+        most_down(&samples, "c1-", false),
+        1,
+        "exactly one server was down at a time"
+    );
+    assert_status_truthful(&samples);
+    finish(&client, &ns, op).await;
+}
+
+/// Decision 5 for Keeper: a bad image or node selector stops the Keeper rolling update at its
+/// first member (quorum kept, writes go on); reverting replaces the stuck member.
+#[tokio::test]
+async fn reverting_bad_keeper_changes_heals_under_write_load() {
+    let client = client().await;
+    let ns = namespace(&client, "krevert").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let observer = Observer::start(&client, &ns, "c1").await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let mut generation = 1;
+    for (what, bad, revert) in [
+        (
+            "a Keeper image that cannot be pulled",
+            json!({"keeper": {"image": "registry.invalid/clickhouse-keeper:none"}}),
+            json!({"keeper": {"image": null}}),
+        ),
+        (
+            "a Keeper node selector no node matches",
+            json!({"keeper": {"pod": {"nodeSelector": {"example.com/no-such-node": "x"}}}}),
+            json!({"keeper": {"pod": {"nodeSelector": null}}}),
+        ),
+    ] {
+        bad_then_revert(&client, &ns, &mut generation, "keeper", what, bad, revert).await;
+    }
+    let batches = workload.stop_and_check(&client, &ns).await;
+    let samples = observer.stop().await;
+    println!("{batches} batches acknowledged and found on every replica");
+    assert_eq!(
+        most_down(&samples, "c1-keeper", true),
+        1,
+        "one Keeper member down at a time"
+    );
+    assert_status_truthful(&samples);
+    finish(&client, &ns, op).await;
+}
+
+/// Invariant 5: a rolling restart restarts every server pod exactly once (every pod uid seen
+/// by a watch), the status's counts follow the pods, and a killed server pod turns the state
+/// `initializing` within a re-check and `ready` within one once every pod is Ready again.
+#[tokio::test]
+async fn rolling_restart_restarts_each_pod_once_and_the_status_follows_a_killed_pod() {
+    let client = client().await;
+    let ns = namespace(&client, "restart").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let observer = Observer::start(&client, &ns, "c1").await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"configuration": {"settings": {"mark_cache_size": "5368709121"}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 2).await;
+    let uids = observer.uids();
+    let servers: Vec<_> = uids
+        .iter()
+        .filter(|(n, _)| n.starts_with("c1-") && !n.contains("keeper"))
+        .collect();
+    assert_eq!(servers.len(), 4, "{uids:?}");
+    for (pod, seen) in &servers {
+        assert_eq!(seen.len(), 2, "{pod} restarted exactly once: {seen:?}");
+    }
+    assert_eq!(uids["c1-keeper-0"].len(), 1, "Keeper was not restarted");
+
+    let victim = servers[0].0.clone();
+    let killed = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(30), "the state to leave ready", || {
+        let samples = observer.samples();
+        async move {
+            samples
+                .iter()
+                .find(|s| s.at > killed && s.state != ClusterState::Ready)
+                .cloned()
+        }
+    })
+    .await;
+    let all_ready = wait_for(Duration::from_secs(180), "every pod Ready again", || {
+        let samples = observer.samples();
+        async move {
+            samples
+                .iter()
+                .find(|s| s.at > killed && s.not_ready.is_empty() && s.pods_ready.0 == 4)
+                .map(|s| s.at)
+        }
+    })
+    .await;
+    let back = wait_for(
+        Duration::from_secs(60),
+        "the state to be ready again",
+        || {
+            let samples = observer.samples();
+            async move {
+                samples
+                    .iter()
+                    .find(|s| s.at >= all_ready && s.state == ClusterState::Ready)
+                    .map(|s| s.at)
+            }
+        },
+    )
+    .await;
+    let left = observer
+        .samples()
+        .iter()
+        .find(|s| s.at > killed && s.state != ClusterState::Ready)
+        .map(|s| s.at - killed)
+        .unwrap();
+    println!(
+        "killed {victim}: not ready after {left:?}; all pods Ready after {:?}; ready {:?} later",
+        all_ready - killed,
+        back - all_ready
+    );
+    assert!(left <= STATUS_LAG, "the state left ready after {left:?}");
+    assert!(
+        back - all_ready <= STATUS_LAG,
+        "ready {:?} after every pod was Ready",
+        back - all_ready
+    );
+    let batches = workload.stop_and_check(&client, &ns).await;
+    let samples = observer.stop().await;
+    println!("{batches} batches acknowledged and found on every replica");
+    assert_status_truthful(&samples);
+    finish(&client, &ns, op).await;
+}
