@@ -59,6 +59,19 @@ impl Action {
         }
     }
 
+    /// The step writes to the Kubernetes API (the others run SQL only).
+    pub fn writes_kubernetes(&self) -> bool {
+        use super::scale_in::ScaleInAction as S;
+        match self {
+            Action::MigrateSchema { .. } | Action::DropDnsCache { .. } => false,
+            Action::ScaleIn(a) => matches!(
+                a,
+                S::LeaveTraffic { .. } | S::DeleteStatefulSet { .. } | S::LabelPvcsAndForget { .. }
+            ),
+            _ => true,
+        }
+    }
+
     /// The step changes what `status.replicaStateMap` records once it succeeded, so the
     /// status is written right after it (a crash never repeats a destructive step).
     pub fn records_progress(&self) -> bool {

@@ -3,6 +3,7 @@
 mod engine;
 mod faults;
 mod foundation;
+mod isolation;
 mod kills;
 mod support;
 mod workload;

@@ -360,6 +360,22 @@ pub async fn exec(c: &clickhouse_operator::clickhouse::Client, sql: &str) {
 /// Ends a test: deletes its ClickHouseClusters while the operator still runs (the finalizer
 /// completes, S0-02), waits until they and their pods are gone, then deletes the namespace.
 pub async fn finish(client: &Client, ns: &str, operator: Operator) {
+    finish_all(client, &[ns], operator).await;
+}
+
+/// [`finish`] for the clusters of several namespaces watched by one operator.
+pub async fn finish_all(client: &Client, namespaces: &[&str], operator: Operator) {
+    for ns in namespaces {
+        clean_up(client, ns).await;
+    }
+    drop(operator);
+    let all: Api<Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        let _ = all.delete(ns, &kube::api::DeleteParams::default()).await;
+    }
+}
+
+async fn clean_up(client: &Client, ns: &str) {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::DeleteParams;
     let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
@@ -381,9 +397,6 @@ pub async fn finish(client: &Client, ns: &str, operator: Operator) {
         },
     )
     .await;
-    drop(operator);
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(ns, &DeleteParams::default()).await;
 }
 
 /// How long a cluster may take to become ready in these tests.

@@ -64,10 +64,12 @@ pub async fn act(
         debug!(cluster = %current.name_any(), step = %step.describe(), "acting");
         crash_at(ctx, StepPoint::Before, step)?;
         let result = run(current, world, step, ctx).await;
-        ctx.metrics
-            .writes
-            .get_or_create(&KindLabels { kind: KIND.into() })
-            .inc();
+        if step.writes_kubernetes() {
+            ctx.metrics
+                .writes
+                .get_or_create(&KindLabels { kind: KIND.into() })
+                .inc();
+        }
         if result.is_ok() {
             crash_at(ctx, StepPoint::After, step)?;
         }

@@ -3,10 +3,15 @@
 //! resolve the cluster's host names again: a pod that came back with a new address stays
 //! unreachable from servers that cache DNS for good (decision 17).
 
+use k8s_openapi::jiff::SignedDuration;
+
 use super::{Pass, json_of};
 use crate::api::ClusterState;
 use crate::plan::action::Action;
 use crate::plan::facts::Kind;
+
+/// How long after a server pod became Ready the others keep refreshing their DNS cache.
+const DNS_SETTLE: SignedDuration = SignedDuration::from_secs(30);
 
 pub fn plan(pass: &mut Pass) {
     let d = pass.desired();
@@ -17,10 +22,18 @@ pub fn plan(pass: &mut Pass) {
     for s in services {
         pass.apply(Kind::Service, s);
     }
-    // While the cluster is not ready (pods were restarted or added), every Ready server
-    // resolves the cluster's hosts again: a server that cached a pod's old address would
-    // neither fetch parts from it nor reach it from a Distributed table (decision 17).
-    if pass.old.state != ClusterState::Ready {
+    // While the cluster is not ready, and for a while after a server pod became Ready (its
+    // peers learn its address a moment later), every Ready server resolves the cluster's hosts
+    // again: a server that cached a pod's old address would neither fetch parts from it nor
+    // reach it from a Distributed table (decision 17).
+    let recent = pass.live_replicas().any(|(n, _)| {
+        pass.facts
+            .server(n)
+            .pod
+            .ready_since
+            .is_some_and(|t| pass.now.duration_since(t) < DNS_SETTLE)
+    });
+    if pass.old.state != ClusterState::Ready || recent {
         let serving: Vec<String> = pass
             .live_replicas()
             .map(|(n, _)| n.clone())

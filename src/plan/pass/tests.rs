@@ -108,7 +108,10 @@ impl Sim {
                 conditions: Some(vec![PodCondition {
                     type_: "Ready".into(),
                     status: if ready { "True" } else { "False" }.into(),
-                    last_transition_time: Some(Time(now())),
+                    // Ready for a minute already (past the DNS settling time of a new pod).
+                    last_transition_time: Some(Time(
+                        now() - k8s_openapi::jiff::SignedDuration::from_secs(60),
+                    )),
                     ..Default::default()
                 }]),
                 container_statuses: bad.then(err_image_pull),
@@ -917,4 +920,43 @@ fn a_stale_map_never_deletes_a_server_statefulset() {
             );
         }
     }
+}
+
+/// Decision 17: for a while after a server pod became Ready (say, restarted with a new
+/// address), every Ready server drops its DNS cache, even once the cluster is ready again; that
+/// is SQL only, no Kubernetes write.
+#[test]
+fn a_pod_that_just_became_ready_makes_every_server_resolve_again() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    assert!(sim.plan().actions.is_empty());
+    let pod = sim
+        .obs
+        .pods
+        .keys()
+        .find(|p| !p.contains("keeper"))
+        .unwrap()
+        .clone();
+    let conditions = sim
+        .obs
+        .pods
+        .get_mut(&pod)
+        .unwrap()
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap();
+    conditions[0].last_transition_time = Some(Time(now()));
+    let p = sim.plan();
+    let drops: Vec<&Action> = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::DropDnsCache { .. }))
+        .collect();
+    assert_eq!(drops.len(), 2, "{:?}", p.actions);
+    assert_eq!(drops.len(), p.actions.len());
+    assert!(p.actions.iter().all(|a| !a.writes_kubernetes()));
+    assert_eq!(p.status.state, ClusterState::Ready);
 }
