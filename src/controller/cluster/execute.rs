@@ -310,9 +310,9 @@ async fn migrate_schema(
         .iter()
         .filter(|(_, r)| r.state == crate::api::ReplicaState::Ready)
     {
-        let Ok(c) = ch_client(cluster, world, n) else {
-            continue;
-        };
+        // Every Ready replica is a source: one that cannot be reached fails the step (it is
+        // tried again next pass) rather than leave the new replica without its tables.
+        let c = ch_client(cluster, world, n)?;
         if r.shard == shard {
             peers.push(c);
         } else if seen_shards.insert(r.shard) {

@@ -136,6 +136,30 @@ impl Sim {
         for n in names {
             let replicas = self.obs.statefulsets[&n].spec.replicas.unwrap_or(1);
             let keeper = n.ends_with("-keeper");
+            // A server StatefulSet with the native RollingUpdate replaces a pod of an old
+            // revision itself.
+            let sts = &self.obs.statefulsets[&n];
+            let native = !keeper
+                && sts
+                    .spec
+                    .update_strategy
+                    .as_ref()
+                    .and_then(|u| u.type_.as_deref())
+                    == Some("RollingUpdate");
+            let rev = sts.status.as_ref().and_then(|s| s.update_revision.clone());
+            let pod = format!("{n}-0");
+            if native
+                && self.obs.pods.get(&pod).is_some_and(|p| {
+                    p.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("controller-revision-hash"))
+                        != rev.as_ref()
+                })
+            {
+                self.log.push(format!("controller replaces pod {pod}"));
+                self.obs.pods.remove(&pod);
+            }
             for i in 0..replicas {
                 let pod = format!("{n}-{i}");
                 if !self.obs.pods.contains_key(&pod) {
@@ -959,4 +983,73 @@ fn a_pod_that_just_became_ready_makes_every_server_resolve_again() {
     assert_eq!(drops.len(), p.actions.len());
     assert!(p.actions.iter().all(|a| !a.writes_kubernetes()));
     assert_eq!(p.status.state, ClusterState::Ready);
+}
+
+/// S0-20: a new replica's schema is copied only once every Ready replica serves (they are its
+/// sources); meanwhile the status says what it waits for.
+#[test]
+fn schema_copy_waits_until_every_ready_replica_serves() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
+    sim.converge(20);
+    let first = sim.map().keys().next().unwrap().clone();
+    sim.cluster.spec.replicas = 2;
+    for _ in 0..2 {
+        let p = sim.plan();
+        sim.act(&p);
+    }
+    // The first replica's pod is gone (restarting) when the new one is ready for its schema.
+    sim.broken.insert(format!("{first}-0"));
+    sim.obs.pods.remove(&format!("{first}-0"));
+    sim.settle();
+    let p = sim.plan();
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::MigrateSchema { .. })),
+        "{:?}",
+        p.actions
+    );
+    assert!(
+        p.status
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("copying the schema waits for"),
+        "{:?}",
+        p.status.message
+    );
+    sim.broken.clear();
+    sim.obs.pods.remove(&format!("{first}-0"));
+    sim.settle();
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// S2-33: RollingUpdate restarts one replica of a shard at a time without waiting for the
+/// restarted one to catch up with replication; Smart Update waits.
+#[test]
+fn rolling_update_does_not_wait_for_catch_up_but_smart_update_does() {
+    for (strategy, finishes) in [("RollingUpdate", true), ("SmartUpdate", false)] {
+        let mut sim =
+            Sim::new(serde_json::json!({"shards": 1, "replicas": 3, "updateStrategy": strategy}));
+        sim.converge(20);
+        sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
+        sim.log.clear();
+        for _ in 0..30 {
+            // Every replica reports replication lag, always.
+            for n in sim.map().keys().cloned().collect::<Vec<_>>() {
+                sim.obs.caught_up.insert(n, false);
+            }
+            let p = sim.plan();
+            sim.act(&p);
+        }
+        let rolled: BTreeSet<&String> = sim
+            .log
+            .iter()
+            .filter(|l| {
+                l.starts_with("restart pod c1-") || l.starts_with("controller replaces pod c1-")
+            })
+            .collect();
+        assert_eq!(rolled.len() == 3, finishes, "{strategy}: {:?}", sim.log);
+    }
 }
