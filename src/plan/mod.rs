@@ -386,8 +386,14 @@ mod tests {
         let plan3 = decide(&again, &world(), now());
         assert!(plan3.failure.is_none());
         assert_ne!(plan3.status.state, ClusterState::Error);
-        let cond = plan3
-            .status
+        // The pass ran without a failure.
+        let (status3, _) = report::report(
+            &plan3,
+            &action::Outcome::default(),
+            again.metadata.generation,
+            now(),
+        );
+        let cond = status3
             .conditions
             .iter()
             .find(|c| c.r#type == "ReconcileSucceeded")

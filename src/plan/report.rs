@@ -52,20 +52,9 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     let (state, message) = state(pass, &status, ready_servers, keeper_ready);
     status.state = state;
     status.message = message;
+    // Whether the pass succeeded is known once the executor ran it: see [`report`].
     if let Some(f) = pass.failure() {
         status = status::failed(&status, generation, f, pass.now);
-    } else {
-        for condition in [status::RECONCILE_SUCCEEDED, status::SPEC_VALID] {
-            set_condition(
-                &mut status.conditions,
-                condition,
-                true,
-                condition,
-                "",
-                generation,
-                pass.now,
-            );
-        }
     }
     let ready = state == ClusterState::Ready;
     set_condition(
@@ -262,6 +251,18 @@ pub fn report(
             action: "Reconcile",
             message: f.message.clone(),
         });
+    } else if plan.failure.is_none() {
+        for condition in [status::RECONCILE_SUCCEEDED, status::SPEC_VALID] {
+            set_condition(
+                &mut status.conditions,
+                condition,
+                true,
+                condition,
+                "",
+                generation,
+                now,
+            );
+        }
     }
     (status, events)
 }

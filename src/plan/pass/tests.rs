@@ -1053,3 +1053,31 @@ fn rolling_update_does_not_wait_for_catch_up_but_smart_update_does() {
         assert_eq!(rolled.len() == 3, finishes, "{strategy}: {:?}", sim.log);
     }
 }
+
+/// A pass whose step keeps failing reports the same status every time (no condition flips, so
+/// no status write re-triggers the pass at once: it waits for its backoff).
+#[test]
+fn a_step_failing_the_same_way_reports_the_same_status() {
+    use crate::plan::{Failure, FailureReason};
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
+    sim.converge(20);
+    sim.cluster.spec.replicas = 2;
+    let mut last = None;
+    for i in 0..4 {
+        let p = sim.plan();
+        let outcome = Outcome {
+            failure: Some(Failure {
+                reason: FailureReason::ClickHouse,
+                message: "a step failed: Session expired".into(),
+            }),
+            ..Outcome::default()
+        };
+        let later = now() + k8s_openapi::jiff::SignedDuration::from_secs(i);
+        let (status, _) = report(&p, &outcome, sim.cluster.metadata.generation, later);
+        if i >= 2 {
+            assert_eq!(Some(&status), last.as_ref(), "pass {i}");
+        }
+        last = Some(status.clone());
+        sim.cluster.status = Some(status);
+    }
+}
