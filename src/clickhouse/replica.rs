@@ -280,6 +280,11 @@ pub async fn shards_answering(client: &Client, cluster: &ClusterName) -> Result<
     count(client, &sql::shards_answering(cluster)).await
 }
 
+/// How many parts this server still has to fetch from `replica` (see [`sql::fetches_from`]).
+pub async fn fetches_from(client: &Client, replica: &ReplicaMacro) -> Result<u64, Error> {
+    count(client, &sql::fetches_from(replica)).await
+}
+
 /// `SYSTEM DROP DNS CACHE` on this server.
 pub async fn drop_dns_cache(client: &Client) -> Result<(), Error> {
     client

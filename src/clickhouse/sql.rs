@@ -268,6 +268,15 @@ pub fn sync_replica(version: Version, table: &TableName) -> String {
     }
 }
 
+/// How many parts this server still has to fetch from `replica` (queued `GET_PART` entries
+/// whose source is that replica): none left means the replica can go down without stalling it.
+pub fn fetches_from(replica: &ReplicaMacro) -> String {
+    format!(
+        "SELECT count() AS n FROM system.replication_queue WHERE type = 'GET_PART' AND source_replica = {}",
+        literal(&replica.0)
+    )
+}
+
 /// How many hosts the server lists in the cluster `cluster` of its `remote_servers`.
 pub fn cluster_host_count(cluster: &ClusterName) -> String {
     format!(

@@ -25,6 +25,14 @@ pub enum Action {
     OrphanStatefulSet { name: String },
     /// Grow a PVC in place.
     ResizePvc { name: String, size: String },
+    /// Take a replica's pod out of the client Service before its restart, so that the other
+    /// replicas can fetch its last parts while nothing new is written to it (`serving: false`);
+    /// or put it back when it is not restarted after all, say a reverted change (`true`).
+    SetServing {
+        replica: String,
+        pod: String,
+        serving: bool,
+    },
     /// Take a replica's pod out of traffic and delete it, only if it is still the pod `uid`
     /// that was observed on an old revision; its StatefulSet recreates it on the new one.
     RestartPod {
@@ -51,6 +59,12 @@ impl Action {
                 format!("delete StatefulSet {name}, its pod kept, to create it again")
             }
             Action::ResizePvc { name, size } => format!("resize PVC {name} to {size}"),
+            Action::SetServing { pod, serving, .. } => {
+                format!(
+                    "put pod {pod} {} traffic",
+                    if *serving { "back in" } else { "out of" }
+                )
+            }
             Action::RestartPod { pod, .. } => format!("restart pod {pod}"),
             Action::MigrateSchema { replica, .. } => format!("copy the schema onto {replica}"),
             Action::ScaleIn(a) => format!("scale-in: {a:?}"),

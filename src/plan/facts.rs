@@ -11,7 +11,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use crate::api::ClickHouseCluster;
-use crate::model::{Inputs, names};
+use crate::model::{Inputs, labels, names};
 
 /// How long a pod may stay unschedulable before a rollout reports a failure (S2-31).
 pub const UNSCHEDULABLE_GRACE: SignedDuration = SignedDuration::from_secs(120);
@@ -57,6 +57,9 @@ pub struct Observed {
     /// (`system.clusters`), `None` when it could not say. The cluster is ready only once every
     /// server has loaded the current list.
     pub cluster_hosts: BTreeMap<String, Option<u64>>,
+    /// Per replica whose pod was taken out of traffic for a restart: how many parts the other
+    /// Ready replicas of its shard still have to fetch from it (`None`: could not tell).
+    pub pending_fetches: BTreeMap<String, Option<u64>>,
     /// Per Ready replica, while the cluster is not `ready`: why a query through it does not
     /// reach every shard (`None`: it does). `ready` means usable (invariant 10).
     pub distributed: BTreeMap<String, Option<String>>,
@@ -96,6 +99,8 @@ pub struct PodFacts {
     pub uid: Option<String>,
     /// Ready (and not being deleted).
     pub ready: bool,
+    /// In the client Service's traffic (label `clickhouse.com/serving`).
+    pub serving: bool,
     /// When it last became Ready.
     pub ready_since: Option<Timestamp>,
     /// On its StatefulSet's update revision, and the StatefulSet's status is up to date.
@@ -290,6 +295,11 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
                 exists: true,
                 uid: p.metadata.uid.clone(),
                 ready: pod_ready(p),
+                serving: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(labels::SERVING)),
                 ready_since: ready_since(p),
                 current: sts.is_some_and(|s| pod_current(s, p)),
                 failing: pod_failing(p, now),

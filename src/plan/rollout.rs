@@ -27,6 +27,10 @@ pub struct Member {
     pub available: bool,
     /// The pod is Ready (it may still be catching up).
     pub ready: bool,
+    /// The pod is in the client Service's traffic.
+    pub serving: bool,
+    /// The other replicas of its shard have nothing left to fetch from it.
+    pub drained: bool,
     /// Why the pod cannot start, when it cannot (CrashLoopBackOff, ErrImagePull,
     /// ImagePullBackOff, unschedulable for more than 2 minutes, catch-up deadline passed).
     pub failing: Option<String>,
@@ -48,6 +52,8 @@ impl Member {
 pub struct RolloutPlan {
     /// StatefulSets whose template is written now.
     pub write_templates: Vec<String>,
+    /// Pods taken out of traffic now, to be restarted once their shard fetched their parts.
+    pub exclude_pods: Vec<String>,
     /// Pods deleted now so that they come back on the new revision (SmartUpdate).
     pub restart_pods: Vec<String>,
     /// Why the rollout waits, if it does.
@@ -159,11 +165,22 @@ fn plan_shard(
     for m in &in_flight {
         if m.pod_outdated && smart {
             let others_available = group.iter().any(|o| o.name != m.name && o.available);
-            if !m.ready || group.len() == 1 || others_available {
+            if !m.ready || group.len() == 1 {
+                // Broken, or alone in its shard: nothing to protect or to drain.
+                plan.restart_pods.push(m.name.clone());
+            } else if !others_available {
+                plan.waiting.push(format!(
+                    "shard {shard}: {} waits for another replica to be available before its restart",
+                    m.name
+                ));
+            } else if m.serving {
+                // Out of traffic first; restarted once the shard fetched its last parts.
+                plan.exclude_pods.push(m.name.clone());
+            } else if m.drained {
                 plan.restart_pods.push(m.name.clone());
             } else {
                 plan.waiting.push(format!(
-                    "shard {shard}: {} waits for another replica to be available before its restart",
+                    "shard {shard}: waiting for the other replicas to fetch the last parts of {} before its restart",
                     m.name
                 ));
             }
@@ -236,6 +253,8 @@ mod tests {
             pod_outdated: false,
             available: true,
             ready: true,
+            serving: true,
+            drained: true,
             failing: None,
         }
     }
@@ -264,10 +283,13 @@ mod tests {
                 let m = ms.iter_mut().find(|m| &m.name == n).unwrap();
                 m.template_outdated = false;
                 m.pod_outdated = true;
+            } else if let Some(n) = p.exclude_pods.first() {
+                ms.iter_mut().find(|m| &m.name == n).unwrap().serving = false;
             } else if let Some(n) = p.restart_pods.first() {
                 let m = ms.iter_mut().find(|m| &m.name == n).unwrap();
                 m.pod_outdated = false;
                 m.available = true;
+                m.serving = true;
             } else {
                 break;
             }
@@ -399,9 +421,17 @@ mod tests {
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
         assert_eq!(p.write_templates, ["a1"]);
         assert!(p.waiting.iter().any(|w| w.contains("canary")), "{p:?}");
-        // The canary restarts: still nothing else moves.
+        ms[1].serving = true;
+        // The canary leaves traffic, then restarts: still nothing else moves.
         ms[1].template_outdated = false;
         ms[1].pod_outdated = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.exclude_pods, ["a1"]);
+        assert!(
+            p.write_templates.is_empty() && p.restart_pods.is_empty(),
+            "{p:?}"
+        );
+        ms[1].serving = false;
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
         assert_eq!(p.restart_pods, ["a1"]);
         assert!(p.write_templates.is_empty(), "{p:?}");
@@ -415,6 +445,29 @@ mod tests {
         ms[1].ready = true;
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
         assert_eq!(p.write_templates, ["a0", "b1"]);
+    }
+
+    /// A Smart Update takes a replica out of traffic first and restarts it only once the other
+    /// replicas of its shard have fetched its last parts (a peer gone mid-fetch stalls them).
+    #[test]
+    fn a_replica_restarts_only_once_its_shard_fetched_its_parts() {
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        ms[1].template_outdated = false;
+        ms[1].pod_outdated = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.exclude_pods, ["r1"]);
+        assert!(p.restart_pods.is_empty());
+        ms[1].serving = false;
+        ms[1].drained = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert!(
+            p.restart_pods.is_empty() && p.exclude_pods.is_empty(),
+            "{p:?}"
+        );
+        assert!(p.waiting[0].contains("fetch the last parts of r1"), "{p:?}");
+        ms[1].drained = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.restart_pods, ["r1"]);
     }
 
     /// Nothing outdated: nothing to do.
@@ -444,11 +497,15 @@ mod tests {
                     m.template_outdated = false;
                     m.pod_outdated = true;
                 }
+                for name in &p.exclude_pods {
+                    ms.iter_mut().find(|m| &m.name == name).unwrap().serving = false;
+                }
                 for name in &p.restart_pods {
                     let m = ms.iter_mut().find(|m| &m.name == name).unwrap();
                     m.pod_outdated = false;
                     m.available = false;
                     m.ready = false;
+                    m.serving = true;
                 }
                 let down = ms.iter().filter(|m| !m.available || m.pod_outdated && !m.template_outdated).count() as i32;
                 prop_assert!(down <= max, "{} down with max {}", down, max);

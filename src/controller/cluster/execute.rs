@@ -206,6 +206,28 @@ async fn run(
                 format!("PVC {name} resized to {size}"),
             ))
         }
+        Action::SetServing { pod, serving, .. } => {
+            let value = serving.then_some(labels::TRUE);
+            let patch = json!({"metadata": {"labels": {labels::SERVING: value}}});
+            ignore_not_found(
+                api::<Pod>(ctx, &ns)
+                    .patch(pod, &PatchParams::default(), &Patch::Merge(patch))
+                    .await,
+            )?;
+            Ok(if *serving {
+                normal(
+                    "BackInTraffic",
+                    "Rollout",
+                    format!("{pod} is in the client Service again"),
+                )
+            } else {
+                normal(
+                    "LeftTraffic",
+                    "Rollout",
+                    format!("{pod} is out of the client Service until its restart"),
+                )
+            })
+        }
         Action::RestartPod { pod, uid, .. } => restart_pod(ctx, &ns, pod, uid.as_deref()).await,
         Action::MigrateSchema { replica, shard } => {
             migrate_schema(cluster, world, replica, *shard).await

@@ -13,8 +13,11 @@ use serde::Serialize;
 use tracing::debug;
 
 use super::{Error, api};
-use crate::api::{ClickHouseBackup, ClickHouseCluster, ClusterState};
-use crate::clickhouse::{self, replica as chreplica, sql::ClusterName};
+use crate::api::{ClickHouseBackup, ClickHouseCluster, ClusterState, ReplicaState};
+use crate::clickhouse::{
+    self, replica as chreplica,
+    sql::{ClusterName, ReplicaMacro},
+};
 use crate::controller::Context;
 use crate::model::{self, Password, labels, names};
 use crate::plan::facts::{Kind, Observed, pod_ready};
@@ -127,6 +130,7 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World
     };
     if world.observed.operator_secret_present {
         read_cluster_hosts(cluster, &mut world).await;
+        read_pending_fetches(cluster, &mut world).await;
     }
     Ok(world)
 }
@@ -170,6 +174,48 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
                 .distributed
                 .insert(r, reached.err().map(|e| e.to_string()));
         }
+    }
+}
+
+/// For each replica whose pod was taken out of traffic for a restart: how many parts the other
+/// Ready replicas of its shard still have to fetch from it (see `Observed::pending_fetches`).
+async fn read_pending_fetches(cluster: &ClickHouseCluster, world: &mut World) {
+    let Some(status) = cluster.status.as_ref() else {
+        return;
+    };
+    let map = &status.replica_state_map;
+    let pods = &world.observed.pods;
+    let serving = |r: &str| {
+        pods.get(&names::replica_pod(r))
+            .and_then(|p| p.metadata.labels.as_ref())
+            .is_some_and(|l| l.contains_key(labels::SERVING))
+    };
+    let excluded: Vec<(String, i32)> = map
+        .iter()
+        .filter(|(n, r)| {
+            r.state != ReplicaState::Condemned
+                && pods.get(&names::replica_pod(n)).is_some_and(pod_ready)
+                && !serving(n)
+        })
+        .map(|(n, r)| (n.clone(), r.shard))
+        .collect();
+    for (replica, shard) in excluded {
+        let mut pending = Some(0);
+        for (peer, _) in map.iter().filter(|(n, r)| {
+            r.shard == shard && **n != replica && r.state != ReplicaState::Condemned
+        }) {
+            if !pods.get(&names::replica_pod(peer)).is_some_and(pod_ready) {
+                continue;
+            }
+            let n = match ch_client(cluster, world, peer) {
+                Ok(c) => chreplica::fetches_from(&c, &ReplicaMacro(replica.clone()))
+                    .await
+                    .ok(),
+                Err(_) => None,
+            };
+            pending = pending.zip(n).map(|(a, b)| a + b);
+        }
+        world.observed.pending_fetches.insert(replica, pending);
     }
 }
 

@@ -36,6 +36,28 @@ pub fn plan(pass: &mut Pass) {
     for e in &existing {
         write(pass, e, &decision);
     }
+    for n in &decision.exclude_pods {
+        pass.emit(Action::SetServing {
+            replica: n.clone(),
+            pod: names::replica_pod(n),
+            serving: false,
+        });
+    }
+    // A pod taken out of traffic for a restart that is not needed any more (the change was
+    // reverted) goes back in.
+    let back: Vec<String> = pass
+        .members
+        .iter()
+        .filter(|m| m.ready && !m.serving && !m.template_outdated && !m.pod_outdated)
+        .map(|m| m.name.clone())
+        .collect();
+    for n in back {
+        pass.emit(Action::SetServing {
+            pod: names::replica_pod(&n),
+            replica: n,
+            serving: true,
+        });
+    }
     for n in &decision.restart_pods {
         let pod = names::replica_pod(n);
         pass.emit(Action::RestartPod {
@@ -52,10 +74,14 @@ pub fn plan(pass: &mut Pass) {
     pass.waits.extend(decision.waiting.iter().cloned());
     if let Some(f) = decision.failure {
         pass.fail(FailureReason::RolloutFailed, f);
-    } else if !decision.write_templates.is_empty() || !decision.restart_pods.is_empty() {
+    } else if !decision.write_templates.is_empty()
+        || !decision.restart_pods.is_empty()
+        || !decision.exclude_pods.is_empty()
+    {
         let rolled: Vec<String> = decision
             .write_templates
             .iter()
+            .chain(&decision.exclude_pods)
             .chain(&decision.restart_pods)
             .cloned()
             .collect();
@@ -116,6 +142,12 @@ fn member(pass: &Pass, e: &Existing) -> Member {
             && (pass.spec.update_strategy != UpdateStrategy::SmartUpdate
                 || caught_up != Some(false)),
         ready: pod.ready,
+        serving: pod.serving,
+        drained: pass
+            .obs
+            .pending_fetches
+            .get(&e.name)
+            .is_some_and(|n| *n == Some(0)),
         failing,
     }
 }

@@ -83,7 +83,22 @@ impl Sim {
     fn plan(&self) -> Plan {
         let world = World {
             clusters_in_namespace: Vec::new(),
-            observed: self.obs.clone(),
+            observed: {
+                // The other replicas have nothing to fetch from a pod out of traffic.
+                let mut obs = self.obs.clone();
+                for (pod, p) in &self.obs.pods {
+                    let serving = p
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(model::labels::SERVING));
+                    if !serving && !pod.contains("keeper") {
+                        obs.pending_fetches
+                            .insert(pod.strip_suffix("-0").unwrap_or(pod).to_string(), Some(0));
+                    }
+                }
+                obs
+            },
         };
         decide(&self.cluster, &world, now())
     }
@@ -94,13 +109,19 @@ impl Sim {
         let name = format!("{sts}-0");
         let bad = self.pulls_bad_image(sts);
         let ready = !self.broken.contains(&name) && !bad;
+        // The pod carries its template's labels (in traffic) and its revision.
+        let mut labels: BTreeMap<String, String> = s
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default();
+        labels.insert("controller-revision-hash".to_string(), rev);
         let pod = Pod {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some(BTreeMap::from([(
-                    "controller-revision-hash".to_string(),
-                    rev,
-                )])),
+                labels: Some(labels),
                 ..Default::default()
             },
             status: Some(PodStatus {
@@ -235,6 +256,20 @@ impl Sim {
                         .objects
                         .insert((*kind, name.clone()), object.clone());
                 }
+                Action::SetServing { pod, serving, .. } => {
+                    if let Some(l) = self
+                        .obs
+                        .pods
+                        .get_mut(pod)
+                        .and_then(|p| p.metadata.labels.as_mut())
+                    {
+                        if *serving {
+                            l.insert(model::labels::SERVING.into(), "true".into());
+                        } else {
+                            l.remove(model::labels::SERVING);
+                        }
+                    }
+                }
                 Action::RestartPod { pod, .. } => {
                     self.obs.pods.remove(pod);
                 }
@@ -300,8 +335,9 @@ impl Sim {
             self.obs.caught_up.clear();
         }
         panic!(
-            "no convergence in {max} passes: {:?}",
-            self.log.iter().rev().take(10).collect::<Vec<_>>()
+            "no convergence in {max} passes: {:?} {:?}",
+            self.log.iter().rev().take(10).collect::<Vec<_>>(),
+            self.cluster.status.as_ref().and_then(|s| s.message.clone())
         );
     }
 
@@ -1080,4 +1116,49 @@ fn a_step_failing_the_same_way_reports_the_same_status() {
         last = Some(status.clone());
         sim.cluster.status = Some(status);
     }
+}
+
+/// A pod taken out of traffic for a restart goes back in when the change is reverted before
+/// its restart.
+#[test]
+fn a_pod_out_of_traffic_goes_back_when_its_restart_is_not_needed() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    let good = sim.cluster.spec.image.clone();
+    sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
+    let serving = |sim: &Sim| {
+        sim.obs
+            .pods
+            .iter()
+            .filter(|(n, p)| {
+                !n.contains("keeper")
+                    && p.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(model::labels::SERVING))
+            })
+            .count()
+    };
+    for _ in 0..10 {
+        let mut p = sim.plan();
+        for r in p.lag_checks.clone() {
+            sim.obs.caught_up.insert(r, true);
+        }
+        if !p.lag_checks.is_empty() {
+            p = sim.plan();
+        }
+        let excluding = p
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::SetServing { serving: false, .. }));
+        sim.act(&p);
+        if excluding {
+            break;
+        }
+    }
+    assert_eq!(serving(&sim), 1, "one pod out of traffic for its restart");
+    sim.cluster.spec.image = good;
+    sim.converge(20);
+    assert_eq!(serving(&sim), 2, "{:?}", sim.log);
+    assert_eq!(sim.state(), ClusterState::Ready);
 }
