@@ -81,9 +81,9 @@ pub enum StepPoint {
     After,
 }
 
-/// Called before and after each step with its description: `true` stops the pass right there,
-/// as if the process had died (fault-injection tests; never set in the operator binary).
-pub type AfterStep = Arc<dyn Fn(StepPoint, &str) -> bool + Send + Sync>;
+/// Called before and after each step: `true` stops the pass right there, as if the process had
+/// died (fault-injection tests; never set in the operator binary).
+pub type AfterStep = Arc<dyn Fn(StepPoint, &crate::plan::action::Action) -> bool + Send + Sync>;
 
 /// [`run`], with a hook after each executed step.
 pub async fn run_with(

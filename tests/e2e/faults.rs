@@ -117,7 +117,7 @@ async fn reverting_bad_server_changes_heals_under_write_load() {
     for (what, bad, revert) in [
         (
             "an image that cannot be pulled",
-            json!({"image": "registry.invalid/clickhouse-server:none"}),
+            json!({"image": "registry.invalid/no-such-image:1"}),
             json!({"image": null}),
         ),
         (
@@ -166,7 +166,7 @@ async fn reverting_bad_keeper_changes_heals_under_write_load() {
     for (what, bad, revert) in [
         (
             "a Keeper image that cannot be pulled",
-            json!({"keeper": {"image": "registry.invalid/clickhouse-keeper:none"}}),
+            json!({"keeper": {"image": "registry.invalid/no-such-image:1"}}),
             json!({"keeper": {"image": null}}),
         ),
         (

@@ -1,6 +1,6 @@
 //! The operator killed at every step (S0-19, S0-30, invariants 1, 6, 8): each operator run here
-//! executes one step of a plan and dies right after it, before it can record anything; a new
-//! one takes over. A shard scale-out, a rolling restart, a scale-in and a pause/resume are
+//! executes one step of a plan that writes to Kubernetes or changes the replica map, and dies
+//! right after it, before it can record anything; a new one takes over. A shard scale-out, a rolling restart, a scale-in and a pause/resume are
 //! driven that way, with rows written every second, until the cluster converges. Afterwards
 //! every acknowledged row is on every replica, Keeper lists only live replicas, and no replica
 //! name was ever used twice.
@@ -48,12 +48,15 @@ async fn drive(
             let (fired, last) = (fired.clone(), last.clone());
             Arc::new(move |point, step| match point {
                 StepPoint::Before => fired.load(Ordering::SeqCst),
-                StepPoint::After => {
+                // A kill point: right after a step that the plan records (a Kubernetes write, or
+                // a change of the replica map), before anything records it.
+                StepPoint::After if step.writes_kubernetes() || step.records_progress() => {
                     if !fired.swap(true, Ordering::SeqCst) {
-                        *last.lock().unwrap() = step.to_string();
+                        *last.lock().unwrap() = step.describe();
                     }
                     true
                 }
+                StepPoint::After => fired.load(Ordering::SeqCst),
             })
         };
         let op = start_operator_with(client, ns, Some(hook)).await;

@@ -93,8 +93,20 @@ impl Workload {
         let map = c.status.unwrap().replica_state_map;
         let mut shards: BTreeMap<i32, Vec<(String, RowsPerBatch)>> = BTreeMap::new();
         for (replica, entry) in &map {
-            let ch = sql_client(client, ns, &self.cluster, &format!("{replica}-0")).await;
-            exec(&ch, "SYSTEM SYNC REPLICA default.events").await;
+            // Replication may need minutes to get past a peer that died mid-fetch (its old
+            // address stops answering): the rows must arrive, not arrive at once.
+            let pod: Pod = Api::namespaced(client.clone(), ns)
+                .get(&format!("{replica}-0"))
+                .await
+                .unwrap();
+            let ip = pod.status.and_then(|s| s.pod_ip).expect("an address");
+            let ch = sql_client_at(client, ns, &self.cluster, &ip, Duration::from_secs(330)).await;
+            ch.exec(
+                "SYSTEM SYNC REPLICA default.events",
+                &QueryOptions::new().setting("receive_timeout", 320),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{replica}: SYSTEM SYNC REPLICA: {e}"));
             let counts: RowsPerBatch = query(
                 &ch,
                 "SELECT concat(toString(batch), ':', toString(count())) AS v FROM default.events GROUP BY batch",
