@@ -40,6 +40,23 @@ fn feed(h: &mut Sha256, bytes: &[u8]) {
     h.update(bytes);
 }
 
+/// A short hash of a JSON value (its canonical text: object keys are sorted).
+pub fn json_hash(v: &serde_json::Value) -> String {
+    let mut h = Sha256::new();
+    h.update(v.to_string().as_bytes());
+    hex::encode(&h.finalize()[..8])
+}
+
+/// Sets the [`labels::OBJECT_HASH`] annotation of an object (as JSON) to the hash of the rest of
+/// it.
+pub fn restamp(object: &mut serde_json::Value) {
+    if let Some(map) = object["metadata"]["annotations"].as_object_mut() {
+        map.remove(labels::OBJECT_HASH);
+    }
+    let h = json_hash(object);
+    object["metadata"]["annotations"][labels::OBJECT_HASH] = serde_json::Value::String(h);
+}
+
 /// Hash of a Secret's data; `None` (not found) hashes differently from every data.
 pub fn secret_hash(data: Option<&SecretData>) -> String {
     let mut h = Sha256::new();

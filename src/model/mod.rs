@@ -183,8 +183,54 @@ pub struct Desired {
     pub keeper: Option<KeeperObjects>,
 }
 
-/// Builds every object of the cluster.
+/// Builds every object of the cluster, each stamped with [`labels::OBJECT_HASH`] (and the
+/// StatefulSets with [`labels::TEMPLATE_HASH`]).
 pub fn desired(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
+    let mut d = unstamped(c, inputs)?;
+    stamp_all(&mut d);
+    Ok(d)
+}
+
+fn stamp<K: Resource + serde::Serialize>(obj: &mut K) {
+    let mut value = serde_json::to_value(&*obj).expect("Kubernetes objects serialise");
+    hash::restamp(&mut value);
+    let h = value["metadata"]["annotations"][labels::OBJECT_HASH]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    obj.meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(labels::OBJECT_HASH.into(), h);
+}
+
+fn stamp_statefulset(sts: &mut StatefulSet) {
+    let template = serde_json::to_value(&sts.spec.template).expect("Kubernetes objects serialise");
+    sts.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(labels::TEMPLATE_HASH.into(), hash::json_hash(&template));
+    stamp(sts);
+}
+
+fn stamp_all(d: &mut Desired) {
+    stamp(&mut d.common_config);
+    d.replica_configs.iter_mut().for_each(stamp);
+    stamp(&mut d.users_secret);
+    d.server_statefulsets.iter_mut().for_each(stamp_statefulset);
+    stamp(&mut d.headless_service);
+    d.client_service.iter_mut().for_each(stamp);
+    d.shard_pdbs.iter_mut().for_each(stamp);
+    if let Some(k) = &mut d.keeper {
+        stamp(&mut k.config);
+        stamp_statefulset(&mut k.statefulset);
+        stamp(&mut k.headless_service);
+        stamp(&mut k.client_service);
+        stamp(&mut k.pdb);
+    }
+}
+
+fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
     let common = config::server::common_files(c)?;
     let listed = inputs.listed.as_ref().unwrap_or(&inputs.replicas);
     let hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);

@@ -311,6 +311,25 @@ pub fn json_of<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).expect("Kubernetes objects serialise")
 }
 
+/// The desired StatefulSet with the pod template it has now (and the hash of that template),
+/// for writing its other fields without touching its pods.
+pub fn with_template_of(desired: &Value, observed: &Value) -> Value {
+    let mut object = desired.clone();
+    object["spec"]["template"] = observed["spec"]["template"].clone();
+    let key = crate::model::labels::TEMPLATE_HASH;
+    let annotations = &mut object["metadata"]["annotations"];
+    match observed["metadata"]["annotations"][key].as_str() {
+        Some(h) => annotations[key] = Value::String(h.to_string()),
+        None => {
+            if let Some(map) = annotations.as_object_mut() {
+                map.remove(key);
+            }
+        }
+    }
+    crate::model::hash::restamp(&mut object);
+    object
+}
+
 /// Does the observed StatefulSet's pod template cover the desired one (no restart needed)?
 fn template_covers(observed: &Value, desired: &Value) -> bool {
     !pod_template_changed(observed, desired)

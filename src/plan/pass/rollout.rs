@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::jiff::SignedDuration;
 use serde_json::Value;
 
-use super::{Pass, json_of, template_covers};
+use super::{Pass, json_of, template_covers, with_template_of};
 use crate::api::UpdateStrategy;
 use crate::model::diff::object_covered;
 use crate::model::names;
@@ -217,8 +217,7 @@ fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
         pass.apply(Kind::StatefulSet, e.desired.clone());
         return;
     }
-    let mut rest = e.desired.clone();
-    rest["spec"]["template"] = e.observed["spec"]["template"].clone();
+    let rest = with_template_of(&e.desired, &e.observed);
     if !object_covered(&e.observed, &rest) {
         let template_outdated = !template_covers(&e.observed, &e.desired);
         pass.emit(Action::Apply {

@@ -157,26 +157,34 @@ impl Sim {
         for n in names {
             let replicas = self.obs.statefulsets[&n].spec.replicas.unwrap_or(1);
             let keeper = n.ends_with("-keeper");
-            // A server StatefulSet with the native RollingUpdate replaces a pod of an old
-            // revision itself.
+            // The native RollingUpdate replaces one pod of an old revision at a time, highest
+            // ordinal first, and only while every pod is Ready (it never replaces a broken one).
             let sts = &self.obs.statefulsets[&n];
-            let native = !keeper
-                && sts
-                    .spec
-                    .update_strategy
-                    .as_ref()
-                    .and_then(|u| u.type_.as_deref())
-                    == Some("RollingUpdate");
+            let native = sts
+                .spec
+                .update_strategy
+                .as_ref()
+                .and_then(|u| u.type_.as_deref())
+                == Some("RollingUpdate");
             let rev = sts.status.as_ref().and_then(|s| s.update_revision.clone());
-            let pod = format!("{n}-0");
-            if native
-                && self.obs.pods.get(&pod).is_some_and(|p| {
+            let all_ready = (0..replicas).all(|i| {
+                self.obs
+                    .pods
+                    .get(&format!("{n}-{i}"))
+                    .is_some_and(crate::plan::facts::pod_ready)
+            });
+            let oldest = (0..replicas).rev().map(|i| format!("{n}-{i}")).find(|pod| {
+                self.obs.pods.get(pod).is_some_and(|p| {
                     p.metadata
                         .labels
                         .as_ref()
                         .and_then(|l| l.get("controller-revision-hash"))
                         != rev.as_ref()
                 })
+            });
+            if native
+                && all_ready
+                && let Some(pod) = oldest
             {
                 self.log.push(format!("controller replaces pod {pod}"));
                 self.obs.pods.remove(&pod);
@@ -1160,5 +1168,32 @@ fn a_pod_out_of_traffic_goes_back_when_its_restart_is_not_needed() {
     sim.cluster.spec.image = good;
     sim.converge(20);
     assert_eq!(serving(&sim), 2, "{:?}", sim.log);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// Invariant 4: a field the spec no longer sets (a node selector removed, say by a revert)
+/// leaves the StatefulSets too, servers (rolled) and Keeper alike.
+#[test]
+fn a_removed_field_leaves_the_statefulsets() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    let selector = BTreeMap::from([("example.com/zone".to_string(), "a".to_string())]);
+    sim.cluster.spec.pod.node_selector = selector.clone();
+    sim.cluster.spec.keeper.pod.node_selector = selector;
+    sim.converge(40);
+    let has_selector = |sim: &Sim| {
+        sim.obs
+            .statefulsets
+            .values()
+            .filter(|s| json_of(&s.spec)["template"]["spec"]["nodeSelector"].is_object())
+            .count()
+    };
+    assert_eq!(has_selector(&sim), 3);
+    sim.cluster.spec.pod.node_selector.clear();
+    sim.cluster.spec.keeper.pod.node_selector.clear();
+    sim.log.clear();
+    sim.converge(40);
+    assert_eq!(has_selector(&sim), 0, "{:?}", sim.log);
+    assert_eq!(server_restarts(&sim.log).len(), 2, "{:?}", sim.log);
     assert_eq!(sim.state(), ClusterState::Ready);
 }

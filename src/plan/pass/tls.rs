@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::{Pass, json_of};
+use super::{Pass, json_of, with_template_of};
 use crate::plan::facts::Mode;
 
 pub fn plan(pass: &mut Pass) {
@@ -19,8 +19,7 @@ pub fn plan(pass: &mut Pass) {
             let n = d.metadata.name.as_deref()?;
             let f = pass.facts.server(n);
             let observed = f.statefulset.as_ref().filter(|_| f.scale != Some(0))?;
-            let mut stop = json_of(d);
-            stop["spec"]["template"] = observed["spec"]["template"].clone();
+            let mut stop = with_template_of(&json_of(d), observed);
             stop["spec"]["volumeClaimTemplates"] = observed["spec"]["volumeClaimTemplates"].clone();
             stop["spec"]["replicas"] = json!(0);
             Some(stop)
