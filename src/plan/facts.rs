@@ -348,38 +348,31 @@ fn ready_since(p: &Pod) -> Option<Timestamp> {
         .map(|t| t.0)
 }
 
-/// Pod on its StatefulSet's current revision (and the StatefulSet's status is up to date).
-fn pod_current(sts: &StatefulSet, p: &Pod) -> bool {
-    let settled =
-        sts.status.as_ref().and_then(|s| s.observed_generation) == sts.metadata.generation;
-    let update = sts
-        .status
-        .as_ref()
-        .and_then(|s| s.update_revision.as_deref());
+/// The StatefulSet's status is up to date, its update revision, and the pod's revision.
+fn revisions<'a>(sts: &'a StatefulSet, p: &'a Pod) -> (bool, Option<&'a str>, Option<&'a str>) {
+    let status = sts.status.as_ref();
+    let settled = status.and_then(|s| s.observed_generation) == sts.metadata.generation;
+    let update = status.and_then(|s| s.update_revision.as_deref());
     let pod_rev = p
         .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get("controller-revision-hash"))
         .map(String::as_str);
+    (settled, update, pod_rev)
+}
+
+/// Pod on its StatefulSet's current revision (and the StatefulSet's status is up to date).
+fn pod_current(sts: &StatefulSet, p: &Pod) -> bool {
+    let (settled, update, pod_rev) = revisions(sts, p);
     settled && update.is_some() && update == pod_rev
 }
 
 /// Pod on a revision older than its StatefulSet's current one, as far as the StatefulSet's
 /// up-to-date status tells.
 fn old_revision(sts: &StatefulSet, p: &Pod) -> bool {
-    let settled =
-        sts.status.as_ref().and_then(|s| s.observed_generation) == sts.metadata.generation;
-    let update = sts
-        .status
-        .as_ref()
-        .and_then(|s| s.update_revision.as_deref());
-    let pod_rev = p
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get("controller-revision-hash"));
-    settled && update.is_some() && pod_rev.map(String::as_str) != update
+    let (settled, update, pod_rev) = revisions(sts, p);
+    settled && update.is_some() && pod_rev != update
 }
 
 /// Why a pod cannot run, if it cannot (S2-31, S2-39).
