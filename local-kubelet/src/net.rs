@@ -81,14 +81,31 @@ pub const VETH_PREFIX: &str = "lkv";
 
 /// Pod address allocator: from the pod CIDR's second /24 (198.18.1.1 by default) to its last
 /// address but one, handing out the next free address after the last one given, so a freed
-/// address is reused only after the range wrapped.
+/// address is reused only after the range wrapped. A pod recreated under the same name gets its
+/// previous address back while that is free ([`Ipam::allocate_for`]): ClickHouse 18.16 keeps the
+/// address it resolved for a peer in its replication fetches even after `SYSTEM DROP DNS CACHE`
+/// (a newer server resolves again by itself), which no operator can repair.
 #[derive(Default)]
 pub struct Ipam {
     used: BTreeSet<u32>,
     last: u32,
+    by_name: std::collections::BTreeMap<String, u32>,
 }
 
 impl Ipam {
+    /// An address for the pod `key` (namespace/name): its previous one when free.
+    pub fn allocate_for(&mut self, key: &str) -> Option<Ipv4Addr> {
+        if let Some(&previous) = self.by_name.get(key)
+            && !self.used.contains(&previous)
+        {
+            self.used.insert(previous);
+            return Some(Ipv4Addr::from(previous));
+        }
+        let ip = self.allocate()?;
+        self.by_name.insert(key.to_string(), u32::from(ip));
+        Some(ip)
+    }
+
     pub fn allocate(&mut self) -> Option<Ipv4Addr> {
         let first = cfg().network + 256;
         let last = broadcast() - 1;
@@ -300,5 +317,19 @@ mod tests {
         m.release(a);
         assert_eq!(m.allocate().unwrap(), Ipv4Addr::new(198, 18, 1, 3));
         assert_eq!(names(b).0, "lk-1-2");
+    }
+
+    #[test]
+    fn a_recreated_pod_gets_its_previous_address_while_free() {
+        let mut m = Ipam::default();
+        let a = m.allocate_for("ns/p").unwrap();
+        let b = m.allocate_for("ns/q").unwrap();
+        m.release(a);
+        assert_eq!(m.allocate_for("ns/p"), Some(a));
+        // Taken by someone else meanwhile: a new one.
+        m.release(a);
+        let c = m.allocate().unwrap();
+        m.release(c);
+        assert_ne!(m.allocate_for("ns/q"), Some(b), "b is still in use");
     }
 }

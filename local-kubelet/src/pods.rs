@@ -178,7 +178,12 @@ async fn pod_worker(ctx: SharedCtx, pod: Arc<Pod>, mut rx: watch::Receiver<Ctl>)
         .join(format!("{ns}_{name}_{}", &uid[..uid.len().min(8)]));
     tracing::info!("pod {ns}/{name}: starting");
     let ip = loop {
-        if let Some(ip) = ctx.ipam.lock().unwrap().allocate() {
+        if let Some(ip) = ctx
+            .ipam
+            .lock()
+            .unwrap()
+            .allocate_for(&format!("{ns}/{name}"))
+        {
             break ip;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
