@@ -44,13 +44,18 @@ async fn drive(
         );
         let fired = Arc::new(AtomicBool::new(false));
         let last = Arc::new(Mutex::new(String::new()));
+        let seen: Arc<BTreeSet<String>> = Arc::new(kills.iter().cloned().collect());
         let hook: AfterStep = {
             let (fired, last) = (fired.clone(), last.clone());
             Arc::new(move |point, step| match point {
                 StepPoint::Before => fired.load(Ordering::SeqCst),
                 // A kill point: right after a step that the plan records (a Kubernetes write, or
-                // a change of the replica map), before anything records it.
-                StepPoint::After if step.writes_kubernetes() || step.records_progress() => {
+                // a change of the replica map), before anything records it; each step once, so
+                // that the next operator redoes it and goes on.
+                StepPoint::After
+                    if (step.writes_kubernetes() || step.records_progress())
+                        && !seen.contains(&step.describe()) =>
+                {
                     if !fired.swap(true, Ordering::SeqCst) {
                         *last.lock().unwrap() = step.describe();
                     }

@@ -156,6 +156,11 @@ async fn sync_shard(
         Err(e) if e.is_timeout() => Ok(Done::Waiting(format!(
             "scale-in of {replica} waits for {backup} to catch up with its shard"
         ))),
+        // Keeper unreachable, a session being re-established, a read-only table: heals by
+        // itself; the pass is not a failure (no backoff), the step is looked at again next pass.
+        Err(e) if e.is_retryable() => Ok(Done::Waiting(format!(
+            "scale-in of {replica} waits for {backup} to sync its shard: {e}"
+        ))),
         Err(e) => Err(Error::clickhouse(
             &format!("syncing the shard of {replica} on {backup}"),
             e,
