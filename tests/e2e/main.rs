@@ -6,4 +6,5 @@ mod foundation;
 mod isolation;
 mod kills;
 mod support;
+mod upgrade;
 mod workload;
