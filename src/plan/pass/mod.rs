@@ -37,7 +37,7 @@ use crate::model::diff::object_covered;
 /// Annotation on a ClickHouseCluster that allows removing shards, whose data is then lost.
 pub const ALLOW_DATA_LOSS: &str = "clickhouse.com/allow-data-loss";
 
-/// The phases of a pass, in the order they run (S2-09).
+/// The phases of a pass, in the order [`plan_pass`] runs them (S2-09).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     /// Referenced Secrets exist; the operator's own credentials exist.
@@ -54,7 +54,8 @@ pub enum Phase {
     Tls,
     /// Server StatefulSets (created in parallel) and the shards' PodDisruptionBudgets.
     Servers,
-    /// Outdated pod templates and pods, one replica of a shard at a time (Smart Update).
+    /// Existing server StatefulSets: other fields at once, outdated pod templates and pods one
+    /// replica of a shard at a time after a canary (Smart Update).
     Rollout,
     /// Headless, client and Keeper client Services.
     Services,
@@ -64,24 +65,6 @@ pub enum Phase {
     Schema,
     /// Removal of condemned replicas, step by step.
     ScaleIn,
-}
-
-impl Phase {
-    /// Every phase, in the order [`plan_pass`] runs them.
-    pub const ORDER: [Phase; 12] = [
-        Phase::Credentials,
-        Phase::Keeper,
-        Phase::ReplicaMap,
-        Phase::Configuration,
-        Phase::Storage,
-        Phase::Tls,
-        Phase::Servers,
-        Phase::Rollout,
-        Phase::Services,
-        Phase::Cleanup,
-        Phase::Schema,
-        Phase::ScaleIn,
-    ];
 }
 
 /// What earlier phases decided that later ones must respect.
@@ -136,7 +119,7 @@ pub struct Pass<'a> {
     pub listed: u64,
     /// Per server StatefulSet: its observed pod template covers the desired one.
     pub template_current: BTreeMap<String, bool>,
-    /// Server replicas whose StatefulSet exists (set by the Servers phase).
+    /// Server replicas whose StatefulSet exists (set by the Rollout phase).
     pub members: Vec<Member>,
     pub gates: Gates,
     /// Why the pass waits, for the status message.
