@@ -82,7 +82,7 @@ pub enum StepPoint {
 }
 
 /// Called before and after each step: `true` stops the pass right there, as if the process had
-/// died (fault-injection tests; never set in the operator binary).
+/// died (fault-injection tests, decision 24; never set in the operator binary).
 pub type AfterStep = Arc<dyn Fn(StepPoint, &crate::plan::action::Action) -> bool + Send + Sync>;
 
 /// [`run`], with a hook after each executed step.

@@ -41,7 +41,7 @@ pub const TRUE: &str = "true";
 /// Pod-template annotation: hash of the configuration that needs a restart to take effect.
 pub const CONFIG_HASH: &str = "clickhouse.com/config-hash";
 /// Annotation of every built object: a hash of what the operator wants in it, so that a field
-/// it stops setting (a node selector removed, a ConfigMap key gone) is noticed too.
+/// it stops setting (a node selector removed, a ConfigMap key gone) is noticed too (decision 22).
 pub const OBJECT_HASH: &str = "clickhouse.com/object-hash";
 /// Annotation of a StatefulSet (not of its pod template): a hash of the pod template it was
 /// written with; a template that differs only by a removed field differs here.

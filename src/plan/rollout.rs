@@ -7,7 +7,8 @@
 //! template, only one replica of the cluster is rolled; then the shards roll in parallel, so
 //! a bad change costs one host. A replica that is not Ready and not on the desired template is
 //! repaired at once, whatever the budget: that cannot lower availability, and it is how
-//! reverting a bad change heals (decision 5). A StatefulSet's template is written only when
+//! reverting a bad change heals (decision 5). A healthy replica leaves traffic and is drained
+//! before its pod is deleted (decision 21). A StatefulSet's template is written only when
 //! it is that replica's turn, so the new configuration never reaches a pod before its turn.
 
 use crate::api::UpdateStrategy;

@@ -25,7 +25,7 @@ pub fn plan(pass: &mut Pass) {
     // While the cluster is not ready, and for a while after a server pod became Ready (its
     // peers learn its address a moment later), every Ready server resolves the cluster's hosts
     // again: a server that cached a pod's old address would neither fetch parts from it nor
-    // reach it from a Distributed table (decision 17).
+    // reach it from a Distributed table (decisions 17 and 23).
     let recent = pass.live_replicas().any(|(n, _)| {
         pass.facts
             .server(n)
