@@ -14,23 +14,8 @@ use crate::support::*;
 
 /// (uid, restartCount) of every server pod, by pod name.
 async fn server_pods(client: &Client, ns: &str, cluster: &str) -> BTreeMap<String, (String, i32)> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.list(&ListParams::default().labels(&format!(
-        "clickhouse.com/cluster={cluster},app.kubernetes.io/component=server"
-    )))
-    .await
-    .unwrap()
-    .items
-    .into_iter()
-    .map(|p| {
-        let restarts = p
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum());
-        (p.name_any(), (p.uid().unwrap_or_default(), restarts))
-    })
-    .collect()
+    let selector = format!("clickhouse.com/cluster={cluster},app.kubernetes.io/component=server");
+    pod_ids(client, ns, &selector).await
 }
 
 fn backup_replica(c: &ClickHouseCluster) -> String {

@@ -79,18 +79,50 @@ async fn bad_then_revert(
     println!("{what}: ready {:?} after the revert", started.elapsed());
 }
 
-/// The most pods of `component` that were not Ready in one sample.
-fn most_down(samples: &[Sample], component_prefix: &str, keeper: bool) -> usize {
+/// The most Keeper pods (`keeper`) or server pods that were not Ready in one sample.
+fn most_down(samples: &[Sample], keeper: bool) -> usize {
     samples
         .iter()
         .map(|s| {
             s.not_ready
                 .iter()
-                .filter(|n| n.starts_with(component_prefix) && n.contains("keeper") == keeper)
+                .filter(|n| n.contains("keeper") == keeper)
                 .count()
         })
         .max()
         .unwrap_or(0)
+}
+
+/// Creates `c1` with `spec`, starts the writer and the observer, applies and reverts each
+/// `(what, bad, revert)` on `component`'s pods, then checks every acknowledged batch, that one
+/// pod of `component` at most was down in any sample, and that the status told the truth.
+async fn revert_each(
+    prefix: &str,
+    spec: serde_json::Value,
+    component: &str,
+    cases: Vec<(&str, serde_json::Value, serde_json::Value)>,
+) {
+    let client = client().await;
+    let ns = namespace(&client, prefix).await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(&client, &ns, "c1", spec).await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let observer = Observer::start(&client, &ns, "c1").await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let mut generation = 1;
+    for (what, bad, revert) in cases {
+        bad_then_revert(&client, &ns, &mut generation, component, what, bad, revert).await;
+    }
+    let batches = workload.stop_and_check(&client, &ns).await;
+    let samples = observer.stop().await;
+    println!("{batches} batches acknowledged and found on every replica");
+    assert_eq!(
+        most_down(&samples, component == "keeper"),
+        1,
+        "exactly one {component} pod was down at a time"
+    );
+    assert_status_truthful(&samples);
+    finish(&client, &ns, op).await;
 }
 
 /// Invariant 4, decision 5: an image that cannot be pulled, a node selector no node matches and
@@ -99,94 +131,54 @@ fn most_down(samples: &[Sample], component_prefix: &str, keeper: bool) -> usize 
 /// acknowledged row on every replica of its shard.
 #[tokio::test]
 async fn reverting_bad_server_changes_heals_under_write_load() {
-    let client = client().await;
-    let ns = namespace(&client, "revert").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    revert_each(
+        "revert",
         json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1},
                "storage": {"size": "1Gi"}, "podDisruptionBudget": {"maxUnavailable": 1}}),
+        "server",
+        vec![
+            (
+                "an image that cannot be pulled",
+                json!({"image": "registry.invalid/no-such-image:1"}),
+                json!({"image": null}),
+            ),
+            (
+                "a node selector no node matches",
+                json!({"pod": {"nodeSelector": {"example.com/no-such-node": "x"}}}),
+                json!({"pod": {"nodeSelector": null}}),
+            ),
+            (
+                "a setting that stops the server",
+                json!({"configuration": {"settings": {"uncompressed_cache_size": "not-a-number"}}}),
+                json!({"configuration": {"settings": {"uncompressed_cache_size": null}}}),
+            ),
+        ],
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
-    let observer = Observer::start(&client, &ns, "c1").await;
-    let workload = Workload::start(&client, &ns, "c1").await;
-    let mut generation = 1;
-    for (what, bad, revert) in [
-        (
-            "an image that cannot be pulled",
-            json!({"image": "registry.invalid/no-such-image:1"}),
-            json!({"image": null}),
-        ),
-        (
-            "a node selector no node matches",
-            json!({"pod": {"nodeSelector": {"example.com/no-such-node": "x"}}}),
-            json!({"pod": {"nodeSelector": null}}),
-        ),
-        (
-            "a setting that stops the server",
-            json!({"configuration": {"settings": {"uncompressed_cache_size": "not-a-number"}}}),
-            json!({"configuration": {"settings": {"uncompressed_cache_size": null}}}),
-        ),
-    ] {
-        bad_then_revert(&client, &ns, &mut generation, "server", what, bad, revert).await;
-    }
-    let batches = workload.stop_and_check(&client, &ns).await;
-    let samples = observer.stop().await;
-    println!("{batches} batches acknowledged and found on every replica");
-    assert_eq!(
-        most_down(&samples, "c1-", false),
-        1,
-        "exactly one server was down at a time"
-    );
-    assert_status_truthful(&samples);
-    finish(&client, &ns, op).await;
 }
 
 /// Decision 5 for Keeper: a bad image or node selector stops the Keeper rolling update at its
 /// first member (quorum kept, writes go on); reverting replaces the stuck member.
 #[tokio::test]
 async fn reverting_bad_keeper_changes_heals_under_write_load() {
-    let client = client().await;
-    let ns = namespace(&client, "krevert").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    revert_each(
+        "krevert",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+        "keeper",
+        vec![
+            (
+                "a Keeper image that cannot be pulled",
+                json!({"keeper": {"image": "registry.invalid/no-such-image:1"}}),
+                json!({"keeper": {"image": null}}),
+            ),
+            (
+                "a Keeper node selector no node matches",
+                json!({"keeper": {"pod": {"nodeSelector": {"example.com/no-such-node": "x"}}}}),
+                json!({"keeper": {"pod": {"nodeSelector": null}}}),
+            ),
+        ],
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
-    let observer = Observer::start(&client, &ns, "c1").await;
-    let workload = Workload::start(&client, &ns, "c1").await;
-    let mut generation = 1;
-    for (what, bad, revert) in [
-        (
-            "a Keeper image that cannot be pulled",
-            json!({"keeper": {"image": "registry.invalid/no-such-image:1"}}),
-            json!({"keeper": {"image": null}}),
-        ),
-        (
-            "a Keeper node selector no node matches",
-            json!({"keeper": {"pod": {"nodeSelector": {"example.com/no-such-node": "x"}}}}),
-            json!({"keeper": {"pod": {"nodeSelector": null}}}),
-        ),
-    ] {
-        bad_then_revert(&client, &ns, &mut generation, "keeper", what, bad, revert).await;
-    }
-    let batches = workload.stop_and_check(&client, &ns).await;
-    let samples = observer.stop().await;
-    println!("{batches} batches acknowledged and found on every replica");
-    assert_eq!(
-        most_down(&samples, "c1-keeper", true),
-        1,
-        "one Keeper member down at a time"
-    );
-    assert_status_truthful(&samples);
-    finish(&client, &ns, op).await;
 }
 
 /// Invariant 5: a rolling restart restarts every server pod exactly once (every pod uid seen

@@ -431,3 +431,29 @@ pub async fn wait_ready(
     )
     .await
 }
+
+/// (uid, restartCount) of the pods of `ns` that match the label `selector` ("" for all), by
+/// pod name: equal before and after means no pod restarted.
+pub async fn pod_ids(
+    client: &Client,
+    ns: &str,
+    selector: &str,
+) -> std::collections::BTreeMap<String, (String, i32)> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum());
+            (p.name_any(), (p.uid().unwrap_or_default(), restarts))
+        })
+        .collect()
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -14,21 +14,7 @@ use crate::support::*;
 
 /// (uid, restartCount) of every pod of the namespace.
 async fn pods(client: &Client, ns: &str) -> BTreeMap<String, (String, i32)> {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| {
-            let restarts = p
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum());
-            (p.name_any(), (p.uid().unwrap_or_default(), restarts))
-        })
-        .collect()
+    pod_ids(client, ns, "").await
 }
 
 /// Invariant 3: the client Service and the common ConfigMap deleted by hand, and a field of the

@@ -40,6 +40,21 @@ fn revision(template: &Value) -> String {
     format!("r{:x}", h.finish())
 }
 
+/// The StatefulSets a plan applies, in order.
+fn statefulsets_applied(p: &Plan) -> Vec<&String> {
+    p.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Apply {
+                kind: Kind::StatefulSet,
+                name,
+                ..
+            } => Some(name),
+            _ => None,
+        })
+        .collect()
+}
+
 fn err_image_pull() -> Vec<k8s_openapi::api::core::v1::ContainerStatus> {
     use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting, ContainerStatus};
     vec![ContainerStatus {
@@ -325,16 +340,23 @@ impl Sim {
         self.settle();
     }
 
+    /// A plan, with the replication lag it asks for read as caught up (as the controller
+    /// reads it and decides again).
+    fn plan_caught_up(&mut self) -> Plan {
+        let p = self.plan();
+        if p.lag_checks.is_empty() {
+            return p;
+        }
+        for r in &p.lag_checks {
+            self.obs.caught_up.insert(r.clone(), true);
+        }
+        self.plan()
+    }
+
     /// Passes until nothing is left to do (or `max` passes). Returns the number of passes.
     fn converge(&mut self, max: usize) -> usize {
         for i in 0..max {
-            let mut p = self.plan();
-            if !p.lag_checks.is_empty() {
-                for r in &p.lag_checks {
-                    self.obs.caught_up.insert(r.clone(), true);
-                }
-                p = self.plan();
-            }
+            let p = self.plan_caught_up();
             if p.actions.is_empty() && !p.again {
                 self.cluster.status = Some(p.status);
                 return i;
@@ -401,18 +423,7 @@ fn scale_out_persists_the_map_then_creates_every_statefulset_in_one_pass() {
     );
     sim.act(&p);
     let p = sim.plan();
-    let created: Vec<&String> = p
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Apply {
-                kind: Kind::StatefulSet,
-                name,
-                ..
-            } => Some(name),
-            _ => None,
-        })
-        .collect();
+    let created: Vec<&String> = statefulsets_applied(&p);
     assert_eq!(created.len(), 3, "{:?}", p.actions);
     sim.act(&p);
     sim.converge(20);
@@ -827,25 +838,8 @@ fn a_canary_replica_rolls_before_the_shards_go_in_parallel() {
     let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2}));
     sim.converge(20);
     sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
-    let mut p = sim.plan();
-    if !p.lag_checks.is_empty() {
-        for r in &p.lag_checks {
-            sim.obs.caught_up.insert(r.clone(), true);
-        }
-        p = sim.plan();
-    }
-    let written: Vec<&String> = p
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Apply {
-                kind: Kind::StatefulSet,
-                name,
-                ..
-            } => Some(name),
-            _ => None,
-        })
-        .collect();
+    let p = sim.plan_caught_up();
+    let written: Vec<&String> = statefulsets_applied(&p);
     assert_eq!(written.len(), 1, "one canary: {:?}", p.actions);
     sim.log.clear();
     sim.converge(40);
@@ -868,13 +862,7 @@ fn reverting_a_bad_image_heals_the_broken_replica() {
     sim.cluster.spec.image = "registry.invalid/clickhouse:bad".into();
     let mut failed = false;
     for _ in 0..10 {
-        let mut p = sim.plan();
-        for r in p.lag_checks.clone() {
-            sim.obs.caught_up.insert(r, true);
-        }
-        if !p.lag_checks.is_empty() {
-            p = sim.plan();
-        }
+        let p = sim.plan_caught_up();
         let down = sim
             .obs
             .pods
@@ -1148,13 +1136,7 @@ fn a_pod_out_of_traffic_goes_back_when_its_restart_is_not_needed() {
             .count()
     };
     for _ in 0..10 {
-        let mut p = sim.plan();
-        for r in p.lag_checks.clone() {
-            sim.obs.caught_up.insert(r, true);
-        }
-        if !p.lag_checks.is_empty() {
-            p = sim.plan();
-        }
+        let p = sim.plan_caught_up();
         let excluding = p
             .actions
             .iter()
