@@ -678,3 +678,47 @@ async fn https_with_the_clusters_ca_is_verified() {
         Err(clickhouse_operator::clickhouse::Error::Config { .. })
     ));
 }
+
+/// Decision 25: the operator's own ZooKeeper-protocol client against a real ZooKeeper 3.8:
+/// nodes are created, listed and read; a missing node is `None`; a server that publishes no
+/// membership (standalone) says so instead of failing; a refused `reconfig` is an error with
+/// the server's code, and a closed port an error, never a panic.
+#[tokio::test]
+async fn keeper_client_speaks_the_zookeeper_protocol_to_a_real_server() {
+    use clickhouse_operator::clickhouse::keeper::{self, Session};
+    let _serial = SERIAL.lock().await;
+    let h = Harness::new(8, &[]);
+    let addr = h.zookeeper();
+    // `ruok` is answered a moment before sessions are accepted
+    let started = std::time::Instant::now();
+    let mut s = loop {
+        match Session::connect(addr, Duration::from_secs(5)).await {
+            Ok(s) => break s,
+            Err(e) if started.elapsed() < Duration::from_secs(20) => {
+                eprintln!("not yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(s.create("/chop", b"v1").await.unwrap(), "/chop");
+    let again = s.create("/chop", b"v2").await.unwrap_err();
+    assert_eq!(again.code(), Some(keeper::NODE_EXISTS), "{again}");
+    s.create("/chop/a", b"").await.unwrap();
+    s.create("/chop/b", b"").await.unwrap();
+    let mut children = s.children("/chop").await.unwrap();
+    children.sort();
+    assert_eq!(children, ["a", "b"]);
+    assert_eq!(s.get("/chop").await.unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(s.get("/chop/none").await.unwrap(), None);
+    assert_eq!(s.members().await.unwrap(), None);
+    let refused = s.reconfig(&[], &[1]).await.unwrap_err();
+    assert!(refused.code().is_some(), "{refused}");
+    s.close().await;
+    let closed = std::net::SocketAddr::new(addr.ip(), 1);
+    assert!(
+        Session::connect(closed, Duration::from_secs(2))
+            .await
+            .is_err()
+    );
+}

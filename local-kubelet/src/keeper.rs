@@ -1,6 +1,27 @@
-//! ClickHouse Keeper XML configuration → ZooKeeper 3.8 `zoo.cfg` and `myid`.
+//! ClickHouse Keeper XML configuration → ZooKeeper 3.8 `zoo.cfg` and `myid`, and ClickHouse
+//! Keeper's runtime membership changes played on ZooKeeper.
+//!
+//! ClickHouse Keeper (without `enable_reconfiguration`) watches its configuration file: when
+//! `raft_configuration` changes, the leader adds and removes the members that differ, one at a
+//! time, and every member publishes the committed list in `/keeper/config`. ZooKeeper 3.8 has
+//! the same machinery behind its `reconfig` request (dynamic configuration, `/zookeeper/config`),
+//! but reads its file only at start. So each member here runs with dynamic reconfiguration on,
+//! and [`follow_membership`] re-reads the member's Keeper XML every second and, while that
+//! member leads, sends the first difference as a `reconfig` (as the operator's own client would
+//! speak to a Keeper). Followers wait, as Keeper's followers do. The identity allowed to
+//! reconfigure, [`SUPER`], exists only in this stand-in.
 
 use anyhow::{Context, Result, bail};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clickhouse_operator::clickhouse::keeper::Session;
+
+/// The stand-in's reconfiguring identity (`user:password`).
+pub const SUPER: &str = "super:local-kubelet";
+/// `base64(sha1(SUPER))`, ZooKeeper's `superDigest` form of [`SUPER`].
+pub const SUPER_DIGEST: &str = "super:v0C7fDETgjQ6Dq2nqGVlElII2W4=";
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct KeeperConfig {
@@ -106,25 +127,159 @@ pub fn zoo_cfg(
             )
         })?
     };
+    let client = cfg.tcp_port.unwrap_or(9181);
     let mut s = format!(
-        "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={data_dir}\nclientPort={}\n\
+        "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={data_dir}\n\
          4lw.commands.whitelist=*\nadmin.enableServer=false\nquorumListenOnAllIPs=true\n\
-         reconfigEnabled=false\nstandaloneEnabled=true\nautopurge.snapRetainCount=3\n\
-         autopurge.purgeInterval=1\n",
-        cfg.tcp_port.unwrap_or(9181)
+         autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n"
     );
-    if cfg.servers.len() > 1 {
-        if !cfg.servers.iter().any(|(id, _, _)| *id == myid) {
-            bail!("server_id {myid} is not in raft_configuration");
-        }
-        for (id, host, port) in &cfg.servers {
-            s.push_str(&format!(
-                "server.{id}={host}:{port}:{}\n",
-                port.saturating_add(1)
-            ));
-        }
+    if cfg.servers.is_empty() {
+        s.push_str(&format!(
+            "clientPort={client}\nreconfigEnabled=false\nstandaloneEnabled=true\n"
+        ));
+        return Ok((s, myid));
+    }
+    if !cfg.servers.iter().any(|(id, _, _)| *id == myid) {
+        bail!("server_id {myid} is not in raft_configuration");
+    }
+    // even one member runs as an ensemble, so that it can grow at runtime
+    s.push_str("reconfigEnabled=true\nstandaloneEnabled=false\n");
+    for (id, host, port) in &cfg.servers {
+        s.push_str(&format!("{}\n", server_line(*id, host, *port, client)));
     }
     Ok((s, myid))
+}
+
+/// ZooKeeper's dynamic configuration line of a member (its election port is the raft port + 1).
+fn server_line(id: u32, host: &str, port: u16, client: u16) -> String {
+    format!(
+        "server.{id}={host}:{port}:{}:participant;0.0.0.0:{client}",
+        port.saturating_add(1)
+    )
+}
+
+/// What [`follow_membership`] needs: where the member's Keeper XML files are mounted from and
+/// the member's client address.
+#[derive(Debug, Clone)]
+pub struct MembershipWatch {
+    pub roots: Vec<PathBuf>,
+    pub addr: SocketAddr,
+}
+
+/// The members the Keeper XML under `roots` lists (files merged as at start).
+pub fn configured(roots: &[PathBuf]) -> Result<KeeperConfig> {
+    let mut files = Vec::new();
+    for r in roots {
+        collect_xml(r, &mut files);
+    }
+    files.sort_by_key(|p| {
+        let n = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        (n != "keeper_config.xml" && n != "config.xml", p.clone())
+    });
+    let mut kc = KeeperConfig::default();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        merge(&mut kc, &text).with_context(|| format!("{}", f.display()))?;
+    }
+    Ok(kc)
+}
+
+/// The one change the leader makes next to go from `live` (member ids) to `want`: a member
+/// to add (its dynamic configuration line) or one to remove. Additions first, as ClickHouse
+/// Keeper's leader does.
+pub fn next_change(live: &[u32], want: &KeeperConfig) -> Option<(Vec<String>, Vec<u32>)> {
+    let client = want.tcp_port.unwrap_or(9181);
+    if let Some((id, host, port)) = want.servers.iter().find(|(id, _, _)| !live.contains(id)) {
+        return Some((vec![server_line(*id, host, *port, client)], vec![]));
+    }
+    let wanted: Vec<u32> = want.servers.iter().map(|(id, _, _)| *id).collect();
+    live.iter()
+        .find(|id| !wanted.contains(id))
+        .map(|id| (vec![], vec![*id]))
+}
+
+/// Plays ClickHouse Keeper's reaction to a changed `raft_configuration` on this member, every
+/// second, until the container stops (the task is aborted).
+pub async fn follow_membership(w: MembershipWatch) {
+    let mut last_error = String::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let r = async {
+            let want = configured(&w.roots)?;
+            if want.servers.is_empty() {
+                return Ok(None);
+            }
+            let mut s = Session::connect(w.addr, Duration::from_secs(3)).await?;
+            let live = s.members().await?.map(|m| m.voters()).unwrap_or_default();
+            let Some((add, remove)) = next_change(&live, &want) else {
+                s.close().await;
+                return Ok(None);
+            };
+            if !leads(w.addr).await {
+                s.close().await;
+                return Ok(None);
+            }
+            s.add_digest_auth(SUPER).await?;
+            let r = s.reconfig(&add, &remove).await;
+            s.close().await;
+            r.map(|_| Some(format!("added {add:?}, removed {remove:?}")))
+                .map_err(anyhow::Error::from)
+        }
+        .await;
+        match r {
+            Ok(Some(done)) => {
+                tracing::info!("keeper {}: membership changed: {done}", w.addr);
+                last_error.clear();
+            }
+            Ok(None) => last_error.clear(),
+            Err(e) => {
+                let m = format!("{e:#}");
+                if m != last_error {
+                    tracing::info!("keeper {}: membership change not applied yet: {m}", w.addr);
+                    last_error = m;
+                }
+            }
+        }
+    }
+}
+
+/// Whether the member at `addr` says it leads (`srvr`: `Mode: leader`).
+async fn leads(addr: SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let r = tokio::time::timeout(Duration::from_secs(2), async {
+        let mut c = tokio::net::TcpStream::connect(addr).await?;
+        c.write_all(b"srvr").await?;
+        let mut out = String::new();
+        c.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    })
+    .await;
+    matches!(r, Ok(Ok(out)) if out.lines().any(|l| l.trim() == "Mode: leader"))
+}
+
+fn collect_xml(p: &std::path::Path, out: &mut Vec<PathBuf>) {
+    if p.is_dir() {
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                let q = e.path();
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with('.') {
+                    continue;
+                }
+                if q.is_dir() {
+                    collect_xml(&q, out);
+                } else if name.ends_with(".xml") {
+                    out.push(q);
+                }
+            }
+        }
+    } else if p.to_string_lossy().ends_with(".xml") {
+        out.push(p.to_path_buf());
+    }
 }
 
 #[cfg(test)]
@@ -145,14 +300,38 @@ mod tests {
         let (cfg, id) = zoo_cfg(&c, "/d", "k-1", &[("KEEPER_ID".into(), "2".into())]).unwrap();
         assert_eq!(id, 2);
         assert!(cfg.contains("server.3=k-2.k.ns.svc.cluster.local:9234:9235"));
-        assert!(cfg.contains("clientPort=9181"));
+        assert!(
+            cfg.contains("server.1=k-0.k.ns.svc.cluster.local:9234:9235:participant;0.0.0.0:9181"),
+            "{cfg}"
+        );
         c.server_id_env = None;
         let (_, id) = zoo_cfg(&c, "/d", "k-2", &[]).unwrap();
         assert_eq!(id, 3);
         let mut one = KeeperConfig::default();
         merge(&mut one, "<yandex><keeper_server><server_id>1</server_id><raft_configuration><server><id>1</id><hostname>a</hostname></server></raft_configuration></keeper_server></yandex>").unwrap();
         let (cfg, _) = zoo_cfg(&one, "/d", "a", &[]).unwrap();
-        assert!(!cfg.contains("server.1"));
+        assert!(
+            cfg.contains("server.1=a:9234:9235:participant;0.0.0.0:9181"),
+            "{cfg}"
+        );
+        assert!(cfg.contains("standaloneEnabled=false"), "{cfg}");
         assert!(zoo_cfg(&KeeperConfig::default(), "/d", "a", &[]).is_err());
+    }
+
+    #[test]
+    fn the_leader_adds_before_it_removes_and_one_member_at_a_time() {
+        let mut c = KeeperConfig::default();
+        merge(&mut c, XML).unwrap();
+        let (add, remove) = next_change(&[1, 2], &c).unwrap();
+        assert_eq!(
+            add,
+            vec![
+                "server.3=k-2.k.ns.svc.cluster.local:9234:9235:participant;0.0.0.0:9181"
+                    .to_string()
+            ]
+        );
+        assert!(remove.is_empty());
+        assert_eq!(next_change(&[1, 2, 3, 4], &c), Some((vec![], vec![4])));
+        assert_eq!(next_change(&[3, 1, 2], &c), None);
     }
 }

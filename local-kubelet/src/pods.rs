@@ -575,6 +575,8 @@ struct Launch {
     script: PathBuf,
     env: Vec<(String, String)>,
     program: String,
+    /// A Keeper member: its runtime membership changes ([`keeper::follow_membership`]).
+    membership: Option<keeper::MembershipWatch>,
 }
 
 const BACKOFF_START: Duration = Duration::from_secs(10);
@@ -704,6 +706,10 @@ async fn run_container(
             launch.env.clone(),
             kill_tx,
         ));
+        let membership_task = launch
+            .membership
+            .clone()
+            .map(|w| tokio::spawn(keeper::follow_membership(w)));
         let mut stopping = false;
         let mut killed_reason: Option<String> = None;
         let status = tokio::select! {
@@ -726,6 +732,9 @@ async fn run_container(
             }
         };
         probe_task.abort();
+        if let Some(t) = membership_task {
+            t.abort();
+        }
         let code = status
             .map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9)))
             .unwrap_or(137);
@@ -1229,6 +1238,7 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
     };
     let argv: Vec<String>;
     let program: String;
+    let mut membership = None;
     let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
         v.iter().flatten().map(|s| util::expand(s, &cenv)).collect()
     };
@@ -1261,28 +1271,20 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
         }
         Kind::Keeper => {
             // merge the Keeper XML files the pod mounts under /etc/clickhouse-keeper
-            let mut files: Vec<PathBuf> = Vec::new();
-            for m in mounts.iter().filter(|m| {
-                m.target == "/etc/clickhouse-keeper"
-                    || m.target.starts_with("/etc/clickhouse-keeper/")
-            }) {
-                collect_xml(&m.src, &mut files);
-            }
-            files.sort_by_key(|p| {
-                let n = p
-                    .file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .to_string();
-                (n != "keeper_config.xml" && n != "config.xml", p.clone())
+            let roots: Vec<PathBuf> = mounts
+                .iter()
+                .filter(|m| {
+                    m.target == "/etc/clickhouse-keeper"
+                        || m.target.starts_with("/etc/clickhouse-keeper/")
+                })
+                .map(|m| m.src.clone())
+                .collect();
+            let kc = keeper::configured(&roots)
+                .map_err(|e| PrepErr::Config(format!("keeper config {e:#}")))?;
+            membership = Some(keeper::MembershipWatch {
+                roots,
+                addr: std::net::SocketAddr::from((env.ip, kc.tcp_port.unwrap_or(9181))),
             });
-            let mut kc = keeper::KeeperConfig::default();
-            for f in &files {
-                let text = std::fs::read_to_string(f).unwrap_or_default();
-                keeper::merge(&mut kc, &text).map_err(|e| {
-                    PrepErr::Config(format!("keeper config {}: {e:#}", f.display()))
-                })?;
-            }
             let data_host = match mounts
                 .iter()
                 .find(|m| m.target == "/var/lib/clickhouse-keeper")
@@ -1297,9 +1299,14 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
             let (cfg, myid) =
                 keeper::zoo_cfg(&kc, "/var/lib/clickhouse-keeper", &env.hostname, &cenv)
                     .map_err(|e| PrepErr::Config(format!("{e:#}")))?;
+            // written afresh at each start; ZooKeeper moves the member list into a dynamic
+            // file next to zoo.cfg, so the folder is the member's own and writable
             let conf = cdir.join("zookeeper-conf");
+            let _ = std::fs::remove_dir_all(&conf);
             let _ = std::fs::create_dir_all(&conf);
             let _ = std::fs::write(conf.join("zoo.cfg"), cfg);
+            util::chown(&conf, Some(uid), Some(gid));
+            util::chown(&conf.join("zoo.cfg"), Some(uid), Some(gid));
             let _ = std::fs::write(
                 conf.join("log4j.properties"),
                 "log4j.rootLogger=INFO, CONSOLE\nlog4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n\
@@ -1311,11 +1318,16 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
             private.push(Mount {
                 src: conf,
                 target: "/etc/zookeeper/conf".into(),
-                ro: true,
+                ro: false,
             });
+            let super_digest = format!(
+                "-Dzookeeper.DigestAuthenticationProvider.superDigest={}",
+                keeper::SUPER_DIGEST
+            );
             argv = [
                 "/usr/bin/java",
                 "-Xmx512m",
+                super_digest.as_str(),
                 "-Dzookeeper.log.dir=/var/lib/clickhouse-keeper",
                 "-Dzookeeper.root.logger=INFO,CONSOLE",
                 "-Dsun.net.inetaddr.ttl=1",
@@ -1454,26 +1466,6 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
         script: script_path,
         env: cenv,
         program,
+        membership,
     })
-}
-
-fn collect_xml(p: &Path, out: &mut Vec<PathBuf>) {
-    if p.is_dir() {
-        if let Ok(rd) = std::fs::read_dir(p) {
-            for e in rd.flatten() {
-                let q = e.path();
-                let name = e.file_name().to_string_lossy().to_string();
-                if name.starts_with('.') {
-                    continue;
-                }
-                if q.is_dir() {
-                    collect_xml(&q, out);
-                } else if name.ends_with(".xml") {
-                    out.push(q);
-                }
-            }
-        }
-    } else if p.to_string_lossy().ends_with(".xml") {
-        out.push(p.to_path_buf());
-    }
 }

@@ -3,6 +3,7 @@
 //! operations of scale-in and rollouts (S0-21…S0-30).
 //!
 //! - [`client`]: [`Client`] talks to one replica over HTTP; errors keep ClickHouse's code.
+//! - [`keeper`]: a small ZooKeeper-protocol client of one Keeper member (its membership).
 //! - [`version`]: [`Version`] and the one table of [`version::CAPABILITIES`].
 //! - [`sql`]: every statement, built from typed names, per version.
 //! - [`schemer`]: [`schemer::migrate_new_host`] copies the schema onto a new host.
@@ -10,6 +11,7 @@
 //!   survivor, and the catch-up check of rollouts.
 
 pub mod client;
+pub mod keeper;
 pub mod replica;
 pub mod schemer;
 pub mod sql;

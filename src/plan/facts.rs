@@ -60,6 +60,8 @@ pub struct Observed {
     /// Per replica whose pod was taken out of traffic for a restart: how many parts the other
     /// Ready replicas of its shard still have to fetch from it (`None`: could not tell).
     pub pending_fetches: BTreeMap<String, Option<u64>>,
+    /// Per Keeper pod asked this pass: the ensemble as it lists it.
+    pub keeper_views: BTreeMap<String, MemberView>,
     /// Per Ready replica, while the cluster is not `ready`: why a query through it does not
     /// reach every shard (`None`: it does). `ready` means usable (invariant 10).
     pub distributed: BTreeMap<String, Option<String>>,
@@ -152,6 +154,20 @@ pub struct KeeperMember {
     pub current: bool,
     /// On a revision older than the StatefulSet's current one (its status is up to date).
     pub old_revision: bool,
+    /// The ensemble as this member's committed configuration lists it.
+    pub view: MemberView,
+}
+
+/// What one Keeper member says the ensemble is (decision 25).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MemberView {
+    /// Not asked (not running, or not needed this pass) or did not answer.
+    #[default]
+    Unknown,
+    /// A Keeper too old to publish its configuration: only Readiness can be trusted.
+    Unpublished,
+    /// The raft ids of the voting members it lists.
+    Voters(Vec<u32>),
 }
 
 /// The Keeper ensemble.
@@ -162,6 +178,8 @@ pub struct KeeperFacts {
     pub size: i32,
     /// Its pods, by ordinal.
     pub members: BTreeMap<i32, KeeperMember>,
+    /// The members were asked for their view this pass (they are not on a settled cluster).
+    pub views_read: bool,
 }
 
 impl KeeperFacts {
@@ -173,6 +191,36 @@ impl KeeperFacts {
     /// Every member of the current size is Ready on the current revision.
     pub fn all_ready_and_current(&self) -> bool {
         (0..self.size).all(|i| self.members.get(&i).is_some_and(|m| m.ready && m.current))
+    }
+
+    /// Members `0..n` are Ready and each lists exactly the raft ids `1..=n` as the voting
+    /// members (or cannot tell, being too old to publish it): a membership change to `n`
+    /// members has been loaded and committed by all of them.
+    pub fn acknowledged(&self, n: i32) -> bool {
+        let want: Vec<u32> = (1..=n.max(0) as u32).collect();
+        (0..n).all(|i| {
+            self.members.get(&i).is_some_and(|m| {
+                m.ready
+                    && match &m.view {
+                        MemberView::Voters(v) => *v == want,
+                        MemberView::Unpublished => true,
+                        MemberView::Unknown => false,
+                    }
+            })
+        })
+    }
+
+    /// The first of members `0..n` that does not list `1..=n`, with what it lists.
+    pub fn unacknowledged(&self, n: i32) -> Option<(String, MemberView)> {
+        let want: Vec<u32> = (1..=n.max(0) as u32).collect();
+        (0..n).find_map(|i| {
+            let m = self.members.get(&i)?;
+            match &m.view {
+                MemberView::Voters(v) if *v == want => None,
+                MemberView::Unpublished => None,
+                v => Some((m.pod.clone(), v.clone())),
+            }
+        })
     }
 
     /// Members among the first `n` that are Ready on the current revision.
@@ -222,7 +270,16 @@ impl Facts {
             None => KeeperFacts::default(),
             Some(k) => {
                 let size = k.spec.replicas.unwrap_or(0);
-                let top = size.max(cluster.spec.keeper.replicas);
+                // pods beyond both sizes too: a member still leaving
+                let prefix = format!("{keeper_name}-");
+                let beyond = obs
+                    .pods
+                    .keys()
+                    .filter_map(|p| p.strip_prefix(&prefix)?.parse::<i32>().ok())
+                    .map(|o| o + 1)
+                    .max()
+                    .unwrap_or(0);
+                let top = size.max(cluster.spec.keeper.replicas).max(beyond);
                 let members = (0..top)
                     .filter_map(|i| {
                         let pod = format!("{keeper_name}-{i}");
@@ -232,6 +289,7 @@ impl Facts {
                             ready: pod_ready(p),
                             current: pod_current(k, p),
                             old_revision: old_revision(k, p),
+                            view: obs.keeper_views.get(&pod).cloned().unwrap_or_default(),
                             pod,
                         };
                         Some((i, member))
@@ -241,6 +299,7 @@ impl Facts {
                     exists: true,
                     size,
                     members,
+                    views_read: !obs.keeper_views.is_empty(),
                 }
             }
         };

@@ -40,10 +40,10 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     let keeper_size = spec.keeper.replicas;
     let (keeper_serving, keeper_ready) = if pass.desired().keeper.is_some() {
         let k = &pass.facts.keeper;
-        let serving = (0..keeper_size)
-            .filter(|i| k.members.get(i).is_some_and(|m| m.ready))
-            .count() as i32;
-        (serving, k.ready_and_current_of(keeper_size))
+        // every Keeper pod, also one joining or leaving the ensemble during a resize
+        let serving = k.members.values().filter(|m| m.ready).count() as i32;
+        let ready = k.members.values().filter(|m| m.ready && m.current).count() as i32;
+        (serving, ready)
     } else {
         (0, 0)
     };
@@ -143,6 +143,7 @@ fn state(
             .iter()
             .all(|n| status.replica_state_map[*n].state == ReplicaState::Ready)
         && keeper_ready == spec.keeper.replicas
+        && pass.keeper_settled
         && condemned.is_empty()
         && pass.gates.storage_busy.is_empty()
         && (status.host.is_some() || !spec.client_service.enabled)

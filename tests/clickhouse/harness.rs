@@ -252,6 +252,11 @@ impl Harness {
     }
 
     /// The test CA (PEM) of a harness built with [`Harness::with_tls`].
+    /// ZooKeeper's client address.
+    pub fn zookeeper(&self) -> SocketAddr {
+        self.zk_addr
+    }
+
     pub fn ca_pem(&self) -> Option<&[u8]> {
         self.ca_pem.as_deref()
     }

@@ -4,6 +4,7 @@ mod engine;
 mod faults;
 mod foundation;
 mod isolation;
+mod keeper;
 mod kills;
 mod support;
 mod upgrade;

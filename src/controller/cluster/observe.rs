@@ -15,12 +15,12 @@ use tracing::debug;
 use super::{Error, api};
 use crate::api::{ClickHouseBackup, ClickHouseCluster, ClusterState, ReplicaState};
 use crate::clickhouse::{
-    self, replica as chreplica,
+    self, keeper as keeper_client, replica as chreplica,
     sql::{ClusterName, ReplicaMacro},
 };
 use crate::controller::Context;
 use crate::model::{self, Password, labels, names};
-use crate::plan::facts::{Kind, Observed, pod_ready};
+use crate::plan::facts::{Kind, MemberView, Observed, pod_ready};
 use crate::plan::{FailureReason, Sibling, World};
 
 fn by_name<K: Resource>(items: Vec<K>) -> BTreeMap<String, K> {
@@ -128,6 +128,7 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World
         clusters_in_namespace: siblings,
         observed: o,
     };
+    read_keeper_views(cluster, &mut world.observed).await;
     if world.observed.operator_secret_present {
         read_cluster_hosts(cluster, &mut world).await;
         read_pending_fetches(cluster, &mut world).await;
@@ -175,6 +176,58 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
                 .insert(r, reached.err().map(|e| e.to_string()));
         }
     }
+}
+
+/// Asks every running Keeper member which members its committed configuration lists (see
+/// `Observed::keeper_views`), all at once, each within [`KEEPER_CALL_TIMEOUT`]. Only while
+/// something may be changing: the ensemble's size differs from the spec, a member is not
+/// Ready, or the cluster is not `ready`; a settled cluster sends nothing.
+async fn read_keeper_views(cluster: &ClickHouseCluster, o: &mut Observed) {
+    let keeper = names::keeper(&cluster.name_any());
+    let want = cluster.spec.keeper.replicas;
+    let pods: Vec<(&String, &Pod)> = o
+        .pods
+        .iter()
+        .filter(|(n, _)| {
+            n.strip_prefix(&keeper)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|ord| ord.parse::<u32>().is_ok())
+        })
+        .collect();
+    let size = o.statefulsets.get(&keeper).and_then(|s| s.spec.replicas);
+    let settled = size == Some(want)
+        && pods.len() == want as usize
+        && pods.iter().all(|(_, p)| pod_ready(p))
+        && cluster
+            .status
+            .as_ref()
+            .is_some_and(|s| s.state == ClusterState::Ready);
+    if settled || cluster.spec.pause {
+        return;
+    }
+    let asks = pods.into_iter().filter_map(|(name, p)| {
+        let ip: std::net::IpAddr = p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()?;
+        let addr = std::net::SocketAddr::new(ip, names::KEEPER_CLIENT_PORT as u16);
+        Some(async move {
+            let view = async {
+                let mut s = keeper_client::Session::connect(addr, KEEPER_CALL_TIMEOUT).await?;
+                let m = s.members().await;
+                s.close().await;
+                m
+            }
+            .await;
+            let view = match view {
+                Ok(Some(m)) => MemberView::Voters(m.voters()),
+                Ok(None) => MemberView::Unpublished,
+                Err(e) => {
+                    debug!(pod = %name, error = %e, "cannot read the Keeper membership");
+                    MemberView::Unknown
+                }
+            };
+            (name.clone(), view)
+        })
+    });
+    o.keeper_views = futures::future::join_all(asks).await.into_iter().collect();
 }
 
 /// For each replica whose pod was taken out of traffic for a restart: how many parts the other
@@ -235,6 +288,9 @@ pub async fn read_lag(cluster: &ClickHouseCluster, world: &mut World, replicas: 
         world.observed.caught_up.insert(r.clone(), caught_up);
     }
 }
+
+/// How long a pass waits for one Keeper member's answer.
+const KEEPER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long one call of a pass to a ClickHouse server may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(8);

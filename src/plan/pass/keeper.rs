@@ -1,6 +1,14 @@
 //! The Keeper ensemble (S2-09, decision 14: Keeper first). Its membership changes one member at
-//! a time, and only while every current member is Ready, so a change of size never puts quorum
-//! at risk. The size chosen for this pass decides the whole desired state (servers list the
+//! a time (decision 25), and only while every member that stays is Ready, so a change of size
+//! never puts quorum at risk:
+//!
+//! - growing `n → n+1`: the member list (ConfigMap) and the pods go to `n+1` together (the new
+//!   member must find itself in its configuration); the next member is added only once every
+//!   member is Ready and lists exactly the `n+1` members as committed;
+//! - shrinking `n → n-1`: first the member list goes to `n-1` while the `n` pods keep running;
+//!   the last pod goes only once every remaining member lists exactly the `n-1` members.
+//!
+//! The member count chosen for this pass decides the whole desired state (servers list the
 //! Keeper members of this step), which is built here; then the Keeper objects are applied.
 
 use super::{Pass, json_of};
@@ -8,10 +16,11 @@ use crate::api::ReplicaState;
 use crate::model::{self, Cluster, ReplicaSpec, names};
 use crate::plan::FailureReason;
 use crate::plan::action::Action;
-use crate::plan::facts::Kind;
+use crate::plan::facts::{Kind, MemberView};
 
 pub fn plan(pass: &mut Pass) {
-    pass.keeper_size = size_for_this_pass(pass);
+    let (members, pods) = size_for_this_pass(pass);
+    pass.keeper_size = members;
     if !build_desired(pass) {
         return;
     }
@@ -20,10 +29,16 @@ pub fn plan(pass: &mut Pass) {
     let Some(k) = &pass.desired().keeper else {
         return;
     };
+    let mut statefulset = json_of(&k.statefulset);
+    if pods != members {
+        // shrinking: the leaving member's pod runs until the others have let it go
+        statefulset["spec"]["replicas"] = pods.into();
+        crate::model::hash::restamp(&mut statefulset);
+    }
     let objects = [
         (Kind::ConfigMap, json_of(&k.config)),
         (Kind::Service, json_of(&k.headless_service)),
-        (Kind::StatefulSet, json_of(&k.statefulset)),
+        (Kind::StatefulSet, statefulset),
         (Kind::PodDisruptionBudget, json_of(&k.pdb)),
     ];
     for (kind, object) in objects {
@@ -59,30 +74,102 @@ fn repair(pass: &mut Pass) {
     }
 }
 
-/// One member closer to `spec.keeper.replicas`, when every current member is Ready.
-fn size_for_this_pass(pass: &mut Pass) -> i32 {
+/// The members (listed in the configuration) and pods of the ensemble for this pass: one
+/// member closer to `spec.keeper.replicas` when the members that stay are Ready and agree.
+fn size_for_this_pass(pass: &mut Pass) -> (i32, i32) {
     let want = pass.spec.keeper.replicas;
     let k = &pass.facts.keeper;
-    if !k.exists || pass.facts.mode.paused() {
-        return want;
+    if !k.exists || pass.facts.mode.paused() || k.size == 0 {
+        return (want, want);
     }
     let have = k.size;
-    let step = if have == 0 || have == want {
-        want
-    } else if k.all_ready_and_current() {
-        have + (want - have).signum()
+    let (members, pods, waiting) = if have == want {
+        let lagging = (k.views_read && k.all_ready())
+            .then(|| k.unacknowledged(want))
+            .flatten();
+        let waiting = lagging.map(|(pod, view)| {
+            format!(
+                "Keeper member {pod} does not list the {want} members yet ({})",
+                describe(&view)
+            )
+        });
+        (want, want, waiting)
+    } else if have < want {
+        if k.all_ready_and_current() && k.acknowledged(have) {
+            (have + 1, have + 1, None)
+        } else {
+            let why = match k.unacknowledged(have) {
+                Some((pod, view)) if k.all_ready() => {
+                    format!("{pod} lists {}", describe(&view))
+                }
+                _ => "every member is Ready".into(),
+            };
+            (
+                have,
+                have,
+                Some(format!(
+                    "Keeper membership {have} → {want} waits until {why} (member {have} added)"
+                )),
+            )
+        }
     } else {
-        pass.waits.push(format!(
-            "Keeper membership {have} → {want} waits until every member is Ready"
-        ));
-        have
+        let step = have - 1;
+        let started = k
+            .members
+            .values()
+            .any(|m| m.view == MemberView::Voters((1..=step as u32).collect()));
+        if k.acknowledged(step) {
+            (step, step, None)
+        } else if started || k.ready_and_current_of(step) == step {
+            let why = match k.unacknowledged(step) {
+                Some((pod, view)) => format!("{pod} lists {}", describe(&view)),
+                None => "every remaining member is Ready".into(),
+            };
+            (
+                step,
+                have,
+                Some(format!(
+                    "Keeper member {} leaves the ensemble; its pod stays until {why}",
+                    step
+                )),
+            )
+        } else {
+            (
+                have,
+                have,
+                Some(format!(
+                    "Keeper membership {have} → {want} waits until every member that stays is Ready"
+                )),
+            )
+        }
     };
-    if step != want {
+    let leaving = k.members.range(want..).next().map(|(_, m)| m.pod.clone());
+    pass.keeper_settled = waiting.is_none() && members == want && pods == want && leaving.is_none();
+    let waiting = waiting.or_else(|| {
+        leaving
+            .filter(|_| pods == want)
+            .map(|pod| format!("Keeper pod {pod} is leaving"))
+    });
+    if let Some(w) = waiting {
+        pass.waits.push(w);
+    }
+    if members != want {
         pass.waits.push(format!(
-            "Keeper membership {want} reached one member at a time (now {step})"
+            "Keeper membership {want} reached one member at a time (now {members})"
         ));
     }
-    step
+    (members, pods)
+}
+
+fn describe(view: &MemberView) -> String {
+    match view {
+        MemberView::Voters(v) => format!(
+            "members {}",
+            v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        ),
+        MemberView::Unpublished => "no configuration".into(),
+        MemberView::Unknown => "nothing (not answering)".into(),
+    }
 }
 
 /// Builds every object of the cluster for this pass: Keeper at `keeper_size`, servers for the

@@ -113,6 +113,9 @@ pub struct Pass<'a> {
     pub next_index: i64,
     /// Keeper members for this pass (one step towards `spec.keeper.replicas`).
     pub keeper_size: i32,
+    /// Keeper's members and pods are `spec.keeper.replicas` and every member agrees on them
+    /// (decision 25); the cluster is not `ready` before.
+    pub keeper_settled: bool,
     /// Every object of the cluster, built for `keeper_size` (set by the Keeper phase).
     pub desired: Option<Desired>,
     /// Hosts listed in `remote_servers`.
@@ -162,6 +165,7 @@ impl<'a> Pass<'a> {
             next_index: old.next_replica_index,
             old,
             keeper_size: cluster.spec.keeper.replicas,
+            keeper_settled: true,
             desired: None,
             listed: 0,
             template_current: BTreeMap::new(),

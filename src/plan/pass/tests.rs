@@ -32,6 +32,11 @@ struct Sim {
     broken: BTreeSet<String>,
     /// Pods of a template with this image cannot pull it (ErrImagePull).
     bad_image: Option<String>,
+    /// The Keeper ensemble's committed voting members (raft ids), as every Ready member
+    /// reports it: its leader follows the applied member list one change at a time.
+    ensemble: Vec<u32>,
+    /// The leader applies no membership change (a member list not yet loaded).
+    ensemble_frozen: bool,
 }
 
 fn revision(template: &Value) -> String {
@@ -92,6 +97,45 @@ impl Sim {
             log: Vec::new(),
             broken: BTreeSet::new(),
             bad_image: None,
+            ensemble: Vec::new(),
+            ensemble_frozen: false,
+        }
+    }
+
+    /// How many members the applied Keeper ConfigMap lists.
+    fn keeper_listed(&self) -> Option<u32> {
+        let cm = self
+            .obs
+            .objects
+            .get(&(Kind::ConfigMap, "c1-keeper".into()))?;
+        let file = cm["data"][model::names::KEEPER_CONFIG_FILE].as_str()?;
+        Some(file.matches("<server>").count() as u32)
+    }
+
+    /// Keeper's leader: a first start commits the whole list; later, one member added (once
+    /// its pod runs) or removed per pass.
+    fn keeper_leader(&mut self) {
+        let Some(n) = self.keeper_listed() else {
+            return;
+        };
+        let want: Vec<u32> = (1..=n).collect();
+        let running = |sim: &Sim, id: u32| {
+            sim.obs
+                .pods
+                .get(&format!("c1-keeper-{}", id - 1))
+                .is_some_and(crate::plan::facts::pod_ready)
+        };
+        if self.ensemble.is_empty() {
+            self.ensemble = want;
+        } else if !self.ensemble_frozen {
+            if let Some(id) = want.iter().find(|id| !self.ensemble.contains(id)) {
+                if running(self, *id) {
+                    self.ensemble.push(*id);
+                    self.ensemble.sort();
+                }
+            } else if let Some(i) = self.ensemble.iter().position(|id| !want.contains(id)) {
+                self.ensemble.remove(i);
+            }
         }
     }
 
@@ -110,6 +154,12 @@ impl Sim {
                     if !serving && !pod.contains("keeper") {
                         obs.pending_fetches
                             .insert(pod.strip_suffix("-0").unwrap_or(pod).to_string(), Some(0));
+                    }
+                    if pod.contains("keeper") && crate::plan::facts::pod_ready(p) {
+                        obs.keeper_views.insert(
+                            pod.clone(),
+                            crate::plan::facts::MemberView::Voters(self.ensemble.clone()),
+                        );
                     }
                 }
                 obs
@@ -167,7 +217,13 @@ impl Sim {
     }
 
     /// The StatefulSet controller: pods for StatefulSets that have none; none for those at 0.
+    /// Then Keeper's leader.
     fn settle(&mut self) {
+        self.settle_pods();
+        self.keeper_leader();
+    }
+
+    fn settle_pods(&mut self) {
         let names: Vec<String> = self.obs.statefulsets.keys().cloned().collect();
         for n in names {
             let replicas = self.obs.statefulsets[&n].spec.replicas.unwrap_or(1);
@@ -237,11 +293,12 @@ impl Sim {
                     }
                 }
             }
-            if replicas == 0 {
-                self.obs
-                    .pods
-                    .retain(|p, _| !p.starts_with(&format!("{n}-")));
-            }
+            let prefix = format!("{n}-");
+            self.obs.pods.retain(|p, _| {
+                p.strip_prefix(&prefix)
+                    .and_then(|o| o.parse::<i32>().ok())
+                    .is_none_or(|o| o < replicas)
+            });
         }
     }
 
@@ -689,6 +746,104 @@ fn keeper_grows_one_member_at_a_time() {
     }
     assert_eq!(sizes, [2, 3]);
     sim.converge(10);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// The Keeper StatefulSet's replicas and the members its ConfigMap lists, after each pass
+/// that wrote either, until nothing is left to do.
+fn keeper_steps(sim: &mut Sim, passes: usize) -> Vec<(u32, i64)> {
+    let now = |sim: &Sim| {
+        let replicas = sim.obs.statefulsets["c1-keeper"].spec.replicas.unwrap_or(0);
+        (sim.keeper_listed().unwrap(), replicas as i64)
+    };
+    let mut last = now(sim);
+    let mut steps = Vec::new();
+    for _ in 0..passes {
+        let p = sim.plan();
+        if p.actions.is_empty() {
+            break;
+        }
+        sim.act(&p);
+        if now(sim) != last {
+            last = now(sim);
+            steps.push(last);
+        }
+    }
+    steps
+}
+
+/// Decision 25: shrinking Keeper removes a member from the list first and its pod only once
+/// every remaining member lists the smaller ensemble; one member at a time (5 → 3).
+#[test]
+fn keeper_shrinks_the_member_list_before_the_pod_one_member_at_a_time() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 5}}));
+    sim.converge(20);
+    assert_eq!(sim.ensemble, [1, 2, 3, 4, 5]);
+    sim.cluster.spec.keeper.replicas = 3;
+    assert_eq!(keeper_steps(&mut sim, 20), [(4, 5), (4, 4), (3, 4), (3, 3)]);
+    assert_eq!(sim.ensemble, [1, 2, 3]);
+    sim.converge(10);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// Decision 25: while the remaining members do not list the smaller ensemble (the leader has
+/// not applied the change), the leaving member's pod keeps running and the cluster is not
+/// `ready`; the status names the member that lags. Once it is applied, the pod goes.
+#[test]
+fn a_keeper_member_is_not_removed_before_the_others_have_let_it_go() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 3}}));
+    sim.converge(20);
+    sim.ensemble_frozen = true;
+    sim.cluster.spec.keeper.replicas = 1;
+    for _ in 0..5 {
+        let p = sim.plan();
+        sim.act(&p);
+    }
+    assert_eq!(sim.keeper_listed(), Some(2));
+    assert_eq!(sim.obs.statefulsets["c1-keeper"].spec.replicas, Some(3));
+    assert!(sim.obs.pods.contains_key("c1-keeper-2"));
+    let status = sim.cluster.status.clone().unwrap();
+    assert_ne!(status.state, ClusterState::Ready);
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("c1-keeper-0 lists members 1,2,3"),
+        "{message}"
+    );
+    sim.ensemble_frozen = false;
+    assert_eq!(keeper_steps(&mut sim, 20), [(2, 2), (1, 2), (1, 1)]);
+    sim.converge(10);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
+/// Decision 25: growing adds the next member only once every member lists the one added
+/// before; a member the leader has not added yet holds the growth (and `ready`) back.
+#[test]
+fn keeper_growth_waits_until_every_member_lists_the_member_added() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}}));
+    sim.converge(20);
+    sim.ensemble_frozen = true;
+    sim.cluster.spec.keeper.replicas = 3;
+    for _ in 0..5 {
+        let p = sim.plan();
+        sim.act(&p);
+    }
+    assert_eq!(sim.obs.statefulsets["c1-keeper"].spec.replicas, Some(2));
+    assert_eq!(sim.keeper_listed(), Some(2));
+    let message = sim
+        .cluster
+        .status
+        .clone()
+        .unwrap()
+        .message
+        .unwrap_or_default();
+    assert!(message.contains("lists members 1"), "{message}");
+    sim.ensemble_frozen = false;
+    assert_eq!(keeper_steps(&mut sim, 20), [(3, 3)]);
+    sim.converge(10);
+    assert_eq!(sim.ensemble, [1, 2, 3]);
     assert_eq!(sim.state(), ClusterState::Ready);
 }
 
