@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash hack/setup.sh
 cargo build --workspace --quiet
+bash hack/next-operator.sh >/dev/null
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e

@@ -17,7 +17,7 @@ use tracing::{error, info};
 #[derive(Parser)]
 #[command(
     name = "clickhouse-operator",
-    version,
+    version = api::validate::OPERATOR_VERSION,
     about = "A Kubernetes operator for ClickHouse"
 )]
 struct Cli {
@@ -111,6 +111,10 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(settings: Settings) -> anyhow::Result<()> {
+    info!(
+        version = api::validate::OPERATOR_VERSION,
+        "operator starting"
+    );
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;

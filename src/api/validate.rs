@@ -11,8 +11,13 @@ use crate::util::names::{
 };
 use crate::util::{cron::Cron, quantity};
 
-/// Version of the resource format this operator understands (`spec.crVersion`).
-pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// This operator's version, also the newest resource format it understands (`spec.crVersion`):
+/// the package version, or `CLICKHOUSE_OPERATOR_VERSION` when set at build time (a release
+/// build, or the test that swaps one build for another).
+pub const OPERATOR_VERSION: &str = match option_env!("CLICKHOUSE_OPERATOR_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
 
 /// Longest cluster name: every object name derived from it must stay a valid DNS label.
 pub const MAX_CLUSTER_NAME_LEN: usize = 40;

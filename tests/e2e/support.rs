@@ -74,6 +74,11 @@ fn cluster() -> &'static LocalCluster {
     })
 }
 
+/// The test cluster's kubeconfig (the cluster is started on first use).
+pub fn kubeconfig() -> PathBuf {
+    cluster().kubeconfig.clone()
+}
+
 /// A client for the test cluster, made in the calling test's runtime. Also sends the
 /// operator's logs to the test's output (shown for failed tests).
 pub async fn client() -> Client {

@@ -134,3 +134,124 @@ async fn a_new_operator_version_restarts_no_pod() {
     assert_eq!(pods(&client, &ns).await, before, "no pod restarted");
     finish(&client, &ns, op).await;
 }
+
+/// The operator binary run as a process watching one namespace, killed on drop; its log in
+/// the target folder.
+struct OperatorProcess {
+    child: std::process::Child,
+}
+
+impl OperatorProcess {
+    fn start(binary: &std::path::Path, ns: &str) -> OperatorProcess {
+        let log_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("operator-logs");
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let version = binary_version(binary);
+        let log = std::fs::File::create(log_dir.join(format!("{ns}-{version}.log"))).unwrap();
+        let child = std::process::Command::new(binary)
+            .arg("run")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("KUBECONFIG", kubeconfig())
+            .env("WATCH_NAMESPACE", ns)
+            .env("LEADER_ELECTION", "false")
+            .env("POD_NAMESPACE", ns)
+            .env("POD_NAME", format!("operator-{version}"))
+            .env("HTTP_ADDR", "127.0.0.1:0")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
+        OperatorProcess { child }
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What `binary --version` says.
+fn binary_version(binary: &std::path::Path) -> String {
+    let out = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .trim_start_matches("clickhouse-operator ")
+        .to_string()
+}
+
+/// Invariant 9: a cluster made by this build, then the operator process replaced by the next
+/// version's binary (built by `hack/next-operator.sh` with another version string), which
+/// applies a change of a reloaded setting: no ClickHouse or Keeper pod is restarted and no pod
+/// template changes.
+#[tokio::test]
+async fn swapping_the_operator_binary_for_the_next_version_restarts_no_pod() {
+    let current = std::path::PathBuf::from(env!("CARGO_BIN_EXE_clickhouse-operator"));
+    let next = current
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|t| t.join("next-operator/clickhouse-operator"))
+        .unwrap();
+    assert!(
+        next.exists(),
+        "{} is missing: run hack/next-operator.sh before the tests (hack/test.sh does)",
+        next.display()
+    );
+    let (v1, v2) = (binary_version(&current), binary_version(&next));
+    assert_ne!(v1, v2, "the next build reports another version");
+    println!("operator {v1} replaced by {v2}");
+    let client = client().await;
+    let ns = namespace(&client, "swap").await;
+    let old = OperatorProcess::start(&current, &ns);
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+               "storage": {"size": "1Gi"}, "crVersion": v1}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let before = pods(&client, &ns).await;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let templates = |all: Vec<StatefulSet>| -> BTreeMap<String, String> {
+        all.iter()
+            .map(|s| {
+                let t = serde_json::to_string(&s.spec.template).unwrap();
+                (s.name_any(), t)
+            })
+            .collect()
+    };
+    let templates_before = templates(sts.list(&ListParams::default()).await.unwrap().items);
+    drop(old);
+    let new = OperatorProcess::start(&next, &ns);
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"configuration": {"settings": {"max_concurrent_queries": "150"}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 2).await;
+    let common: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let applied = serde_json::to_string(&common.get("c1-common").await.unwrap().data).unwrap();
+    assert!(
+        applied.contains("150"),
+        "the new version applied the change"
+    );
+    // a few more passes of the new version over the settled cluster
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(pods(&client, &ns).await, before, "no pod restarted");
+    assert_eq!(
+        templates(sts.list(&ListParams::default()).await.unwrap().items),
+        templates_before,
+        "no pod template changed"
+    );
+    drop(new);
+    let op = start_operator(&client, &ns, false).await;
+    finish(&client, &ns, op).await;
+}
