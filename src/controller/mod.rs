@@ -43,8 +43,8 @@ pub struct Context {
     pub backup_permits: Semaphore,
     /// The last status write of each cluster (see [`cluster::LastWrites`]).
     pub last_writes: cluster::LastWrites,
-    /// See [`AfterStep`].
-    pub after_step: Option<AfterStep>,
+    /// Faults injected by tests (decision 24); none in the operator binary.
+    pub faults: Faults,
 }
 
 impl Context {
@@ -71,7 +71,15 @@ pub async fn run(
     health: Arc<Health>,
     lost_leadership: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    run_with(settings, client, metrics, health, lost_leadership, None).await
+    run_with(
+        settings,
+        client,
+        metrics,
+        health,
+        lost_leadership,
+        Faults::default(),
+    )
+    .await
 }
 
 /// Where the executor is: about to run a step, or just ran it (before anything records it).
@@ -85,14 +93,25 @@ pub enum StepPoint {
 /// died (fault-injection tests, decision 24; never set in the operator binary).
 pub type AfterStep = Arc<dyn Fn(StepPoint, &crate::plan::action::Action) -> bool + Send + Sync>;
 
-/// [`run`], with a hook after each executed step.
+/// Given the cluster as the watch cache holds it when a pass starts, the copy the pass gets
+/// instead: an older one plays a cache that lags behind the API server (decision 24).
+pub type StaleCache = Arc<dyn Fn(Arc<ClickHouseCluster>) -> Arc<ClickHouseCluster> + Send + Sync>;
+
+/// Faults a test injects into the controllers.
+#[derive(Clone, Default)]
+pub struct Faults {
+    pub after_step: Option<AfterStep>,
+    pub stale_cache: Option<StaleCache>,
+}
+
+/// [`run`], with faults injected.
 pub async fn run_with(
     settings: &Settings,
     client: Client,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     lost_leadership: impl std::future::Future<Output = ()> + Send + 'static,
-    after_step: Option<AfterStep>,
+    faults: Faults,
 ) -> anyhow::Result<()> {
     let namespaces: Vec<Option<String>> = match &settings.watch_namespaces {
         WatchNamespaces::All => vec![None],
@@ -152,7 +171,7 @@ pub async fn run_with(
         cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         last_writes: cluster::LastWrites::default(),
-        after_step,
+        faults,
     });
     let config = kube::runtime::controller::Config::default()
         .concurrency(settings.max_concurrent_reconciles);

@@ -5,7 +5,8 @@
 //! every acknowledged row is on every replica, Keeper lists only live replicas, and no replica
 //! name was ever used twice.
 //!
-//! In CI the scale-in and the rollout run (`kills::`); `CHOP_FULL=1` runs every flow.
+//! In CI the scale-in and the rollout run (`kills::`); `CHOP_FULL=1` runs every flow. Also here:
+//! passes planned from a cache that lags behind the operator's own writes.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
 use clickhouse_operator::controller::{AfterStep, StepPoint};
-use kube::Client;
 use kube::api::Api;
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::support::*;
@@ -64,7 +65,15 @@ async fn drive(
                 StepPoint::After => fired.load(Ordering::SeqCst),
             })
         };
-        let op = start_operator_with(client, ns, Some(hook)).await;
+        let op = start_operator_with(
+            client,
+            ns,
+            clickhouse_operator::controller::Faults {
+                after_step: Some(hook),
+                ..Default::default()
+            },
+        )
+        .await;
         // Until it dies, or the cluster is `want` at `generation` and it stayed alive 3 s more.
         let mut ready_since: Option<Instant> = None;
         let died = loop {
@@ -199,4 +208,82 @@ async fn operator_killed_after_every_step_converges_without_loss() {
     assert_keeper_clean(&client, &ns).await;
     assert_no_name_reused(&names);
     finish(&client, &ns, op).await;
+}
+
+/// How far behind the API server the lagging cache is.
+const CACHE_LAG: Duration = Duration::from_secs(4);
+
+/// Item 6 (decision 24): every pass is handed the cluster as the watch cache held it
+/// [`CACHE_LAG`] earlier, older than the operator's own status writes, while replicas are
+/// added, removed and added again under write load. The operator re-reads what it wrote before
+/// planning, so nothing is lost: each change converges, every acknowledged batch is on every
+/// replica, Keeper lists only the live replicas, no replica name comes back.
+#[tokio::test]
+async fn a_cache_lagging_behind_the_operators_writes_loses_nothing() {
+    type Seen = Vec<(std::time::Instant, Arc<ClickHouseCluster>)>;
+    let client = client().await;
+    let ns = namespace(&client, "stale").await;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let handed_stale = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stale_cache: clickhouse_operator::controller::StaleCache = {
+        let (seen, handed_stale) = (seen.clone(), handed_stale.clone());
+        Arc::new(move |cached: Arc<ClickHouseCluster>| {
+            let now = std::time::Instant::now();
+            let mut seen = seen.lock().unwrap();
+            if seen.last().map(|(_, c)| c.resource_version()) != Some(cached.resource_version()) {
+                seen.push((now, cached.clone()));
+            }
+            let old = seen
+                .iter()
+                .rev()
+                .find(|(at, _)| now.duration_since(*at) >= CACHE_LAG)
+                .or(seen.first())
+                .map(|(_, c)| c.clone())
+                .unwrap_or(cached.clone());
+            if old.resource_version() != cached.resource_version() {
+                handed_stale.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            old
+        })
+    };
+    let op = start_operator_with(
+        &client,
+        &ns,
+        clickhouse_operator::controller::Faults {
+            stale_cache: Some(stale_cache),
+            ..Default::default()
+        },
+    )
+    .await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let first = wait_ready(&client, &ns, "c1", 1).await;
+    let mut names = vec![map_names(&first)];
+    let workload = Workload::start(&client, &ns, "c1").await;
+    for (generation, replicas) in [(2, 3), (3, 2), (4, 3)] {
+        patch_spec(&client, &ns, "c1", json!({"replicas": replicas})).await;
+        let c = wait_ready(&client, &ns, "c1", generation).await;
+        names.push(map_names(&c));
+        println!("{replicas} replicas: {:?}", names.last().unwrap());
+    }
+    let handed = handed_stale.load(std::sync::atomic::Ordering::SeqCst);
+    println!("passes handed a stale copy: {handed}");
+    assert!(handed >= 5, "the cache lagged only {handed} times");
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} acknowledged batches on every replica");
+    assert_no_name_reused(&names);
+    assert_keeper_clean(&client, &ns).await;
+    finish(&client, &ns, op).await;
+}
+
+fn map_names(c: &ClickHouseCluster) -> BTreeSet<String> {
+    c.status
+        .as_ref()
+        .map(|s| s.replica_state_map.keys().cloned().collect())
+        .unwrap_or_default()
 }

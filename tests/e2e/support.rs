@@ -164,23 +164,23 @@ impl Drop for Operator {
 }
 
 pub async fn start_operator(client: &Client, namespace: &str, leader_election: bool) -> Operator {
-    start(client, namespace, leader_election, None).await
+    start(client, namespace, leader_election, Default::default()).await
 }
 
-/// The operator without leader election, with a fault-injection hook after each step.
+/// The operator without leader election, with faults injected (decision 24).
 pub async fn start_operator_with(
     client: &Client,
     namespace: &str,
-    hook: Option<clickhouse_operator::controller::AfterStep>,
+    faults: clickhouse_operator::controller::Faults,
 ) -> Operator {
-    start(client, namespace, false, hook).await
+    start(client, namespace, false, faults).await
 }
 
 async fn start(
     client: &Client,
     namespace: &str,
     leader_election: bool,
-    hook: Option<clickhouse_operator::controller::AfterStep>,
+    faults: clickhouse_operator::controller::Faults,
 ) -> Operator {
     let env = [
         ("WATCH_NAMESPACE", namespace.to_string()),
@@ -220,7 +220,7 @@ async fn start(
             m,
             std::sync::Arc::new(Health::default()),
             lost,
-            hook,
+            faults,
         )
         .await
     });

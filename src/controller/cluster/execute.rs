@@ -115,7 +115,7 @@ pub async fn act(
 
 /// The fault-injection hook ([`crate::controller::AfterStep`]).
 fn crash_at(ctx: &Context, point: StepPoint, step: &Action) -> Result<(), Error> {
-    match &ctx.after_step {
+    match &ctx.faults.after_step {
         Some(hook) if hook(point, step) => Err(Error::failed(
             FailureReason::Internal,
             format!("stopped {point:?} {} (fault injection)", step.describe()),

@@ -299,6 +299,10 @@ pub async fn reconcile(
         .await
         .expect("the semaphore is never closed");
     let _timer = PassTimer::start(KIND, &ctx.metrics);
+    let cluster = match &ctx.faults.stale_cache {
+        Some(stale) => stale(cluster),
+        None => cluster,
+    };
     let key = key(&cluster);
     debug!(cluster = %key, generation = ?cluster.metadata.generation, "pass started");
     if cluster.metadata.deletion_timestamp.is_some() {
