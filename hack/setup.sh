@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh machine, and builds what is missing:
 # Debian packages (ClickHouse server and client, ZooKeeper, openssl, iproute2), the Rust
-# components (rustfmt, clippy) and the local control plane (Kubernetes and etcd built from Go
-# modules, cached outside the repository). Safe to run again: it only does what is missing.
+# components (rustfmt, clippy), the local control plane (Kubernetes and etcd built from Go
+# modules) and the S3 server of the backup tests (SeaweedFS, from Go modules), cached outside the
+# repository. Safe to run again: it only does what is missing.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -25,4 +26,5 @@ command -v cargo >/dev/null 2>&1 || { echo "cargo is missing: install Rust (rust
 command -v go >/dev/null 2>&1 || { echo "go is missing: the control plane is built from Go modules; install Go >= 1.25" >&2; exit 1; }
 
 bash "$HERE/build-control-plane.sh" >/dev/null
+bash "$HERE/build-s3.sh" >/dev/null
 bash "$HERE/helm.sh" >/dev/null

@@ -4,6 +4,7 @@
 //! Every reconcile is observe → decide (pure) → act → report; see `controller` and `plan`.
 
 pub mod api;
+pub mod backup;
 pub mod clickhouse;
 pub mod controller;
 pub mod model;

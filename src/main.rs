@@ -36,6 +36,9 @@ enum Command {
     /// Run only the PVC cleaner: delete PVCs labelled clickhouse.com/delete-pvc once no pod
     /// uses them (WATCH_NAMESPACE, LOG_FORMAT, LOG_LEVEL apply).
     PvcCleaner,
+    /// Back up or restore one shard (run by the operator in a Job beside the shard's backup
+    /// replica; configuration from the environment the Job sets).
+    BackupAgent,
     /// Show what the operator would decide for a ClickHouseCluster in a file, without a cluster.
     Plan {
         #[arg(short = 'f', long = "file")]
@@ -46,6 +49,13 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd => print!("{}", api::crd::yaml()),
+        Command::BackupAgent => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let code = rt.block_on(clickhouse_operator::backup::agent::main_from_env());
+            std::process::exit(code);
+        }
         Command::Plan { file } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;

@@ -739,12 +739,21 @@ async fn run_container(
             .map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9)))
             .unwrap_or(137);
         let ran = t0.elapsed();
-        let term = json!({"terminated": {
+        let message = termination_message(
+            &env.dir.join("containers").join(&c.name),
+            &c,
+            code,
+            &log_path,
+        );
+        let mut term = json!({"terminated": {
             "exitCode": code,
             "reason": if code == 0 { "Completed" } else { "Error" },
             "startedAt": started_at, "finishedAt": util::now(),
             "containerID": container_id,
         }});
+        if let Some(m) = message {
+            term["terminated"]["message"] = json!(m);
+        }
         tracing::info!(
             "container {id}: exited with {code} after {}s",
             ran.as_secs()
@@ -816,6 +825,26 @@ async fn run_container(
         };
     }
     let _ = ctx;
+}
+
+/// What the container wrote to its termination message file (at most 4096 bytes), or with
+/// `FallbackToLogsOnError` and a failure, the end of its log (at most 80 lines, 2048 bytes), as
+/// the kubelet reports them.
+fn termination_message(cdir: &Path, c: &Container, code: i32, log: &Path) -> Option<String> {
+    let written = std::fs::read(cdir.join("termination-log")).unwrap_or_default();
+    if !written.is_empty() {
+        let end = written.len().min(4096);
+        return Some(String::from_utf8_lossy(&written[..end]).into_owned());
+    }
+    if code == 0 || c.termination_message_policy.as_deref() != Some("FallbackToLogsOnError") {
+        return None;
+    }
+    let text = std::fs::read(log).unwrap_or_default();
+    let tail = &text[text.len().saturating_sub(2048)..];
+    let tail = String::from_utf8_lossy(tail);
+    let lines: Vec<&str> = tail.lines().collect();
+    let from = lines.len().saturating_sub(80);
+    Some(lines[from..].join("\n")).filter(|m| !m.is_empty())
 }
 
 /// A core/v1 Event about the pod, as the kubelet records them (fire and forget).
@@ -1236,6 +1265,19 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
             ro: false,
         });
     };
+    // the termination message: a fresh file per start, read when the container ends
+    let termination = cdir.join("termination-log");
+    let _ = std::fs::write(&termination, "");
+    util::chown(&termination, Some(uid), Some(gid));
+    private.push(Mount {
+        src: termination,
+        target: c
+            .termination_message_path
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "/dev/termination-log".into()),
+        ro: false,
+    });
     let argv: Vec<String>;
     let program: String;
     let mut membership = None;

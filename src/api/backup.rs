@@ -1,6 +1,8 @@
 //! The `ClickHouseBackup` resource: one backup of one cluster, taken on its backup replica.
 
 use kube::CustomResource;
+
+use super::S3Destination;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -14,14 +16,26 @@ use serde::{Deserialize, Serialize};
     status = "ClickHouseBackupStatus",
     printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterName"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Uploaded","type":"integer","jsonPath":".status.bytesUploaded"}"#,
+    printcolumn = r#"{"name":"Reused","type":"integer","jsonPath":".status.bytesReused"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseBackupSpec {
     /// The ClickHouseCluster (in the same namespace) to back up.
     pub cluster_name: String,
-    /// ClickHouse's `BACKUP … TO` destination, e.g. `Disk('backups', 'b1')` or `S3('…')`.
-    pub destination: String,
+    /// Where the backup goes (default: the cluster's `spec.backup.destination`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<S3Destination>,
+    /// What to back up: databases (`db`) or tables (`db.table`); every database but the
+    /// system ones when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<String>,
+    /// Upload only the parts that the latest successful backup of the same cluster to the same
+    /// destination does not hold (parts never change, so the rest is referenced); default:
+    /// every part.
+    #[serde(default)]
+    pub incremental: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -33,11 +47,43 @@ pub struct ClickHouseBackupStatus {
     pub start_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<String>,
+    /// What happens now, or why the backup failed and what to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// The replica the backup ran on.
+    /// Per shard: the replica the backup ran on and what it moved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardBackupStatus>,
+    /// The backup this one builds on (incremental).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replica: Option<String>,
+    pub base: Option<String>,
+    /// `s3://bucket/key` of the manifest, written last: a backup without it is not complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
+    /// Bytes uploaded by this backup, all shards.
+    #[serde(default)]
+    pub bytes_uploaded: u64,
+    /// Bytes this backup references from earlier ones instead of uploading them.
+    #[serde(default)]
+    pub bytes_reused: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardBackupStatus {
+    pub shard: i32,
+    /// The shard's backup replica, where every statement and file read of this shard ran.
+    pub replica: String,
+    #[serde(default)]
+    pub parts_uploaded: u64,
+    #[serde(default)]
+    pub bytes_uploaded: u64,
+    #[serde(default)]
+    pub parts_reused: u64,
+    #[serde(default)]
+    pub bytes_reused: u64,
+    /// Done (the shard's manifest is written).
+    #[serde(default)]
+    pub done: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

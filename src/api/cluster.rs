@@ -356,8 +356,37 @@ impl Default for PodDisruptionBudgetSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupScheduleSpec {
+    /// Where backups of this cluster go unless a backup names another destination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<S3Destination>,
+    /// Backups taken on a schedule, as ClickHouseBackup objects owned by the cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<BackupSchedule>,
+}
+
+/// An S3-compatible bucket (AWS S3, MinIO, SeaweedFS, …). The access key and secret key are
+/// read from a Secret, never from the resource.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Destination {
+    /// `https://s3.eu-west-1.amazonaws.com`, `http://minio.backups:9000`, …
+    pub endpoint: String,
+    pub bucket: String,
+    /// Folder in the bucket under which this cluster's backups are kept (default: the
+    /// namespace and the cluster's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Region for request signing (default `us-east-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The Secret (same namespace) holding the credentials.
+    pub secret_name: String,
+    /// Key of the access key id in the Secret (default `accessKeyId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id_key: Option<String>,
+    /// Key of the secret access key in the Secret (default `secretAccessKey`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_access_key_key: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -366,11 +395,14 @@ pub struct BackupSchedule {
     pub name: String,
     /// Cron expression with five fields, e.g. `0 3 * * *`.
     pub schedule: String,
-    /// Where backups go, as ClickHouse's `BACKUP … TO` destination, e.g. `Disk('backups', '{name}')`.
-    pub destination: String,
-    /// How many completed backups of this schedule to keep.
+    /// How many successful backups of this schedule to keep (the oldest go first, with their
+    /// data in the bucket).
     #[serde(default = "default_keep")]
     pub keep: i32,
+    /// Each backup uploads only the parts its schedule's previous successful backup does not
+    /// hold (default); `false` uploads every part each time.
+    #[serde(default = "default_true")]
+    pub incremental: bool,
 }
 
 fn default_keep() -> i32 {

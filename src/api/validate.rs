@@ -209,9 +209,18 @@ fn check_tls(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     }
 }
 
-/// Backup schedules: unique DNS-label names, a valid cron expression, a destination and at
-/// least one backup kept.
+/// Backup schedules: unique DNS-label names, a valid cron expression, at least one backup
+/// kept, and a destination to write to.
 fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    if !spec.backup.schedules.is_empty() && spec.backup.destination.is_none() {
+        errors.add(
+            "spec.backup.destination",
+            "scheduled backups need a destination".into(),
+        );
+    }
+    if let Some(d) = &spec.backup.destination {
+        check_destination("spec.backup.destination", d, errors);
+    }
     let mut schedule_names = BTreeSet::new();
     for (i, s) in spec.backup.schedules.iter().enumerate() {
         let f = |leaf: &str| format!("spec.backup.schedules[{i}].{leaf}");
@@ -224,12 +233,52 @@ fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
         if let Err(e) = Cron::parse(&s.schedule) {
             errors.add(&f("schedule"), e);
         }
-        if s.destination.trim().is_empty() {
-            errors.add(&f("destination"), "must not be empty".into());
-        }
         if s.keep < 1 {
             errors.add(&f("keep"), format!("must be at least 1, got {}", s.keep));
         }
+    }
+}
+
+/// The problems of an S3 destination found at field `at` (see [`check_destination`]).
+pub fn destination_errors(at: &str, d: &super::S3Destination) -> Vec<FieldError> {
+    let mut errors = Errors::default();
+    check_destination(at, d, &mut errors);
+    errors.0
+}
+
+/// An S3 destination: an http(s) endpoint, a bucket name S3 accepts, a Secret name.
+fn check_destination(at: &str, d: &super::S3Destination, errors: &mut Errors) {
+    if !(d.endpoint.starts_with("http://") || d.endpoint.starts_with("https://")) {
+        errors.add(
+            &format!("{at}.endpoint"),
+            format!("{:?} must start with http:// or https://", d.endpoint),
+        );
+    }
+    let b = &d.bucket;
+    let bucket_ok = (3..=63).contains(&b.len())
+        && b.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && !b.starts_with(['-', '.'])
+        && !b.ends_with(['-', '.']);
+    if !bucket_ok {
+        errors.add(
+            &format!("{at}.bucket"),
+            format!("{b:?} is not an S3 bucket name (3 to 63 of a-z, 0-9, '-', '.')"),
+        );
+    }
+    if !is_dns_subdomain(&d.secret_name) {
+        errors.add(
+            &format!("{at}.secretName"),
+            format!("{:?} is not a Secret name", d.secret_name),
+        );
+    }
+    if let Some(p) = &d.prefix
+        && (p.starts_with('/') || p.contains("//") || p.contains(".."))
+    {
+        errors.add(
+            &format!("{at}.prefix"),
+            format!("{p:?} must be a relative path without '//' or '..'"),
+        );
     }
 }
 
@@ -476,11 +525,17 @@ mod tests {
     #[test]
     fn backup_schedules_are_checked() {
         let mut s = spec();
+        s.backup.destination = Some(crate::api::S3Destination {
+            endpoint: "http://s3:8333".into(),
+            bucket: "backups".into(),
+            secret_name: "s3".into(),
+            ..Default::default()
+        });
         let sched = |name: &str, cron: &str, keep| BackupSchedule {
             name: name.into(),
             schedule: cron.into(),
-            destination: "Disk('backups', 'x')".into(),
             keep,
+            incremental: true,
         };
         s.backup.schedules = vec![sched("daily", "0 3 * * *", 7)];
         assert!(fields("c1", &s).is_empty());
@@ -489,6 +544,35 @@ mod tests {
         assert!(f.contains(&"spec.backup.schedules[0].schedule".to_string()));
         assert!(f.contains(&"spec.backup.schedules[1].name".to_string()));
         assert!(f.contains(&"spec.backup.schedules[1].keep".to_string()));
+        s.backup.schedules = vec![sched("daily", "0 3 * * *", 7)];
+        s.backup.destination = None;
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.backup.destination".to_string()]
+        );
+    }
+
+    /// A destination must be usable: an http(s) endpoint, an S3 bucket name, a Secret name, a
+    /// relative prefix; each problem names its field.
+    #[test]
+    fn s3_destinations_are_checked_field_by_field() {
+        let mut s = spec();
+        s.backup.destination = Some(crate::api::S3Destination {
+            endpoint: "s3.example.com".into(),
+            bucket: "Backups_1".into(),
+            prefix: Some("/abs/../x".into()),
+            secret_name: "Bad_Secret".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            fields("c1", &s),
+            [
+                "spec.backup.destination.endpoint",
+                "spec.backup.destination.bucket",
+                "spec.backup.destination.secretName",
+                "spec.backup.destination.prefix",
+            ]
+        );
     }
 
     /// S2-25: a resource newer than the operator is refused with a message to upgrade.

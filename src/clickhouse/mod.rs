@@ -10,6 +10,7 @@
 //! - [`replica`]: sync before scale-in, drops on the leaving replica, Keeper clean-up from a
 //!   survivor, and the catch-up check of rollouts.
 
+pub mod backup;
 pub mod client;
 pub mod keeper;
 pub mod replica;

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use futures::{StreamExt, stream::select_all};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta};
@@ -45,6 +46,8 @@ pub struct Context {
     pub last_writes: cluster::LastWrites,
     /// Faults injected by tests (decision 24); none in the operator binary.
     pub faults: Faults,
+    /// The image of backup and restore Jobs (`OPERATOR_IMAGE`).
+    pub operator_image: String,
 }
 
 impl Context {
@@ -172,6 +175,7 @@ pub async fn run_with(
         backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         last_writes: cluster::LastWrites::default(),
         faults,
+        operator_image: settings.operator_image.clone(),
     });
     let config = kube::runtime::controller::Config::default()
         .concurrency(settings.max_concurrent_reconciles);
@@ -190,6 +194,10 @@ pub async fn run_with(
             Controller::new(
                 watched::<ClickHouseBackup>(&client, ns),
                 watcher::Config::default(),
+            )
+            .owns(
+                watched::<Job>(&client, ns),
+                watcher::Config::default().labels(crate::backup::job::BACKUP_LABEL),
             )
             .with_config(config.clone())
             .shutdown_on_signal()

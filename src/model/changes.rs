@@ -738,7 +738,8 @@ mod tests {
         );
         row(
             json!({}),
-            json!({"backup": {"schedules": [{"name": "d", "schedule": "0 3 * * *", "destination": "x"}]}}),
+            json!({"backup": {"destination": {"endpoint": "http://s3:8333", "bucket": "b1", "secretName": "s3"},
+                    "schedules": [{"name": "d", "schedule": "0 3 * * *"}]}}),
             &[],
             &[],
         );

@@ -66,6 +66,9 @@ pub struct Settings {
     pub lease_name: String,
     /// This replica's identity in the Lease (the pod name in a cluster).
     pub identity: String,
+    /// The image backup and restore Jobs run (`OPERATOR_IMAGE`: the operator's own image, which
+    /// the chart sets; the agent is a subcommand of the operator's binary).
+    pub operator_image: String,
 }
 
 fn parse_max_concurrent(value: Option<&str>) -> Result<u16, String> {
@@ -131,6 +134,14 @@ impl Settings {
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| "clickhouse-operator-leader".into()),
             identity,
+            operator_image: get("OPERATOR_IMAGE")
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| {
+                    format!(
+                        "ghcr.io/clickhouse-operator/clickhouse-operator:{}",
+                        crate::api::validate::OPERATOR_VERSION
+                    )
+                }),
         })
     }
 

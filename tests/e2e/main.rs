@@ -1,5 +1,6 @@
 //! End-to-end tests against the real local Kubernetes (see `support`).
 
+mod backup;
 mod engine;
 mod faults;
 mod foundation;

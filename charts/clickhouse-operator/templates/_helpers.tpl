@@ -122,6 +122,12 @@ No wildcard anywhere.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["list", "patch"]
+# Backups: one agent Job per shard beside the shard's backup replica (created; read by name;
+# listed and watched to follow it; deleted with its pod once the backup's outcome is recorded);
+# its pod's termination message is read from the pod list.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # Events about a cluster (events.k8s.io/v1): created, and patched when the same event repeats.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

@@ -1,0 +1,553 @@
+//! The backup agent: `clickhouse-operator backup-agent`, run by a Job on the node of a shard's
+//! backup replica with that replica's data volume mounted (decision 26). It is the only place
+//! that reads or writes the files of a backup; every statement it sends goes to the backup
+//! replica (a restore also creates the schema on the shard's other replicas).
+//!
+//! Backup: for each table holding parts, `ALTER TABLE … FREEZE`, upload the parts the base does
+//! not hold, remove the snapshot; then the shard's manifest. Restore: the schema on every
+//! replica of the shard, then each part downloaded into `detached/` and attached on the backup
+//! replica (replication copies it to the others).
+//!
+//! What it did, or why it failed, goes to the container's termination message as JSON
+//! ([`Report`]), which the operator reads from the pod's status.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::manifest::{self, Part, PartSource, ShardManifest, Table};
+use super::store::Bucket;
+use crate::clickhouse::backup as sql;
+use crate::clickhouse::{Client, QueryOptions};
+
+/// Files uploaded or downloaded at once.
+const PARALLEL_FILES: usize = 4;
+
+/// What the agent reports when it ends.
+#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub parts_uploaded: u64,
+    pub bytes_uploaded: u64,
+    pub parts_reused: u64,
+    pub bytes_reused: u64,
+    /// Restore: parts attached on the backup replica, and their bytes downloaded.
+    pub parts_attached: u64,
+    #[serde(default)]
+    pub bytes_downloaded: u64,
+}
+
+/// One backup of one shard.
+pub struct BackupJob {
+    pub backup: String,
+    pub shard: i32,
+    pub replica: String,
+    pub server: Client,
+    /// The mounted data volume of the backup replica (`/var/lib/clickhouse`).
+    pub data_dir: PathBuf,
+    pub bucket: Bucket,
+    pub base: Option<String>,
+    /// `db` or `db.table`; empty: everything.
+    pub scope: Vec<String>,
+}
+
+fn in_scope(scope: &[String], database: &str, table: &str) -> bool {
+    scope.is_empty()
+        || scope
+            .iter()
+            .any(|s| s == database || *s == format!("{database}.{table}"))
+}
+
+/// Hash of a part's `checksums.txt` (16 hex digits).
+fn part_checksum(dir: &Path) -> Result<String, String> {
+    let data = std::fs::read(dir.join("checksums.txt"))
+        .map_err(|e| format!("{}: {e}", dir.join("checksums.txt").display()))?;
+    Ok(hex::encode(&Sha256::digest(&data)[..8]))
+}
+
+/// Every file under `dir`, relative, with its size.
+fn files_of(dir: &Path) -> Result<BTreeMap<String, u64>, String> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, u64>) -> Result<(), String> {
+        let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for e in rd {
+            let e = e.map_err(|e| e.to_string())?;
+            let p = e.path();
+            let md = e.metadata().map_err(|e| format!("{}: {e}", p.display()))?;
+            if md.is_dir() {
+                walk(base, &p, out)?;
+            } else {
+                let rel = p.strip_prefix(base).map_err(|e| e.to_string())?;
+                out.insert(rel.to_string_lossy().into_owned(), md.len());
+            }
+        }
+        Ok(())
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out)?;
+    Ok(out)
+}
+
+/// The snapshot folders under `shadow/` now.
+fn shadows(data_dir: &Path) -> Vec<String> {
+    std::fs::read_dir(data_dir.join("shadow"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `…/data/<db>/<table>/` relative to the server's data folder (`data/<db>/<table>`).
+fn relative_data_path(data_path: &str) -> Result<String, String> {
+    let segments: Vec<&str> = data_path.trim_end_matches('/').split('/').collect();
+    match segments.as_slice() {
+        [.., "data", db, table] => Ok(format!("data/{db}/{table}")),
+        _ => Err(format!("unexpected table data path {data_path:?}")),
+    }
+}
+
+impl BackupJob {
+    pub async fn run(&self) -> Result<Report, String> {
+        let version = self
+            .server
+            .version()
+            .await
+            .map_err(|e| format!("backup replica {}: {e}", self.replica))?;
+        let base: Option<ShardManifest> = match &self.base {
+            None => None,
+            Some(b) => {
+                let key = manifest::shard_manifest_key(b, self.shard);
+                let data = self
+                    .bucket
+                    .get(&key)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| {
+                        format!("the base backup {b} has no {}", self.bucket.url(&key))
+                    })?;
+                Some(serde_json::from_slice(&data).map_err(|e| format!("{key}: {e}"))?)
+            }
+        };
+        let databases = sql::databases(&self.server)
+            .await
+            .map_err(|e| e.to_string())?;
+        let tables = sql::tables(&self.server).await.map_err(|e| e.to_string())?;
+        let mut out = ShardManifest {
+            format: manifest::FORMAT,
+            backup: self.backup.clone(),
+            shard: self.shard,
+            replica: self.replica.clone(),
+            server_version: version.to_string(),
+            ..ShardManifest::default()
+        };
+        let mut report = Report::default();
+        for t in tables
+            .iter()
+            .filter(|t| in_scope(&self.scope, &t.database, &t.name))
+        {
+            let mut entry = Table {
+                database: t.database.clone(),
+                name: t.name.clone(),
+                engine: t.engine.clone(),
+                create: t.create.clone(),
+                parts: Vec::new(),
+            };
+            if t.has_parts() {
+                entry.parts = self.back_up_parts(t, base.as_ref(), &mut report).await?;
+            }
+            out.tables.push(entry);
+        }
+        for d in databases.iter().filter(|d| {
+            out.tables.iter().any(|t| t.database == d.name) || in_scope(&self.scope, &d.name, "")
+        }) {
+            out.databases
+                .insert(d.name.clone(), sql::create_database_sql(d));
+        }
+        let data = serde_json::to_vec_pretty(&out).map_err(|e| e.to_string())?;
+        self.bucket
+            .put(
+                &manifest::shard_manifest_key(&self.backup, self.shard),
+                data,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        report.ok = true;
+        Ok(report)
+    }
+
+    /// Freezes one table, uploads what the base does not hold, removes the snapshot (also on
+    /// failure).
+    async fn back_up_parts(
+        &self,
+        t: &sql::Table,
+        base: Option<&ShardManifest>,
+        report: &mut Report,
+    ) -> Result<Vec<Part>, String> {
+        let before = shadows(&self.data_dir);
+        // logged in the server's query_log: every backup statement shows where it ran
+        self.server
+            .exec(
+                &sql::freeze_sql(&t.database, &t.name),
+                &QueryOptions::new().setting("log_queries", 1),
+            )
+            .await
+            .map_err(|e| format!("freezing {}.{}: {e}", t.database, t.name))?;
+        let made: Vec<String> = shadows(&self.data_dir)
+            .into_iter()
+            .filter(|s| !before.contains(s))
+            .collect();
+        let result = async {
+            let snapshot = match made.as_slice() {
+                [] => return Ok(Vec::new()), // no part: nothing was frozen
+                [one] => one,
+                _ => {
+                    return Err(format!(
+                        "freezing {}.{} made {} snapshots under {}, expected one (another \
+                         FREEZE at the same time?)",
+                        t.database,
+                        t.name,
+                        made.len(),
+                        self.data_dir.join("shadow").display()
+                    ));
+                }
+            };
+            let dir = self
+                .data_dir
+                .join("shadow")
+                .join(snapshot)
+                .join(relative_data_path(&t.data_path)?);
+            let mut found: Vec<(String, String, PathBuf)> = Vec::new();
+            if dir.exists() {
+                let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                for e in rd.flatten().filter(|e| e.path().is_dir()) {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    found.push((name, part_checksum(&e.path())?, e.path()));
+                }
+            }
+            found.sort();
+            let names: Vec<(String, String)> = found
+                .iter()
+                .map(|(n, c, _)| (n.clone(), c.clone()))
+                .collect();
+            let plan =
+                manifest::plan_parts(&self.backup, self.shard, &t.database, &t.name, &names, base);
+            let mut parts = Vec::new();
+            for ((name, checksum, path), source) in found.into_iter().zip(plan) {
+                let files = files_of(&path)?;
+                let bytes: u64 = files.values().sum();
+                let key = match source {
+                    PartSource::Reuse { key } => {
+                        report.parts_reused += 1;
+                        report.bytes_reused += bytes;
+                        key
+                    }
+                    PartSource::Upload { key } => {
+                        self.upload(&path, &key, &files).await?;
+                        report.parts_uploaded += 1;
+                        report.bytes_uploaded += bytes;
+                        key
+                    }
+                };
+                parts.push(Part {
+                    name,
+                    checksum,
+                    key,
+                    files,
+                });
+            }
+            Ok(parts)
+        }
+        .await;
+        for s in &made {
+            let _ = std::fs::remove_dir_all(self.data_dir.join("shadow").join(s));
+        }
+        result
+    }
+
+    async fn upload(
+        &self,
+        dir: &Path,
+        key: &str,
+        files: &BTreeMap<String, u64>,
+    ) -> Result<(), String> {
+        let results: Vec<Result<u64, String>> = futures::stream::iter(files.keys())
+            .map(|f| {
+                let (path, object) = (dir.join(f), format!("{key}/{f}"));
+                async move {
+                    self.bucket
+                        .put_file(&object, &path)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            })
+            .buffer_unordered(PARALLEL_FILES)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(())
+    }
+}
+
+/// One restore of one shard.
+pub struct RestoreJob {
+    pub backup: String,
+    pub shard: i32,
+    /// Every replica of the shard (the schema goes to each), the backup replica first.
+    pub servers: Vec<Client>,
+    pub data_dir: PathBuf,
+    pub bucket: Bucket,
+    /// Restore into tables that already hold rows (their rows stay, the backup's are added).
+    pub into_non_empty: bool,
+}
+
+impl RestoreJob {
+    pub async fn run(&self) -> Result<Report, String> {
+        let key = manifest::shard_manifest_key(&self.backup, self.shard);
+        let data = self
+            .bucket
+            .get(&key)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("backup {} has no {}", self.backup, self.bucket.url(&key)))?;
+        let m: ShardManifest = serde_json::from_slice(&data).map_err(|e| format!("{key}: {e}"))?;
+        let backup_replica = self.servers.first().ok_or("no replica to restore into")?;
+        // refuse before creating anything: tables that exist and hold rows
+        let existing = sql::tables(backup_replica)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !self.into_non_empty {
+            for t in m.tables.iter().filter(|t| !t.parts.is_empty()) {
+                if existing
+                    .iter()
+                    .any(|e| e.database == t.database && e.name == t.name)
+                {
+                    let n = sql::count(backup_replica, &t.database, &t.name)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if n > 0 {
+                        return Err(format!(
+                            "table {}.{} already holds {n} rows: drop it first, or restore with intoNonEmptyTables",
+                            t.database, t.name
+                        ));
+                    }
+                }
+            }
+        }
+        let mut tables: Vec<&Table> = m.tables.iter().collect();
+        tables.sort_by_key(|t| sql::create_rank(&t.engine));
+        for server in &self.servers {
+            for create in m.databases.values() {
+                server
+                    .exec(create, &QueryOptions::new().retry(true))
+                    .await
+                    .map_err(|e| format!("{}: {e}", server.endpoint()))?;
+            }
+            for t in &tables {
+                server
+                    .exec(
+                        &sql::create_if_not_exists(&t.create),
+                        &QueryOptions::new().retry(true),
+                    )
+                    .await
+                    .map_err(|e| format!("creating {}.{}: {e}", t.database, t.name))?;
+            }
+        }
+        let now = sql::tables(backup_replica)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut report = Report::default();
+        for t in tables.iter().filter(|t| !t.parts.is_empty()) {
+            let live = now
+                .iter()
+                .find(|e| e.database == t.database && e.name == t.name)
+                .ok_or_else(|| format!("{}.{} was not created", t.database, t.name))?;
+            let detached = self
+                .data_dir
+                .join(relative_data_path(&live.data_path)?)
+                .join("detached");
+            for p in &t.parts {
+                let into = detached.join(&p.name);
+                let _ = std::fs::remove_dir_all(&into);
+                self.download(&p.key, &into, &p.files).await?;
+                backup_replica
+                    .exec(
+                        &sql::attach_part_sql(&t.database, &t.name, &p.name),
+                        &QueryOptions::new(),
+                    )
+                    .await
+                    .map_err(|e| {
+                        format!("attaching {} to {}.{}: {e}", p.name, t.database, t.name)
+                    })?;
+                report.parts_attached += 1;
+                report.bytes_downloaded += p.bytes();
+            }
+        }
+        report.ok = true;
+        Ok(report)
+    }
+
+    async fn download(
+        &self,
+        key: &str,
+        into: &Path,
+        files: &BTreeMap<String, u64>,
+    ) -> Result<(), String> {
+        for f in files.keys() {
+            if let Some(parent) = into.join(f).parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
+        }
+        let results: Vec<Result<u64, String>> = futures::stream::iter(files.keys())
+            .map(|f| {
+                let (path, object) = (into.join(f), format!("{key}/{f}"));
+                async move {
+                    self.bucket
+                        .get_file(&object, &path)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            })
+            .buffer_unordered(PARALLEL_FILES)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(())
+    }
+}
+
+/// Where the report goes (the container's termination message).
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// `clickhouse-operator backup-agent`: reads its configuration from the environment the Job
+/// sets ([`super::job::AgentJob`]), runs, and writes its [`Report`] to the termination log.
+/// The exit code is 0 only when the work is complete.
+pub async fn main_from_env() -> i32 {
+    let report = match run_from_env().await {
+        Ok(r) => r,
+        Err(e) => Report {
+            ok: false,
+            error: Some(e),
+            ..Report::default()
+        },
+    };
+    let text = serde_json::to_string(&report).unwrap_or_default();
+    println!("{text}");
+    let path = std::env::var("TERMINATION_LOG").unwrap_or_else(|_| TERMINATION_LOG.into());
+    if let Err(e) = std::fs::write(&path, &text) {
+        eprintln!("cannot write the report to {path}: {e}");
+    }
+    if report.ok { 0 } else { 1 }
+}
+
+async fn run_from_env() -> Result<Report, String> {
+    let var = |n: &str| std::env::var(n).map_err(|_| format!("{n} is not set"));
+    let opt = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+    let shard: i32 = var("SHARD")?.parse().map_err(|e| format!("SHARD: {e}"))?;
+    let port: u16 = var("CH_PORT")?
+        .parse()
+        .map_err(|e| format!("CH_PORT: {e}"))?;
+    let credentials = crate::clickhouse::Credentials {
+        user: var("CH_USER")?,
+        password: var("CH_PASSWORD")?,
+    };
+    let servers = var("CH_HOSTS")?
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|host| {
+            let mut config = crate::clickhouse::ClientConfig::new(
+                crate::clickhouse::Endpoint {
+                    host: host.to_string(),
+                    port,
+                },
+                credentials.clone(),
+            );
+            config.timeout = std::time::Duration::from_secs(600);
+            Client::new(config).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let destination = crate::api::S3Destination {
+        endpoint: var("S3_ENDPOINT")?,
+        bucket: var("S3_BUCKET")?,
+        prefix: opt("S3_PREFIX"),
+        region: opt("S3_REGION"),
+        ..crate::api::S3Destination::default()
+    };
+    let bucket = Bucket::open(
+        &destination,
+        &var("S3_ACCESS_KEY_ID")?,
+        &var("S3_SECRET_ACCESS_KEY")?,
+        "",
+        super::store::Patience::Patient,
+    )
+    .map_err(|e| e.to_string())?;
+    let data_dir = PathBuf::from(var("DATA_DIR")?);
+    let backup = var("BACKUP_NAME")?;
+    match var("AGENT_MODE")?.as_str() {
+        "backup" => {
+            let server = servers.into_iter().next().ok_or("CH_HOSTS is empty")?;
+            BackupJob {
+                backup,
+                shard,
+                replica: var("REPLICA")?,
+                server,
+                data_dir,
+                bucket,
+                base: opt("BASE_BACKUP"),
+                scope: opt("TABLES")
+                    .map(|t| t.split(',').map(str::to_string).collect())
+                    .unwrap_or_default(),
+            }
+            .run()
+            .await
+        }
+        "restore" => {
+            RestoreJob {
+                backup,
+                shard,
+                servers,
+                data_dir,
+                bucket,
+                into_non_empty: opt("INTO_NON_EMPTY").is_some_and(|v| v == "true"),
+            }
+            .run()
+            .await
+        }
+        other => Err(format!("AGENT_MODE {other:?}: backup or restore")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_data_paths_map_into_the_snapshot() {
+        assert_eq!(
+            relative_data_path("/var/lib/clickhouse/data/default/events/").unwrap(),
+            "data/default/events"
+        );
+        assert_eq!(
+            relative_data_path("/tmp/data/data/d%2Db/t").unwrap(),
+            "data/d%2Db/t"
+        );
+        assert!(relative_data_path("/elsewhere/x").is_err());
+    }
+
+    #[test]
+    fn scope_selects_databases_and_tables() {
+        let scope = vec!["db1".to_string(), "db2.t".to_string()];
+        assert!(in_scope(&scope, "db1", "anything"));
+        assert!(in_scope(&scope, "db2", "t"));
+        assert!(!in_scope(&scope, "db2", "u"));
+        assert!(in_scope(&[], "x", "y"));
+    }
+}

@@ -1,0 +1,282 @@
+//! The bucket a backup goes to: an S3-compatible store through `object_store` (request signing,
+//! retries and multipart uploads are that crate's), every key under the destination's prefix.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig, WriteMultipart};
+
+use crate::api::S3Destination;
+
+/// Default key of the access key id in the credentials Secret.
+pub const ACCESS_KEY_ID: &str = "accessKeyId";
+/// Default key of the secret access key in the credentials Secret.
+pub const SECRET_ACCESS_KEY: &str = "secretAccessKey";
+
+/// What went wrong with the bucket, said so that a user knows what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "the bucket {bucket} does not exist at {endpoint}: create it, or fix the destination's bucket"
+    )]
+    NoBucket { endpoint: String, bucket: String },
+    #[error(
+        "{endpoint} refused the credentials of Secret {secret} ({detail}): fix the access key and secret key there"
+    )]
+    Credentials {
+        endpoint: String,
+        secret: String,
+        detail: String,
+    },
+    #[error("cannot reach {endpoint} ({detail}): check the destination's endpoint and the network")]
+    Unreachable { endpoint: String, detail: String },
+    #[error("{endpoint}, bucket {bucket}: {detail}")]
+    Other {
+        endpoint: String,
+        bucket: String,
+        detail: String,
+    },
+    #[error("invalid destination: {0}")]
+    Invalid(String),
+}
+
+/// How patient calls are: a pass checks a bucket within seconds; the backup agent waits longer.
+#[derive(Clone, Copy, Debug)]
+pub enum Patience {
+    /// One retry, 5 s per request.
+    Quick,
+    /// Several retries, a minute per request (large parts).
+    Patient,
+}
+
+/// One destination, with its credentials.
+#[derive(Clone)]
+pub struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    endpoint: String,
+    bucket: String,
+    secret: String,
+    prefix: String,
+}
+
+impl Bucket {
+    /// Opens the destination; `prefix` is used when the destination sets none.
+    pub fn open(
+        d: &S3Destination,
+        access_key_id: &str,
+        secret_access_key: &str,
+        default_prefix: &str,
+        patience: Patience,
+    ) -> Result<Bucket, Error> {
+        let (timeout, retries, retry_timeout) = match patience {
+            Patience::Quick => (Duration::from_secs(5), 1, Duration::from_secs(8)),
+            Patience::Patient => (Duration::from_secs(60), 5, Duration::from_secs(120)),
+        };
+        let store = AmazonS3Builder::new()
+            .with_endpoint(d.endpoint.trim_end_matches('/'))
+            .with_bucket_name(&d.bucket)
+            .with_region(d.region.clone().unwrap_or_else(|| "us-east-1".into()))
+            .with_access_key_id(access_key_id)
+            .with_secret_access_key(secret_access_key)
+            .with_virtual_hosted_style_request(false)
+            .with_client_options(
+                // options replace the builder's own: plain HTTP is allowed here
+                ClientOptions::new()
+                    .with_allow_http(d.endpoint.starts_with("http://"))
+                    .with_timeout(timeout)
+                    .with_connect_timeout(Duration::from_secs(5)),
+            )
+            .with_retry(RetryConfig {
+                max_retries: retries,
+                retry_timeout,
+                ..RetryConfig::default()
+            })
+            .build()
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let prefix = d
+            .prefix
+            .clone()
+            .unwrap_or_else(|| default_prefix.to_string())
+            .trim_matches('/')
+            .to_string();
+        Ok(Bucket {
+            store: Arc::new(store),
+            endpoint: d.endpoint.clone(),
+            bucket: d.bucket.clone(),
+            secret: d.secret_name.clone(),
+            prefix,
+        })
+    }
+
+    fn path(&self, key: &str) -> Path {
+        if self.prefix.is_empty() {
+            Path::from(key)
+        } else {
+            Path::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    /// `s3://bucket/prefix/key`.
+    pub fn url(&self, key: &str) -> String {
+        format!("s3://{}/{}", self.bucket, self.path(key))
+    }
+
+    fn error(&self, e: object_store::Error) -> Error {
+        let detail = e.to_string();
+        let has = |s: &str| detail.contains(s);
+        match &e {
+            _ if has("NoSuchBucket") => Error::NoBucket {
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+            },
+            object_store::Error::Unauthenticated { .. }
+            | object_store::Error::PermissionDenied { .. } => self.credentials(detail),
+            _ if has("InvalidAccessKeyId")
+                || has("SignatureDoesNotMatch")
+                || has("AccessDenied")
+                || has("403 Forbidden") =>
+            {
+                self.credentials(detail)
+            }
+            _ if has("error sending request")
+                || has("Connection refused")
+                || has("connect")
+                || has("timed out")
+                || has("dns error") =>
+            {
+                Error::Unreachable {
+                    endpoint: self.endpoint.clone(),
+                    detail: first_line(&detail),
+                }
+            }
+            _ => Error::Other {
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+                detail: first_line(&detail),
+            },
+        }
+    }
+
+    fn credentials(&self, detail: String) -> Error {
+        Error::Credentials {
+            endpoint: self.endpoint.clone(),
+            secret: self.secret.clone(),
+            detail: first_line(&detail),
+        }
+    }
+
+    /// Lists one key under the prefix: the bucket exists and the credentials work.
+    pub async fn check(&self) -> Result<(), Error> {
+        let mut list = self.store.list(Some(&self.path("")));
+        list.try_next().await.map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    pub async fn put(&self, key: &str, data: Vec<u8>) -> Result<(), Error> {
+        self.store
+            .put(&self.path(key), PutPayload::from(data))
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    /// Uploads a file, in 8 MiB pieces for large ones; returns its size.
+    pub async fn put_file(&self, key: &str, file: &std::path::Path) -> Result<u64, Error> {
+        let io = |e: std::io::Error| Error::Other {
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            detail: format!("reading {}: {e}", file.display()),
+        };
+        let size = tokio::fs::metadata(file).await.map_err(io)?.len();
+        if size <= 8 << 20 {
+            let data = tokio::fs::read(file).await.map_err(io)?;
+            self.put(key, data).await?;
+            return Ok(size);
+        }
+        let upload = self
+            .store
+            .put_multipart(&self.path(key))
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
+        let mut f = tokio::fs::File::open(file).await.map_err(io)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            use tokio::io::AsyncReadExt;
+            let n = f.read(&mut buf).await.map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            writer
+                .wait_for_capacity(4)
+                .await
+                .map_err(|e| self.error(e))?;
+            writer.write(&buf[..n]);
+        }
+        writer.finish().await.map_err(|e| self.error(e))?;
+        Ok(size)
+    }
+
+    /// The object at `key`, or `None` when there is none.
+    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, Error> {
+        match self.store.get(&self.path(key)).await {
+            Ok(r) => Ok(Some(r.bytes().await.map_err(|e| self.error(e))?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    /// Downloads `key` into `file`.
+    pub async fn get_file(&self, key: &str, file: &std::path::Path) -> Result<u64, Error> {
+        let data = self.get(key).await?.ok_or_else(|| Error::Other {
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            detail: format!("{} is missing", self.url(key)),
+        })?;
+        tokio::fs::write(file, &data)
+            .await
+            .map_err(|e| Error::Other {
+                endpoint: self.endpoint.clone(),
+                bucket: self.bucket.clone(),
+                detail: format!("writing {}: {e}", file.display()),
+            })?;
+        Ok(data.len() as u64)
+    }
+
+    /// Keys (relative to the prefix) under `dir`.
+    pub async fn list(&self, dir: &str) -> Result<Vec<String>, Error> {
+        let base = self.path("");
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&self.path(dir)))
+            .try_collect()
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(objects
+            .into_iter()
+            .map(|o| {
+                let full = o.location.to_string();
+                let base = base.to_string();
+                full.strip_prefix(&format!("{base}/"))
+                    .unwrap_or(&full)
+                    .to_string()
+            })
+            .collect())
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), Error> {
+        match self.store.delete(&self.path(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+}
+
+fn first_line(s: &str) -> String {
+    let line = s.lines().next().unwrap_or_default();
+    line.chars().take(300).collect()
+}

@@ -1,0 +1,186 @@
+//! The statements of backups and restores, per server version. Servers without `BACKUP`
+//! (18.16, the one the tests run) are backed up part by part: `ALTER TABLE … FREEZE` makes a
+//! hard-linked snapshot under `shadow/`, which the backup agent uploads; a restore downloads
+//! parts into the table's `detached/` folder and attaches them.
+
+use super::client::{Client, Error, QueryOptions};
+use super::sql::{SYSTEM_DATABASES, ident, literal};
+
+/// A database as the server lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Database {
+    pub name: String,
+    pub engine: String,
+}
+
+/// A table as the server lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub database: String,
+    pub name: String,
+    pub engine: String,
+    /// The statement that creates it, as stored (macros unexpanded).
+    pub create: String,
+    /// Its data folder on the server (`…/data/<db>/<table>/`).
+    pub data_path: String,
+}
+
+impl Table {
+    /// A MergeTree-family table: its data lives in parts that can be frozen and attached.
+    pub fn has_parts(&self) -> bool {
+        self.engine.ends_with("MergeTree")
+    }
+}
+
+fn not_system() -> String {
+    SYSTEM_DATABASES
+        .iter()
+        .map(|d| literal(d))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every database but the system ones.
+pub fn list_databases_sql() -> String {
+    format!(
+        "SELECT name, engine FROM system.databases WHERE name NOT IN ({}) ORDER BY name",
+        not_system()
+    )
+}
+
+/// Every table of the non-system databases (temporary ones excluded).
+pub fn list_tables_sql() -> String {
+    format!(
+        "SELECT database, name, engine, create_table_query AS create, data_path FROM system.tables \
+         WHERE database NOT IN ({}) AND NOT is_temporary ORDER BY database, name",
+        not_system()
+    )
+}
+
+/// `CREATE DATABASE IF NOT EXISTS`, with its engine unless it is the server's default kind.
+pub fn create_database_sql(db: &Database) -> String {
+    match db.engine.as_str() {
+        "Ordinary" | "Atomic" | "" => format!("CREATE DATABASE IF NOT EXISTS {}", ident(&db.name)),
+        engine => format!(
+            "CREATE DATABASE IF NOT EXISTS {} ENGINE = {engine}",
+            ident(&db.name)
+        ),
+    }
+}
+
+/// A stored `CREATE TABLE|VIEW|MATERIALIZED VIEW …` made idempotent (`IF NOT EXISTS`).
+pub fn create_if_not_exists(create: &str) -> String {
+    let trimmed = create.trim_start();
+    for head in ["CREATE TABLE ", "CREATE VIEW ", "CREATE MATERIALIZED VIEW "] {
+        if let Some(rest) = trimmed.strip_prefix(head)
+            && !rest.starts_with("IF NOT EXISTS ")
+        {
+            return format!("{head}IF NOT EXISTS {rest}");
+        }
+    }
+    trimmed.to_string()
+}
+
+/// A hard-linked snapshot of every part of a table under the server's `shadow/` folder.
+pub fn freeze_sql(database: &str, table: &str) -> String {
+    format!("ALTER TABLE {}.{} FREEZE", ident(database), ident(table))
+}
+
+/// Attaches a part placed in the table's `detached/` folder (replicated: the other replicas
+/// fetch it).
+pub fn attach_part_sql(database: &str, table: &str, part: &str) -> String {
+    format!(
+        "ALTER TABLE {}.{} ATTACH PART {}",
+        ident(database),
+        ident(table),
+        literal(part)
+    )
+}
+
+/// Rows of a table.
+pub fn count_sql(database: &str, table: &str) -> String {
+    format!(
+        "SELECT count() AS n FROM {}.{}",
+        ident(database),
+        ident(table)
+    )
+}
+
+/// Order in which a restore creates tables: tables holding data first, then the tables over
+/// them (Distributed, Merge, Buffer, …), views, materialized views last.
+pub fn create_rank(engine: &str) -> u8 {
+    match engine {
+        e if e.ends_with("MergeTree") => 0,
+        "View" => 2,
+        "MaterializedView" => 3,
+        _ => 1,
+    }
+}
+
+pub async fn databases(c: &Client) -> Result<Vec<Database>, Error> {
+    let rows = c.query(&list_databases_sql(), &QueryOptions::new()).await?;
+    rows.decode(c.endpoint(), "system.databases", |r| {
+        Ok(Database {
+            name: r.str("name")?.to_string(),
+            engine: r.str("engine")?.to_string(),
+        })
+    })
+}
+
+pub async fn tables(c: &Client) -> Result<Vec<Table>, Error> {
+    let rows = c.query(&list_tables_sql(), &QueryOptions::new()).await?;
+    rows.decode(c.endpoint(), "system.tables", |r| {
+        Ok(Table {
+            database: r.str("database")?.to_string(),
+            name: r.str("name")?.to_string(),
+            engine: r.str("engine")?.to_string(),
+            create: r.str("create")?.to_string(),
+            data_path: r.str("data_path")?.to_string(),
+        })
+    })
+}
+
+pub async fn count(c: &Client, database: &str, table: &str) -> Result<u64, Error> {
+    let rows = c
+        .query(&count_sql(database, table), &QueryOptions::new())
+        .await?;
+    let n = rows.decode(c.endpoint(), "count", |r| r.u64("n"))?;
+    Ok(n.first().copied().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_statements_quote_their_names() {
+        assert_eq!(freeze_sql("d`b", "t"), "ALTER TABLE `d\\`b`.`t` FREEZE");
+        assert_eq!(
+            attach_part_sql("db", "t", "all_1_1_0"),
+            "ALTER TABLE `db`.`t` ATTACH PART 'all_1_1_0'"
+        );
+        assert_eq!(
+            create_database_sql(&Database {
+                name: "db".into(),
+                engine: "Ordinary".into()
+            }),
+            "CREATE DATABASE IF NOT EXISTS `db`"
+        );
+    }
+
+    #[test]
+    fn stored_creates_become_idempotent() {
+        assert_eq!(
+            create_if_not_exists("CREATE TABLE default.t (x UInt8) ENGINE = Memory"),
+            "CREATE TABLE IF NOT EXISTS default.t (x UInt8) ENGINE = Memory"
+        );
+        assert_eq!(
+            create_if_not_exists("CREATE MATERIALIZED VIEW default.v TO default.t AS SELECT 1"),
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS default.v TO default.t AS SELECT 1"
+        );
+        assert_eq!(
+            create_if_not_exists("CREATE TABLE IF NOT EXISTS a.b (x UInt8) ENGINE = Log"),
+            "CREATE TABLE IF NOT EXISTS a.b (x UInt8) ENGINE = Log"
+        );
+    }
+}

@@ -1,0 +1,357 @@
+//! Backups on the local Kubernetes with real ClickHouse 18.16 servers and a real S3 server:
+//! SeaweedFS (`weed mini`, built from Go modules by `hack/build-s3.sh`), run on this machine and
+//! reached by the pods at the node's gateway address. Every byte of a backup goes through its S3
+//! API; nothing is mocked.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use clickhouse_operator::api::{BackupState, ClickHouseBackup, ClickHouseCluster, S3Destination};
+use clickhouse_operator::backup::manifest;
+use clickhouse_operator::backup::store::{Bucket, Patience};
+use clickhouse_operator::clickhouse::QueryOptions;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::*;
+
+const ACCESS: &str = "chop-access";
+const SECRET: &str = "chop-secret-key";
+const BUCKET: &str = "chop-backups";
+const S3_PORT: u16 = 8333;
+
+/// The S3 server of this test process, started on first use, killed when the process ends.
+struct S3Server {
+    _child: Child,
+    /// Where the pods reach it.
+    for_pods: String,
+}
+
+static S3: OnceLock<S3Server> = OnceLock::new();
+
+fn s3() -> &'static S3Server {
+    S3.get_or_init(|| {
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new("bash")
+            .arg(repo.join("hack/build-s3.sh"))
+            .output()
+            .expect("run hack/build-s3.sh");
+        assert!(
+            out.status.success(),
+            "hack/build-s3.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let weed = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .to_string();
+        assert!(
+            std::net::TcpListener::bind(("0.0.0.0", S3_PORT)).is_ok(),
+            "port {S3_PORT} is taken: stop whatever S3 server runs there"
+        );
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("seaweedfs-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let config = dir.join("s3.json");
+        std::fs::write(
+            &config,
+            json!({"identities": [{"name": "backup",
+                "credentials": [{"accessKey": ACCESS, "secretKey": SECRET}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]})
+            .to_string(),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("weed.log")).unwrap();
+        let child = {
+            use std::os::unix::process::CommandExt;
+            let mut c = Command::new(&weed);
+            c.args([
+                "mini",
+                "-ip=127.0.0.1",
+                "-ip.bind=0.0.0.0",
+                "-admin.ui=false",
+            ])
+            .arg(format!("-dir={}", dir.join("data").display()))
+            .arg(format!("-s3.config={}", config.display()))
+            .arg(format!("-bucket={BUCKET}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+            // SAFETY: only the async-signal-safe prctl runs between fork and exec.
+            unsafe {
+                c.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            c.spawn().expect("start weed mini")
+        };
+        let network = std::fs::read_to_string(kubeconfig().with_file_name("network"))
+            .expect("the local cluster's network file");
+        let gateway = network
+            .lines()
+            .find_map(|l| l.strip_prefix("GATEWAY="))
+            .expect("GATEWAY in the network file")
+            .to_string();
+        S3Server {
+            _child: child,
+            for_pods: format!("http://{gateway}:{S3_PORT}"),
+        }
+    })
+}
+
+/// The bucket as this test process reaches it.
+fn bucket(prefix: &str) -> Bucket {
+    Bucket::open(
+        &S3Destination {
+            endpoint: format!("http://127.0.0.1:{S3_PORT}"),
+            bucket: BUCKET.into(),
+            prefix: Some(prefix.into()),
+            secret_name: "unused".into(),
+            ..S3Destination::default()
+        },
+        ACCESS,
+        SECRET,
+        "",
+        Patience::Quick,
+    )
+    .unwrap()
+}
+
+async fn wait_s3_up() {
+    let b = bucket("probe");
+    wait_for(Duration::from_secs(90), "the S3 server", || {
+        let b = b.clone();
+        async move { b.check().await.ok() }
+    })
+    .await;
+}
+
+async fn credentials(client: &Client, ns: &str, name: &str, access: &str, secret: &str) {
+    let s: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "stringData": {"accessKeyId": access, "secretAccessKey": secret},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .unwrap();
+}
+
+async fn start_backup(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
+    let b: ClickHouseBackup = serde_json::from_value(json!({
+        "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseBackup",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<ClickHouseBackup>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &b)
+        .await
+        .unwrap();
+}
+
+async fn wait_backup_done(client: &Client, ns: &str, name: &str) -> ClickHouseBackup {
+    let api: Api<ClickHouseBackup> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        Duration::from_secs(240),
+        &format!("backup {name} to end"),
+        || {
+            let api = api.clone();
+            async move {
+                let b = api.get(name).await.ok()?;
+                let state = b.status.as_ref()?.state;
+                matches!(state, BackupState::Succeeded | BackupState::Failed).then_some(b)
+            }
+        },
+    )
+    .await
+}
+
+/// Rows per shard, as each replica of the shard counts them.
+async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
+    let c: ClickHouseCluster = Api::namespaced(client.clone(), ns).get("c1").await.unwrap();
+    let mut out = BTreeMap::new();
+    for replica in c.status.unwrap().replica_state_map.keys() {
+        let ch = sql_client(client, ns, "c1", &format!("{replica}-0")).await;
+        let n = query(&ch, "SELECT count() AS v FROM default.events").await;
+        out.insert(replica.clone(), n[0].parse().unwrap());
+    }
+    out
+}
+
+/// Seed 000 / decision 26: a 2-shard × 2-replica cluster is backed up to a real S3 server, each
+/// shard on its backup replica only (its FREEZE statements are in that replica's query log and
+/// in no other's); the bucket holds the manifest, written last, and each shard's parts. A second,
+/// incremental backup after a few more rows (a new partition: parts of the old ones do not
+/// merge with it) reuses what the first uploaded and uploads a small fraction of it. A destination with wrong credentials, a missing bucket or an endpoint that
+/// does not answer ends `Failed` with the cause, and nothing is written as complete.
+#[tokio::test]
+async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
+    let server = s3();
+    let client = client().await;
+    wait_s3_up().await;
+    let ns = namespace(&client, "backup").await;
+    let op = start_operator(&client, &ns, false).await;
+    credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;
+    credentials(&client, &ns, "bad-creds", ACCESS, "not-the-secret").await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+                                          "secretName": "s3-creds"}}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let map = ready.status.unwrap().replica_state_map;
+    let backup_replicas: BTreeMap<i32, String> = map
+        .iter()
+        .filter(|(_, r)| r.is_backup_pod)
+        .map(|(n, r)| (r.shard, n.clone()))
+        .collect();
+    let any = map.keys().next().unwrap().clone();
+    let ch = sql_client(&client, &ns, "c1", &format!("{any}-0")).await;
+    exec(&ch, "CREATE TABLE IF NOT EXISTS default.events ON CLUSTER c1 (batch UInt64, id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') PARTITION BY batch ORDER BY (batch, id)").await;
+    exec(&ch, "CREATE TABLE IF NOT EXISTS default.events_all ON CLUSTER c1 AS default.events ENGINE = Distributed(c1, default, events, batch)").await;
+    let sync = QueryOptions::new().setting("insert_distributed_sync", 1);
+    for batch in 0..20 {
+        ch.exec(&format!("INSERT INTO default.events_all SELECT {batch}, number FROM system.numbers LIMIT 20000"), &sync).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    start_backup(&client, &ns, "full", json!({"clusterName": "c1"})).await;
+    let full = wait_backup_done(&client, &ns, "full").await;
+    let st = full.status.clone().unwrap();
+    assert_eq!(st.state, BackupState::Succeeded, "{:?}", st.message);
+    let ran_on: BTreeMap<i32, String> = st
+        .shards
+        .iter()
+        .map(|s| (s.shard, s.replica.clone()))
+        .collect();
+    assert_eq!(ran_on, backup_replicas, "each shard on its backup replica");
+    println!(
+        "full backup: {} bytes uploaded, {} reused",
+        st.bytes_uploaded, st.bytes_reused
+    );
+    assert!(st.bytes_uploaded > 0 && st.bytes_reused == 0);
+    for replica in map.keys() {
+        let c = sql_client(&client, &ns, "c1", &format!("{replica}-0")).await;
+        exec(&c, "SYSTEM FLUSH LOGS").await;
+        // the table exists once a first query was logged there
+        let logged = query(&c, "SELECT count() AS v FROM system.tables WHERE database = 'system' AND name = 'query_log'").await;
+        let n: u64 = if logged[0] == "0" {
+            0
+        } else {
+            let frozen = query(&c, "SELECT count() AS v FROM system.query_log WHERE type = 2 AND query LIKE 'ALTER TABLE % FREEZE'").await;
+            frozen[0].parse().unwrap()
+        };
+        let is_backup = backup_replicas.values().any(|b| b == replica);
+        assert_eq!(n > 0, is_backup, "{replica}: {n} FREEZE statements");
+    }
+    let b = bucket(&format!("{ns}/c1"));
+    assert!(
+        b.get(&manifest::manifest_key("full"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    for shard in [0, 1] {
+        let m = b
+            .get(&manifest::shard_manifest_key("full", shard))
+            .await
+            .unwrap()
+            .expect("the shard's manifest");
+        let m: manifest::ShardManifest = serde_json::from_slice(&m).unwrap();
+        let events = m.tables.iter().find(|t| t.name == "events").unwrap();
+        assert!(!events.parts.is_empty(), "shard {shard} has parts");
+        let objects = b.list(&format!("{}/", events.parts[0].key)).await.unwrap();
+        assert!(
+            objects.iter().any(|o| o.ends_with("checksums.txt")),
+            "{objects:?}"
+        );
+    }
+
+    ch.exec(
+        "INSERT INTO default.events_all SELECT 100, number FROM system.numbers LIMIT 100",
+        &sync,
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    start_backup(
+        &client,
+        &ns,
+        "incr",
+        json!({"clusterName": "c1", "incremental": true}),
+    )
+    .await;
+    let incr = wait_backup_done(&client, &ns, "incr").await;
+    let si = incr.status.clone().unwrap();
+    assert_eq!(si.state, BackupState::Succeeded, "{:?}", si.message);
+    assert_eq!(si.base.as_deref(), Some("full"));
+    println!(
+        "incremental backup: {} bytes uploaded, {} reused",
+        si.bytes_uploaded, si.bytes_reused
+    );
+    assert!(si.bytes_reused >= st.bytes_uploaded / 2, "{si:?}");
+    assert!(si.bytes_uploaded * 5 < st.bytes_uploaded, "{si:?}");
+
+    let cases = [
+        (
+            "wrong-credentials",
+            json!({"endpoint": server.for_pods, "bucket": BUCKET, "secretName": "bad-creds"}),
+            "refused the credentials",
+        ),
+        (
+            "no-bucket",
+            json!({"endpoint": server.for_pods, "bucket": "no-such-bucket", "secretName": "s3-creds"}),
+            "does not exist",
+        ),
+        (
+            "unreachable",
+            // nothing listens there (an address outside this machine would meet its proxy)
+            json!({"endpoint": server.for_pods.replace(&format!(":{S3_PORT}"), ":1"),
+                   "bucket": BUCKET, "secretName": "s3-creds"}),
+            "cannot reach",
+        ),
+        (
+            "no-secret",
+            json!({"endpoint": server.for_pods, "bucket": BUCKET, "secretName": "missing"}),
+            "does not exist in namespace",
+        ),
+    ];
+    for (name, destination, says) in cases {
+        start_backup(
+            &client,
+            &ns,
+            name,
+            json!({"clusterName": "c1", "destination": destination}),
+        )
+        .await;
+        let b = wait_backup_done(&client, &ns, name).await;
+        let s = b.status.unwrap();
+        let message = s.message.unwrap_or_default();
+        println!("{name}: {message}");
+        assert_eq!(s.state, BackupState::Failed, "{name}");
+        assert!(message.contains(says), "{name}: {message}");
+        assert!(s.manifest.is_none());
+    }
+    assert!(
+        bucket(&format!("{ns}/c1"))
+            .get(&manifest::manifest_key("wrong-credentials"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let _ = rows_per_replica(&client, &ns).await;
+    let _ = full.name_any();
+    finish(&client, &ns, op).await;
+}
