@@ -6,7 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::{ClickHouseBackup, ClickHouseCluster};
+use super::{ClickHouseBackup, ClickHouseCluster, ClickHouseRestore};
 
 /// A CEL rule at a place in the schema. The path names properties from the root of the
 /// resource; `[]` steps into the items of an array.
@@ -166,7 +166,35 @@ pub fn backup_crd() -> CustomResourceDefinition {
 }
 
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![cluster_crd(), backup_crd()]
+    vec![cluster_crd(), backup_crd(), restore_crd()]
+}
+
+/// The ClickHouseRestore CRD: a cluster and a backup named, the spec fixed once created.
+pub fn restore_crd() -> CustomResourceDefinition {
+    patch(
+        ClickHouseRestore::crd(),
+        &[
+            Rule {
+                path: &["spec", "clusterName"],
+                rule: "self.size() > 0",
+                message: "spec.clusterName must name a ClickHouseCluster",
+            },
+            Rule {
+                path: &["spec", "backupName"],
+                rule: "self.size() > 0",
+                message: "spec.backupName must name a backup",
+            },
+            Rule {
+                path: &["spec"],
+                rule: "self == oldSelf",
+                message: "a ClickHouseRestore's spec cannot change; create a new one",
+            },
+        ],
+        &[
+            (&["spec", "clusterName"], "maxLength", 253),
+            (&["spec", "backupName"], "maxLength", 253),
+        ],
+    )
 }
 
 /// All CRDs as one multi-document YAML, exactly as committed in `deploy/crds.yaml`.

@@ -3,9 +3,11 @@
 pub mod backup;
 pub mod cluster;
 pub mod crd;
+pub mod restore;
 pub mod schema_policy;
 pub mod validate;
 
 pub use backup::*;
 pub use cluster::*;
+pub use restore::*;
 pub use schema_policy::SchemaPolicy;

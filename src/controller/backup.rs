@@ -131,44 +131,6 @@ impl Pass<'_> {
         self.status.message = Some(message);
     }
 
-    async fn bucket(
-        &self,
-        d: &S3Destination,
-        cluster: &str,
-        patience: Patience,
-    ) -> Result<Result<Bucket, String>, Error> {
-        let secrets: Api<Secret> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let Some(secret) = secrets.get_opt(&d.secret_name).await? else {
-            return Ok(Err(format!(
-                "Secret {} (the destination's credentials) does not exist in namespace {}",
-                d.secret_name, self.ns
-            )));
-        };
-        let data = secret.data.unwrap_or_default();
-        let key = |k: &Option<String>, default: &str| {
-            let k = k.clone().unwrap_or_else(|| default.to_string());
-            data.get(&k)
-                .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-                .ok_or_else(|| format!("Secret {} has no key {k}", d.secret_name))
-        };
-        let access = match key(&d.access_key_id_key, ACCESS_KEY_ID) {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
-        let secret_key = match key(&d.secret_access_key_key, SECRET_ACCESS_KEY) {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
-        Ok(Bucket::open(
-            d,
-            &access,
-            &secret_key,
-            &default_prefix(&self.ns, cluster),
-            patience,
-        )
-        .map_err(|e| e.to_string()))
-    }
-
     /// `New`: checks, then records the replicas and `Starting`.
     async fn start(&mut self, cluster: &ClickHouseCluster) -> Result<Option<Action>, Error> {
         let Some(d) = destination_of(self.backup, cluster) else {
@@ -228,8 +190,7 @@ impl Pass<'_> {
             self.status.message = Some(message);
             return Ok(Some(Action::requeue(RECHECK * 2)));
         }
-        let bucket = match self
-            .bucket(&d, &cluster.name_any(), Patience::Quick)
+        let bucket = match open_bucket(self.ctx, &self.ns, &d, &cluster.name_any(), Patience::Quick)
             .await?
         {
             Ok(b) => b,
@@ -393,7 +354,7 @@ impl Pass<'_> {
             };
             let st = found.status.unwrap_or_default();
             if st.succeeded.unwrap_or(0) > 0 || st.failed.unwrap_or(0) > 0 {
-                let message = self.termination_message(&pods, &job).await?;
+                let message = termination_message(&pods, &job).await?;
                 match agent_outcome(message.as_deref()) {
                     Ok(r) if st.succeeded.unwrap_or(0) > 0 => {
                         let s = &mut self.status.shards[i];
@@ -426,9 +387,14 @@ impl Pass<'_> {
             return Ok(Some(Action::requeue(RECHECK)));
         }
         // every shard is done: the manifest goes last
-        let bucket = match self
-            .bucket(&d, &cluster.name_any(), Patience::Patient)
-            .await?
+        let bucket = match open_bucket(
+            self.ctx,
+            &self.ns,
+            &d,
+            &cluster.name_any(),
+            Patience::Patient,
+        )
+        .await?
         {
             Ok(b) => b,
             Err(e) => {
@@ -467,24 +433,6 @@ impl Pass<'_> {
         ));
         Ok(None)
     }
-
-    /// The termination message of the Job's pod.
-    async fn termination_message(
-        &self,
-        pods: &Api<Pod>,
-        job: &str,
-    ) -> Result<Option<String>, Error> {
-        let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
-        let found = pods.list(&lp).await?.items;
-        Ok(found.iter().find_map(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .iter()
-                .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
-        }))
-    }
 }
 
 pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -497,7 +445,7 @@ pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Resu
     let ns = backup.namespace().unwrap_or_default();
     let old = backup.status.clone().unwrap_or_default();
     if matches!(old.state, BackupState::Succeeded | BackupState::Failed) {
-        remove_jobs(&ctx, &ns, &backup.name_any()).await?;
+        remove_jobs(&ctx, &ns, &backup.name_any(), backup.uid()).await?;
         return Ok(Action::await_change());
     }
     let mut pass = Pass {
@@ -542,7 +490,7 @@ pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Resu
     }
     if matches!(status.state, BackupState::Succeeded | BackupState::Failed) {
         // the outcome is recorded: the agents' Jobs and pods go
-        remove_jobs(&ctx, &ns, &backup.name_any()).await?;
+        remove_jobs(&ctx, &ns, &backup.name_any(), backup.uid()).await?;
     }
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = backup.object_ref(&());
@@ -563,19 +511,88 @@ pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Resu
     Ok(next.unwrap_or_else(Action::await_change))
 }
 
-/// Deletes the agent Jobs of a finished backup, with their pods.
-async fn remove_jobs(ctx: &Context, ns: &str, backup: &str) -> Result<(), Error> {
+/// The bucket of destination `d` with the credentials of its Secret; `Err` says what is wrong
+/// with the Secret or the destination.
+pub(super) async fn open_bucket(
+    ctx: &Context,
+    ns: &str,
+    d: &S3Destination,
+    cluster: &str,
+    patience: Patience,
+) -> Result<Result<Bucket, String>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(secret) = secrets.get_opt(&d.secret_name).await? else {
+        return Ok(Err(format!(
+            "Secret {} (the destination's credentials) does not exist in namespace {ns}",
+            d.secret_name
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let key = |k: &Option<String>, default: &str| {
+        let k = k.clone().unwrap_or_else(|| default.to_string());
+        data.get(&k)
+            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+            .ok_or_else(|| format!("Secret {} has no key {k}", d.secret_name))
+    };
+    let access = match key(&d.access_key_id_key, ACCESS_KEY_ID) {
+        Ok(v) => v,
+        Err(e) => return Ok(Err(e)),
+    };
+    let secret_key = match key(&d.secret_access_key_key, SECRET_ACCESS_KEY) {
+        Ok(v) => v,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(Bucket::open(
+        d,
+        &access,
+        &secret_key,
+        &default_prefix(ns, cluster),
+        patience,
+    )
+    .map_err(|e| e.to_string()))
+}
+
+/// The termination message of a Job's pod.
+pub(super) async fn termination_message(
+    pods: &Api<Pod>,
+    job: &str,
+) -> Result<Option<String>, kube::Error> {
+    let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
+    let found = pods.list(&lp).await?.items;
+    Ok(found.iter().find_map(|p| {
+        p.status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .iter()
+            .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+    }))
+}
+
+/// Deletes the agent Jobs of a finished backup or restore (those it owns), with their pods.
+pub(super) async fn remove_jobs(
+    ctx: &Context,
+    ns: &str,
+    owner: &str,
+    owner_uid: Option<String>,
+) -> Result<(), kube::Error> {
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let lp =
-        ListParams::default().labels(&format!("{}={backup}", crate::backup::job::BACKUP_LABEL));
-    for j in jobs.list(&lp).await?.items {
+    let lp = ListParams::default().labels(&format!("{}={owner}", crate::backup::job::BACKUP_LABEL));
+    let owned = |j: &Job| {
+        j.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| Some(&o.uid) == owner_uid.as_ref())
+    };
+    for j in jobs.list(&lp).await?.items.into_iter().filter(owned) {
         match jobs
             .delete(&j.name_any(), &kube::api::DeleteParams::background())
             .await
         {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
     }
     Ok(())

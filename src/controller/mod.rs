@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod cluster;
 pub mod pvc_cleaner;
+pub mod restore;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,7 +22,7 @@ use kube::{Client, Resource};
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
-use crate::api::{ClickHouseBackup, ClickHouseCluster};
+use crate::api::{ClickHouseBackup, ClickHouseCluster, ClickHouseRestore};
 use crate::model::labels;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::metrics::{ErrorLabels, Health, Metrics};
@@ -202,6 +203,23 @@ pub async fn run_with(
             .with_config(config.clone())
             .shutdown_on_signal()
             .run(backup::reconcile, backup::error_policy, ctx.clone())
+            .map(|_| ())
+            .boxed(),
+        );
+    }
+    for ns in &namespaces {
+        streams.push(
+            Controller::new(
+                watched::<ClickHouseRestore>(&client, ns),
+                watcher::Config::default(),
+            )
+            .owns(
+                watched::<Job>(&client, ns),
+                watcher::Config::default().labels(crate::backup::job::BACKUP_LABEL),
+            )
+            .with_config(config.clone())
+            .shutdown_on_signal()
+            .run(restore::reconcile, restore::error_policy, ctx.clone())
             .map(|_| ())
             .boxed(),
         );

@@ -9,7 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use clickhouse_operator::api::{BackupState, ClickHouseBackup, ClickHouseCluster, S3Destination};
+use clickhouse_operator::api::{
+    BackupState, ClickHouseBackup, ClickHouseCluster, ClickHouseRestore, RestoreState,
+    S3Destination,
+};
 use clickhouse_operator::backup::manifest;
 use clickhouse_operator::backup::store::{Bucket, Patience};
 use clickhouse_operator::clickhouse::QueryOptions;
@@ -191,7 +194,9 @@ async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
 /// in no other's); the bucket holds the manifest, written last, and each shard's parts. A second,
 /// incremental backup after a few more rows (a new partition: parts of the old ones do not
 /// merge with it) reuses what the first uploaded and uploads a small fraction of it. A destination with wrong credentials, a missing bucket or an endpoint that
-/// does not answer ends `Failed` with the cause, and nothing is written as complete.
+/// does not answer ends `Failed` with the cause, and nothing is written as complete. Then the
+/// table is dropped and a ClickHouseRestore brings every row back on every replica; a second
+/// restore into the now non-empty table is refused.
 #[tokio::test]
 async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
     let server = s3();
@@ -351,7 +356,94 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
             .unwrap()
             .is_none()
     );
-    let _ = rows_per_replica(&client, &ns).await;
+
+    // Restore: the table dropped on every replica, then restored from the incremental backup
+    // (which references the full one's parts): every row is back on both replicas of each
+    // shard, and the Distributed count equals the one before.
+    let before = rows_per_replica(&client, &ns).await;
+    let total_before = query(&ch, "SELECT count() AS v FROM default.events_all").await;
+    exec(&ch, "DROP TABLE default.events ON CLUSTER c1").await;
+    start_restore(
+        &client,
+        &ns,
+        "from-incr",
+        json!({"clusterName": "c1", "backupName": "incr"}),
+    )
+    .await;
+    let r = wait_restore_done(&client, &ns, "from-incr").await;
+    let rs = r.status.unwrap();
+    assert_eq!(rs.state, RestoreState::Succeeded, "{:?}", rs.message);
+    println!("restore: {} bytes downloaded", rs.bytes_downloaded);
+    let expected = before.clone();
+    let restored = wait_for(
+        Duration::from_secs(120),
+        "every replica to hold its rows again",
+        || {
+            let (client, ns, expected) = (client.clone(), ns.clone(), expected.clone());
+            async move {
+                let now = rows_per_replica(&client, &ns).await;
+                (now == expected).then_some(now)
+            }
+        },
+    )
+    .await;
+    println!("rows per replica before and after: {restored:?}");
+    assert_eq!(
+        query(&ch, "SELECT count() AS v FROM default.events_all").await,
+        total_before
+    );
+    // a second restore into tables that hold rows is refused, naming the table
+    start_restore(
+        &client,
+        &ns,
+        "again",
+        json!({"clusterName": "c1", "backupName": "incr"}),
+    )
+    .await;
+    let again = wait_restore_done(&client, &ns, "again")
+        .await
+        .status
+        .unwrap();
+    let message = again.message.unwrap_or_default();
+    assert_eq!(again.state, RestoreState::Failed);
+    assert!(
+        message.contains("default.events already holds"),
+        "{message}"
+    );
+    assert_eq!(
+        rows_per_replica(&client, &ns).await,
+        before,
+        "nothing was added"
+    );
     let _ = full.name_any();
     finish(&client, &ns, op).await;
+}
+
+async fn start_restore(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
+    let r: ClickHouseRestore = serde_json::from_value(json!({
+        "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseRestore",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<ClickHouseRestore>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &r)
+        .await
+        .unwrap();
+}
+
+async fn wait_restore_done(client: &Client, ns: &str, name: &str) -> ClickHouseRestore {
+    let api: Api<ClickHouseRestore> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        Duration::from_secs(240),
+        &format!("restore {name} to end"),
+        || {
+            let api = api.clone();
+            async move {
+                let r = api.get(name).await.ok()?;
+                let state = r.status.as_ref()?.state;
+                matches!(state, RestoreState::Succeeded | RestoreState::Failed).then_some(r)
+            }
+        },
+    )
+    .await
 }

@@ -897,6 +897,18 @@ const KEPT_UNUSED: &[(&str, &str)] = &[
         "a backup creates one agent Job per shard; see tests/e2e/backup.rs",
     ),
     (
+        "may get clickhouse.com/clickhousebackups",
+        "a restore reads the ClickHouseBackup it names; see tests/e2e/backup.rs",
+    ),
+    (
+        "may patch clickhouse.com/clickhousebackups/status",
+        "backups run in tests/e2e/backup.rs, not in this run",
+    ),
+    (
+        "may patch clickhouse.com/clickhouserestores/status",
+        "restores run in tests/e2e/backup.rs, not in this run",
+    ),
+    (
         "may delete batch/jobs",
         "a finished backup's agent Jobs are deleted; see tests/e2e/backup.rs",
     ),

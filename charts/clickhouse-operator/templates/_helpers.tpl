@@ -78,13 +78,17 @@ No wildcard anywhere.
   resources: ["clickhouseclusters"]
   verbs: ["get", "list", "watch", "patch"]
 # ClickHouseBackups: watched by their controller, and listed in each cluster pass (is a backup in
-# flight?). Never written but for their status.
+# flight?) and by an incremental backup (its base); read by name by a restore. ClickHouseRestores:
+# watched by their controller. Neither is written but for its status.
 - apiGroups: ["clickhouse.com"]
   resources: ["clickhousebackups"]
-  verbs: ["list", "watch"]
-# status of both (state, conditions, replicaStateMap): one server-side-apply patch per pass.
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["clickhouse.com"]
-  resources: ["clickhouseclusters/status", "clickhousebackups/status"]
+  resources: ["clickhouserestores"]
+  verbs: ["list", "watch"]
+# status of all three (state, conditions, replicaStateMap): one server-side-apply patch per pass.
+- apiGroups: ["clickhouse.com"]
+  resources: ["clickhouseclusters/status", "clickhousebackups/status", "clickhouserestores/status"]
   verbs: ["patch"]
 # One StatefulSet per replica and per Keeper ensemble: observed by label (list), watched (owns),
 # created, applied (patch), deleted on scale-in, and recreated with orphaned pods when an immutable

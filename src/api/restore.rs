@@ -1,0 +1,80 @@
+//! The `ClickHouseRestore` resource (decision 13): one restore of a backup into a cluster with
+//! the same number of shards.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::S3Destination;
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "clickhouse.com",
+    version = "v1alpha1",
+    kind = "ClickHouseRestore",
+    namespaced,
+    shortname = "chr",
+    status = "ClickHouseRestoreStatus",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterName"}"#,
+    printcolumn = r#"{"name":"Backup","type":"string","jsonPath":".spec.backupName"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Downloaded","type":"integer","jsonPath":".status.bytesDownloaded"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClickHouseRestoreSpec {
+    /// The ClickHouseCluster (same namespace) to restore into; it must have as many shards as
+    /// the backup.
+    pub cluster_name: String,
+    /// The backup: the name of a ClickHouseBackup, or, with `destination`, the name the backup
+    /// has in that bucket (a backup of a cluster that no longer exists).
+    pub backup_name: String,
+    /// Where the backup is (default: the ClickHouseBackup's destination, else the cluster's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<S3Destination>,
+    /// Restore into tables that already hold rows (the backup's rows are added to theirs);
+    /// default: such tables are refused.
+    #[serde(default)]
+    pub into_non_empty_tables: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClickHouseRestoreStatus {
+    #[serde(default)]
+    pub state: RestoreState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Per shard: the replica the parts were attached on (replication copies them to the
+    /// others) and what it did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardRestoreStatus>,
+    #[serde(default)]
+    pub bytes_downloaded: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardRestoreStatus {
+    pub shard: i32,
+    pub replica: String,
+    #[serde(default)]
+    pub parts_attached: u64,
+    #[serde(default)]
+    pub bytes_downloaded: u64,
+    #[serde(default)]
+    pub done: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RestoreState {
+    #[default]
+    New,
+    Running,
+    Succeeded,
+    Failed,
+}

@@ -1,0 +1,410 @@
+//! The ClickHouseRestore controller (decision 13): `New → Running → Succeeded | Failed`. A
+//! restore starts once the backup's manifest is in the bucket (a complete backup), the cluster
+//! has the backup's number of shards and a Ready backup replica in each; then one agent Job per
+//! shard creates the schema on every replica of the shard and attaches the shard's parts on its
+//! backup replica, from where replication copies them to the others.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::warn;
+
+use super::backup::{
+    Error, agent_outcome, backup_replicas, default_prefix, open_bucket, remove_jobs,
+    termination_message,
+};
+use super::{Context, MANAGER, PassTimer};
+use crate::api::{
+    BackupState, ClickHouseBackup, ClickHouseCluster, ClickHouseRestore, ClickHouseRestoreStatus,
+    ReplicaState, RestoreState, S3Destination, ShardRestoreStatus,
+};
+use crate::backup::job::{AgentJob, Mode, job_name};
+use crate::backup::manifest::{self, Manifest};
+use crate::backup::store::Patience;
+use crate::model::names;
+use crate::runtime::backoff::RECHECK;
+
+pub const KIND: &str = "ClickHouseRestore";
+
+fn owner(r: &ClickHouseRestore) -> OwnerReference {
+    OwnerReference {
+        api_version: ClickHouseRestore::api_version(&()).into(),
+        kind: ClickHouseRestore::kind(&()).into(),
+        name: r.name_any(),
+        uid: r.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+struct Pass<'a> {
+    ctx: &'a Context,
+    restore: &'a ClickHouseRestore,
+    ns: String,
+    status: ClickHouseRestoreStatus,
+    events: Vec<(EventType, &'static str, String)>,
+}
+
+impl Pass<'_> {
+    fn fail(&mut self, message: String) {
+        self.status.state = RestoreState::Failed;
+        self.status.completion_time = Some(Timestamp::now().to_string());
+        self.events
+            .push((EventType::Warning, "RestoreFailed", message.clone()));
+        self.status.message = Some(message);
+    }
+
+    /// Where the backup is, and the cluster whose prefix it was written under.
+    async fn source(
+        &self,
+        cluster: &ClickHouseCluster,
+    ) -> Result<Option<(S3Destination, String)>, Error> {
+        if let Some(d) = &self.restore.spec.destination {
+            return Ok(Some((d.clone(), cluster.name_any())));
+        }
+        let backups: Api<ClickHouseBackup> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        if let Some(b) = backups.get_opt(&self.restore.spec.backup_name).await? {
+            let d = b
+                .spec
+                .destination
+                .clone()
+                .or_else(|| cluster.spec.backup.destination.clone());
+            return Ok(d.map(|d| (d, b.spec.cluster_name.clone())));
+        }
+        Ok(cluster
+            .spec
+            .backup
+            .destination
+            .clone()
+            .map(|d| (d, cluster.name_any())))
+    }
+
+    async fn start(&mut self, cluster: &ClickHouseCluster) -> Result<Option<Action>, Error> {
+        let backup = self.restore.spec.backup_name.clone();
+        let backups: Api<ClickHouseBackup> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        if let Some(b) = backups.get_opt(&backup).await?
+            && self.restore.spec.destination.is_none()
+        {
+            match b.status.as_ref().map(|s| s.state) {
+                Some(BackupState::Succeeded) => {}
+                Some(BackupState::Failed) => {
+                    self.fail(format!(
+                        "backup {backup} failed: there is nothing to restore"
+                    ));
+                    return Ok(None);
+                }
+                _ => {
+                    self.status.message = Some(format!("waiting for backup {backup} to finish"));
+                    return Ok(Some(Action::requeue(RECHECK * 2)));
+                }
+            }
+        }
+        let Some((d, source_cluster)) = self.source(cluster).await? else {
+            self.fail(format!(
+                "no destination: backup {backup} is not a ClickHouseBackup here; set spec.destination"
+            ));
+            return Ok(None);
+        };
+        let bucket =
+            match open_bucket(self.ctx, &self.ns, &d, &source_cluster, Patience::Quick).await? {
+                Ok(b) => b,
+                Err(e) => {
+                    self.fail(e);
+                    return Ok(None);
+                }
+            };
+        let key = manifest::manifest_key(&backup);
+        let m: Manifest = match bucket.get(&key).await {
+            Ok(Some(data)) => match serde_json::from_slice(&data) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.fail(format!(
+                        "{} is not a backup manifest: {e}",
+                        bucket.url(&key)
+                    ));
+                    return Ok(None);
+                }
+            },
+            Ok(None) => {
+                self.fail(format!(
+                    "{} does not exist: backup {backup} is not complete, or not in this bucket",
+                    bucket.url(&key)
+                ));
+                return Ok(None);
+            }
+            Err(e) => {
+                self.fail(e.to_string());
+                return Ok(None);
+            }
+        };
+        if m.shards.len() as i32 != cluster.spec.shards {
+            self.fail(format!(
+                "backup {backup} has {} shard(s), cluster {} has {}: restore into a cluster with \
+                 as many shards",
+                m.shards.len(),
+                cluster.name_any(),
+                cluster.spec.shards
+            ));
+            return Ok(None);
+        }
+        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let lp = ListParams::default().labels(&format!(
+            "{}={}",
+            crate::model::labels::CLUSTER,
+            cluster.name_any()
+        ));
+        let listed = pods.list(&lp).await?.items;
+        let ready = |replica: &str| {
+            listed.iter().any(|p| {
+                p.name_any() == names::replica_pod(replica) && crate::plan::facts::pod_ready(p)
+            })
+        };
+        let replicas = backup_replicas(cluster, &ready);
+        if let Some((shard, _)) = replicas.iter().find(|(_, r)| r.is_none()) {
+            self.status.message = Some(format!(
+                "waiting for a Ready backup replica in shard {shard}"
+            ));
+            return Ok(Some(Action::requeue(RECHECK * 2)));
+        }
+        self.status.state = RestoreState::Running;
+        self.status.start_time = Some(Timestamp::now().to_string());
+        self.status.shards = replicas
+            .into_iter()
+            .map(|(shard, r)| ShardRestoreStatus {
+                shard,
+                replica: r.unwrap_or_default(),
+                ..ShardRestoreStatus::default()
+            })
+            .collect();
+        let message = format!(
+            "restoring {} into {}",
+            bucket.url(&manifest::backup_dir(&backup)),
+            cluster.name_any()
+        );
+        self.events
+            .push((EventType::Normal, "RestoreStarted", message.clone()));
+        self.status.message = Some(message);
+        Ok(Some(Action::requeue(std::time::Duration::from_secs(1))))
+    }
+
+    async fn follow(&mut self, cluster: &ClickHouseCluster) -> Result<Option<Action>, Error> {
+        let Some((d, source_cluster)) = self.source(cluster).await? else {
+            self.fail("the destination of the backup is gone".into());
+            return Ok(None);
+        };
+        let map = cluster
+            .status
+            .as_ref()
+            .map(|s| s.replica_state_map.clone())
+            .unwrap_or_default();
+        let jobs: Api<Job> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
+        let name = self.restore.name_any();
+        let mut running = false;
+        for i in 0..self.status.shards.len() {
+            let shard = self.status.shards[i].clone();
+            if shard.done {
+                continue;
+            }
+            if !map
+                .get(&shard.replica)
+                .is_some_and(|r| r.state != ReplicaState::Condemned)
+            {
+                self.fail(format!(
+                    "replica {} of shard {} was removed during the restore",
+                    shard.replica, shard.shard
+                ));
+                return Ok(None);
+            }
+            let job = job_name(&name, Mode::Restore, shard.shard);
+            let Some(found) = jobs.get_opt(&job).await? else {
+                let Some(server) = pods.get_opt(&names::replica_pod(&shard.replica)).await? else {
+                    self.fail(format!("the pod of replica {} is gone", shard.replica));
+                    return Ok(None);
+                };
+                let spec = server.spec.clone().unwrap_or_default();
+                let peers = map
+                    .iter()
+                    .filter(|(n, r)| {
+                        r.shard == shard.shard
+                            && **n != shard.replica
+                            && r.state != ReplicaState::Condemned
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                let agent = AgentJob {
+                    mode: Mode::Restore,
+                    owner: owner(self.restore),
+                    namespace: self.ns.clone(),
+                    cluster: cluster.name_any(),
+                    backup: self.restore.spec.backup_name.clone(),
+                    shard: shard.shard,
+                    replica: shard.replica.clone(),
+                    peers,
+                    node: spec.node_name.clone(),
+                    image: self.ctx.operator_image.clone(),
+                    destination: d.clone(),
+                    prefix: d
+                        .prefix
+                        .clone()
+                        .unwrap_or_else(|| default_prefix(&self.ns, &source_cluster)),
+                    base: None,
+                    tables: Vec::new(),
+                    into_non_empty: self.restore.spec.into_non_empty_tables,
+                    pod_security: spec.security_context.clone(),
+                    container_security: spec
+                        .containers
+                        .first()
+                        .and_then(|c| c.security_context.clone()),
+                };
+                jobs.create(&PostParams::default(), &agent.build()).await?;
+                running = true;
+                continue;
+            };
+            let st = found.status.unwrap_or_default();
+            if st.succeeded.unwrap_or(0) > 0 || st.failed.unwrap_or(0) > 0 {
+                match agent_outcome(termination_message(&pods, &job).await?.as_deref()) {
+                    Ok(r) if st.succeeded.unwrap_or(0) > 0 => {
+                        let s = &mut self.status.shards[i];
+                        s.parts_attached = r.parts_attached;
+                        s.bytes_downloaded = r.bytes_downloaded;
+                        s.done = true;
+                    }
+                    Ok(_) => {
+                        self.fail(format!(
+                            "shard {}: the agent's Job {job} failed",
+                            shard.shard
+                        ));
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        self.fail(format!("shard {} on {}: {e}", shard.shard, shard.replica));
+                        return Ok(None);
+                    }
+                }
+            } else {
+                running = true;
+            }
+        }
+        if running {
+            return Ok(Some(Action::requeue(RECHECK)));
+        }
+        self.status.state = RestoreState::Succeeded;
+        self.status.completion_time = Some(Timestamp::now().to_string());
+        self.status.bytes_downloaded = self.status.shards.iter().map(|s| s.bytes_downloaded).sum();
+        self.status.message = None;
+        self.events.push((
+            EventType::Normal,
+            "RestoreSucceeded",
+            format!(
+                "{} parts attached, {} bytes downloaded",
+                self.status
+                    .shards
+                    .iter()
+                    .map(|s| s.parts_attached)
+                    .sum::<u64>(),
+                self.status.bytes_downloaded
+            ),
+        ));
+        Ok(None)
+    }
+}
+
+pub async fn reconcile(
+    restore: Arc<ClickHouseRestore>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let _permit = ctx
+        .backup_permits
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
+    let _timer = PassTimer::start(KIND, &ctx.metrics);
+    let ns = restore.namespace().unwrap_or_default();
+    let old = restore.status.clone().unwrap_or_default();
+    if matches!(old.state, RestoreState::Succeeded | RestoreState::Failed) {
+        remove_jobs(&ctx, &ns, &restore.name_any(), restore.uid()).await?;
+        return Ok(Action::await_change());
+    }
+    let mut pass = Pass {
+        ctx: &ctx,
+        restore: &restore,
+        ns: ns.clone(),
+        status: old.clone(),
+        events: Vec::new(),
+    };
+    let next = match ctx.cluster(&ns, &restore.spec.cluster_name) {
+        None if old.state == RestoreState::New => {
+            pass.status.message = Some(format!(
+                "ClickHouseCluster {} not found in namespace {ns}",
+                restore.spec.cluster_name
+            ));
+            Some(Action::requeue(RECHECK * 6))
+        }
+        None => {
+            pass.fail(format!(
+                "ClickHouseCluster {} was deleted during the restore",
+                restore.spec.cluster_name
+            ));
+            None
+        }
+        Some(cluster) if old.state == RestoreState::New => pass.start(&cluster).await?,
+        Some(cluster) => pass.follow(&cluster).await?,
+    };
+    let (status, events) = (pass.status, pass.events);
+    if status != old {
+        let api: Api<ClickHouseRestore> = Api::namespaced(ctx.client.clone(), &ns);
+        let body = json!({
+            "apiVersion": ClickHouseRestore::api_version(&()),
+            "kind": ClickHouseRestore::kind(&()),
+            "status": status,
+        });
+        api.patch_status(
+            &restore.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    if matches!(status.state, RestoreState::Succeeded | RestoreState::Failed) {
+        remove_jobs(&ctx, &ns, &restore.name_any(), restore.uid()).await?;
+    }
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let reference = restore.object_ref(&());
+    for (type_, reason, note) in events {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Restore".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(error = %e, reason, "cannot publish event");
+        }
+    }
+    ctx.backup_backoff
+        .succeeded(&format!("{ns}/restore/{}", restore.name_any()));
+    Ok(next.unwrap_or_else(Action::await_change))
+}
+
+pub fn error_policy(restore: Arc<ClickHouseRestore>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!(
+        "{}/restore/{}",
+        restore.namespace().unwrap_or_default(),
+        restore.name_any()
+    );
+    let reason = match error {
+        Error::Kube(_) => "KubernetesApi",
+        Error::Bucket(_) => "Bucket",
+    };
+    super::retry_later(KIND, &key, reason, error, &ctx.backup_backoff, &ctx)
+}
