@@ -214,9 +214,9 @@ impl Pass<'_> {
             if shard.done {
                 continue;
             }
-            if !map
+            if map
                 .get(&shard.replica)
-                .is_some_and(|r| r.state != ReplicaState::Condemned)
+                .is_none_or(|r| r.state == ReplicaState::Condemned)
             {
                 self.fail(format!(
                     "replica {} of shard {} was removed during the restore",
