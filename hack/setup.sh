@@ -2,13 +2,13 @@
 # Installs what the tests and the demo need on a fresh machine, and builds what is missing:
 # Debian packages (ClickHouse server and client, ZooKeeper, openssl, iproute2), the Rust
 # components (rustfmt, clippy), the local control plane (Kubernetes and etcd built from Go
-# modules) and the S3 server of the backup tests (SeaweedFS, from Go modules), cached outside the
-# repository. Safe to run again: it only does what is missing.
+# modules), the S3 server of the backup tests (SeaweedFS, from Go modules) and chDB (a current
+# ClickHouse parser, from PyPI), cached outside the repository. Safe to run again: it only does what is missing.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 need_pkgs=()
-for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux curl ca-certificates; do
+for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux curl ca-certificates python3-venv; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
@@ -27,4 +27,5 @@ command -v go >/dev/null 2>&1 || { echo "go is missing: the control plane is bui
 
 bash "$HERE/build-control-plane.sh" >/dev/null
 bash "$HERE/build-s3.sh" >/dev/null
+bash "$HERE/chdb.sh" >/dev/null
 bash "$HERE/helm.sh" >/dev/null

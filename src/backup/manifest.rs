@@ -28,6 +28,11 @@ pub fn manifest_key(backup: &str) -> String {
     format!("{}/manifest.json", backup_dir(backup))
 }
 
+/// Folder a server with `BACKUP` writes one shard's backup to.
+pub fn native_dir(backup: &str, shard: i32) -> String {
+    format!("{}/shard-{shard}/native", backup_dir(backup))
+}
+
 /// Key of one shard's manifest.
 pub fn shard_manifest_key(backup: &str, shard: i32) -> String {
     format!("{}/shard-{shard}.json", backup_dir(backup))
@@ -83,6 +88,10 @@ pub struct ShardManifest {
     /// `CREATE DATABASE` statements, by database.
     pub databases: BTreeMap<String, String>,
     pub tables: Vec<Table>,
+    /// Set when the server wrote the backup itself (`BACKUP … TO S3`, 22.8 and later): the
+    /// folder it wrote (relative to the prefix); `tables` then list no parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]

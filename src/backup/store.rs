@@ -120,6 +120,16 @@ impl Bucket {
         }
     }
 
+    /// `<endpoint>/<bucket>/<prefix>/<key>`: the URL a server's `S3(…)` function takes.
+    pub fn http_url(&self, key: &str) -> String {
+        format!(
+            "{}/{}/{}",
+            self.endpoint.trim_end_matches('/'),
+            self.bucket,
+            self.path(key)
+        )
+    }
+
     /// `s3://bucket/prefix/key`.
     pub fn url(&self, key: &str) -> String {
         format!("s3://{}/{}", self.bucket, self.path(key))

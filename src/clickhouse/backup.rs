@@ -117,6 +117,72 @@ pub fn create_rank(engine: &str) -> u8 {
     }
 }
 
+/// Where a server with `BACKUP` (22.8 and later) writes one shard's backup itself:
+/// `S3('<url>', '<access key>', '<secret key>')`. Such servers hide the secret key in their
+/// logs and `system.backups`.
+pub fn s3_target(url: &str, access_key_id: &str, secret_access_key: &str) -> String {
+    format!(
+        "S3({}, {}, {})",
+        literal(url),
+        literal(access_key_id),
+        literal(secret_access_key)
+    )
+}
+
+/// The server's own backup of whole databases to `target`, incremental on `base` (another
+/// `S3(…)` target) when given, started in the background (`ASYNC`: the statement returns the
+/// backup's `id` and `status` at once; [`backup_status_sql`] follows it).
+pub fn backup_sql(databases: &[String], target: &str, base: Option<&str>) -> String {
+    let what = databases
+        .iter()
+        .map(|d| format!("DATABASE {}", ident(d)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let settings = base
+        .map(|b| format!(" SETTINGS base_backup = {b}"))
+        .unwrap_or_default();
+    format!("BACKUP {what} TO {target}{settings} ASYNC")
+}
+
+/// The progress of a backup or restore started with `ASYNC`.
+pub fn backup_status_sql(id: &str) -> String {
+    format!(
+        "SELECT status, error, total_size, num_files FROM system.backups WHERE id = {}",
+        literal(id)
+    )
+}
+
+/// The server's own restore of whole databases from `source`; tables that already hold rows
+/// are refused unless `into_non_empty`.
+pub fn restore_sql(databases: &[String], source: &str, into_non_empty: bool) -> String {
+    let what = databases
+        .iter()
+        .map(|d| format!("DATABASE {}", ident(d)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let settings = if into_non_empty {
+        " SETTINGS allow_non_empty_tables = true"
+    } else {
+        ""
+    };
+    format!("RESTORE {what} FROM {source}{settings} ASYNC")
+}
+
+/// Every statement of backups and restores in its modern form, for a parser to check (the
+/// test servers are 18.16: see `tests/modern_sql.rs`).
+pub fn modern_examples() -> Vec<String> {
+    let t = s3_target("http://s3:8333/b/ns/c1/backups/b2/shard-0/", "AK", "S'K");
+    let base = s3_target("http://s3:8333/b/ns/c1/backups/b1/shard-0/", "AK", "S'K");
+    let dbs = vec!["default".to_string(), "my db".to_string()];
+    vec![
+        backup_sql(&dbs, &t, None),
+        backup_sql(&dbs, &t, Some(&base)),
+        backup_status_sql("5f5a1c1e-0c55-4d5c-9e3a-7f6b0a9d4c21"),
+        restore_sql(&dbs, &t, false),
+        restore_sql(&dbs, &t, true),
+    ]
+}
+
 pub async fn databases(c: &Client) -> Result<Vec<Database>, Error> {
     let rows = c.query(&list_databases_sql(), &QueryOptions::new()).await?;
     rows.decode(c.endpoint(), "system.databases", |r| {
@@ -165,6 +231,22 @@ mod tests {
                 engine: "Ordinary".into()
             }),
             "CREATE DATABASE IF NOT EXISTS `db`"
+        );
+    }
+
+    #[test]
+    fn modern_backups_are_written_by_the_server_to_s3() {
+        let t = s3_target("http://s3/b/x/", "AK", "S'K");
+        assert_eq!(t, "S3('http://s3/b/x/', 'AK', 'S\\'K')");
+        assert_eq!(
+            backup_sql(&["db".into()], &t, Some("S3('base')")),
+            format!("BACKUP DATABASE `db` TO {t} SETTINGS base_backup = S3('base') ASYNC")
+        );
+        assert_eq!(
+            restore_sql(&["db".into(), "e".into()], &t, true),
+            format!(
+                "RESTORE DATABASE `db`, DATABASE `e` FROM {t} SETTINGS allow_non_empty_tables = true ASYNC"
+            )
         );
     }
 

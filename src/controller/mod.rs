@@ -4,6 +4,7 @@ pub mod backup;
 pub mod cluster;
 pub mod pvc_cleaner;
 pub mod restore;
+pub mod schedule;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -237,6 +238,7 @@ pub async fn run_with(
     let all = select_all(streams).for_each(|_| futures::future::ready(()));
     tokio::select! {
         _ = all => Ok(()),
+        _ = schedule::run(ctx.clone()) => Ok(()),
         _ = lost_leadership => anyhow::bail!("lost the leader lease: stopping so that only one replica acts"),
     }
 }

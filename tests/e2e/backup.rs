@@ -71,7 +71,10 @@ fn s3() -> &'static S3Server {
         )
         .unwrap();
         let log = std::fs::File::create(dir.join("weed.log")).unwrap();
-        let child = {
+        // Started from a thread that lives as long as the process: the server dies with that
+        // thread (PDEATHSIG), so with the test process, even one killed, and not before.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             use std::os::unix::process::CommandExt;
             let mut c = Command::new(&weed);
             c.args([
@@ -93,8 +96,12 @@ fn s3() -> &'static S3Server {
                     Ok(())
                 });
             }
-            c.spawn().expect("start weed mini")
-        };
+            tx.send(c.spawn().expect("start weed mini")).unwrap();
+            loop {
+                std::thread::park();
+            }
+        });
+        let child = rx.recv().unwrap();
         let network = std::fs::read_to_string(kubeconfig().with_file_name("network"))
             .expect("the local cluster's network file");
         let gateway = network
@@ -134,6 +141,17 @@ async fn wait_s3_up() {
         async move { b.check().await.ok() }
     })
     .await;
+}
+
+/// The S3 server up, a namespace, its operator and the Secret `s3-creds` with good credentials.
+async fn setup(prefix: &str) -> (&'static S3Server, Client, String, Operator) {
+    let server = s3();
+    let client = client().await;
+    wait_s3_up().await;
+    let ns = namespace(&client, prefix).await;
+    let op = start_operator(&client, &ns, false).await;
+    credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;
+    (server, client, ns, op)
 }
 
 async fn credentials(client: &Client, ns: &str, name: &str, access: &str, secret: &str) {
@@ -193,18 +211,14 @@ async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
 /// shard on its backup replica only (its FREEZE statements are in that replica's query log and
 /// in no other's); the bucket holds the manifest, written last, and each shard's parts. A second,
 /// incremental backup after a few more rows (a new partition: parts of the old ones do not
-/// merge with it) reuses what the first uploaded and uploads a small fraction of it. A destination with wrong credentials, a missing bucket or an endpoint that
-/// does not answer ends `Failed` with the cause, and nothing is written as complete. Then the
+/// merge with it) reuses what the first uploaded and uploads a small fraction of it. A
+/// destination with wrong credentials, a missing bucket or an endpoint that does not answer
+/// ends `Failed` with the cause, and nothing is written as complete. Then the
 /// table is dropped and a ClickHouseRestore brings every row back on every replica; a second
 /// restore into the now non-empty table is refused.
 #[tokio::test]
 async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
-    let server = s3();
-    let client = client().await;
-    wait_s3_up().await;
-    let ns = namespace(&client, "backup").await;
-    let op = start_operator(&client, &ns, false).await;
-    credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;
+    let (server, client, ns, op) = setup("backup").await;
     credentials(&client, &ns, "bad-creds", ACCESS, "not-the-secret").await;
     create_cluster(
         &client,
@@ -446,4 +460,139 @@ async fn wait_restore_done(client: &Client, ns: &str, name: &str) -> ClickHouseR
         },
     )
     .await
+}
+
+/// Seed 002: a schedule `*/1 * * * *` with `keep: 2` creates a backup each minute (incremental
+/// on the one before); retention removes the oldest successful ones with their data, never a
+/// part a kept backup still references; no backup is created while the cluster is paused.
+#[tokio::test]
+async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
+    let (server, client, ns, op) = setup("sched").await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+                                          "secretName": "s3-creds"},
+                          "schedules": [{"name": "minutely", "schedule": "*/1 * * * *",
+                                         "keep": 2, "incremental": true}]}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let ch = sql_client(&client, &ns, "c1", "c1-0-0-0").await;
+    exec(
+        &ch,
+        "CREATE TABLE default.t (x UInt64) ENGINE = MergeTree ORDER BY x",
+    )
+    .await;
+    exec(
+        &ch,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 100000",
+    )
+    .await;
+    let api: Api<ClickHouseBackup> = Api::namespaced(client.clone(), &ns);
+    let lp = kube::api::ListParams::default().labels("clickhouse.com/schedule=minutely");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut most_succeeded = 0;
+    let started = std::time::Instant::now();
+    let kept = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(330),
+            "four scheduled backups did not happen in time: {seen:?}"
+        );
+        let now = api.list(&lp).await.unwrap().items;
+        let succeeded: Vec<&ClickHouseBackup> = now
+            .iter()
+            .filter(|b| {
+                b.status
+                    .as_ref()
+                    .is_some_and(|s| s.state == BackupState::Succeeded)
+            })
+            .collect();
+        most_succeeded = most_succeeded.max(succeeded.len());
+        seen.extend(now.iter().map(|b| b.name_any()));
+        let settled = now.iter().all(|b| {
+            b.status
+                .as_ref()
+                .is_some_and(|s| matches!(s.state, BackupState::Succeeded | BackupState::Failed))
+        });
+        if seen.len() >= 4 && settled && succeeded.len() == 2 {
+            break succeeded.into_iter().cloned().collect::<Vec<_>>();
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    println!(
+        "scheduled backups seen: {seen:?}; kept: {:?}",
+        kept.iter().map(|b| b.name_any()).collect::<Vec<_>>()
+    );
+    // retention runs every few seconds: a new success may stand beside the two for one tick
+    assert!(
+        most_succeeded <= 3,
+        "{most_succeeded} successful backups at once"
+    );
+    let b = bucket(&format!("{ns}/c1"));
+    for gone in seen
+        .iter()
+        .filter(|n| !kept.iter().any(|k| k.name_any() == **n))
+    {
+        assert!(
+            b.get(&manifest::manifest_key(gone))
+                .await
+                .unwrap()
+                .is_none(),
+            "{gone}'s manifest is removed"
+        );
+    }
+    for k in &kept {
+        let m = b
+            .get(&manifest::shard_manifest_key(&k.name_any(), 0))
+            .await
+            .unwrap()
+            .expect("a kept backup's shard manifest");
+        let m: manifest::ShardManifest = serde_json::from_slice(&m).unwrap();
+        for p in m.tables.iter().flat_map(|t| t.parts.iter()) {
+            let files = b.list(&format!("{}/", p.key)).await.unwrap();
+            assert_eq!(
+                files.len(),
+                p.files.len(),
+                "{} of {} is whole",
+                p.key,
+                k.name_any()
+            );
+        }
+    }
+    assert!(
+        kept.iter()
+            .any(|k| k.status.as_ref().unwrap().bytes_reused > 0),
+        "incremental backups reuse parts"
+    );
+    patch_spec(&client, &ns, "c1", json!({"pause": true})).await;
+    wait_status(&client, &ns, "c1", READY, "paused", |s| {
+        s.state == clickhouse_operator::api::ClusterState::Paused
+    })
+    .await;
+    let before: Vec<String> = api
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|b| b.name_any())
+        .collect();
+    tokio::time::sleep(Duration::from_secs(75)).await;
+    let after: Vec<String> = api
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|b| b.name_any())
+        .collect();
+    let created: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+    assert!(
+        created.is_empty(),
+        "backups created while paused: {created:?}"
+    );
+    finish(&client, &ns, op).await;
 }

@@ -675,16 +675,22 @@ async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
         "apiVersion": "clickhouse.com/v1alpha1",
         "kind": "ClickHouseBackup",
         "metadata": {"name": "b1", "namespace": ch_ns},
-        "spec": {"clusterName": "c1", "destination": "Disk('backups', 'b1')"},
+        "spec": {"clusterName": "c1"},
     }))
     .unwrap();
     backups
         .create(&PostParams::default(), &b)
         .await
         .expect("create a backup");
-    wait_for(Duration::from_secs(60), "a status on backup b1", || async {
-        backups.get("b1").await.ok()?.status?.message.map(|_| ())
-    })
+    // the cluster names no destination: the backup fails, saying so
+    wait_for(
+        Duration::from_secs(60),
+        "backup b1 failed for want of a destination",
+        || async {
+            let m = backups.get("b1").await.ok()?.status?.message?;
+            m.contains("no destination").then_some(())
+        },
+    )
     .await;
     backups
         .delete("b1", &DeleteParams::default())
@@ -901,8 +907,12 @@ const KEPT_UNUSED: &[(&str, &str)] = &[
         "a restore reads the ClickHouseBackup it names; see tests/e2e/backup.rs",
     ),
     (
-        "may patch clickhouse.com/clickhousebackups/status",
-        "backups run in tests/e2e/backup.rs, not in this run",
+        "may create clickhouse.com/clickhousebackups",
+        "a schedule creates a backup when a slot is due; see tests/e2e/backup.rs",
+    ),
+    (
+        "may delete clickhouse.com/clickhousebackups",
+        "a schedule's retention deletes its oldest backups; see tests/e2e/backup.rs",
     ),
     (
         "may patch clickhouse.com/clickhouserestores/status",

@@ -78,11 +78,12 @@ No wildcard anywhere.
   resources: ["clickhouseclusters"]
   verbs: ["get", "list", "watch", "patch"]
 # ClickHouseBackups: watched by their controller, and listed in each cluster pass (is a backup in
-# flight?) and by an incremental backup (its base); read by name by a restore. ClickHouseRestores:
-# watched by their controller. Neither is written but for its status.
+# flight?), by an incremental backup (its base) and by the schedules; read by name by a restore;
+# created by a schedule when a slot is due and deleted by its retention.
 - apiGroups: ["clickhouse.com"]
   resources: ["clickhousebackups"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# ClickHouseRestores: watched by their controller; never written but for their status.
 - apiGroups: ["clickhouse.com"]
   resources: ["clickhouserestores"]
   verbs: ["list", "watch"]

@@ -1,0 +1,118 @@
+//! The statements the operator sends only to servers newer than the test servers (18.16),
+//! checked by a current ClickHouse parser: chDB 4.4 (ClickHouse as a Python module, installed from
+//! PyPI by `hack/chdb.sh`) runs `SELECT formatQuery('…')` on each, which parses a statement
+//! without running it. This proves the syntax only; what these statements do is proven nowhere
+//! here (no current server can run on this machine).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use clickhouse_operator::clickhouse::sql::{
+    self, ClusterName, DatabaseName, ReplicaMacro, ShardMacro, Source, TableName,
+};
+use clickhouse_operator::clickhouse::{Version, backup};
+
+/// The Python of the chDB environment.
+fn chdb_python() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/chdb.sh"))
+        .output()
+        .expect("run hack/chdb.sh");
+    assert!(
+        out.status.success(),
+        "hack/chdb.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim(),
+    )
+}
+
+/// For each statement: `Ok(formatted)` or `Err(parser error)`.
+fn parse_all(statements: &[String]) -> Vec<Result<String, String>> {
+    const SCRIPT: &str = r#"
+import json, sys, chdb
+out = []
+for s in json.load(sys.stdin):
+    lit = "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    try:
+        out.append({"ok": str(chdb.query("SELECT formatQuery(" + lit + ")", "TSVRaw")).strip()})
+    except Exception as e:
+        out.append({"err": str(e).splitlines()[0]})
+print(json.dumps(out))
+"#;
+    let mut child = Command::new(chdb_python())
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run chDB");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(statements).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "chDB's script failed");
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    v.into_iter()
+        .map(|r| match r.get("ok") {
+            Some(s) => Ok(s.as_str().unwrap_or_default().to_string()),
+            None => Err(r["err"].as_str().unwrap_or_default().to_string()),
+        })
+        .collect()
+}
+
+/// Every modern statement of backups and restores (`BACKUP … TO S3(…) ASYNC` with and without
+/// `base_backup`, `system.backups`, `RESTORE … FROM S3(…)`) and of replica removal and schema
+/// copy (`SYSTEM SYNC REPLICA … LIGHTWEIGHT`, `SYSTEM DROP [DATABASE] REPLICA`, `DROP … SYNC`,
+/// discovery through `clusterAllReplicas`) parses on a current ClickHouse; a statement with a
+/// syntax error is refused, so the check can fail.
+#[test]
+fn modern_statements_parse_on_a_current_clickhouse() {
+    let v = Version::new(25, 8);
+    let cluster = ClusterName("c1".into());
+    let table = TableName::new("my db", "ev`ents");
+    let db = DatabaseName("my db".into());
+    let replica = ReplicaMacro("c1-0-3".into());
+    let mut statements = backup::modern_examples();
+    statements.extend([
+        sql::sync_replica(v, &table),
+        sql::drop_table(v, &table),
+        sql::drop_database(v, &db),
+        sql::discover_databases(v, Source::AllReplicas(&cluster)),
+        sql::discover_tables(v, Source::AllReplicas(&cluster)),
+    ]);
+    statements.extend(sql::discover_functions(v, Source::AllReplicas(&cluster)));
+    statements.extend(sql::discover_dictionaries(v));
+    statements.extend(sql::drop_replica(v, &replica, &table));
+    statements.extend(sql::drop_database_replica(
+        v,
+        &ShardMacro("0".into()),
+        &replica,
+        &db,
+    ));
+    let broken = "BACKUP DATABASE `db` TO S3('http://s3/b/', 'a', 's' SETTINGS ASYNC".to_string();
+    statements.push(broken.clone());
+    let results = parse_all(&statements);
+    let (last, checked) = results.split_last().unwrap();
+    assert!(last.is_err(), "the broken statement was accepted: {broken}");
+    let failed: Vec<String> = statements
+        .iter()
+        .zip(checked)
+        .filter_map(|(s, r)| r.as_ref().err().map(|e| format!("{s}\n  → {e}")))
+        .collect();
+    for (s, r) in statements.iter().zip(checked) {
+        if let Ok(f) = r {
+            println!("ok: {s}\n  ≡ {f}");
+        }
+    }
+    assert!(failed.is_empty(), "refused by chDB:\n{}", failed.join("\n"));
+    assert_eq!(checked.len(), statements.len() - 1);
+}
