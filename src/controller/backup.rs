@@ -90,6 +90,57 @@ pub fn backup_replicas(
     out
 }
 
+/// How long an agent's pod may fail to start (image, configuration, scheduling) before its
+/// backup or restore fails.
+pub const AGENT_START_GRACE: i64 = 120;
+
+/// Why an agent's pod cannot start, once it has failed to for [`AGENT_START_GRACE`] seconds:
+/// an image that cannot be pulled, a configuration the kubelet refuses (a missing Secret key),
+/// or no node for it.
+pub fn agent_stuck(pod: &Pod, now: Timestamp) -> Option<String> {
+    let created = pod.metadata.creation_timestamp.as_ref()?.0;
+    if now.duration_since(created).as_secs() < AGENT_START_GRACE {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    let waiting = status.container_statuses.iter().flatten().find_map(|c| {
+        let w = c.state.as_ref()?.waiting.as_ref()?;
+        let reason = w.reason.clone().unwrap_or_default();
+        matches!(
+            reason.as_str(),
+            "ErrImagePull"
+                | "ImagePullBackOff"
+                | "InvalidImageName"
+                | "CreateContainerConfigError"
+                | "CreateContainerError"
+        )
+        .then(|| format!("{reason}: {}", w.message.clone().unwrap_or_default()))
+    });
+    let unschedulable = || {
+        status.conditions.iter().flatten().find_map(|c| {
+            (c.type_ == "PodScheduled" && c.status == "False").then(|| {
+                format!(
+                    "{}: {}",
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default()
+                )
+            })
+        })
+    };
+    waiting.or_else(unschedulable)
+}
+
+/// The reason the pod of an active agent Job cannot start, if it cannot (see [`agent_stuck`]).
+pub(super) async fn stuck_agent(pods: &Api<Pod>, job: &str) -> Result<Option<String>, kube::Error> {
+    let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
+    Ok(pods
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .find_map(|p| agent_stuck(p, Timestamp::now())))
+}
+
 /// The report an agent left in its pod's termination message (or the message itself).
 pub fn agent_outcome(message: Option<&str>) -> Result<Report, String> {
     let Some(m) = message.map(str::trim).filter(|m| !m.is_empty()) else {
@@ -376,6 +427,13 @@ impl Pass<'_> {
                         return Ok(None);
                     }
                 }
+            } else if let Some(why) = stuck_agent(&pods, &job).await? {
+                self.fail(format!(
+                    "the agent of shard {} cannot start ({why}); check the operator's \
+                     OPERATOR_IMAGE and the destination's Secret",
+                    shard.shard
+                ));
+                return Ok(None);
             } else {
                 running = true;
             }
@@ -649,6 +707,36 @@ mod tests {
         assert_eq!(all[&1].as_deref(), Some("c1-1-0"));
         let one_down = backup_replicas(&c, &|r| r != "c1-1-0");
         assert_eq!(one_down[&1], None, "not the other replica of the shard");
+    }
+
+    /// An agent pod that cannot pull its image fails its backup once the grace is over, not
+    /// before; a pod that runs is never called stuck.
+    #[test]
+    fn an_agent_that_cannot_start_is_reported_after_the_grace() {
+        let created = Timestamp::now();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "b-backup-0-x", "creationTimestamp": created.to_string()},
+            "status": {"containerStatuses": [{"name": "agent", "image": "x", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ErrImagePull", "message": "no such image"}}}]}
+        }))
+        .unwrap();
+        assert_eq!(agent_stuck(&pod, created), None, "within the grace");
+        let later = created + k8s_openapi::jiff::SignedDuration::from_secs(AGENT_START_GRACE);
+        assert_eq!(
+            agent_stuck(&pod, later).as_deref(),
+            Some("ErrImagePull: no such image")
+        );
+        let mut running = pod.clone();
+        running
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(Default::default());
+        assert_eq!(agent_stuck(&running, later), None);
     }
 
     #[test]

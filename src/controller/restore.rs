@@ -18,7 +18,7 @@ use serde_json::json;
 use tracing::warn;
 
 use super::backup::{
-    Error, agent_outcome, backup_replicas, default_prefix, open_bucket, remove_jobs,
+    Error, agent_outcome, backup_replicas, default_prefix, open_bucket, remove_jobs, stuck_agent,
     termination_message,
 };
 use super::{Context, MANAGER, PassTimer};
@@ -290,6 +290,12 @@ impl Pass<'_> {
                         return Ok(None);
                     }
                 }
+            } else if let Some(why) = stuck_agent(&pods, &job).await? {
+                self.fail(format!(
+                    "the agent of shard {} cannot start ({why})",
+                    shard.shard
+                ));
+                return Ok(None);
             } else {
                 running = true;
             }

@@ -596,3 +596,89 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// Seed 002: a Smart Update waits while a backup of the cluster is `Running` and says so; no
+/// server pod is deleted until the backup is over. Here the backup's agent cannot start (the
+/// operator is told to run an image that does not exist), so the backup stays `Running` until
+/// the operator gives up on its agent (after two minutes) and fails it, naming the cause; then
+/// the rollout goes on and every pod restarts once.
+#[tokio::test]
+async fn a_rollout_waits_while_a_backup_runs() {
+    let server = s3();
+    let client = client().await;
+    wait_s3_up().await;
+    let ns = namespace(&client, "bkroll").await;
+    let op = start_operator_env(
+        &client,
+        &ns,
+        &[("OPERATOR_IMAGE", "registry.invalid/agent:none")],
+    )
+    .await;
+    credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+                                          "secretName": "s3-creds"}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let before = pod_ids(&client, &ns, "app.kubernetes.io/component=server").await;
+    start_backup(&client, &ns, "slow", json!({"clusterName": "c1"})).await;
+    let api: Api<ClickHouseBackup> = Api::namespaced(client.clone(), &ns);
+    wait_for(Duration::from_secs(60), "backup slow Running", || {
+        let api = api.clone();
+        async move {
+            let s = api.get("slow").await.ok()?.status?;
+            (s.state == BackupState::Running).then_some(())
+        }
+    })
+    .await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"pod": {"env": [{"name": "ROLLED", "value": "1"}]}}),
+    )
+    .await;
+    let cluster = wait_status(&client, &ns, "c1", READY, "the rollout waiting", |s| {
+        s.observed_generation == Some(2)
+            && s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("waiting for backup slow"))
+    })
+    .await;
+    println!("{:?}", cluster.status.and_then(|s| s.message));
+    let mut waited = std::time::Instant::now();
+    loop {
+        let b = api.get("slow").await.unwrap();
+        let state = b.status.as_ref().unwrap().state;
+        if state != BackupState::Running {
+            let message = b.status.unwrap().message.unwrap_or_default();
+            println!("backup slow: {state:?}: {message}");
+            assert_eq!(state, BackupState::Failed);
+            assert!(message.contains("cannot start"), "{message}");
+            break;
+        }
+        assert_eq!(
+            pod_ids(&client, &ns, "app.kubernetes.io/component=server").await,
+            before,
+            "no server pod restarted while the backup runs"
+        );
+        assert!(
+            waited.elapsed() < Duration::from_secs(240),
+            "the backup never ended"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    waited = std::time::Instant::now();
+    wait_ready(&client, &ns, "c1", 2).await;
+    println!("rolled {:?} after the backup ended", waited.elapsed());
+    let after = pod_ids(&client, &ns, "app.kubernetes.io/component=server").await;
+    for (pod, (uid, _)) in &before {
+        assert_ne!(&after[pod].0, uid, "{pod} restarted after the backup");
+    }
+    finish(&client, &ns, op).await;
+}

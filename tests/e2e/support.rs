@@ -164,7 +164,16 @@ impl Drop for Operator {
 }
 
 pub async fn start_operator(client: &Client, namespace: &str, leader_election: bool) -> Operator {
-    start(client, namespace, leader_election, Default::default()).await
+    start(client, namespace, leader_election, Default::default(), &[]).await
+}
+
+/// The operator without leader election, with settings of the environment overridden.
+pub async fn start_operator_env(
+    client: &Client,
+    namespace: &str,
+    env: &[(&'static str, &str)],
+) -> Operator {
+    start(client, namespace, false, Default::default(), env).await
 }
 
 /// The operator without leader election, with faults injected (decision 24).
@@ -173,7 +182,7 @@ pub async fn start_operator_with(
     namespace: &str,
     faults: clickhouse_operator::controller::Faults,
 ) -> Operator {
-    start(client, namespace, false, faults).await
+    start(client, namespace, false, faults, &[]).await
 }
 
 async fn start(
@@ -181,17 +190,23 @@ async fn start(
     namespace: &str,
     leader_election: bool,
     faults: clickhouse_operator::controller::Faults,
+    extra: &[(&'static str, &str)],
 ) -> Operator {
-    let env = [
+    let mut env = vec![
         ("WATCH_NAMESPACE", namespace.to_string()),
         ("LEADER_ELECTION", leader_election.to_string()),
         ("POD_NAMESPACE", namespace.to_string()),
         ("POD_NAME", format!("operator-{namespace}")),
         ("HTTP_ADDR", "127.0.0.1:0".to_string()),
     ];
-    let settings =
-        Settings::from_lookup(|k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
-            .expect("valid settings");
+    env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+    let settings = Settings::from_lookup(|k| {
+        env.iter()
+            .rev()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+    })
+    .expect("valid settings");
     let metrics = std::sync::Arc::new(Metrics::default());
     let client = client.clone();
     let m = metrics.clone();
