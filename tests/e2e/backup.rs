@@ -207,7 +207,7 @@ async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
     out
 }
 
-/// Seed 000 / decision 26: a 2-shard × 2-replica cluster is backed up to a real S3 server, each
+/// S0-04, seed 000, decision 26: a 2-shard × 2-replica cluster is backed up to a real S3 server, each
 /// shard on its backup replica only (its FREEZE statements are in that replica's query log and
 /// in no other's); the bucket holds the manifest, written last, and each shard's parts. A second,
 /// incremental backup after a few more rows (a new partition: parts of the old ones do not
@@ -462,7 +462,7 @@ async fn wait_restore_done(client: &Client, ns: &str, name: &str) -> ClickHouseR
     .await
 }
 
-/// Seed 002: a schedule `*/1 * * * *` with `keep: 2` creates a backup each minute (incremental
+/// S2-40, seed 002: a schedule `*/1 * * * *` with `keep: 2` creates a backup each minute (incremental
 /// on the one before); retention removes the oldest successful ones with their data, never a
 /// part a kept backup still references; no backup is created while the cluster is paused.
 #[tokio::test]
@@ -597,7 +597,7 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
     finish(&client, &ns, op).await;
 }
 
-/// Seed 002: a Smart Update waits while a backup of the cluster is `Running` and says so; no
+/// S2-27, seed 002: a Smart Update waits while a backup of the cluster is `Running` and says so; no
 /// server pod is deleted until the backup is over. Here the backup's agent cannot start (the
 /// operator is told to run an image that does not exist), so the backup stays `Running` until
 /// the operator gives up on its agent (after two minutes) and fails it, naming the cause; then
