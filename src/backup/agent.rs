@@ -366,22 +366,29 @@ impl BackupJob {
         key: &str,
         files: &BTreeMap<String, u64>,
     ) -> Result<(), String> {
-        let results: Vec<Result<u64, String>> = futures::stream::iter(files.keys())
-            .map(|f| {
-                let (path, object) = (dir.join(f), format!("{key}/{f}"));
-                async move {
-                    self.bucket
-                        .put_file(&object, &path)
-                        .await
-                        .map_err(|e| e.to_string())
-                }
-            })
-            .buffer_unordered(PARALLEL_FILES)
-            .collect()
-            .await;
-        results.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(())
+        each_file(files, |f| {
+            let (object, path) = (format!("{key}/{f}"), dir.join(f));
+            async move { self.bucket.put_file(&object, &path).await }
+        })
+        .await
     }
+}
+
+/// Runs `transfer` on every file of a part, [`PARALLEL_FILES`] at a time; the first error wins.
+async fn each_file<'a, F, Fut>(files: &'a BTreeMap<String, u64>, transfer: F) -> Result<(), String>
+where
+    F: Fn(&'a String) -> Fut,
+    Fut: std::future::Future<Output = Result<u64, super::store::Error>>,
+{
+    let results: Vec<_> = futures::stream::iter(files.keys())
+        .map(transfer)
+        .buffer_unordered(PARALLEL_FILES)
+        .collect()
+        .await;
+    for r in results {
+        r.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Polls `system.backups` until the backup or restore `id` is done (its total size) or failed.
@@ -554,21 +561,11 @@ impl RestoreJob {
                     .map_err(|e| format!("{}: {e}", parent.display()))?;
             }
         }
-        let results: Vec<Result<u64, String>> = futures::stream::iter(files.keys())
-            .map(|f| {
-                let (path, object) = (into.join(f), format!("{key}/{f}"));
-                async move {
-                    self.bucket
-                        .get_file(&object, &path)
-                        .await
-                        .map_err(|e| e.to_string())
-                }
-            })
-            .buffer_unordered(PARALLEL_FILES)
-            .collect()
-            .await;
-        results.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(())
+        each_file(files, |f| {
+            let (object, path) = (format!("{key}/{f}"), into.join(f));
+            async move { self.bucket.get_file(&object, &path).await }
+        })
+        .await
     }
 }
 

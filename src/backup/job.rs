@@ -52,17 +52,37 @@ pub struct AgentJob {
     pub replica: String,
     /// The shard's other replicas (restore: the schema is created there too).
     pub peers: Vec<String>,
-    /// The node the backup replica's pod runs on.
-    pub node: Option<String>,
+    /// Where and as whom the agent runs: beside the backup replica's pod.
+    pub placement: Placement,
     pub image: String,
     pub destination: S3Destination,
     pub prefix: String,
     pub base: Option<String>,
     pub tables: Vec<String>,
     pub into_non_empty: bool,
-    /// The server pod's security contexts (the agent reads and writes the server's files).
+}
+
+/// The backup replica pod's node and security contexts: the agent runs on that node, as the
+/// server's user (it reads and writes the server's files).
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    pub node: Option<String>,
     pub pod_security: Option<PodSecurityContext>,
     pub container_security: Option<SecurityContext>,
+}
+
+impl Placement {
+    /// Beside the pod whose spec this is.
+    pub fn beside(server: &PodSpec) -> Placement {
+        Placement {
+            node: server.node_name.clone(),
+            pod_security: server.security_context.clone(),
+            container_security: server
+                .containers
+                .first()
+                .and_then(|c| c.security_context.clone()),
+        }
+    }
 }
 
 /// `<owner>-<mode>-shard-<n>`, within a DNS label.
@@ -164,7 +184,7 @@ impl AgentJob {
                 mount_path: names::SERVER_DATA_PATH.into(),
                 ..VolumeMount::default()
             }]),
-            security_context: self.container_security.clone(),
+            security_context: self.placement.container_security.clone(),
             termination_message_policy: Some("FallbackToLogsOnError".into()),
             ..Container::default()
         };
@@ -186,9 +206,9 @@ impl AgentJob {
                     }),
                     spec: Some(PodSpec {
                         restart_policy: Some("Never".into()),
-                        node_name: self.node.clone(),
+                        node_name: self.placement.node.clone(),
                         automount_service_account_token: Some(false),
-                        security_context: self.pod_security.clone(),
+                        security_context: self.placement.pod_security.clone(),
                         containers: vec![container],
                         volumes: Some(vec![Volume {
                             name: "data".into(),
@@ -229,7 +249,10 @@ mod tests {
             shard: 1,
             replica: "c1-1-0".into(),
             peers: vec!["c1-1-1".into()],
-            node: Some("node-a".into()),
+            placement: Placement {
+                node: Some("node-a".into()),
+                ..Placement::default()
+            },
             image: "example/clickhouse-operator:1".into(),
             destination: S3Destination {
                 endpoint: "http://s3:8333".into(),
@@ -241,8 +264,6 @@ mod tests {
             base: None,
             tables: vec![],
             into_non_empty: false,
-            pod_security: None,
-            container_security: None,
         }
     }
 

@@ -25,7 +25,7 @@ use crate::api::{
     S3Destination, ShardBackupStatus,
 };
 use crate::backup::agent::Report;
-use crate::backup::job::{AgentJob, Mode, job_name};
+use crate::backup::job::{AgentJob, Mode, Placement, job_name};
 use crate::backup::manifest::{self, Manifest};
 use crate::backup::store::{ACCESS_KEY_ID, Bucket, Patience, SECRET_ACCESS_KEY};
 use crate::model::names;
@@ -141,6 +141,119 @@ pub(super) async fn stuck_agent(pods: &Api<Pod>, job: &str) -> Result<Option<Str
         .find_map(|p| agent_stuck(p, Timestamp::now())))
 }
 
+/// Per shard of `cluster`, its backup replica if that replica's pod is Ready now.
+pub(super) async fn ready_backup_replicas(
+    ctx: &Context,
+    ns: &str,
+    cluster: &ClickHouseCluster,
+) -> Result<BTreeMap<i32, Option<String>>, kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let lp = ListParams::default().labels(&format!(
+        "{}={}",
+        crate::model::labels::CLUSTER,
+        cluster.name_any()
+    ));
+    let listed = pods.list(&lp).await?.items;
+    let ready = |replica: &str| {
+        listed.iter().any(|p| {
+            p.name_any() == names::replica_pod(replica) && crate::plan::facts::pod_ready(p)
+        })
+    };
+    Ok(backup_replicas(cluster, &ready))
+}
+
+/// Where one shard's agent Job stands.
+pub(super) enum JobState {
+    /// Not created yet.
+    Missing,
+    Running,
+    /// Done, with what the agent reported.
+    Done(Report),
+    /// Failed, or its pod cannot start: why.
+    Failed(String),
+}
+
+/// The state of agent Job `job`: its outcome from its pod's termination message once it ended,
+/// and an agent whose pod cannot start counted as failed (see [`agent_stuck`]).
+pub(super) async fn job_state(
+    jobs: &Api<Job>,
+    pods: &Api<Pod>,
+    job: &str,
+) -> Result<JobState, kube::Error> {
+    let Some(found) = jobs.get_opt(job).await? else {
+        return Ok(JobState::Missing);
+    };
+    let st = found.status.unwrap_or_default();
+    let succeeded = st.succeeded.unwrap_or(0) > 0;
+    if succeeded || st.failed.unwrap_or(0) > 0 {
+        return Ok(
+            match agent_outcome(termination_message(pods, job).await?.as_deref()) {
+                Ok(r) if succeeded => JobState::Done(r),
+                Ok(_) => JobState::Failed(format!("the agent's Job {job} failed")),
+                Err(e) => JobState::Failed(e),
+            },
+        );
+    }
+    Ok(match stuck_agent(pods, job).await? {
+        Some(why) => JobState::Failed(format!(
+            "the agent cannot start ({why}); check the operator's OPERATOR_IMAGE and the \
+             destination's Secret"
+        )),
+        None => JobState::Running,
+    })
+}
+
+/// Ends a pass of a backup or restore: its status written when it changed, its agent Jobs
+/// removed once it is over (after the outcome is recorded), its events published.
+pub(super) async fn record<K>(
+    ctx: &Context,
+    object: &K,
+    status: Option<serde_json::Value>,
+    over: bool,
+    events: Vec<(EventType, &'static str, String)>,
+    action: &str,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let ns = object.namespace().unwrap_or_default();
+    if let Some(status) = status {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+        let body = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": status,
+        });
+        api.patch_status(
+            &object.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    if over {
+        remove_jobs(ctx, &ns, &object.name_any(), object.uid()).await?;
+    }
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let reference = object.object_ref(&());
+    for (type_, reason, note) in events {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(error = %e, reason, "cannot publish event");
+        }
+    }
+    Ok(())
+}
+
 /// The report an agent left in its pod's termination message (or the message itself).
 pub fn agent_outcome(message: Option<&str>) -> Result<Report, String> {
     let Some(m) = message.map(str::trim).filter(|m| !m.is_empty()) else {
@@ -204,19 +317,7 @@ impl Pass<'_> {
             ));
             return Ok(None);
         }
-        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let lp = ListParams::default().labels(&format!(
-            "{}={}",
-            crate::model::labels::CLUSTER,
-            cluster.name_any()
-        ));
-        let listed = pods.list(&lp).await?.items;
-        let ready = |replica: &str| {
-            listed.iter().any(|p| {
-                p.name_any() == names::replica_pod(replica) && crate::plan::facts::pod_ready(p)
-            })
-        };
-        let replicas = backup_replicas(cluster, &ready);
+        let replicas = ready_backup_replicas(self.ctx, &self.ns, cluster).await?;
         let missing: Vec<String> = replicas
             .iter()
             .filter(|(_, r)| r.is_none())
@@ -363,79 +464,53 @@ impl Pass<'_> {
                 }
             }
             let job = job_name(&name, Mode::Backup, shard.shard);
-            let Some(found) = jobs.get_opt(&job).await? else {
-                let server = pods.get_opt(&names::replica_pod(&shard.replica)).await?;
-                let Some(server) = server else {
-                    self.fail(format!(
-                        "the pod of backup replica {} of shard {} is gone",
-                        shard.replica, shard.shard
-                    ));
-                    return Ok(None);
-                };
-                let spec = server.spec.clone().unwrap_or_default();
-                let agent = AgentJob {
-                    mode: Mode::Backup,
-                    owner: owner(self.backup),
-                    namespace: self.ns.clone(),
-                    cluster: cluster.name_any(),
-                    backup: name.clone(),
-                    shard: shard.shard,
-                    replica: shard.replica.clone(),
-                    peers: Vec::new(),
-                    node: spec.node_name.clone(),
-                    image: self.ctx.operator_image.clone(),
-                    destination: d.clone(),
-                    prefix: d
-                        .prefix
-                        .clone()
-                        .unwrap_or_else(|| default_prefix(&self.ns, &cluster.name_any())),
-                    base: self.status.base.clone(),
-                    tables: self.backup.spec.tables.clone(),
-                    into_non_empty: false,
-                    pod_security: spec.security_context.clone(),
-                    container_security: spec
-                        .containers
-                        .first()
-                        .and_then(|c| c.security_context.clone()),
-                };
-                jobs.create(&PostParams::default(), &agent.build()).await?;
-                info!(backup = %name, %job, "agent job created");
-                running = true;
-                continue;
-            };
-            let st = found.status.unwrap_or_default();
-            if st.succeeded.unwrap_or(0) > 0 || st.failed.unwrap_or(0) > 0 {
-                let message = termination_message(&pods, &job).await?;
-                match agent_outcome(message.as_deref()) {
-                    Ok(r) if st.succeeded.unwrap_or(0) > 0 => {
-                        let s = &mut self.status.shards[i];
-                        s.parts_uploaded = r.parts_uploaded;
-                        s.bytes_uploaded = r.bytes_uploaded;
-                        s.parts_reused = r.parts_reused;
-                        s.bytes_reused = r.bytes_reused;
-                        s.done = true;
-                    }
-                    Ok(_) => {
+            match job_state(&jobs, &pods, &job).await? {
+                JobState::Missing => {
+                    let Some(server) = pods.get_opt(&names::replica_pod(&shard.replica)).await?
+                    else {
                         self.fail(format!(
-                            "shard {}: the agent's Job {job} failed",
-                            shard.shard
+                            "the pod of backup replica {} of shard {} is gone",
+                            shard.replica, shard.shard
                         ));
                         return Ok(None);
-                    }
-                    Err(e) => {
-                        self.fail(format!("shard {} on {}: {e}", shard.shard, shard.replica));
-                        return Ok(None);
-                    }
+                    };
+                    let agent = AgentJob {
+                        mode: Mode::Backup,
+                        owner: owner(self.backup),
+                        namespace: self.ns.clone(),
+                        cluster: cluster.name_any(),
+                        backup: name.clone(),
+                        shard: shard.shard,
+                        replica: shard.replica.clone(),
+                        peers: Vec::new(),
+                        placement: Placement::beside(&server.spec.unwrap_or_default()),
+                        image: self.ctx.operator_image.clone(),
+                        destination: d.clone(),
+                        prefix: d
+                            .prefix
+                            .clone()
+                            .unwrap_or_else(|| default_prefix(&self.ns, &cluster.name_any())),
+                        base: self.status.base.clone(),
+                        tables: self.backup.spec.tables.clone(),
+                        into_non_empty: false,
+                    };
+                    jobs.create(&PostParams::default(), &agent.build()).await?;
+                    info!(backup = %name, %job, "agent job created");
+                    running = true;
                 }
-            } else if let Some(why) = stuck_agent(&pods, &job).await? {
-                self.fail(format!(
-                    "the agent of shard {} cannot start ({why}); check the operator's \
-                     OPERATOR_IMAGE and the destination's Secret",
-                    shard.shard
-                ));
-                return Ok(None);
-            } else {
-                running = true;
+                JobState::Running => running = true,
+                JobState::Done(r) => {
+                    let s = &mut self.status.shards[i];
+                    s.parts_uploaded = r.parts_uploaded;
+                    s.bytes_uploaded = r.bytes_uploaded;
+                    s.parts_reused = r.parts_reused;
+                    s.bytes_reused = r.bytes_reused;
+                    s.done = true;
+                }
+                JobState::Failed(why) => {
+                    self.fail(format!("shard {} on {}: {why}", shard.shard, shard.replica));
+                    return Ok(None);
+                }
             }
         }
         if running {
@@ -532,38 +607,9 @@ pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Resu
         Some(cluster) => pass.follow(&cluster).await?,
     };
     let (status, events) = (pass.status, pass.events);
-    if status != old {
-        let api: Api<ClickHouseBackup> = Api::namespaced(ctx.client.clone(), &ns);
-        let body = json!({
-            "apiVersion": ClickHouseBackup::api_version(&()),
-            "kind": ClickHouseBackup::kind(&()),
-            "status": status,
-        });
-        api.patch_status(
-            &backup.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-    }
-    if matches!(status.state, BackupState::Succeeded | BackupState::Failed) {
-        // the outcome is recorded: the agents' Jobs and pods go
-        remove_jobs(&ctx, &ns, &backup.name_any(), backup.uid()).await?;
-    }
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    let reference = backup.object_ref(&());
-    for (type_, reason, note) in events {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: "Backup".into(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&event, &reference).await {
-            warn!(error = %e, reason, "cannot publish event");
-        }
-    }
+    let over = matches!(status.state, BackupState::Succeeded | BackupState::Failed);
+    let changed = (status != old).then(|| json!(status));
+    record(&ctx, backup.as_ref(), changed, over, events, "Backup").await?;
     ctx.backup_backoff
         .succeeded(&format!("{ns}/{}", backup.name_any()));
     Ok(next.unwrap_or_else(Action::await_change))

@@ -10,23 +10,22 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::warn;
 
 use super::backup::{
-    Error, agent_outcome, backup_replicas, default_prefix, open_bucket, remove_jobs, stuck_agent,
-    termination_message,
+    Error, JobState, default_prefix, job_state, open_bucket, ready_backup_replicas, record,
+    remove_jobs,
 };
-use super::{Context, MANAGER, PassTimer};
+use super::{Context, PassTimer};
 use crate::api::{
     BackupState, ClickHouseBackup, ClickHouseCluster, ClickHouseRestore, ClickHouseRestoreStatus,
     ReplicaState, RestoreState, S3Destination, ShardRestoreStatus,
 };
-use crate::backup::job::{AgentJob, Mode, job_name};
+use crate::backup::job::{AgentJob, Mode, Placement, job_name};
 use crate::backup::manifest::{self, Manifest};
 use crate::backup::store::Patience;
 use crate::model::names;
@@ -155,19 +154,7 @@ impl Pass<'_> {
             ));
             return Ok(None);
         }
-        let pods: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        let lp = ListParams::default().labels(&format!(
-            "{}={}",
-            crate::model::labels::CLUSTER,
-            cluster.name_any()
-        ));
-        let listed = pods.list(&lp).await?.items;
-        let ready = |replica: &str| {
-            listed.iter().any(|p| {
-                p.name_any() == names::replica_pod(replica) && crate::plan::facts::pod_ready(p)
-            })
-        };
-        let replicas = backup_replicas(cluster, &ready);
+        let replicas = ready_backup_replicas(self.ctx, &self.ns, cluster).await?;
         if let Some((shard, _)) = replicas.iter().find(|(_, r)| r.is_none()) {
             self.status.message = Some(format!(
                 "waiting for a Ready backup replica in shard {shard}"
@@ -225,79 +212,56 @@ impl Pass<'_> {
                 return Ok(None);
             }
             let job = job_name(&name, Mode::Restore, shard.shard);
-            let Some(found) = jobs.get_opt(&job).await? else {
-                let Some(server) = pods.get_opt(&names::replica_pod(&shard.replica)).await? else {
-                    self.fail(format!("the pod of replica {} is gone", shard.replica));
-                    return Ok(None);
-                };
-                let spec = server.spec.clone().unwrap_or_default();
-                let peers = map
-                    .iter()
-                    .filter(|(n, r)| {
-                        r.shard == shard.shard
-                            && **n != shard.replica
-                            && r.state != ReplicaState::Condemned
-                    })
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                let agent = AgentJob {
-                    mode: Mode::Restore,
-                    owner: owner(self.restore),
-                    namespace: self.ns.clone(),
-                    cluster: cluster.name_any(),
-                    backup: self.restore.spec.backup_name.clone(),
-                    shard: shard.shard,
-                    replica: shard.replica.clone(),
-                    peers,
-                    node: spec.node_name.clone(),
-                    image: self.ctx.operator_image.clone(),
-                    destination: d.clone(),
-                    prefix: d
-                        .prefix
-                        .clone()
-                        .unwrap_or_else(|| default_prefix(&self.ns, &source_cluster)),
-                    base: None,
-                    tables: Vec::new(),
-                    into_non_empty: self.restore.spec.into_non_empty_tables,
-                    pod_security: spec.security_context.clone(),
-                    container_security: spec
-                        .containers
-                        .first()
-                        .and_then(|c| c.security_context.clone()),
-                };
-                jobs.create(&PostParams::default(), &agent.build()).await?;
-                running = true;
-                continue;
-            };
-            let st = found.status.unwrap_or_default();
-            if st.succeeded.unwrap_or(0) > 0 || st.failed.unwrap_or(0) > 0 {
-                match agent_outcome(termination_message(&pods, &job).await?.as_deref()) {
-                    Ok(r) if st.succeeded.unwrap_or(0) > 0 => {
-                        let s = &mut self.status.shards[i];
-                        s.parts_attached = r.parts_attached;
-                        s.bytes_downloaded = r.bytes_downloaded;
-                        s.done = true;
-                    }
-                    Ok(_) => {
-                        self.fail(format!(
-                            "shard {}: the agent's Job {job} failed",
-                            shard.shard
-                        ));
+            match job_state(&jobs, &pods, &job).await? {
+                JobState::Missing => {
+                    let Some(server) = pods.get_opt(&names::replica_pod(&shard.replica)).await?
+                    else {
+                        self.fail(format!("the pod of replica {} is gone", shard.replica));
                         return Ok(None);
-                    }
-                    Err(e) => {
-                        self.fail(format!("shard {} on {}: {e}", shard.shard, shard.replica));
-                        return Ok(None);
-                    }
+                    };
+                    let peers = map
+                        .iter()
+                        .filter(|(n, r)| {
+                            r.shard == shard.shard
+                                && **n != shard.replica
+                                && r.state != ReplicaState::Condemned
+                        })
+                        .map(|(n, _)| n.clone())
+                        .collect();
+                    let agent = AgentJob {
+                        mode: Mode::Restore,
+                        owner: owner(self.restore),
+                        namespace: self.ns.clone(),
+                        cluster: cluster.name_any(),
+                        backup: self.restore.spec.backup_name.clone(),
+                        shard: shard.shard,
+                        replica: shard.replica.clone(),
+                        peers,
+                        placement: Placement::beside(&server.spec.unwrap_or_default()),
+                        image: self.ctx.operator_image.clone(),
+                        destination: d.clone(),
+                        prefix: d
+                            .prefix
+                            .clone()
+                            .unwrap_or_else(|| default_prefix(&self.ns, &source_cluster)),
+                        base: None,
+                        tables: Vec::new(),
+                        into_non_empty: self.restore.spec.into_non_empty_tables,
+                    };
+                    jobs.create(&PostParams::default(), &agent.build()).await?;
+                    running = true;
                 }
-            } else if let Some(why) = stuck_agent(&pods, &job).await? {
-                self.fail(format!(
-                    "the agent of shard {} cannot start ({why})",
-                    shard.shard
-                ));
-                return Ok(None);
-            } else {
-                running = true;
+                JobState::Running => running = true,
+                JobState::Done(r) => {
+                    let s = &mut self.status.shards[i];
+                    s.parts_attached = r.parts_attached;
+                    s.bytes_downloaded = r.bytes_downloaded;
+                    s.done = true;
+                }
+                JobState::Failed(why) => {
+                    self.fail(format!("shard {} on {}: {why}", shard.shard, shard.replica));
+                    return Ok(None);
+                }
             }
         }
         if running {
@@ -366,37 +330,9 @@ pub async fn reconcile(
         Some(cluster) => pass.follow(&cluster).await?,
     };
     let (status, events) = (pass.status, pass.events);
-    if status != old {
-        let api: Api<ClickHouseRestore> = Api::namespaced(ctx.client.clone(), &ns);
-        let body = json!({
-            "apiVersion": ClickHouseRestore::api_version(&()),
-            "kind": ClickHouseRestore::kind(&()),
-            "status": status,
-        });
-        api.patch_status(
-            &restore.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-    }
-    if matches!(status.state, RestoreState::Succeeded | RestoreState::Failed) {
-        remove_jobs(&ctx, &ns, &restore.name_any(), restore.uid()).await?;
-    }
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-    let reference = restore.object_ref(&());
-    for (type_, reason, note) in events {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: "Restore".into(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&event, &reference).await {
-            warn!(error = %e, reason, "cannot publish event");
-        }
-    }
+    let over = matches!(status.state, RestoreState::Succeeded | RestoreState::Failed);
+    let changed = (status != old).then(|| json!(status));
+    record(&ctx, restore.as_ref(), changed, over, events, "Restore").await?;
     ctx.backup_backoff
         .succeeded(&format!("{ns}/restore/{}", restore.name_any()));
     Ok(next.unwrap_or_else(Action::await_change))

@@ -143,13 +143,17 @@ async fn wait_s3_up() {
     .await;
 }
 
-/// The S3 server up, a namespace, its operator and the Secret `s3-creds` with good credentials.
-async fn setup(prefix: &str) -> (&'static S3Server, Client, String, Operator) {
+/// The S3 server up, a namespace, its operator (with `env` over its settings) and the Secret
+/// `s3-creds` with good credentials.
+async fn setup(
+    prefix: &str,
+    env: &[(&'static str, &str)],
+) -> (&'static S3Server, Client, String, Operator) {
     let server = s3();
     let client = client().await;
     wait_s3_up().await;
     let ns = namespace(&client, prefix).await;
-    let op = start_operator(&client, &ns, false).await;
+    let op = start_operator_env(&client, &ns, env).await;
     credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;
     (server, client, ns, op)
 }
@@ -218,7 +222,7 @@ async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
 /// restore into the now non-empty table is refused.
 #[tokio::test]
 async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
-    let (server, client, ns, op) = setup("backup").await;
+    let (server, client, ns, op) = setup("backup", &[]).await;
     credentials(&client, &ns, "bad-creds", ACCESS, "not-the-secret").await;
     create_cluster(
         &client,
@@ -467,7 +471,7 @@ async fn wait_restore_done(client: &Client, ns: &str, name: &str) -> ClickHouseR
 /// part a kept backup still references; no backup is created while the cluster is paused.
 #[tokio::test]
 async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
-    let (server, client, ns, op) = setup("sched").await;
+    let (server, client, ns, op) = setup("sched", &[]).await;
     create_cluster(
         &client,
         &ns,
@@ -604,17 +608,11 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
 /// the rollout goes on and every pod restarts once.
 #[tokio::test]
 async fn a_rollout_waits_while_a_backup_runs() {
-    let server = s3();
-    let client = client().await;
-    wait_s3_up().await;
-    let ns = namespace(&client, "bkroll").await;
-    let op = start_operator_env(
-        &client,
-        &ns,
+    let (server, client, ns, op) = setup(
+        "bkroll",
         &[("OPERATOR_IMAGE", "registry.invalid/agent:none")],
     )
     .await;
-    credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;
     create_cluster(
         &client,
         &ns,
