@@ -48,7 +48,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Crd => print!("{}", api::crd::yaml()),
+        Command::Crd => write_stdout(&api::crd::yaml())?,
         Command::BackupAgent => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -79,14 +79,11 @@ fn main() -> anyhow::Result<()> {
                 meta.generation.get_or_insert(1);
                 let plan = controller::cluster::offline_plan(&cluster);
                 let actions: Vec<String> = plan.actions.iter().map(|a| a.describe()).collect();
-                print!(
-                    "{}",
-                    serde_yaml::to_string(&serde_json::json!({
-                        "cluster": cluster.metadata.name,
-                        "actions": actions,
-                        "status": plan.status,
-                    }))?
-                );
+                write_stdout(&serde_yaml::to_string(&serde_json::json!({
+                    "cluster": cluster.metadata.name,
+                    "actions": actions,
+                    "status": plan.status,
+                }))?)?;
             }
             anyhow::ensure!(found, "{} holds no ClickHouseCluster", file.display());
         }
@@ -162,4 +159,15 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         futures::future::FutureExt::boxed(futures::future::pending::<()>())
     };
     controller::run(&settings, client, metrics, health, lost).await
+}
+
+/// Writes `text` to standard output; a reader that went away (`crd | head`) ends the output
+/// quietly instead of failing.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }

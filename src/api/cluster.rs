@@ -66,6 +66,10 @@ pub struct ClickHouseClusterSpec {
     /// How pods are restarted when a change needs it.
     #[serde(default)]
     pub update_strategy: UpdateStrategy,
+    /// Seconds a Smart Update waits for a restarted replica to catch up with replication before
+    /// it stops the rollout, naming the replica (default 7200: 2 hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_seconds: Option<i64>,
     /// Disruption budget of the server pods of each shard.
     #[serde(default)]
     pub pod_disruption_budget: PodDisruptionBudgetSpec,

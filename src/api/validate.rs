@@ -159,6 +159,14 @@ fn check_storage(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 
 /// The disruption budget must let at least one pod go.
 fn check_disruption_budget(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    if let Some(secs) = spec.catch_up_seconds
+        && !(10..=7 * 86_400).contains(&secs)
+    {
+        errors.add(
+            "spec.catchUpSeconds",
+            format!("must be between 10 and 604800 (a week), got {secs}"),
+        );
+    }
     if spec.pod_disruption_budget.max_unavailable < 1 {
         errors.add(
             "spec.podDisruptionBudget.maxUnavailable",

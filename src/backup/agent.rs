@@ -604,6 +604,7 @@ async fn run_from_env() -> Result<Report, String> {
         user: var("CH_USER")?,
         password: var("CH_PASSWORD")?,
     };
+    let tls_ca = opt("CH_TLS_CA").map(String::into_bytes);
     let servers = var("CH_HOSTS")?
         .split(',')
         .filter(|h| !h.is_empty())
@@ -616,6 +617,7 @@ async fn run_from_env() -> Result<Report, String> {
                 credentials.clone(),
             );
             config.timeout = std::time::Duration::from_secs(600);
+            config.tls_ca_pem = tls_ca.clone();
             Client::new(config).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, PodSecurityContext,
+    Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
     PodSpec, PodTemplateSpec, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -15,11 +15,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use super::store::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
 use crate::api::S3Destination;
 use crate::model::names;
+use crate::model::statefulset::SERVER_CONTAINER;
 
 /// Label of every Job and pod of a backup or restore: the resource's name.
 pub const BACKUP_LABEL: &str = "clickhouse.com/backup";
 /// Name of the agent's container.
 pub const AGENT_CONTAINER: &str = "agent";
+/// Annotation of an agent Job: the uid of the backup replica's pod it was started beside.
+pub const SERVER_POD_UID: &str = "clickhouse.com/server-pod-uid";
+/// Annotation of an agent Job: the server container's restart count when it was started.
+pub const SERVER_RESTARTS: &str = "clickhouse.com/server-restarts";
 
 /// What the agent does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +65,17 @@ pub struct AgentJob {
     pub base: Option<String>,
     pub tables: Vec<String>,
     pub into_non_empty: bool,
+    /// The Secret holding `ca.crt` when the cluster serves TLS with a CA: the agent then talks
+    /// HTTPS to the servers and verifies their certificates by host name, as the operator does.
+    pub tls_ca_secret: Option<String>,
+}
+
+impl AgentJob {
+    /// The CA Secret the agent verifies `cluster`'s servers with, when it serves TLS with one.
+    pub fn tls_of(cluster: &crate::api::ClickHouseCluster) -> Option<String> {
+        let tls = &cluster.spec.tls;
+        tls.enabled.then(|| tls.ca_secret.clone()).flatten()
+    }
 }
 
 /// The backup replica pod's node and security contexts: the agent runs on that node, as the
@@ -69,20 +85,62 @@ pub struct Placement {
     pub node: Option<String>,
     pub pod_security: Option<PodSecurityContext>,
     pub container_security: Option<SecurityContext>,
+    /// The server pod's uid and its server container's restart count: a Job whose server
+    /// changed under it is not trusted (see [`server_changed`]).
+    pub server: Option<(String, i32)>,
 }
 
 impl Placement {
-    /// Beside the pod whose spec this is.
-    pub fn beside(server: &PodSpec) -> Placement {
+    /// Beside `server`, the backup replica's pod.
+    pub fn beside(server: &Pod) -> Placement {
+        let spec = server.spec.clone().unwrap_or_default();
         Placement {
-            node: server.node_name.clone(),
-            pod_security: server.security_context.clone(),
-            container_security: server
+            node: spec.node_name.clone(),
+            pod_security: spec.security_context.clone(),
+            container_security: spec
                 .containers
                 .first()
                 .and_then(|c| c.security_context.clone()),
+            server: server
+                .metadata
+                .uid
+                .clone()
+                .map(|uid| (uid, server_restarts(server))),
         }
     }
+}
+
+/// The restart count of the server container of `pod`.
+fn server_restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.name == SERVER_CONTAINER)
+        .map(|c| c.restart_count)
+        .sum()
+}
+
+/// Why the server an agent Job was started beside is no longer the one it worked with: its pod
+/// gone, replaced, being deleted, or its server restarted. A backup whose server changed under
+/// it is not trusted, even when its agent reports success (seed 000: a backup replica that dies
+/// mid-backup fails the backup).
+pub fn server_changed(job: &Job, server: Option<&Pod>) -> Option<String> {
+    let annotations = job.metadata.annotations.as_ref()?;
+    let uid = annotations.get(SERVER_POD_UID)?;
+    let restarts: i32 = annotations.get(SERVER_RESTARTS)?.parse().ok()?;
+    let Some(pod) = server else {
+        return Some("its pod is gone".into());
+    };
+    if pod.metadata.uid.as_ref() != Some(uid) {
+        return Some("its pod was replaced".into());
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some("its pod is being deleted".into());
+    }
+    let now = server_restarts(pod);
+    (now != restarts).then(|| format!("its server restarted ({restarts} → {now} restarts)"))
 }
 
 /// `<owner>-<mode>-shard-<n>`, within a DNS label.
@@ -137,7 +195,15 @@ impl AgentJob {
             env("SHARD", self.shard.to_string()),
             env("REPLICA", &self.replica),
             env("CH_HOSTS", hosts.join(",")),
-            env("CH_PORT", names::HTTP_PORT.to_string()),
+            env(
+                "CH_PORT",
+                if self.tls_ca_secret.is_some() {
+                    names::HTTPS_PORT
+                } else {
+                    names::HTTP_PORT
+                }
+                .to_string(),
+            ),
             env("CH_USER", names::OPERATOR_USER),
             secret_env(
                 "CH_PASSWORD",
@@ -165,6 +231,9 @@ impl AgentJob {
                     .unwrap_or(SECRET_ACCESS_KEY),
             ),
         ];
+        if let Some(ca) = &self.tls_ca_secret {
+            envs.push(secret_env("CH_TLS_CA", ca, "ca.crt"));
+        }
         if let Some(b) = &self.base {
             envs.push(env("BASE_BACKUP", b));
         }
@@ -193,6 +262,12 @@ impl AgentJob {
                 name: Some(name),
                 namespace: Some(self.namespace.clone()),
                 labels: Some(labels.clone()),
+                annotations: self.placement.server.as_ref().map(|(uid, restarts)| {
+                    BTreeMap::from([
+                        (SERVER_POD_UID.to_string(), uid.clone()),
+                        (SERVER_RESTARTS.to_string(), restarts.to_string()),
+                    ])
+                }),
                 owner_references: Some(vec![self.owner.clone()]),
                 ..ObjectMeta::default()
             },
@@ -264,7 +339,52 @@ mod tests {
             base: None,
             tables: vec![],
             into_non_empty: false,
+            tls_ca_secret: None,
         }
+    }
+
+    /// Issue 13: with TLS and a CA the agent talks HTTPS to the servers and verifies them with
+    /// the CA from its Secret (never inline); without, plain HTTP on the HTTP port.
+    #[test]
+    fn the_agent_verifies_tls_servers_with_the_clusters_ca() {
+        let port = |j: &Job| {
+            let envs = j
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .env
+                .clone()
+                .unwrap();
+            let get = |n: &str| envs.iter().find(|e| e.name == n).cloned();
+            (
+                get("CH_PORT").and_then(|e| e.value),
+                get("CH_TLS_CA").and_then(|e| e.value_from?.secret_key_ref),
+            )
+        };
+        let (plain, no_ca) = port(&job().build());
+        assert_eq!(plain, Some(names::HTTP_PORT.to_string()));
+        assert!(no_ca.is_none());
+        let mut a = job();
+        a.tls_ca_secret = Some("c1-ca".into());
+        let (secure, ca) = port(&a.build());
+        assert_eq!(secure, Some(names::HTTPS_PORT.to_string()));
+        let ca = ca.unwrap();
+        assert_eq!((ca.name.as_str(), ca.key.as_str()), ("c1-ca", "ca.crt"));
+
+        let mut cluster: crate::api::ClickHouseCluster =
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseCluster",
+                "metadata": {"name": "c1"}, "spec": {"tls": {"enabled": true, "caSecret": "c1-ca"}}
+            }))
+            .unwrap();
+        assert_eq!(AgentJob::tls_of(&cluster).as_deref(), Some("c1-ca"));
+        cluster.spec.tls.enabled = false;
+        assert_eq!(AgentJob::tls_of(&cluster), None);
     }
 
     /// Decision 26: the agent runs beside the backup replica (its node, its volume), owned by
@@ -310,5 +430,61 @@ mod tests {
         let n = job_name(&long, Mode::Restore, 12);
         assert!(n.len() <= 63, "{n}");
         assert!(n.ends_with("-restore-12"));
+    }
+
+    fn server_pod(uid: &str, restarts: i32) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c1-1-0-0", "uid": uid},
+            "spec": {"nodeName": "node-a", "containers": [{"name": SERVER_CONTAINER}]},
+            "status": {"containerStatuses": [
+                {"name": SERVER_CONTAINER, "restartCount": restarts, "ready": true,
+                 "image": "", "imageID": ""},
+                {"name": "sidecar", "restartCount": 7, "ready": true, "image": "", "imageID": ""}
+            ]}
+        }))
+        .unwrap()
+    }
+
+    /// Seed 000 (S0-04): a backup replica that dies mid-backup fails the backup. The Job keeps
+    /// the identity of the server it started beside; any change of it is named, a sidecar's
+    /// restart is not one.
+    #[test]
+    fn a_job_knows_when_its_server_was_replaced_restarted_or_deleted() {
+        let mut a = job();
+        a.placement = Placement::beside(&server_pod("uid-1", 2));
+        let j = a.build();
+        assert_eq!(
+            j.spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .node_name
+                .as_deref(),
+            Some("node-a")
+        );
+        assert_eq!(server_changed(&j, Some(&server_pod("uid-1", 2))), None);
+        assert_eq!(server_changed(&j, None).as_deref(), Some("its pod is gone"));
+        assert_eq!(
+            server_changed(&j, Some(&server_pod("uid-2", 0))).as_deref(),
+            Some("its pod was replaced")
+        );
+        assert_eq!(
+            server_changed(&j, Some(&server_pod("uid-1", 3))).as_deref(),
+            Some("its server restarted (2 → 3 restarts)")
+        );
+        let mut deleting = server_pod("uid-1", 2);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        assert_eq!(
+            server_changed(&j, Some(&deleting)).as_deref(),
+            Some("its pod is being deleted")
+        );
+        // a Job written before the identity was recorded is judged by its agent alone
+        assert_eq!(server_changed(&job().build(), None), None);
     }
 }

@@ -25,7 +25,7 @@ use crate::api::{
     S3Destination, ShardBackupStatus,
 };
 use crate::backup::agent::Report;
-use crate::backup::job::{AgentJob, Mode, Placement, job_name};
+use crate::backup::job::{AgentJob, Mode, Placement, job_name, server_changed};
 use crate::backup::manifest::{self, Manifest};
 use crate::backup::store::{ACCESS_KEY_ID, Bucket, Patience, SECRET_ACCESS_KEY};
 use crate::model::names;
@@ -179,10 +179,25 @@ pub(super) async fn job_state(
     jobs: &Api<Job>,
     pods: &Api<Pod>,
     job: &str,
+    replica: &str,
+    mode: Mode,
 ) -> Result<JobState, kube::Error> {
     let Some(found) = jobs.get_opt(job).await? else {
         return Ok(JobState::Missing);
     };
+    let server = pods.get_opt(&names::replica_pod(replica)).await?;
+    if let Some(why) = server_changed(&found, server.as_ref()) {
+        return Ok(JobState::Failed(match mode {
+            Mode::Backup => format!(
+                "the backup replica failed during the backup: {why}; nothing of this backup \
+                 counts, the next backup starts afresh"
+            ),
+            Mode::Restore => format!(
+                "the replica failed during the restore: {why}; some parts may be attached \
+                 already: drop the restored tables and restore again"
+            ),
+        }));
+    }
     let st = found.status.unwrap_or_default();
     let succeeded = st.succeeded.unwrap_or(0) > 0;
     if succeeded || st.failed.unwrap_or(0) > 0 {
@@ -464,7 +479,7 @@ impl Pass<'_> {
                 }
             }
             let job = job_name(&name, Mode::Backup, shard.shard);
-            match job_state(&jobs, &pods, &job).await? {
+            match job_state(&jobs, &pods, &job, &shard.replica, Mode::Backup).await? {
                 JobState::Missing => {
                     let Some(server) = pods.get_opt(&names::replica_pod(&shard.replica)).await?
                     else {
@@ -483,7 +498,7 @@ impl Pass<'_> {
                         shard: shard.shard,
                         replica: shard.replica.clone(),
                         peers: Vec::new(),
-                        placement: Placement::beside(&server.spec.unwrap_or_default()),
+                        placement: Placement::beside(&server),
                         image: self.ctx.operator_image.clone(),
                         destination: d.clone(),
                         prefix: d
@@ -493,6 +508,7 @@ impl Pass<'_> {
                         base: self.status.base.clone(),
                         tables: self.backup.spec.tables.clone(),
                         into_non_empty: false,
+                        tls_ca_secret: AgentJob::tls_of(cluster),
                     };
                     jobs.create(&PostParams::default(), &agent.build()).await?;
                     info!(backup = %name, %job, "agent job created");

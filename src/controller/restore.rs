@@ -212,7 +212,7 @@ impl Pass<'_> {
                 return Ok(None);
             }
             let job = job_name(&name, Mode::Restore, shard.shard);
-            match job_state(&jobs, &pods, &job).await? {
+            match job_state(&jobs, &pods, &job, &shard.replica, Mode::Restore).await? {
                 JobState::Missing => {
                     let Some(server) = pods.get_opt(&names::replica_pod(&shard.replica)).await?
                     else {
@@ -237,7 +237,7 @@ impl Pass<'_> {
                         shard: shard.shard,
                         replica: shard.replica.clone(),
                         peers,
-                        placement: Placement::beside(&server.spec.unwrap_or_default()),
+                        placement: Placement::beside(&server),
                         image: self.ctx.operator_image.clone(),
                         destination: d.clone(),
                         prefix: d
@@ -247,6 +247,7 @@ impl Pass<'_> {
                         base: None,
                         tables: Vec::new(),
                         into_non_empty: self.restore.spec.into_non_empty_tables,
+                        tls_ca_secret: AgentJob::tls_of(cluster),
                     };
                     jobs.create(&PostParams::default(), &agent.build()).await?;
                     running = true;

@@ -63,6 +63,9 @@ pub enum FailureReason {
     StorageChangeRefused,
     /// A replica on its new revision cannot start (S2-31).
     RolloutFailed,
+    /// A restarted replica did not catch up with replication within the deadline (S2-32); the
+    /// rollout goes on by itself once it does.
+    CatchUpTimeout,
     /// The Kubernetes API refused or failed a request.
     KubernetesApi,
     /// An object of the cluster's name exists and is not the cluster's.
@@ -84,6 +87,7 @@ impl FailureReason {
             FailureReason::ShardRemovalRefused => "ShardRemovalRefused",
             FailureReason::StorageChangeRefused => "StorageChangeRefused",
             FailureReason::RolloutFailed => "RolloutFailed",
+            FailureReason::CatchUpTimeout => "CatchUpTimeout",
             FailureReason::KubernetesApi => "KubernetesApi",
             FailureReason::NameConflict => "NameConflict",
             FailureReason::ClickHouse => "ClickHouse",

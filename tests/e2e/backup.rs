@@ -13,11 +13,12 @@ use clickhouse_operator::api::{
     BackupState, ClickHouseBackup, ClickHouseCluster, ClickHouseRestore, RestoreState,
     S3Destination,
 };
+use clickhouse_operator::backup::job::BACKUP_LABEL;
 use clickhouse_operator::backup::manifest;
 use clickhouse_operator::backup::store::{Bucket, Patience};
 use clickhouse_operator::clickhouse::QueryOptions;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -678,5 +679,278 @@ async fn a_rollout_waits_while_a_backup_runs() {
     for (pod, (uid, _)) in &before {
         assert_ne!(&after[pod].0, uid, "{pod} restarted after the backup");
     }
+    finish(&client, &ns, op).await;
+}
+
+/// S0-04, seed 000: the backup replica's pod deleted (its server stopped, the pod recreated by
+/// its StatefulSet) while the agent works. The backup ends `Failed`
+/// naming the replica and the cause, its manifest is never written (nothing looks complete), and
+/// the next backup, once the replica is back, succeeds and holds every row.
+#[tokio::test]
+async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds() {
+    let (server, client, ns, op) = setup("bkkill", &[]).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+                                          "secretName": "s3-creds"}}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let map = ready.status.unwrap().replica_state_map;
+    let victim = map
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .map(|(n, _)| n.clone())
+        .unwrap();
+    let ch = sql_client(&client, &ns, "c1", &format!("{victim}-0")).await;
+    exec(&ch, "CREATE TABLE default.events ON CLUSTER c1 (batch UInt64, id UInt64, payload String) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') PARTITION BY batch ORDER BY (batch, id)").await;
+    // many parts, so that the agent is still at work when its server is killed
+    for first in [0, 100, 200, 300, 400, 500] {
+        exec(&ch, &format!("INSERT INTO default.events SELECT {first} + number % 100, number, toString(rand64()) FROM system.numbers LIMIT 100000")).await;
+    }
+    let rows = query(&ch, "SELECT count() AS v FROM default.events").await[0].clone();
+
+    start_backup(&client, &ns, "killed", json!({"clusterName": "c1"})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let lp = ListParams::default().labels(&format!("{BACKUP_LABEL}=killed"));
+    wait_for(Duration::from_secs(120), "the agent at work", || {
+        let (pods, lp) = (pods.clone(), lp.clone());
+        async move {
+            let listed = pods.list(&lp).await.ok()?.items;
+            listed
+                .iter()
+                .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .then_some(())
+        }
+    })
+    .await;
+    let killed_at = std::time::Instant::now();
+    pods.delete(&format!("{victim}-0"), &DeleteParams::default())
+        .await
+        .unwrap();
+    let b = wait_backup_done(&client, &ns, "killed").await;
+    let s = b.status.unwrap();
+    let message = s.message.clone().unwrap_or_default();
+    println!(
+        "backup killed: {:?} {:?} after the kill: {message}",
+        s.state,
+        killed_at.elapsed()
+    );
+    assert_eq!(s.state, BackupState::Failed, "{message}");
+    assert!(message.contains(&victim), "{message}");
+    assert!(message.contains("during the backup"), "{message}");
+    assert!(s.manifest.is_none());
+    assert!(
+        bucket(&format!("{ns}/c1"))
+            .get(&manifest::manifest_key("killed"))
+            .await
+            .unwrap()
+            .is_none(),
+        "no manifest of the failed backup"
+    );
+    wait_for(
+        Duration::from_secs(60),
+        "the failed backup's agent gone",
+        || {
+            let (pods, lp) = (pods.clone(), lp.clone());
+            async move { pods.list(&lp).await.ok()?.items.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let started = std::time::Instant::now();
+    start_backup(&client, &ns, "after", json!({"clusterName": "c1"})).await;
+    let after = wait_backup_done(&client, &ns, "after")
+        .await
+        .status
+        .unwrap();
+    println!(
+        "backup after: {:?} in {:?}, {} bytes in {} parts",
+        after.state,
+        started.elapsed(),
+        after.bytes_uploaded,
+        after.shards.iter().map(|s| s.parts_uploaded).sum::<u64>()
+    );
+    assert_eq!(after.state, BackupState::Succeeded, "{:?}", after.message);
+    assert_eq!(after.shards[0].replica, victim);
+    // every row is in it: the table dropped, restored from it, whole on both replicas
+    let ch = sql_client(&client, &ns, "c1", &format!("{victim}-0")).await;
+    exec(&ch, "DROP TABLE default.events ON CLUSTER c1").await;
+    start_restore(
+        &client,
+        &ns,
+        "back",
+        json!({"clusterName": "c1", "backupName": "after"}),
+    )
+    .await;
+    let r = wait_restore_done(&client, &ns, "back")
+        .await
+        .status
+        .unwrap();
+    assert_eq!(r.state, RestoreState::Succeeded, "{:?}", r.message);
+    let replicas: Vec<String> = map.keys().cloned().collect();
+    wait_for(
+        Duration::from_secs(120),
+        "every row on both replicas",
+        || {
+            let (client, ns, replicas, rows) =
+                (client.clone(), ns.clone(), replicas.clone(), rows.clone());
+            async move {
+                for replica in &replicas {
+                    let c = sql_client(&client, &ns, "c1", &format!("{replica}-0")).await;
+                    let n = c
+                        .query(
+                            "SELECT toString(count()) AS v FROM default.events",
+                            &QueryOptions::new(),
+                        )
+                        .await
+                        .ok()?;
+                    let v = n.iter().next()?.str("v").ok()?.to_string();
+                    if v != rows {
+                        println!("{replica}: {v} rows of {rows}");
+                        return None;
+                    }
+                }
+                Some(())
+            }
+        },
+    )
+    .await;
+    finish(&client, &ns, op).await;
+}
+
+/// Empties the page cache (as root), so that each measurement reads from the disk; says whether
+/// it could.
+fn drop_page_cache() -> bool {
+    let _ = Command::new("sync").status();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+/// Benchmark (issue 13), not a test: backup and restore throughput of a table of at least 1 GiB
+/// on disk (random 64-bit columns, which do not compress), beside a plain recursive copy of the
+/// same parts on the same disk. Run it with `hack/bench.sh backup`.
+#[tokio::test]
+#[ignore = "a benchmark: hack/bench.sh backup"]
+async fn benchmark_backup_and_restore_throughput() {
+    let gib: f64 = std::env::var("BENCH_GIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0);
+    let (server, client, ns, op) = setup("bench", &[]).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "20Gi"},
+               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+                                          "secretName": "s3-creds"}}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let replica = ready
+        .status
+        .unwrap()
+        .replica_state_map
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let ch = sql_client(&client, &ns, "c1", &format!("{replica}-0")).await;
+    exec(&ch, "CREATE TABLE default.big (id UInt64, a UInt64, b UInt64, c UInt64, d UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/big', '{replica}') ORDER BY id").await;
+    // 40 bytes a row that do not compress
+    let rows = (gib * 1024.0 * 1024.0 * 1024.0 / 40.0) as u64 + 1_000_000;
+    let loaded = std::time::Instant::now();
+    let step = 5_000_000;
+    let mut first = 0;
+    while first < rows {
+        exec(&ch, &format!("INSERT INTO default.big SELECT {first} + number, rand64(), rand64(1), rand64(2), rand64(3) FROM system.numbers LIMIT {}", step.min(rows - first))).await;
+        first += step;
+    }
+    let bytes: u64 = query(&ch, "SELECT sum(bytes_on_disk) AS v FROM system.parts WHERE database = 'default' AND table = 'big' AND active").await[0].parse().unwrap();
+    let parts = query(&ch, "SELECT count() AS v FROM system.parts WHERE database = 'default' AND table = 'big' AND active").await[0].clone();
+    println!(
+        "loaded {rows} rows, {:.2} GiB in {parts} parts, in {:.1?}",
+        bytes as f64 / (1u64 << 30) as f64,
+        loaded.elapsed()
+    );
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+
+    // a plain copy of the same parts on the same disk
+    let volume = volume_path(
+        &client,
+        &ns,
+        &clickhouse_operator::model::names::data_pvc(&replica),
+    )
+    .await;
+    let table_dir = volume.join("data/default/big");
+    let copy_to = volume.join("bench-copy");
+    let cold = drop_page_cache();
+    let t = std::time::Instant::now();
+    let ok = Command::new("cp")
+        .arg("-r")
+        .arg(&table_dir)
+        .arg(&copy_to)
+        .status()
+        .unwrap()
+        .success();
+    let copy_secs = t.elapsed().as_secs_f64();
+    assert!(ok, "cp -r {}", table_dir.display());
+    let _ = std::fs::remove_dir_all(&copy_to);
+
+    let _ = drop_page_cache();
+    let t = std::time::Instant::now();
+    start_backup(&client, &ns, "big", json!({"clusterName": "c1"})).await;
+    let b = wait_backup_done(&client, &ns, "big").await.status.unwrap();
+    let backup_secs = t.elapsed().as_secs_f64();
+    assert_eq!(b.state, BackupState::Succeeded, "{:?}", b.message);
+
+    exec(&ch, "DROP TABLE default.big").await;
+    let _ = drop_page_cache();
+    let t = std::time::Instant::now();
+    start_restore(
+        &client,
+        &ns,
+        "big",
+        json!({"clusterName": "c1", "backupName": "big"}),
+    )
+    .await;
+    let r = wait_restore_done(&client, &ns, "big").await.status.unwrap();
+    let restore_secs = t.elapsed().as_secs_f64();
+    assert_eq!(r.state, RestoreState::Succeeded, "{:?}", r.message);
+    let back = query(&ch, "SELECT count() AS v FROM default.big").await[0].clone();
+    assert_eq!(back, rows.to_string(), "every row restored");
+
+    println!();
+    println!(
+        "backup benchmark: {:.0} MiB in {parts} parts, page cache dropped before each: {cold}",
+        mib(bytes)
+    );
+    println!("{:<34} {:>8} {:>10}", "", "seconds", "MiB/s");
+    println!(
+        "{:<34} {:>8.1} {:>10.1}",
+        "plain copy (cp -r, same disk)",
+        copy_secs,
+        mib(bytes) / copy_secs
+    );
+    println!(
+        "{:<34} {:>8.1} {:>10.1}",
+        "backup (to S3, object created → Succeeded)",
+        backup_secs,
+        mib(b.bytes_uploaded) / backup_secs
+    );
+    println!(
+        "{:<34} {:>8.1} {:>10.1}",
+        "restore (from S3, → Succeeded)",
+        restore_secs,
+        mib(r.bytes_downloaded) / restore_secs
+    );
+    println!(
+        "backup/copy time ratio {:.1}, restore/copy time ratio {:.1}",
+        backup_secs / copy_secs,
+        restore_secs / copy_secs
+    );
     finish(&client, &ns, op).await;
 }

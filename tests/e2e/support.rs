@@ -477,3 +477,18 @@ pub async fn pod_ids(
         })
         .collect()
 }
+
+/// The folder of claim `pvc` on this machine .
+pub async fn volume_path(client: &Client, ns: &str, pvc: &str) -> PathBuf {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get(pvc)
+        .await
+        .unwrap();
+    let pv = claim.spec.unwrap().volume_name.unwrap();
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&pv)
+        .await
+        .unwrap();
+    PathBuf::from(pv.spec.unwrap().host_path.unwrap().path)
+}

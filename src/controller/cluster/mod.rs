@@ -329,6 +329,12 @@ pub async fn reconcile(
 }
 
 pub fn error_policy(cluster: Arc<ClickHouseCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    if error.reason() == FailureReason::CatchUpTimeout {
+        // Not a step that failed: the pass did its work and reported a replica that lags.
+        // It heals without any Kubernetes event, so it is re-checked as a healthy cluster is.
+        warn!(cluster = %key(&cluster), error = %error, "rollout stopped");
+        return Action::requeue(RECHECK);
+    }
     super::retry_later(
         KIND,
         &key(&cluster),

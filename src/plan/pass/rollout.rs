@@ -18,8 +18,27 @@ use crate::plan::action::Action;
 use crate::plan::facts::{Kind, Mode};
 use crate::plan::rollout::{self, Gates, Member, RolloutPlan};
 
-/// How long a restarted replica may take to catch up with replication (S2-32).
+/// How long a restarted replica may take to catch up with replication (S2-32), unless
+/// `spec.catchUpSeconds` says otherwise.
 pub const CATCH_UP_DEADLINE: SignedDuration = SignedDuration::from_secs(7200);
+
+/// The catch-up deadline of a spec (S2-32).
+pub fn catch_up_deadline(catch_up_seconds: Option<i64>) -> SignedDuration {
+    catch_up_seconds.map_or(CATCH_UP_DEADLINE, SignedDuration::from_secs)
+}
+
+/// `2 hours`, `90 min`, `45 s`.
+fn human(d: SignedDuration) -> String {
+    let s = d.as_secs();
+    match s {
+        s if s >= 3600 && s % 3600 == 0 => {
+            let h = s / 3600;
+            format!("{h} hour{}", if h == 1 { "" } else { "s" })
+        }
+        s if s >= 60 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
 
 /// A server StatefulSet that exists: the desired object (with the claim templates it has,
 /// which cannot change in place) and the observed one.
@@ -73,7 +92,19 @@ pub fn plan(pass: &mut Pass) {
     }
     pass.waits.extend(decision.waiting.iter().cloned());
     if let Some(f) = decision.failure {
-        pass.fail(FailureReason::RolloutFailed, f);
+        // A replica that runs but lags is not a broken pod: once it catches up the rollout
+        // goes on, which no Kubernetes event announces (the pass re-checks as usual).
+        let lagging_only = pass
+            .members
+            .iter()
+            .filter(|m| m.failing.is_some())
+            .all(|m| pass.facts.server(&m.name).pod.failing.is_none());
+        let reason = if lagging_only {
+            FailureReason::CatchUpTimeout
+        } else {
+            FailureReason::RolloutFailed
+        };
+        pass.fail(reason, f);
     } else if !decision.write_templates.is_empty()
         || !decision.restart_pods.is_empty()
         || !decision.exclude_pods.is_empty()
@@ -119,16 +150,17 @@ fn member(pass: &Pass, e: &Existing) -> Member {
     let entry = pass.map.get(&e.name);
     let pod = &pass.facts.server(&e.name).pod;
     let caught_up = pass.obs.caught_up.get(&e.name).copied();
+    let deadline = catch_up_deadline(pass.spec.catch_up_seconds);
     let failing = pod.failing.clone().or_else(|| {
         let since = pod.ready_since?;
-        (caught_up == Some(false) && pass.now.duration_since(since) > CATCH_UP_DEADLINE).then(
-            || {
-                format!(
-                    "replica {} did not catch up with replication within 2 hours",
-                    e.name
-                )
-            },
-        )
+        (caught_up == Some(false) && pass.now.duration_since(since) > deadline).then(|| {
+            format!(
+                "replica {} did not catch up with replication within {}; the rollout stops \
+                 until it does (see its system.replicas and system.replication_queue)",
+                e.name,
+                human(deadline)
+            )
+        })
     });
     Member {
         name: e.name.clone(),

@@ -1241,6 +1241,67 @@ fn rolling_update_does_not_wait_for_catch_up_but_smart_update_does() {
     }
 }
 
+/// S2-32: a Smart Update waits for a restarted replica to catch up for `catchUpSeconds`
+/// (default 2 hours); past it the rollout stops with a message naming the replica. Here a
+/// restarted replica never catches up, and its pod has been Ready for 60 s.
+#[test]
+fn a_replica_that_does_not_catch_up_stops_the_rollout_after_catch_up_seconds() {
+    for (catch_up, fails) in [(None, false), (Some(120), false), (Some(30), true)] {
+        let mut spec = serde_json::json!({"shards": 1, "replicas": 3});
+        if let Some(s) = catch_up {
+            spec["catchUpSeconds"] = s.into();
+        }
+        let mut sim = Sim::new(spec);
+        sim.converge(20);
+        sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
+        let mut message = String::new();
+        let mut reason = None;
+        sim.log.clear();
+        for _ in 0..10 {
+            // a restarted replica lags, always; the others are synced
+            for n in sim.map().keys().cloned().collect::<Vec<_>>() {
+                let restarted = sim.log.iter().any(|l| {
+                    (l.starts_with("restart pod ") || l.starts_with("controller replaces pod "))
+                        && l.contains(&format!("{n}-0"))
+                });
+                sim.obs.caught_up.insert(n, !restarted);
+            }
+            let p = sim.plan();
+            message = p.status.message.clone().unwrap_or_default();
+            reason = p.failure.as_ref().map(|f| f.reason);
+            sim.act(&p);
+        }
+        let stopped = sim.state() == ClusterState::Error;
+        if fails {
+            // re-checked like a healthy cluster, not backed off: it heals without an event
+            assert_eq!(reason, Some(crate::plan::FailureReason::CatchUpTimeout));
+        }
+        assert_eq!(stopped, fails, "{catch_up:?}: {message}");
+        if fails {
+            assert!(
+                message.contains("did not catch up with replication within 30 s"),
+                "{message}"
+            );
+            assert!(message.contains("replica c1-0-"), "{message}");
+            let restarts = sim
+                .log
+                .iter()
+                .filter(|l| {
+                    l.starts_with("restart pod ") || l.starts_with("controller replaces pod ")
+                })
+                .count();
+            assert_eq!(restarts, 1, "the rollout stopped at its first replica");
+        } else {
+            assert!(!message.contains("did not catch up"), "{message}");
+        }
+    }
+    assert_eq!(
+        super::rollout::catch_up_deadline(None).as_secs(),
+        7200,
+        "2 hours by default"
+    );
+}
+
 /// A pass whose step keeps failing reports the same status every time (no condition flips, so
 /// no status write re-triggers the pass at once: it waits for its backoff).
 #[test]
