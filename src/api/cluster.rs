@@ -79,6 +79,10 @@ pub struct ClickHouseClusterSpec {
     /// Scheduled backups.
     #[serde(default)]
     pub backup: BackupScheduleSpec,
+    /// Automatic version upgrades: at a scheduled time, a newer allowed version from a version
+    /// source is written into `spec.image` (never into a StatefulSet); Smart Update rolls it out.
+    #[serde(default)]
+    pub upgrade_options: UpgradeOptions,
     /// The client Service of the cluster.
     #[serde(default)]
     pub client_service: ClientServiceSpec,
@@ -226,6 +230,80 @@ impl PodSettings {
     pub fn startup_failure_threshold(&self, default: i32) -> i32 {
         (self.startup_seconds.unwrap_or(default).max(2) + 1) / 2
     }
+}
+
+/// Automatic version upgrades (seed 002, S2-24).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeOptions {
+    /// `Disabled` (default), `Recommended`, `Latest`, or an exact version (`24.8.4.13`, which
+    /// may also be older than the current one: the only way to a downgrade).
+    #[serde(default = "default_upgrade_apply")]
+    pub apply: String,
+    /// When the source is read, as a cron expression in UTC (default `0 4 * * *`).
+    #[serde(default = "default_upgrade_schedule")]
+    pub schedule: String,
+    /// Where the versions come from (needed unless `apply` is `Disabled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_source: Option<VersionSource>,
+}
+
+impl Default for UpgradeOptions {
+    fn default() -> Self {
+        UpgradeOptions {
+            apply: default_upgrade_apply(),
+            schedule: default_upgrade_schedule(),
+            version_source: None,
+        }
+    }
+}
+
+fn default_upgrade_apply() -> String {
+    "Disabled".into()
+}
+fn default_upgrade_schedule() -> String {
+    "0 4 * * *".into()
+}
+
+/// A document listing versions: `{"recommended": "25.3", "versions": [{"version": "25.3",
+/// "image": "…"}, …]}` (`image` defaults to the current image's repository with the version as
+/// its tag). Exactly one of `url` and `configMap`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionSource {
+    /// An HTTP(S) URL answering with the document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A ConfigMap in the cluster's namespace holding the document (for air-gapped clusters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapKey>,
+}
+
+/// A key of a ConfigMap.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKey {
+    pub name: String,
+    /// Default `versions.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// What the last automatic upgrade check found.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    /// The schedule slot last checked (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check: Option<String>,
+    /// What that check found or did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The last image written into `spec.image` by a check, and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_upgrade: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_upgrade_time: Option<String>,
 }
 
 /// A data volume.
@@ -472,6 +550,9 @@ pub struct ClickHouseClusterStatus {
     /// The schema policy in force after normalisation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_policy: Option<EffectiveSchemaPolicy>,
+    /// Automatic upgrades (`spec.upgradeOptions`): the last check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

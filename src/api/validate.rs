@@ -64,6 +64,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     check_secrets(name, spec, &mut errors);
     check_tls(spec, &mut errors);
     check_backup_schedules(spec, &mut errors);
+    check_upgrade_options(spec, &mut errors);
     for (which, pod) in [
         ("spec.pod", &spec.pod),
         ("spec.keeper.pod", &spec.keeper.pod),
@@ -219,6 +220,44 @@ fn check_tls(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 
 /// Backup schedules: unique DNS-label names, a valid cron expression, at least one backup
 /// kept, and a destination to write to.
+/// `spec.upgradeOptions`: a known `apply`, a valid cron, one version source when enabled.
+fn check_upgrade_options(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    let u = &spec.upgrade_options;
+    let apply = match crate::plan::upgrade::Apply::parse(&u.apply) {
+        Ok(a) => a,
+        Err(e) => {
+            errors.add("spec.upgradeOptions.apply", e);
+            return;
+        }
+    };
+    if let Err(e) = Cron::parse(&u.schedule) {
+        errors.add("spec.upgradeOptions.schedule", e);
+    }
+    if apply == crate::plan::upgrade::Apply::Disabled {
+        return;
+    }
+    match &u.version_source {
+        None => errors.add(
+            "spec.upgradeOptions.versionSource",
+            "automatic upgrades need a version source (url or configMap)".into(),
+        ),
+        Some(s) if s.url.is_some() == s.config_map.is_some() => errors.add(
+            "spec.upgradeOptions.versionSource",
+            "set exactly one of url and configMap".into(),
+        ),
+        Some(s) => {
+            if let Some(url) = &s.url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                errors.add(
+                    "spec.upgradeOptions.versionSource.url",
+                    format!("{url:?} is not an http(s) URL"),
+                );
+            }
+        }
+    }
+}
+
 fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if !spec.backup.schedules.is_empty() && spec.backup.destination.is_none() {
         errors.add(
@@ -528,6 +567,52 @@ mod tests {
         let f = fields("c1", &s);
         assert!(f.contains(&"spec.users.secretName".to_string()), "{f:?}");
         assert!(f.contains(&"spec.pod.envSecret".to_string()), "{f:?}");
+    }
+
+    /// S2-24: `upgradeOptions` is off by default with the default schedule; when on, it needs
+    /// a known `apply`, a valid cron and exactly one version source.
+    #[test]
+    fn upgrade_options_are_checked() {
+        let mut s = spec();
+        assert_eq!(s.upgrade_options.apply, "Disabled");
+        assert_eq!(s.upgrade_options.schedule, "0 4 * * *");
+        assert!(fields("c1", &s).is_empty());
+        s.upgrade_options.apply = "Recommended".into();
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.upgradeOptions.versionSource".to_string()]
+        );
+        s.upgrade_options.version_source = Some(VersionSource {
+            url: Some("https://versions.example/clickhouse.json".into()),
+            config_map: Some(ConfigMapKey {
+                name: "v".into(),
+                key: None,
+            }),
+        });
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.upgradeOptions.versionSource".to_string()]
+        );
+        s.upgrade_options
+            .version_source
+            .as_mut()
+            .unwrap()
+            .config_map = None;
+        assert!(fields("c1", &s).is_empty());
+        s.upgrade_options.version_source.as_mut().unwrap().url = Some("ftp://x".into());
+        s.upgrade_options.schedule = "0 4 * *".into();
+        assert_eq!(
+            fields("c1", &s),
+            vec![
+                "spec.upgradeOptions.schedule".to_string(),
+                "spec.upgradeOptions.versionSource.url".to_string()
+            ]
+        );
+        s.upgrade_options.apply = "soon".into();
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.upgradeOptions.apply".to_string()]
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod pvc_cleaner;
 pub mod restore;
 pub mod schedule;
+pub mod upgrade;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -25,7 +25,8 @@ use crate::util::cron::Cron;
 /// How often schedules are looked at.
 pub const TICK: Duration = Duration::from_secs(5);
 
-/// Looks at every cluster's schedules every [`TICK`], for as long as the operator acts.
+/// Looks at every cluster's schedules (backups, and automatic upgrades: see
+/// [`super::upgrade`]) every [`TICK`], for as long as the operator acts.
 pub async fn run(ctx: Arc<Context>) {
     loop {
         let clusters: Vec<Arc<ClickHouseCluster>> =
@@ -33,6 +34,9 @@ pub async fn run(ctx: Arc<Context>) {
         for c in clusters {
             if let Err(e) = tick(&ctx, &c).await {
                 warn!(cluster = %c.name_any(), error = %e, "backup schedules: will try again");
+            }
+            if let Err(e) = super::upgrade::tick(&ctx, &c).await {
+                warn!(cluster = %c.name_any(), error = %e, "upgrade check: will try again");
             }
         }
         tokio::time::sleep(TICK).await;

@@ -17,7 +17,7 @@
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names | [`Need::RollingRestart`] | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService` | [`Need::ObjectUpdate`] | — |
-//! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds` | nothing | nothing |
+//! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds`, `upgradeOptions` | nothing | nothing |
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -10,6 +10,7 @@ pub mod report;
 pub mod rollout;
 pub mod scale_in;
 pub mod status;
+pub mod upgrade;
 
 use crate::api::{
     ClickHouseCluster, ClickHouseClusterStatus, ClusterState, SchemaPolicy,

@@ -255,3 +255,158 @@ async fn swapping_the_operator_binary_for_the_next_version_restarts_no_pod() {
     let op = start_operator(&client, &ns, false).await;
     finish(&client, &ns, op).await;
 }
+
+/// S2-24, issue 16: automatic version upgrades from a ConfigMap source on a one-minute
+/// schedule. While the cluster is paused, slots pass and nothing changes. Once it is ready, the
+/// next slot writes the latest offered image into `spec.image`, once; Smart Update rolls every
+/// server one at a time, the backup replica last; later slots find that version current. A
+/// source that cannot be used is reported in `status.upgrade` and a condition, while the cluster
+/// stays `ready`.
+#[tokio::test]
+async fn automatic_upgrades_write_the_new_image_once_and_roll_it_out() {
+    use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
+    let client = client().await;
+    let ns = namespace(&client, "autoup").await;
+    let op = start_operator(&client, &ns, false).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let versions = |doc: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": "versions"},
+                                      "data": {"versions.json": doc}}))
+        .unwrap()
+    };
+    cms.create(
+        &Default::default(),
+        &versions(
+            r#"{"recommended": "24.8", "versions": [{"version": "24.8"}, {"version": "25.3"}]}"#,
+        ),
+    )
+    .await
+    .unwrap();
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "image": "clickhouse/clickhouse-server:24.8", "pause": true,
+               "upgradeOptions": {"apply": "Latest", "schedule": "*/1 * * * *",
+                                  "versionSource": {"configMap": {"name": "versions"}}}}),
+    )
+    .await;
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    // paused: a slot passes, nothing is written
+    let paused = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(150),
+        "a slot checked while paused",
+        |s| {
+            s.upgrade
+                .as_ref()
+                .and_then(|u| u.message.as_deref())
+                .is_some_and(|m| m.contains("paused"))
+        },
+    )
+    .await;
+    assert_eq!(paused.spec.image, "clickhouse/clickhouse-server:24.8");
+    assert_eq!(paused.metadata.generation, Some(1));
+
+    patch_spec(&client, &ns, "c1", json!({"pause": false})).await;
+    let ready = wait_ready(&client, &ns, "c1", 2).await;
+    let map = ready.status.unwrap().replica_state_map;
+    let backup = format!("{}-0", map.iter().find(|(_, r)| r.is_backup_pod).unwrap().0);
+    let before = pod_ids(&client, &ns, "app.kubernetes.io/component=server").await;
+    // the next slot upgrades; sample the pods until the rollout is over
+    let mut order: Vec<String> = Vec::new();
+    let mut most_down = 0;
+    let started = std::time::Instant::now();
+    loop {
+        let c = api.get("c1").await.unwrap();
+        let now = pod_ids(&client, &ns, "app.kubernetes.io/component=server").await;
+        for (pod, (uid, _)) in &now {
+            if before.get(pod).is_some_and(|(old, _)| old != uid) && !order.contains(pod) {
+                order.push(pod.clone());
+            }
+        }
+        let serving = c.status.as_ref().map_or(0, |s| s.clickhouse.ready);
+        most_down = most_down.max(2 - serving);
+        let s = c.status.clone().unwrap_or_default();
+        if c.spec.image.ends_with(":25.3")
+            && s.state == ClusterState::Ready
+            && s.observed_generation == c.metadata.generation
+            && order.len() == 2
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no upgrade: {:?} {:?}",
+            c.spec.image,
+            s.upgrade
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let upgraded = api.get("c1").await.unwrap();
+    let record = upgraded.status.clone().unwrap().upgrade.unwrap();
+    println!(
+        "upgraded after {:?}: {record:?}, pods restarted in order {order:?}",
+        started.elapsed()
+    );
+    assert_eq!(upgraded.spec.image, "clickhouse/clickhouse-server:25.3");
+    assert_eq!(
+        upgraded.metadata.generation,
+        Some(3),
+        "one write of spec.image"
+    );
+    assert_eq!(order.last(), Some(&backup), "the backup replica last");
+    assert!(
+        most_down <= 1,
+        "one server at a time: {most_down} down at once"
+    );
+    assert!(record.message.unwrap().contains("24.8.0.0 → 25.3.0.0"));
+
+    // a later slot: current; then a source that is no document: reported, the cluster ready
+    let checked = record.last_check.clone();
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(90),
+        "a later slot",
+        |s| {
+            s.upgrade.as_ref().is_some_and(|u| {
+                u.last_check != checked
+                    && u.message.as_deref() == Some("25.3.0.0 is the version to run")
+            })
+        },
+    )
+    .await;
+    cms.replace("versions", &Default::default(), &versions("not json"))
+        .await
+        .unwrap_or_else(|_| panic!("replace"));
+    let bad = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(90),
+        "the bad source reported",
+        |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.r#type == "VersionSource" && c.status == "False")
+        },
+    )
+    .await;
+    let s = bad.status.unwrap();
+    println!("{:?}", s.upgrade);
+    assert_eq!(s.state, ClusterState::Ready);
+    assert!(
+        s.upgrade
+            .unwrap()
+            .message
+            .unwrap()
+            .contains("not a version document")
+    );
+    assert_eq!(bad.spec.image, "clickhouse/clickhouse-server:25.3");
+    finish(&client, &ns, op).await;
+}

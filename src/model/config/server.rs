@@ -18,7 +18,9 @@ pub const SERVER_FILE: &str = "00-operator-server.xml";
 /// The user's settings that need a restart (see [`super::settings`]).
 pub const SETTINGS_FILE: &str = "00-operator-settings.xml";
 /// What ClickHouse reloads: `remote_servers`, the Keeper nodes, the user's reloadable settings.
-pub const RUNTIME_FILE: &str = "00-operator-runtime.xml";
+/// Its name sorts after [`SERVER_FILE`]: files merge in name order, so a reloadable setting the
+/// user sets (`logger/level`) overrides the server file's default instead of being overridden.
+pub const RUNTIME_FILE: &str = "00-operator-zz-runtime.xml";
 /// The per-replica file: macros and `interserver_http_host`.
 pub const REPLICA_FILE: &str = "00-operator-replica.xml";
 /// Keeper path of the distributed DDL queue (`ON CLUSTER`).

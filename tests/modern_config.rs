@@ -1,0 +1,1006 @@
+//! The server configuration and users files the operator generates load in a current ClickHouse
+//! engine (issue 16): chDB 4.4, the ClickHouse 26.x engine as a Python module (installed from
+//! PyPI by `hack/chdb.sh`), is started on them with `chdb.connect(':memory:?config-file=…')`,
+//! and its own system tables are read back.
+//!
+//! Layout: one replica's files are written into a temporary folder as the server pod has them
+//! under `/etc/clickhouse-server` (see `src/model/statefulset.rs`): `config.d/` holds the common
+//! ConfigMap (the operator's files and `spec.configuration.files`), the replica's own ConfigMap
+//! and `remote_servers` from the users Secret; `users.d/` holds the users file from the users
+//! Secret. Underneath lie a small `config.xml` and `users.xml` standing in for the image's own
+//! (the parts the generated files override or rely on: ports, `openSSL`, an example cluster,
+//! `user_directories`, the passwordless `default` user). Test-only files, named `zz-test.xml` so
+//! they merge last, only move the log files into the temporary folder (chDB honours `logger`,
+//! and would otherwise write into `/var/log/clickhouse-server`), let the `default` user read the
+//! access system tables (`access_management`) and show password hashes
+//! (`display_secrets_in_show_and_select`); the TLS test also moves the certificate paths.
+//!
+//! What the 26.x engine proves here: every generated file merges (malformed XML fails the
+//! load, see the negative tests); the users file is accepted, including every profile setting
+//! (an unknown setting name fails the load); `system.clusters` lists exactly the cluster of the
+//! spec with the pods' DNS names, the secure port with TLS and the operator's user;
+//! `system.macros` and `interserver_http_host` are the replica's; profiles, quotas, users, their
+//! profiles, networks and SHA-256 password hashes are what the spec and the Secrets say;
+//! settings of the settings file and nested settings (`merge_tree/…`) are in force; the Keeper
+//! nodes are the ones ReplicatedMergeTree tries; the generated `openSSL` server and client
+//! sections build TLS contexts (with a test certificate), and an invalid value there is refused.
+//!
+//! What it does not prove: chDB has no network listeners, so ports are parsed, not served, and
+//! `listen_host` is not exercised; nobody logs in (chDB's session is always `default`), so
+//! passwords are compared as hashes, not used; the Keeper and pod hosts do not resolve here, so
+//! nothing is replicated; chDB does not apply `max_concurrent_queries` (it reports 0 whatever
+//! the file says) and forces `logger.level` to `trace`, so neither can be read back; what a
+//! real 26.x server does at startup beyond loading the configuration (binding ports, the
+//! `path`, access storage on disk) is not run.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use clickhouse_operator::api::ClickHouseCluster;
+use clickhouse_operator::model::config::server::{RUNTIME_FILE, SERVER_FILE};
+use clickhouse_operator::model::{Cluster, Desired, Inputs, Password, ReplicaSpec, desired, names};
+
+/// Stand-in for the image's `config.xml`: the image's values of what the generated files
+/// override (ports, logger, `openSSL`, an example cluster in `remote_servers`) and the
+/// `user_directories` entry that makes the server read `users.xml` and merge `users.d/`.
+const BASE_CONFIG: &str = r#"<?xml version="1.0"?>
+<clickhouse>
+    <logger>
+        <level>trace</level>
+        <log>/var/log/clickhouse-server/clickhouse-server.log</log>
+        <errorlog>/var/log/clickhouse-server/clickhouse-server.err.log</errorlog>
+        <size>1000M</size>
+        <count>10</count>
+    </logger>
+    <http_port>8123</http_port>
+    <tcp_port>9000</tcp_port>
+    <mysql_port>9004</mysql_port>
+    <postgresql_port>9005</postgresql_port>
+    <interserver_http_port>9009</interserver_http_port>
+    <max_connections>4096</max_connections>
+    <max_concurrent_queries>1000</max_concurrent_queries>
+    <openSSL>
+        <server>
+            <verificationMode>none</verificationMode>
+            <loadDefaultCAFile>true</loadDefaultCAFile>
+            <cacheSessions>true</cacheSessions>
+            <disableProtocols>sslv2,sslv3</disableProtocols>
+            <preferServerCiphers>true</preferServerCiphers>
+            <invalidCertificateHandler><name>RejectCertificateHandler</name></invalidCertificateHandler>
+        </server>
+        <client>
+            <loadDefaultCAFile>true</loadDefaultCAFile>
+            <cacheSessions>true</cacheSessions>
+            <disableProtocols>sslv2,sslv3</disableProtocols>
+            <preferServerCiphers>true</preferServerCiphers>
+            <invalidCertificateHandler><name>RejectCertificateHandler</name></invalidCertificateHandler>
+        </client>
+    </openSSL>
+    <user_directories>
+        <users_xml><path>users.xml</path></users_xml>
+    </user_directories>
+    <remote_servers>
+        <default>
+            <shard><replica><host>localhost</host><port>9000</port></replica></shard>
+        </default>
+    </remote_servers>
+    <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>
+</clickhouse>
+"#;
+
+/// Stand-in for the image's `users.xml`: the passwordless `default` user, profiles `default`
+/// and `readonly`, quota `default`.
+const BASE_USERS: &str = r#"<?xml version="1.0"?>
+<clickhouse>
+    <profiles>
+        <default/>
+        <readonly><readonly>1</readonly></readonly>
+    </profiles>
+    <users>
+        <default>
+            <password></password>
+            <networks><ip>::/0</ip></networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </default>
+    </users>
+    <quotas>
+        <default>
+            <interval>
+                <duration>3600</duration>
+                <queries>0</queries>
+                <errors>0</errors>
+                <result_rows>0</result_rows>
+                <read_rows>0</read_rows>
+                <execution_time>0</execution_time>
+            </interval>
+        </default>
+    </quotas>
+</clickhouse>
+"#;
+
+/// Test-only users file: lets the chDB session (always `default`) read `system.users`,
+/// `system.settings_profile_elements`, `system.quotas` and `SHOW CREATE USER`.
+const TEST_USERS: &str = r#"<?xml version="1.0"?>
+<clickhouse>
+    <users><default><access_management>1</access_management></default></users>
+</clickhouse>
+"#;
+
+const UID: &str = "00000000-0000-4000-8000-000000000016";
+
+/// The Python of the chDB environment (installed once per test process).
+fn chdb_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/chdb.sh"))
+            .output()
+            .expect("run hack/chdb.sh");
+        assert!(
+            out.status.success(),
+            "hack/chdb.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap()
+                .trim(),
+        )
+    })
+}
+
+/// One replica's configuration laid out like `/etc/clickhouse-server`; removed when dropped
+/// unless `KEEP_MODERN_CONFIG_DIR` is set.
+struct Layout {
+    dir: PathBuf,
+}
+
+impl Drop for Layout {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_MODERN_CONFIG_DIR").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Layout {
+    fn config_d(&self, name: &str) -> PathBuf {
+        self.dir.join("config.d").join(name)
+    }
+
+    fn users_d(&self, name: &str) -> PathBuf {
+        self.dir.join("users.d").join(name)
+    }
+
+    fn read(&self, path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// Replaces the content of one file of the layout.
+    fn rewrite(&self, path: &Path, f: impl FnOnce(String) -> String) {
+        let new = f(self.read(path));
+        write(path, &new);
+    }
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+fn secret_file(d: &Desired, key: &str) -> String {
+    String::from_utf8(d.users_secret.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
+/// Writes the files replica `replica` mounts (as `server_volumes` in `src/model/statefulset.rs`
+/// projects them) into a fresh folder. `extra` is more test-only XML for `config.d/zz-test.xml`.
+fn lay_out(tag: &str, d: &Desired, replica: &str, extra: &str) -> Layout {
+    let dir = std::env::temp_dir().join(format!("modern-config-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let layout = Layout { dir };
+    write(&layout.dir.join("config.xml"), BASE_CONFIG);
+    write(&layout.dir.join("users.xml"), BASE_USERS);
+    // config.d: the common ConfigMap, the replica's ConfigMap, remote_servers from the Secret.
+    for (name, content) in d.common_config.data.as_ref().unwrap() {
+        write(&layout.config_d(name), content);
+    }
+    let own = d
+        .replica_configs
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(replica))
+        .unwrap_or_else(|| panic!("no ConfigMap of replica {replica}"));
+    for (name, content) in own.data.as_ref().unwrap() {
+        write(&layout.config_d(name), content);
+    }
+    write(
+        &layout.config_d(names::REMOTE_SERVERS_FILE),
+        &secret_file(d, names::REMOTE_SERVERS_FILE),
+    );
+    // users.d: the users file from the Secret.
+    write(
+        &layout.users_d(names::USERS_FILE),
+        &secret_file(d, names::USERS_FILE),
+    );
+    let log = layout.dir.join("log");
+    write(
+        &layout.config_d("zz-test.xml"),
+        &format!(
+            r#"<?xml version="1.0"?>
+<clickhouse>
+    <logger>
+        <log>{log}/server.log</log>
+        <errorlog>{log}/server.err.log</errorlog>
+        <console>0</console>
+    </logger>
+    <display_secrets_in_show_and_select>1</display_secrets_in_show_and_select>
+    {extra}
+</clickhouse>
+"#,
+            log = log.display()
+        ),
+    );
+    write(&layout.users_d("zz-test.xml"), TEST_USERS);
+    layout
+}
+
+/// What chDB said about one layout.
+#[derive(Debug)]
+struct Run {
+    /// Why `chdb.connect` refused the configuration, if it did.
+    load_error: Option<String>,
+    /// Per query: the rows (each value as text, NULL as `None`) or the error.
+    results: Vec<Result<Vec<Vec<Option<String>>>, String>>,
+    /// chDB's own stderr (details of a load error go there).
+    stderr: String,
+    /// The server log written while running.
+    log: String,
+}
+
+impl Run {
+    fn loaded(&self) -> &Self {
+        assert!(
+            self.load_error.is_none(),
+            "chDB refused the configuration: {:?}\n{}",
+            self.load_error,
+            self.stderr
+        );
+        self
+    }
+
+    /// The rows of query `i`, each row's values joined by tabs (NULL as `\N`).
+    fn rows(&self, i: usize) -> Vec<String> {
+        match &self.loaded().results[i] {
+            Ok(rows) => rows
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|v| v.as_deref().unwrap_or("\\N"))
+                        .collect::<Vec<_>>()
+                        .join("\t")
+                })
+                .collect(),
+            Err(e) => panic!("query {i} failed: {e}"),
+        }
+    }
+
+    /// The error of query `i`, which must have failed.
+    fn error(&self, i: usize) -> &str {
+        match &self.loaded().results[i] {
+            Ok(rows) => panic!("query {i} succeeded: {rows:?}"),
+            Err(e) => e,
+        }
+    }
+}
+
+/// Starts chDB on the layout's `config.xml` in a fresh Python process and runs `queries` in
+/// one session.
+fn run(layout: &Layout, queries: &[&str]) -> Run {
+    const SCRIPT: &str = r#"
+import json, sys
+req = json.load(sys.stdin)
+out = {"load_error": None, "results": []}
+try:
+    import chdb
+    conn = chdb.connect(":memory:?config-file=" + req["config"])
+except Exception as e:
+    out["load_error"] = "%s: %s" % (type(e).__name__, e)
+else:
+    cur = conn.cursor()
+    for q in req["queries"]:
+        try:
+            cur.execute(q)
+            rows = cur.fetchall() or ()
+            out["results"].append({"rows": [[None if v is None else str(v) for v in r] for r in rows]})
+        except Exception as e:
+            out["results"].append({"error": str(e)})
+    conn.close()
+sys.stdout.write("\nMODERN-CONFIG-RESULT " + json.dumps(out) + "\n")
+"#;
+    let request = serde_json::json!({
+        "config": layout.dir.join("config.xml"),
+        "queries": queries,
+    });
+    let mut child = Command::new(chdb_python())
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run chDB");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("MODERN-CONFIG-RESULT "))
+        .unwrap_or_else(|| panic!("chDB's script failed ({}):\n{stdout}\n{stderr}", out.status));
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let results = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| match r.get("rows") {
+            Some(rows) => Ok(rows
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|row| {
+                    row.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .collect()),
+            None => Err(text(&r["error"])),
+        })
+        .collect();
+    Run {
+        load_error: v["load_error"].as_str().map(str::to_string),
+        results,
+        stderr,
+        log: std::fs::read_to_string(layout.dir.join("log").join("server.log")).unwrap_or_default(),
+    }
+}
+
+/// `system.clusters`, one row per host: cluster, shard, replica, host, port, user, internal
+/// replication.
+const CLUSTERS: &str = "SELECT cluster, shard_num, replica_num, host_name, port, user, \
+     internal_replication FROM system.clusters ORDER BY cluster, shard_num, replica_num";
+
+/// Checks the rows of [`CLUSTERS`]: exactly `shards`, each a list of pod host names, in the
+/// cluster `cluster`, on `port`, as the operator's user. Nothing else (no example cluster of
+/// the image).
+fn check_clusters(
+    rows: &[String],
+    cluster: &str,
+    shards: &[&[&str]],
+    port: i32,
+) -> Result<(), String> {
+    let expected: Vec<String> = shards
+        .iter()
+        .enumerate()
+        .flat_map(|(s, hosts)| {
+            hosts.iter().enumerate().map(move |(r, host)| {
+                format!(
+                    "{cluster}\t{}\t{}\t{host}\t{port}\t{}\t1",
+                    s + 1,
+                    r + 1,
+                    names::OPERATOR_USER
+                )
+            })
+        })
+        .collect();
+    if rows == expected.as_slice() {
+        Ok(())
+    } else {
+        Err(format!(
+            "system.clusters:\n{}\nexpected:\n{}",
+            rows.join("\n"),
+            expected.join("\n")
+        ))
+    }
+}
+
+fn cluster_from(name: &str, namespace: &str, spec: serde_json::Value) -> ClickHouseCluster {
+    let mut c = ClickHouseCluster::new(name, serde_json::from_value(spec).unwrap());
+    c.metadata.namespace = Some(namespace.into());
+    c.metadata.uid = Some(UID.into());
+    c
+}
+
+/// Replicas of `shards` × `per_shard`, creation indexes in shard order.
+fn replicas(cluster: &str, shards: i32, per_shard: i64) -> Vec<ReplicaSpec> {
+    (0..shards)
+        .flat_map(|s| {
+            (0..per_shard).map(move |i| ReplicaSpec::new(cluster, s, i64::from(s) * per_shard + i))
+        })
+        .collect()
+}
+
+fn inputs(replicas: Vec<ReplicaSpec>, users: &[(&str, &str)]) -> Inputs {
+    Inputs {
+        replicas,
+        listed: None,
+        secrets: BTreeMap::new(),
+        user_passwords: users
+            .iter()
+            .map(|(u, p)| (u.to_string(), Password(p.to_string())))
+            .collect(),
+        operator_password: Password("op3rator-pw".into()),
+    }
+}
+
+fn build(c: &ClickHouseCluster, i: &Inputs) -> Desired {
+    desired(&Cluster::new(c).unwrap(), i).unwrap()
+}
+
+/// A 2 × 2 cluster `c1` in `t1` with the given extra spec fields, Secret users `alice`, `bob`.
+fn c1(extra: serde_json::Value) -> (ClickHouseCluster, Inputs) {
+    let mut spec = serde_json::json!({"shards": 2, "replicas": 2});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    (
+        cluster_from("c1", "t1", spec),
+        inputs(
+            replicas("c1", 2, 2),
+            &[("alice", "alice pw & <x>"), ("bob", "bob-pw")],
+        ),
+    )
+}
+
+const C1_HOSTS: [&[&str]; 2] = [
+    &[
+        "c1-0-0-0.c1-headless.t1.svc.cluster.local",
+        "c1-0-1-0.c1-headless.t1.svc.cluster.local",
+    ],
+    &[
+        "c1-1-2-0.c1-headless.t1.svc.cluster.local",
+        "c1-1-3-0.c1-headless.t1.svc.cluster.local",
+    ],
+];
+
+/// Issue 16: the example cluster of `deploy/examples/cluster.yaml` (2 shards × 2 replicas,
+/// 3 Keeper members, its users Secret) loads on ClickHouse 26.x as replica `demo-1-3`:
+/// `system.clusters` lists exactly the 2 × 2 pods of `demo` (the image's example cluster is
+/// replaced), the macros and `interserver_http_host` are the replica's, the default profile's
+/// `max_memory_usage` is in effect, the Secret's user exists with its profile, and a
+/// ReplicatedMergeTree table expands the macros and tries exactly the three Keeper members.
+#[test]
+fn example_cluster_loads_with_its_clusters_macros_profile_and_keeper_nodes() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/examples/cluster.yaml"
+    ))
+    .unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+        .collect();
+    let mut c: ClickHouseCluster = serde_yaml::from_value(docs[0].clone()).unwrap();
+    c.metadata.uid = Some(UID.into());
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("Secret"))
+        .expect("the example has a users Secret");
+    assert_eq!(
+        c.spec.users.as_ref().map(|u| u.secret_name.as_str()),
+        secret["metadata"]["name"].as_str()
+    );
+    let users: Vec<(String, String)> = secret["stringData"]
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap().to_string(),
+                v.as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let users: Vec<(&str, &str)> = users
+        .iter()
+        .map(|(u, p)| (u.as_str(), p.as_str()))
+        .collect();
+    assert_eq!((c.spec.shards, c.spec.replicas), (2, 2));
+    let d = build(&c, &inputs(replicas("demo", 2, 2), &users));
+    let layout = lay_out("example", &d, "demo-1-3", "");
+    let r = run(
+        &layout,
+        &[
+            CLUSTERS,
+            "SELECT macro, substitution FROM system.macros ORDER BY macro",
+            "SELECT getMacro('cluster'), getMacro('shard'), getMacro('replica')",
+            "SELECT value FROM system.server_settings WHERE name = 'interserver_http_host'",
+            "SELECT getSetting('max_memory_usage')",
+            "SELECT name, auth_type FROM system.users WHERE name = 'analyst'",
+            "SELECT user_name, inherit_profile FROM system.settings_profile_elements \
+             WHERE user_name = 'analyst'",
+            "CREATE TABLE rmt (x Int32) ENGINE = ReplicatedMergeTree('/t/{cluster}/{shard}', \
+             '{replica}') ORDER BY x",
+        ],
+    );
+    check_clusters(
+        &r.rows(0),
+        "demo",
+        &[
+            &[
+                "demo-0-0-0.demo-headless.demo.svc.cluster.local",
+                "demo-0-1-0.demo-headless.demo.svc.cluster.local",
+            ],
+            &[
+                "demo-1-2-0.demo-headless.demo.svc.cluster.local",
+                "demo-1-3-0.demo-headless.demo.svc.cluster.local",
+            ],
+        ],
+        names::TCP_PORT,
+    )
+    .unwrap();
+    assert_eq!(
+        r.rows(1),
+        ["cluster\tdemo", "replica\tdemo-1-3", "shard\t1"]
+    );
+    assert_eq!(r.rows(2), ["demo\t1\tdemo-1-3"]);
+    assert_eq!(
+        r.rows(3),
+        ["demo-1-3-0.demo-headless.demo.svc.cluster.local"]
+    );
+    assert_eq!(r.rows(4), ["10000000000"]);
+    assert_eq!(r.rows(5), ["analyst\t['sha256_password']"]);
+    assert_eq!(r.rows(6), ["analyst\tdefault"]);
+    // The macros expand (a missing one fails with NO_ELEMENTS_IN_CONFIG) and ZooKeeper is
+    // configured (without it: NO_ZOOKEEPER); the pods' Keeper hosts do not resolve here.
+    let e = r.error(7);
+    assert!(
+        e.contains("Cannot use any of provided ZooKeeper nodes"),
+        "{e}"
+    );
+    for i in 0..3 {
+        let host = format!(
+            "Cannot use ZooKeeper host demo-keeper-{i}.demo-keeper-headless.demo.svc.cluster.local:{}",
+            names::KEEPER_CLIENT_PORT
+        );
+        assert!(r.log.contains(&host), "the log does not name {host}");
+    }
+    assert!(!r.log.contains("demo-keeper-3"), "a fourth Keeper node");
+}
+
+/// Issue 16: `spec.configuration.settings`, `profiles`, `quotas` and a users Secret load on
+/// ClickHouse 26.x: the settings file overrides the image (`max_connections`), nested and
+/// reloadable settings are in force, every profile and its settings are in
+/// `system.settings_profile_elements`, the Secret's users get `spec.users.profile` and the
+/// operator's user the default profile, all with SHA-256 hashes of their passwords (as the
+/// engine computes them), open networks, and the `default` user only from the pod and the
+/// cluster's pods; the quota's limits are in `system.quota_limits`.
+#[test]
+fn settings_profiles_quotas_and_users_are_in_force() {
+    let (c, i) = c1(serde_json::json!({
+        "users": {"secretName": "c1-app-users", "profile": "app"},
+        "configuration": {
+            "settings": {
+                "max_concurrent_queries": "150",
+                "max_connections": "2048",
+                "max_table_size_to_drop": "123456",
+                "merge_tree/parts_to_throw_insert": "777"
+            },
+            "profiles": {
+                "default": {"max_memory_usage": "1234567890", "max_execution_time": "60"},
+                "app": {"max_threads": "3", "readonly": "1"}
+            },
+            "quotas": {"default": {"duration": "3600", "queries": "1000", "errors": "50"}}
+        }
+    }));
+    let d = build(&c, &i);
+    let layout = lay_out("settings", &d, "c1-0-1", "");
+    let r = run(
+        &layout,
+        &[
+            "SELECT name, value FROM system.server_settings WHERE name IN \
+             ('max_connections', 'max_table_size_to_drop') ORDER BY name",
+            "SELECT value FROM system.merge_tree_settings WHERE name = 'parts_to_throw_insert'",
+            "SELECT name, value FROM system.settings WHERE name IN \
+             ('max_memory_usage', 'max_execution_time') ORDER BY name",
+            "SELECT profile_name, setting_name, value FROM system.settings_profile_elements \
+             WHERE profile_name IS NOT NULL ORDER BY profile_name, setting_name",
+            "SELECT user_name, inherit_profile FROM system.settings_profile_elements \
+             WHERE user_name IS NOT NULL ORDER BY user_name",
+            "SELECT name, auth_type, host_ip, host_names, host_names_regexp FROM system.users \
+             ORDER BY name",
+            "SELECT quota_name, duration, max_queries, max_errors FROM system.quota_limits",
+            "SELECT arraySort(apply_to_list) FROM system.quotas WHERE name = 'default'",
+            "SHOW CREATE USER alice SETTINGS format_display_secrets_in_show_and_select = 1",
+            "SELECT upper(hex(SHA256('alice pw & <x>')))",
+            "SHOW CREATE USER clickhouse_operator SETTINGS format_display_secrets_in_show_and_select = 1",
+            "SELECT upper(hex(SHA256('op3rator-pw')))",
+            CLUSTERS,
+            "SELECT substitution FROM system.macros WHERE macro = 'replica'",
+        ],
+    );
+    assert_eq!(
+        r.rows(0),
+        ["max_connections\t2048", "max_table_size_to_drop\t123456"]
+    );
+    assert_eq!(r.rows(1), ["777"]);
+    assert_eq!(
+        r.rows(2),
+        ["max_execution_time\t60", "max_memory_usage\t1234567890"]
+    );
+    assert_eq!(
+        r.rows(3),
+        [
+            "app\tmax_threads\t3",
+            "app\treadonly\t1",
+            "default\tmax_execution_time\t60",
+            "default\tmax_memory_usage\t1234567890",
+            "readonly\treadonly\t1",
+        ]
+    );
+    assert_eq!(
+        r.rows(4),
+        [
+            "alice\tapp",
+            "bob\tapp",
+            "clickhouse_operator\tdefault",
+            "default\tdefault"
+        ]
+    );
+    let host_regexp = r"^c1-[0-9]+-[0-9]+-0\\.c1-headless\\.t1\\.svc\\.cluster\\.local$";
+    assert_eq!(
+        r.rows(5),
+        [
+            "alice\t['sha256_password']\t['::/0']\t[]\t[]".to_string(),
+            "bob\t['sha256_password']\t['::/0']\t[]\t[]".to_string(),
+            "clickhouse_operator\t['sha256_password']\t['::/0']\t[]\t[]".to_string(),
+            // ::1 and 127.0.0.1 are shown as `localhost`.
+            format!("default\t['plaintext_password']\t[]\t['localhost']\t['{host_regexp}']"),
+        ]
+    );
+    assert_eq!(r.rows(6), ["default\t3600\t1000\t50"]);
+    assert_eq!(
+        r.rows(7),
+        ["['alice', 'bob', 'clickhouse_operator', 'default']"]
+    );
+    let alice = &r.rows(8)[0];
+    assert!(
+        alice.contains(&format!("sha256_hash BY '{}'", r.rows(9)[0])),
+        "{alice}"
+    );
+    assert!(alice.contains("SETTINGS PROFILE `app`"), "{alice}");
+    let op = &r.rows(10)[0];
+    assert!(
+        op.contains(&format!("sha256_hash BY '{}'", r.rows(11)[0])),
+        "{op}"
+    );
+    check_clusters(&r.rows(12), "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
+    assert_eq!(r.rows(13), ["c1-0-1"]);
+}
+
+/// The TLS cluster of these tests: server certificate and CA Secrets.
+fn tls_cluster(required: bool) -> (ClickHouseCluster, Inputs) {
+    c1(serde_json::json!({
+        "tls": {"enabled": true, "serverCertSecret": "c1-tls", "caSecret": "c1-ca",
+                "required": required}
+    }))
+}
+
+/// A self-signed certificate and its key in `dir`, or `None` without `openssl`.
+fn self_signed(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let (crt, key) = (dir.join("test.crt"), dir.join("test.key"));
+    std::fs::create_dir_all(dir).unwrap();
+    let ok = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=modern-config-test-ca", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    ok.then_some((crt, key))
+}
+
+/// Issue 16: with `tls.enabled` the generated `openSSL` section, secure ports and secure
+/// `remote_servers` load on ClickHouse 26.x. As generated, the server's TLS context is built
+/// from the generated section: it fails on the CA file the pod mounts at
+/// `/etc/clickhouse-server/ca/ca.crt`, which does not exist here (the image's section names no
+/// CA), and the client context (used by `remoteSecure`) likewise. With only the three file
+/// paths moved to a test certificate (the files are unavoidable to build a context: chDB loads
+/// them when the context is built), both contexts build, so the 26.x engine accepts every
+/// other generated value (verification modes, disabled protocols, session cache, handlers);
+/// the same layout with an invalid verification mode is refused, so the check can fail.
+#[test]
+fn tls_sections_build_tls_contexts_and_clusters_use_the_secure_port() {
+    let (c, i) = tls_cluster(false);
+    let d = build(&c, &i);
+    let layout = lay_out("tls", &d, "c1-1-3", "");
+    let r = run(
+        &layout,
+        &[
+            CLUSTERS,
+            "SELECT name, value FROM system.server_settings WHERE name IN \
+             ('openSSL.server.certificateFile', 'openSSL.server.privateKeyFile', \
+             'openSSL.server.caConfig', 'openSSL.server.verificationMode', \
+             'openSSL.server.loadDefaultCAFile', 'openSSL.server.disableProtocols', \
+             'openSSL.client.caConfig', 'openSSL.client.verificationMode', \
+             'openSSL.client.invalidCertificateHandler.name', 'interserver_http_port') \
+             ORDER BY name",
+            "SELECT count() FROM system.certificates",
+            "SELECT * FROM remoteSecure('127.0.0.1:1', system.one)",
+        ],
+    );
+    check_clusters(&r.rows(0), "c1", &C1_HOSTS, names::TCP_SECURE_PORT).unwrap();
+    assert_eq!(
+        r.rows(1),
+        [
+            "interserver_http_port\t9009",
+            "openSSL.client.caConfig\t/etc/clickhouse-server/ca/ca.crt",
+            "openSSL.client.invalidCertificateHandler.name\tRejectCertificateHandler",
+            "openSSL.client.verificationMode\trelaxed",
+            "openSSL.server.caConfig\t/etc/clickhouse-server/ca/ca.crt",
+            "openSSL.server.certificateFile\t/etc/clickhouse-server/tls/tls.crt",
+            "openSSL.server.disableProtocols\tsslv2,sslv3,tlsv1,tlsv1_1",
+            "openSSL.server.loadDefaultCAFile\t0",
+            "openSSL.server.privateKeyFile\t/etc/clickhouse-server/tls/tls.key",
+            "openSSL.server.verificationMode\tnone",
+        ]
+    );
+    let missing = "File not found: /etc/clickhouse-server/ca/ca.crt";
+    assert!(r.error(2).contains(missing), "{}", r.error(2));
+    assert!(r.error(3).contains(missing), "{}", r.error(3));
+
+    let Some((crt, key)) = self_signed(&layout.dir.join("tls")) else {
+        eprintln!("skipped the TLS context part: openssl is not installed");
+        return;
+    };
+    let paths = |mode: &str| {
+        format!(
+            r#"<openSSL>
+        <server>
+            <certificateFile>{crt}</certificateFile>
+            <privateKeyFile>{key}</privateKeyFile>
+            <caConfig>{crt}</caConfig>{mode}
+        </server>
+        <client><caConfig>{crt}</caConfig></client>
+    </openSSL>"#,
+            crt = crt.display(),
+            key = key.display()
+        )
+    };
+    let queries = [
+        "SELECT subject, path FROM system.certificates",
+        "SELECT * FROM remoteSecure('127.0.0.1:1', system.one)",
+    ];
+    let with_files = lay_out("tls-files", &d, "c1-1-3", &paths(""));
+    let r = run(&with_files, &queries);
+    assert_eq!(
+        r.rows(0),
+        [format!("/CN=modern-config-test-ca\t{}", crt.display())]
+    );
+    // The client context builds too: the connection itself is what fails (nothing listens).
+    assert!(r.error(1).contains("Connection refused"), "{}", r.error(1));
+
+    let bogus = lay_out(
+        "tls-bogus",
+        &d,
+        "c1-1-3",
+        &paths("\n            <verificationMode>bogus</verificationMode>"),
+    );
+    let r = run(&bogus, &queries);
+    assert!(
+        r.error(0).contains("Invalid verification mode"),
+        "{}",
+        r.error(0)
+    );
+}
+
+/// Issue 16: with `tls.required` the plain ports are removed from the image's configuration
+/// and the interserver HTTPS port replaces the HTTP one on ClickHouse 26.x (`http_port` and
+/// `tcp_port` are not server settings chDB reports; their removal is not observable here).
+#[test]
+fn required_tls_swaps_the_interserver_port() {
+    let (c, i) = tls_cluster(true);
+    let d = build(&c, &i);
+    let layout = lay_out("tls-required", &d, "c1-0-0", "");
+    let r = run(
+        &layout,
+        &[
+            "SELECT name, value FROM system.server_settings WHERE name IN \
+             ('interserver_http_port', 'interserver_https_port') ORDER BY name",
+            CLUSTERS,
+        ],
+    );
+    assert_eq!(
+        r.rows(0),
+        [
+            "interserver_http_port\t0".to_string(),
+            format!("interserver_https_port\t{}", names::INTERSERVER_HTTPS_PORT),
+        ]
+    );
+    check_clusters(&r.rows(1), "c1", &C1_HOSTS, names::TCP_SECURE_PORT).unwrap();
+}
+
+/// The custom files of the tests below: one adds a cluster, one sets a nested setting the
+/// spec also sets and overrides a setting of the spec.
+fn custom_files() -> serde_json::Value {
+    serde_json::json!({
+        "50-extra-cluster.xml": "<clickhouse><remote_servers><analytics><shard><replica>\
+            <host>analytics.example.com</host><port>9000</port></replica></shard>\
+            </analytics></remote_servers></clickhouse>",
+        "60-tuning.xml": "<?xml version=\"1.0\"?>\n<clickhouse>\n  <merge_tree>\n    \
+            <parts_to_throw_insert>700</parts_to_throw_insert>\n  </merge_tree>\n  \
+            <max_connections>3000</max_connections>\n</clickhouse>\n"
+    })
+}
+
+/// Issue 16: `spec.configuration.files` load on ClickHouse 26.x next to the operator's files
+/// and merge after them (their names sort after `00-operator-`): a custom cluster is added to
+/// the operator's `remote_servers`, and where a custom file and the spec's settings set the
+/// same element (nested or not), the custom file wins — the later file in name order wins.
+#[test]
+fn custom_files_merge_after_the_operators_files() {
+    let (c, i) = c1(serde_json::json!({
+        "configuration": {
+            "settings": {"max_connections": "2048", "merge_tree/parts_to_throw_insert": "500"},
+            "files": custom_files()
+        }
+    }));
+    let d = build(&c, &i);
+    let layout = lay_out("files", &d, "c1-1-2", "");
+    let r = run(
+        &layout,
+        &[
+            "SELECT cluster, shard_num, replica_num, host_name FROM system.clusters \
+             WHERE cluster = 'analytics'",
+            CLUSTERS,
+            "SELECT value FROM system.merge_tree_settings WHERE name = 'parts_to_throw_insert'",
+            "SELECT value FROM system.server_settings WHERE name = 'max_connections'",
+        ],
+    );
+    assert_eq!(r.rows(0), ["analytics\t1\t1\tanalytics.example.com"]);
+    let c1_rows: Vec<String> = r
+        .rows(1)
+        .into_iter()
+        .filter(|l| l.starts_with("c1\t"))
+        .collect();
+    check_clusters(&c1_rows, "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
+    assert_eq!(r.rows(2), ["700"]);
+    assert_eq!(r.rows(3), ["3000"]);
+}
+
+/// Issue 16: a profile setting ClickHouse 26.x does not know fails the whole load (the users
+/// file is refused, so no user could log in). The operator passes the names of
+/// `spec.configuration.profiles` through unchecked: a misspelt setting in the spec gives a
+/// users file a current server refuses.
+#[test]
+fn an_unknown_profile_setting_fails_the_load() {
+    let (c, i) = c1(serde_json::json!({
+        "configuration": {"profiles": {"default": {"max_memory_usag": "1"}}}
+    }));
+    let d = build(&c, &i);
+    let layout = lay_out("unknown-setting", &d, "c1-0-0", "");
+    let r = run(&layout, &["SELECT 1"]);
+    let e = r
+        .load_error
+        .as_deref()
+        .unwrap_or_else(|| panic!("a profile with an unknown setting loaded: {r:?}"));
+    assert!(
+        r.stderr.contains("Unknown setting 'max_memory_usag'")
+            || e.contains("Unknown setting 'max_memory_usag'"),
+        "{e}\n{}",
+        r.stderr
+    );
+}
+
+/// Issue 16: malformed XML fails the load on ClickHouse 26.x, in `config.d/` (a custom file
+/// with a mismatched closing tag) and in `users.d/` (the generated users file with one closing
+/// tag dropped), while the same layout with the well-formed file loads.
+#[test]
+fn malformed_xml_fails_the_load() {
+    let good = "<clickhouse><max_connections>1</max_connections></clickhouse>";
+    let broken = "<clickhouse><max_connections>1</max_connection></clickhouse>";
+    let (c, i) = c1(serde_json::json!({"configuration": {"files": {"50-custom.xml": good}}}));
+    let d = build(&c, &i);
+    let layout = lay_out("malformed", &d, "c1-0-0", "");
+    let query = ["SELECT value FROM system.server_settings WHERE name = 'max_connections'"];
+    assert_eq!(run(&layout, &query).rows(0), ["1"]);
+
+    layout.rewrite(&layout.config_d("50-custom.xml"), |s| {
+        assert_eq!(s, good);
+        broken.to_string()
+    });
+    let r = run(&layout, &query);
+    assert!(r.load_error.is_some(), "malformed config.d loaded: {r:?}");
+
+    layout.rewrite(&layout.config_d("50-custom.xml"), |_| good.to_string());
+    layout.rewrite(&layout.users_d(names::USERS_FILE), |s| {
+        assert!(s.contains("</networks>"), "{s}");
+        s.replacen("</networks>", "", 1)
+    });
+    let r = run(&layout, &query);
+    let e = r.load_error.as_deref().unwrap_or_default();
+    assert!(
+        e.contains(names::USERS_FILE) || r.stderr.contains(names::USERS_FILE),
+        "malformed users.d loaded or failed for another reason: {r:?}"
+    );
+}
+
+/// Issue 16: the `system.clusters` check notices a generated `remote_servers` file that lacks
+/// one replica of the spec (here `c1-1-3`, removed from the file after generation).
+#[test]
+fn a_replica_missing_from_remote_servers_is_noticed() {
+    let (c, i) = c1(serde_json::json!({}));
+    let d = build(&c, &i);
+    let layout = lay_out("missing-replica", &d, "c1-0-0", "");
+    let host = C1_HOSTS[1][1];
+    layout.rewrite(&layout.config_d(names::REMOTE_SERVERS_FILE), |s| {
+        let at = s.find(host).expect("the replica is in remote_servers");
+        let start = s[..at].rfind("<replica>").unwrap();
+        let end = at + s[at..].find("</replica>").unwrap() + "</replica>".len();
+        format!("{}{}", &s[..start], &s[end..])
+    });
+    let r = run(&layout, &[CLUSTERS]);
+    let rows = r.rows(0);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let e = check_clusters(&rows, "c1", &C1_HOSTS, names::TCP_PORT)
+        .expect_err("a missing replica went unnoticed");
+    assert!(e.contains(host), "{e}");
+}
+
+/// The value of `logger/level` after merging `config.d/` as ClickHouse does: files in name
+/// order, a later file's element replacing an earlier one's (shown on 26.x by
+/// `custom_files_merge_after_the_operators_files`).
+fn merged_logger_level(d: &Desired) -> Option<String> {
+    let files = d.common_config.data.as_ref().unwrap();
+    let mut level = None;
+    for (name, xml) in files {
+        let doc = roxmltree::Document::parse(xml).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Some(l) = doc
+            .root_element()
+            .children()
+            .filter(|n| n.has_tag_name("logger"))
+            .flat_map(|n| n.children())
+            .rfind(|n| n.has_tag_name("level"))
+        {
+            level = l.text().map(str::to_string);
+        }
+    }
+    level
+}
+
+/// Issue 16: `spec.configuration.settings: {logger/level: debug}` is reloadable, so it goes to
+/// the runtime file; the server file sets `logger/level` to `information` by default. Files
+/// merge in name order, the later one winning, so the runtime file must sort after the server
+/// file (it once did not, and the spec's level was silently ignored). chDB cannot show the
+/// level (it forces `logger.level` to `trace`), so the merge is computed from the files, by the
+/// rule the custom-files test proves on 26.x. Checked by hand on Debian's 18.16 server: with
+/// the runtime file sorting first no `<Debug>` line is logged; sorting last, `<Debug>` lines are.
+#[test]
+fn a_logger_level_from_the_spec_is_not_overridden_by_the_operators_default() {
+    let (c, i) = c1(serde_json::json!({
+        "configuration": {"settings": {"logger/level": "debug"}}
+    }));
+    let d = build(&c, &i);
+    let files = d.common_config.data.as_ref().unwrap();
+    assert!(files[RUNTIME_FILE].contains("<level>debug</level>"));
+    assert!(RUNTIME_FILE > SERVER_FILE);
+    assert_eq!(merged_logger_level(&d).as_deref(), Some("debug"));
+}
