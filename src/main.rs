@@ -39,10 +39,19 @@ enum Command {
     /// Back up or restore one shard (run by the operator in a Job beside the shard's backup
     /// replica; configuration from the environment the Job sets).
     BackupAgent,
-    /// Show what the operator would decide for a ClickHouseCluster in a file, without a cluster.
+    /// Show what applying a ClickHouseCluster file would do. With a kubeconfig it reads the
+    /// running cluster (never writes) and exits 0 when nothing would change, 2 when something
+    /// would, 1 when something is refused or invalid; without one (or with --offline) it shows
+    /// the first pass over an empty namespace.
     Plan {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        /// `text` (default) or `json`.
+        #[arg(short = 'o', long = "output", default_value = "text")]
+        output: String,
+        /// Do not read any cluster, even with a kubeconfig.
+        #[arg(long)]
+        offline: bool,
     },
 }
 
@@ -56,36 +65,43 @@ fn main() -> anyhow::Result<()> {
             let code = rt.block_on(clickhouse_operator::backup::agent::main_from_env());
             std::process::exit(code);
         }
-        Command::Plan { file } => {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let docs = serde_yaml::Deserializer::from_str(&text);
-            let mut found = false;
-            for doc in docs {
-                let value = serde_yaml::Value::deserialize(doc)?;
-                if value.get("kind").and_then(|k| k.as_str()) != Some("ClickHouseCluster") {
-                    continue;
+        Command::Plan {
+            file,
+            output,
+            offline,
+        } => {
+            anyhow::ensure!(
+                matches!(output.as_str(), "text" | "json"),
+                "--output is text or json, not {output:?}"
+            );
+            let clusters = read_clusters(&file)?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let client = if offline {
+                None
+            } else {
+                rt.block_on(kube::Client::try_default()).ok()
+            };
+            let Some(client) = client else {
+                for cluster in &clusters {
+                    offline_plan(cluster)?;
                 }
-                found = true;
-                let mut cluster: ClickHouseCluster =
-                    serde_yaml::from_value(value).with_context(|| {
-                        format!("{} holds an invalid ClickHouseCluster", file.display())
-                    })?;
-                // Not read from an API server: give it what the server would.
-                let meta = &mut cluster.metadata;
-                meta.namespace.get_or_insert_with(|| "default".into());
-                meta.uid
-                    .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
-                meta.generation.get_or_insert(1);
-                let plan = controller::cluster::offline_plan(&cluster);
-                let actions: Vec<String> = plan.actions.iter().map(|a| a.describe()).collect();
-                write_stdout(&serde_yaml::to_string(&serde_json::json!({
-                    "cluster": cluster.metadata.name,
-                    "actions": actions,
-                    "status": plan.status,
-                }))?)?;
+                return Ok(());
+            };
+            let mut code = 0;
+            for cluster in &clusters {
+                let p = rt
+                    .block_on(controller::cluster::preview::preview(&client, cluster))
+                    .map_err(|e| anyhow::anyhow!("reading the cluster: {e}"))?;
+                if output == "json" {
+                    write_stdout(&format!("{}\n", serde_json::to_string_pretty(&p)?))?;
+                } else {
+                    write_stdout(&p.human())?;
+                }
+                code = code.max(p.exit_code);
             }
-            anyhow::ensure!(found, "{} holds no ClickHouseCluster", file.display());
+            std::process::exit(code);
         }
         Command::PvcCleaner => {
             let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
@@ -170,4 +186,46 @@ fn write_stdout(text: &str) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
+}
+
+/// The ClickHouseClusters of a YAML file (other kinds skipped).
+fn read_clusters(file: &std::path::Path) -> anyhow::Result<Vec<ClickHouseCluster>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_yaml::Value::deserialize(doc)?;
+        if value.get("kind").and_then(|k| k.as_str()) != Some("ClickHouseCluster") {
+            continue;
+        }
+        out.push(
+            serde_yaml::from_value(value).with_context(|| {
+                format!("{} holds an invalid ClickHouseCluster", file.display())
+            })?,
+        );
+    }
+    anyhow::ensure!(
+        !out.is_empty(),
+        "{} holds no ClickHouseCluster",
+        file.display()
+    );
+    Ok(out)
+}
+
+/// The first pass over an empty namespace, without any cluster.
+fn offline_plan(cluster: &ClickHouseCluster) -> anyhow::Result<()> {
+    let mut cluster = cluster.clone();
+    // Not read from an API server: give it what the server would.
+    let meta = &mut cluster.metadata;
+    meta.namespace.get_or_insert_with(|| "default".into());
+    meta.uid
+        .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+    meta.generation.get_or_insert(1);
+    let plan = controller::cluster::offline_plan(&cluster);
+    let actions: Vec<String> = plan.actions.iter().map(|a| a.describe()).collect();
+    write_stdout(&serde_yaml::to_string(&serde_json::json!({
+        "cluster": cluster.metadata.name,
+        "actions": actions,
+        "status": plan.status,
+    }))?)
 }

@@ -127,6 +127,9 @@ pub struct Plan {
     pub failure: Option<Failure>,
     /// False when the resource must not be reconciled at all (a second cluster in a namespace).
     pub manage: bool,
+    /// The server replicas the rollout looked at: what `plan` needs to show the whole rollout
+    /// order with the rollout's own decision function.
+    pub members: Vec<rollout::Member>,
 }
 
 impl Plan {
@@ -146,6 +149,7 @@ impl Plan {
             again: false,
             failure: Some(failure),
             manage,
+            members: Vec::new(),
         }
     }
 }
@@ -263,6 +267,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         again: pass.again,
         failure: pass.failure,
         manage: true,
+        members: pass.members,
     }
 }
 

@@ -239,6 +239,63 @@ fn plan_shard(
     }
 }
 
+/// The whole rollout over `members`, decided pass after pass by [`plan_rollout`] as if every
+/// restarted replica came back available at once: the replicas restarted together, wave by
+/// wave (what `clickhouse-operator plan` shows). With `RollingUpdate` a written template is a
+/// restart by the StatefulSet controller; with `OnDelete` nothing restarts.
+pub fn waves(
+    members: &[Member],
+    strategy: UpdateStrategy,
+    max_unavailable: i32,
+) -> Vec<Vec<String>> {
+    let gates = Gates {
+        backup_in_flight: None,
+        client_service_ready: true,
+    };
+    let mut ms = members.to_vec();
+    let mut out = Vec::new();
+    for _ in 0..(4 * members.len() + 4) {
+        let p = plan_rollout(&ms, strategy, max_unavailable, &gates);
+        if p.failure.is_some() {
+            break;
+        }
+        let mut progressed = false;
+        let mut restarted = p.restart_pods.clone();
+        for m in ms.iter_mut() {
+            if p.write_templates.contains(&m.name) {
+                m.template_outdated = false;
+                progressed = true;
+                match strategy {
+                    UpdateStrategy::SmartUpdate => m.pod_outdated = true,
+                    UpdateStrategy::RollingUpdate => restarted.push(m.name.clone()),
+                    UpdateStrategy::OnDelete => {}
+                }
+            }
+            if p.exclude_pods.contains(&m.name) {
+                m.serving = false;
+                m.drained = true;
+                progressed = true;
+            }
+        }
+        for m in ms.iter_mut().filter(|m| restarted.contains(&m.name)) {
+            m.pod_outdated = false;
+            m.available = true;
+            m.ready = true;
+            m.serving = true;
+        }
+        if !restarted.is_empty() {
+            restarted.sort();
+            restarted.dedup();
+            out.push(restarted);
+            progressed = true;
+        }
+        if !progressed {
+            break;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,5 +576,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `plan` shows the rollout the operator runs: the canary alone first, then the shards in
+    /// parallel within their budgets, each shard's backup replica last.
+    #[test]
+    fn waves_show_the_canary_first_then_shards_in_parallel_backup_replicas_last() {
+        let members = vec![
+            member("c1-0-0", 0, 0, true),
+            member("c1-0-1", 0, 1, false),
+            member("c1-0-2", 0, 2, false),
+            member("c1-1-3", 1, 3, true),
+            member("c1-1-4", 1, 4, false),
+        ];
+        let w = waves(&members, UpdateStrategy::SmartUpdate, 1);
+        assert_eq!(
+            w,
+            vec![
+                vec!["c1-0-2".to_string()],
+                vec!["c1-0-1".to_string(), "c1-1-4".to_string()],
+                vec!["c1-0-0".to_string(), "c1-1-3".to_string()],
+            ]
+        );
+        let all: usize = w.iter().map(Vec::len).sum();
+        assert_eq!(all, members.len(), "every replica restarts once");
+        assert!(waves(&members, UpdateStrategy::OnDelete, 1).is_empty());
+        let rolling = waves(&members, UpdateStrategy::RollingUpdate, 1);
+        assert_eq!(rolling.iter().map(Vec::len).sum::<usize>(), members.len());
+        let current: Vec<Member> = members
+            .iter()
+            .cloned()
+            .map(|mut m| {
+                m.template_outdated = false;
+                m
+            })
+            .collect();
+        assert!(waves(&current, UpdateStrategy::SmartUpdate, 1).is_empty());
     }
 }

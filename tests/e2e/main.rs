@@ -7,6 +7,7 @@ mod foundation;
 mod isolation;
 mod keeper;
 mod kills;
+mod plan;
 mod support;
 mod upgrade;
 mod workload;

@@ -4,6 +4,7 @@
 
 mod execute;
 mod observe;
+pub mod preview;
 mod scale_in;
 
 use std::collections::HashMap;

@@ -2,17 +2,18 @@
 //! filtered by the cluster's label) and from its ClickHouse servers.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
-use kube::{Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use tracing::debug;
 
-use super::{Error, api};
+use super::Error;
 use crate::api::{ClickHouseBackup, ClickHouseCluster, ClusterState, ReplicaState};
 use crate::clickhouse::{
     self, keeper as keeper_client, replica as chreplica,
@@ -46,22 +47,50 @@ fn as_json<K: Resource + Serialize>(
 /// Reads the world of one pass.
 pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World, Error> {
     let ns = cluster.namespace().unwrap_or_default();
+    let siblings = siblings(cluster, &ctx.clusters_in(&ns));
+    observe_with(cluster, &ctx.client, siblings).await
+}
+
+/// The clusters of `cluster`'s namespace that count for decision 18.
+pub fn siblings(
+    cluster: &ClickHouseCluster,
+    in_namespace: &[Arc<ClickHouseCluster>],
+) -> Vec<Sibling> {
     let name = cluster.name_any();
-    let siblings = ctx
-        .clusters_in(&ns)
+    in_namespace
         .iter()
         .filter(|c| c.metadata.deletion_timestamp.is_none() || c.name_any() == name)
         .map(|c| Sibling {
             name: c.name_any(),
             created: c.metadata.creation_timestamp.as_ref().map(|t| t.0),
         })
-        .collect();
+        .collect()
+}
+
+/// [`observe`] with the namespace's clusters given: reads only, also what `plan` uses.
+pub async fn observe_with(
+    cluster: &ClickHouseCluster,
+    client: &Client,
+    siblings: Vec<Sibling>,
+) -> Result<World, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
     let lp = ListParams::default().labels(&format!("{}={name}", labels::CLUSTER));
     let mut o = Observed {
-        statefulsets: by_name(api::<StatefulSet>(ctx, &ns).list(&lp).await?.items),
-        pods: by_name(api::<Pod>(ctx, &ns).list(&lp).await?.items),
+        statefulsets: by_name(
+            Api::<StatefulSet>::namespaced(client.clone(), &ns)
+                .list(&lp)
+                .await?
+                .items,
+        ),
+        pods: by_name(
+            Api::<Pod>::namespaced(client.clone(), &ns)
+                .list(&lp)
+                .await?
+                .items,
+        ),
         pvcs: by_name(
-            api::<PersistentVolumeClaim>(ctx, &ns)
+            Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
                 .list(&lp)
                 .await?
                 .items,
@@ -70,17 +99,26 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World
     };
     o.objects.extend(as_json(
         Kind::ConfigMap,
-        api::<ConfigMap>(ctx, &ns).list(&lp).await?.items,
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await?
+            .items,
     ));
     o.objects.extend(as_json(
         Kind::Service,
-        api::<Service>(ctx, &ns).list(&lp).await?.items,
+        Api::<Service>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await?
+            .items,
     ));
     o.objects.extend(as_json(
         Kind::PodDisruptionBudget,
-        api::<PodDisruptionBudget>(ctx, &ns).list(&lp).await?.items,
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await?
+            .items,
     ));
-    let secrets: Api<Secret> = api(ctx, &ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let owned_secrets = secrets.list(&lp).await?.items;
     if let Some(pw) = owned_secrets
         .iter()
@@ -114,7 +152,7 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World
             }
         }
     }
-    let backups: Api<ClickHouseBackup> = api(ctx, &ns);
+    let backups: Api<ClickHouseBackup> = Api::namespaced(client.clone(), &ns);
     o.backup_in_flight = backups
         .list(&ListParams::default())
         .await?

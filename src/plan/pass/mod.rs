@@ -95,6 +95,8 @@ pub struct PassPlan {
     pub lag_checks: Vec<String>,
     /// Run another pass right away (the map was persisted and the next steps depend on it).
     pub again: bool,
+    /// The rollout's members (see [`crate::plan::Plan::members`]).
+    pub members: Vec<Member>,
 }
 
 /// A pass being planned: the inputs every phase reads and what the phases emitted so far.
@@ -187,6 +189,7 @@ impl<'a> Pass<'a> {
 
     fn finish(mut self) -> PassPlan {
         self.out.status = super::report::pass_status(&self);
+        self.out.members = self.members.clone();
         self.out.again |= self.gates.map_first && self.out.failure.is_none();
         self.out
     }

@@ -1,0 +1,236 @@
+//! `clickhouse-operator plan -f cluster.yaml` against the cluster that runs (issue 16): what
+//! applying the file would do, decided by the operator's own code and never acted on. It reads
+//! the live resource, its objects, its pods and its servers exactly as a pass observes them
+//! (only reads: no write of any kind), puts the file's spec in place of the live one, and shows
+//! the change classification (`model::changes`), the first pass's steps (`plan::decide`), the
+//! whole restart order (`plan::rollout::waves`, the rollout's own decision function run pass
+//! after pass), the replicas a scale-in condemns, and what is refused.
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+
+use super::Error;
+use super::observe::{observe_with, read_lag, siblings};
+use crate::api::{ClickHouseCluster, ReplicaState};
+use crate::model::changes::{Need, classify};
+use crate::model::names;
+use crate::plan::action::Action;
+use crate::plan::{FailureReason, decide, rollout};
+
+/// What applying a file would do.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Preview {
+    pub namespace: String,
+    pub cluster: String,
+    /// The resource exists (else: what creating it would do).
+    pub live: bool,
+    /// The live state and generation.
+    pub state: Option<String>,
+    /// Per component, each changed field and what it needs.
+    pub changes: Vec<String>,
+    /// Server pods restarted, wave by wave (a wave restarts together).
+    pub restarts: Vec<Vec<String>>,
+    /// Replicas removed by a scale-in.
+    pub condemned: Vec<String>,
+    /// What the operator refuses to do, with the reason.
+    pub refused: Vec<String>,
+    /// What the first pass would do.
+    pub first_pass: Vec<String>,
+    /// What the first pass would wait for.
+    pub waiting: Option<String>,
+    /// 0 nothing to do, 2 changes, 1 refused or invalid.
+    pub exit_code: i32,
+}
+
+fn need(n: Need) -> &'static str {
+    match n {
+        Need::ObjectUpdate => "objects updated, no restart",
+        Need::Scale => "replicas added or removed, no restart",
+        Need::ConfigReload => "reloaded by the servers, no restart",
+        Need::PvcResize => "volumes grown in place, no restart",
+        Need::RollingRestart => "rolling restart",
+        Need::StopAll => "every pod stopped, data kept",
+        Need::StartAll => "every pod started again",
+        Need::FullStopStart => "full stop and start",
+        Need::Refused => "refused",
+    }
+}
+
+/// A step that changes something in Kubernetes or in the servers' data (the DNS cache drop of
+/// a fresh pod changes nothing).
+fn changes_something(a: &Action) -> bool {
+    !matches!(a, Action::DropDnsCache { .. })
+}
+
+/// Decides what applying `file` would do to the cluster of its name, reading through `client`.
+pub async fn preview(client: &Client, file: &ClickHouseCluster) -> Result<Preview, Error> {
+    let ns = file
+        .namespace()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let name = file.name_any();
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    let live = api.get_opt(&name).await?;
+    let mut out = Preview {
+        namespace: ns.clone(),
+        cluster: name.clone(),
+        live: live.is_some(),
+        ..Preview::default()
+    };
+    let proposed = match &live {
+        Some(l) => {
+            let mut p = l.clone();
+            p.spec = file.spec.clone();
+            let annotations = p.metadata.annotations.get_or_insert_with(Default::default);
+            for (k, v) in file.annotations() {
+                annotations.insert(k.clone(), v.clone());
+            }
+            if l.spec != file.spec {
+                p.metadata.generation = Some(l.metadata.generation.unwrap_or(0) + 1);
+            }
+            let s = l.status.clone().unwrap_or_default();
+            out.state = Some(format!(
+                "{}, generation {}",
+                s.state,
+                l.metadata.generation.unwrap_or(0)
+            ));
+            let changes = classify(&l.spec, &file.spec);
+            for (component, c) in [("servers", &changes.server), ("keeper", &changes.keeper)] {
+                for r in c.reasons() {
+                    out.changes
+                        .push(format!("{component}: {} → {}", r.field, need(r.need)));
+                    if r.need == Need::Refused {
+                        out.refused.push(format!("{component}: {}", r.field));
+                    }
+                }
+            }
+            p
+        }
+        None => {
+            let mut p = file.clone();
+            p.metadata.namespace = Some(ns.clone());
+            p.metadata
+                .uid
+                .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+            p.metadata.generation.get_or_insert(1);
+            out.changes.push("the cluster is created".into());
+            p
+        }
+    };
+    let clusters: Vec<std::sync::Arc<ClickHouseCluster>> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+    let mut world = observe_with(&proposed, client, siblings(&proposed, &clusters)).await?;
+    let mut plan = decide(&proposed, &world, Timestamp::now());
+    if !plan.lag_checks.is_empty() {
+        read_lag(&proposed, &mut world, &plan.lag_checks).await;
+        plan = decide(&proposed, &world, Timestamp::now());
+    }
+    if let Some(f) = &plan.failure {
+        match f.reason {
+            FailureReason::InvalidSpec
+            | FailureReason::MissingSecret
+            | FailureReason::ShardRemovalRefused
+            | FailureReason::StorageChangeRefused
+            | FailureReason::NamespaceConflict
+            | FailureReason::NameConflict => {
+                if !out.refused.iter().any(|r| f.message.contains(r.as_str())) {
+                    out.refused.push(f.message.clone());
+                }
+            }
+            _ => out.waiting = Some(f.message.clone()),
+        }
+    }
+    out.first_pass = plan
+        .actions
+        .iter()
+        .filter(|a| changes_something(a))
+        .map(Action::describe)
+        .collect();
+    if out.waiting.is_none() {
+        out.waiting = plan.status.message.clone();
+    }
+    out.restarts = rollout::waves(
+        &plan.members,
+        proposed.spec.update_strategy,
+        proposed.spec.pod_disruption_budget.max_unavailable,
+    )
+    .into_iter()
+    .map(|w| w.iter().map(|r| names::replica_pod(r)).collect())
+    .collect();
+    let was_condemned = |r: &str| {
+        live.as_ref()
+            .and_then(|l| l.status.as_ref())
+            .and_then(|s| s.replica_state_map.get(r))
+            .is_some_and(|e| e.state == ReplicaState::Condemned)
+    };
+    out.condemned = plan
+        .status
+        .replica_state_map
+        .iter()
+        .filter(|(n, e)| e.state == ReplicaState::Condemned && !was_condemned(n))
+        .map(|(n, _)| n.clone())
+        .collect();
+    out.exit_code = if !out.refused.is_empty() {
+        1
+    } else if out.changes.is_empty()
+        && out.first_pass.is_empty()
+        && out.restarts.is_empty()
+        && out.condemned.is_empty()
+    {
+        0
+    } else {
+        2
+    };
+    Ok(out)
+}
+
+impl Preview {
+    /// For people.
+    pub fn human(&self) -> String {
+        let mut s = format!("ClickHouseCluster {}/{}", self.namespace, self.cluster);
+        match &self.state {
+            Some(st) => s.push_str(&format!(" (running: {st})\n")),
+            None => s.push_str(" (does not exist yet)\n"),
+        }
+        let list = |s: &mut String, title: &str, items: &[String]| {
+            if !items.is_empty() {
+                s.push_str(&format!("{title}:\n"));
+                for i in items {
+                    s.push_str(&format!("  - {i}\n"));
+                }
+            }
+        };
+        list(&mut s, "Refused", &self.refused);
+        list(&mut s, "Changes", &self.changes);
+        if !self.restarts.is_empty() {
+            s.push_str("Server pods restarted, in this order (a line restarts together):\n");
+            for (i, w) in self.restarts.iter().enumerate() {
+                s.push_str(&format!("  {}. {}\n", i + 1, w.join(", ")));
+            }
+        }
+        if !self.condemned.is_empty() {
+            s.push_str(&format!(
+                "Replicas removed (their parts synced to the shard's other replicas first, then \
+                 dropped with their Keeper metadata): {}\n",
+                self.condemned.join(", ")
+            ));
+        }
+        list(&mut s, "First pass", &self.first_pass);
+        if let Some(w) = &self.waiting {
+            s.push_str(&format!("Waiting: {w}\n"));
+        }
+        s.push_str(match self.exit_code {
+            0 => "Nothing to do.\n",
+            1 => "Refused: nothing would be applied of what is refused.\n",
+            _ => "Changes would be applied.\n",
+        });
+        s
+    }
+}
