@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use clickhouse_operator::clickhouse::sql::{
     self, ClusterName, DatabaseName, ReplicaMacro, ShardMacro, Source, TableName,
 };
+use clickhouse_operator::clickhouse::version::CAPABILITIES;
 use clickhouse_operator::clickhouse::{Version, backup};
 
 /// The Python of the chDB environment.
@@ -69,26 +70,19 @@ print(json.dumps(out))
         .collect()
 }
 
-/// Every modern statement of backups and restores (`BACKUP … TO S3(…) ASYNC` with and without
-/// `base_backup`, `system.backups`, `RESTORE … FROM S3(…)`) and of replica removal and schema
-/// copy (`SYSTEM SYNC REPLICA … LIGHTWEIGHT`, `SYSTEM DROP [DATABASE] REPLICA`, `DROP … SYNC`,
-/// discovery through `clusterAllReplicas`) parses on a current ClickHouse; a statement with a
-/// syntax error is refused, so the check can fail.
-#[test]
-fn modern_statements_parse_on_a_current_clickhouse() {
-    let v = Version::new(25, 8);
+/// Every statement the SQL builders produce for `v` (with names that need quoting).
+fn statements_for(v: Version) -> Vec<String> {
     let cluster = ClusterName("c1".into());
     let table = TableName::new("my db", "ev`ents");
     let db = DatabaseName("my db".into());
     let replica = ReplicaMacro("c1-0-3".into());
-    let mut statements = backup::modern_examples();
-    statements.extend([
+    let mut statements = vec![
         sql::sync_replica(v, &table),
         sql::drop_table(v, &table),
         sql::drop_database(v, &db),
         sql::discover_databases(v, Source::AllReplicas(&cluster)),
         sql::discover_tables(v, Source::AllReplicas(&cluster)),
-    ]);
+    ];
     statements.extend(sql::discover_functions(v, Source::AllReplicas(&cluster)));
     statements.extend(sql::discover_dictionaries(v));
     statements.extend(sql::drop_replica(v, &replica, &table));
@@ -98,6 +92,36 @@ fn modern_statements_parse_on_a_current_clickhouse() {
         &replica,
         &db,
     ));
+    statements
+}
+
+/// Issue 16: every statement the builders produce for every version row of
+/// `clickhouse::version::CAPABILITIES` at or above 22 (and a current 25.8), plus the backup
+/// and restore statements (`BACKUP … TO S3(…) ASYNC` with and without `base_backup`,
+/// `system.backups`, `RESTORE … FROM S3(…)`), parses on a current ClickHouse and round-trips
+/// (formatting the formatted statement gives it back); a statement with a syntax error is
+/// refused, so the check can fail. Replica removal and schema copy are covered through
+/// `SYSTEM SYNC REPLICA … LIGHTWEIGHT`, `SYSTEM DROP [DATABASE] REPLICA`, `DROP … SYNC` and
+/// discovery through `clusterAllReplicas`.
+#[test]
+fn modern_statements_parse_and_round_trip_on_a_current_clickhouse() {
+    let mut versions: Vec<Version> = CAPABILITIES
+        .iter()
+        .map(|(_, v)| *v)
+        .filter(|v| *v >= Version::new(22, 0))
+        .chain([Version::new(25, 8)])
+        .collect();
+    versions.sort();
+    versions.dedup();
+    let mut statements: Vec<String> = backup::modern_examples();
+    for v in &versions {
+        for s in statements_for(*v) {
+            if !statements.contains(&s) {
+                statements.push(s);
+            }
+        }
+    }
+    println!("{} statements for versions {versions:?}", statements.len());
     let broken = "BACKUP DATABASE `db` TO S3('http://s3/b/', 'a', 's' SETTINGS ASYNC".to_string();
     statements.push(broken.clone());
     let results = parse_all(&statements);
@@ -108,11 +132,12 @@ fn modern_statements_parse_on_a_current_clickhouse() {
         .zip(checked)
         .filter_map(|(s, r)| r.as_ref().err().map(|e| format!("{s}\n  → {e}")))
         .collect();
-    for (s, r) in statements.iter().zip(checked) {
-        if let Ok(f) = r {
-            println!("ok: {s}\n  ≡ {f}");
-        }
-    }
     assert!(failed.is_empty(), "refused by chDB:\n{}", failed.join("\n"));
     assert_eq!(checked.len(), statements.len() - 1);
+    let formatted: Vec<String> = checked.iter().map(|r| r.clone().unwrap()).collect();
+    let again = parse_all(&formatted);
+    for ((s, f), g) in statements.iter().zip(&formatted).zip(&again) {
+        println!("ok: {s}\n  ≡ {f}");
+        assert_eq!(g.as_ref(), Ok(f), "does not round-trip: {s}");
+    }
 }
