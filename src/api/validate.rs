@@ -216,10 +216,17 @@ fn check_tls(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if spec.tls.required && !spec.tls.enabled {
         errors.add("spec.tls.required", "needs spec.tls.enabled: true".into());
     }
+    // Without a CA the operator cannot verify the servers, so it talks plain HTTP; with only
+    // the secure ports served it would be locked out of the cluster.
+    if spec.tls.required && spec.tls.enabled && spec.tls.ca_secret.is_none() {
+        errors.add(
+            "spec.tls.caSecret",
+            "is required when spec.tls.required is true (the operator verifies the servers with it)"
+                .into(),
+        );
+    }
 }
 
-/// Backup schedules: unique DNS-label names, a valid cron expression, at least one backup
-/// kept, and a destination to write to.
 /// `spec.upgradeOptions`: a known `apply`, a valid cron, one version source when enabled.
 fn check_upgrade_options(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     let u = &spec.upgrade_options;
@@ -258,6 +265,8 @@ fn check_upgrade_options(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     }
 }
 
+/// Backup schedules: unique DNS-label names, a valid cron expression, at least one backup
+/// kept, and a destination to write to.
 fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if !spec.backup.schedules.is_empty() && spec.backup.destination.is_none() {
         errors.add(
@@ -390,8 +399,62 @@ fn check_configuration(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
                     "{key:?} is not an element path such as max_concurrent_queries or logger/level"
                 ),
             );
+        } else if let Some(owned) = operator_owned(key) {
+            errors.add(
+                &format!("spec.configuration.settings.{key}"),
+                format!("is set by the operator ({owned}) and cannot be overridden"),
+            );
         }
     }
+    if let Some(profile) = spec.users.as_ref().and_then(|u| u.profile.as_ref())
+        && !BUILT_IN_PROFILES.contains(&profile.as_str())
+        && !spec.configuration.profiles.contains_key(profile)
+    {
+        errors.add(
+            "spec.users.profile",
+            format!(
+                "{profile:?} is neither in spec.configuration.profiles nor one of {BUILT_IN_PROFILES:?}: ClickHouse would refuse the whole users file"
+            ),
+        );
+    }
+}
+
+/// Profiles every server has (the image's users file).
+const BUILT_IN_PROFILES: [&str; 2] = ["default", "readonly"];
+
+/// Server settings the operator writes itself, by first path element (or full path), and why:
+/// overriding one would break the cluster silently (ports the probes and Services use, the
+/// cluster topology, Keeper, the data path on the volume, the log files on their volume).
+fn operator_owned(key: &str) -> Option<&'static str> {
+    const OWNED: &[(&str, &str)] = &[
+        ("tcp_port", "the ports the Services and probes use"),
+        ("http_port", "the ports the Services and probes use"),
+        ("https_port", "the ports the Services and probes use"),
+        ("tcp_port_secure", "the ports the Services and probes use"),
+        ("interserver_http_port", "replication between the replicas"),
+        ("interserver_https_port", "replication between the replicas"),
+        ("interserver_http_host", "replication between the replicas"),
+        (
+            "interserver_http_credentials",
+            "replication between the replicas",
+        ),
+        ("listen_host", "the addresses the pods serve on"),
+        ("listen_try", "the addresses the pods serve on"),
+        ("macros", "the shard and replica of each pod"),
+        ("remote_servers", "the cluster's topology"),
+        ("zookeeper", "the Keeper ensemble"),
+        ("distributed_ddl", "the ON CLUSTER queue"),
+        ("openSSL", "spec.tls"),
+        ("path", "the data volume"),
+        ("users_config", "spec.users and the operator's account"),
+        ("user_directories", "spec.users and the operator's account"),
+        ("logger/log", "the log volume"),
+        ("logger/errorlog", "the log volume"),
+    ];
+    OWNED
+        .iter()
+        .find(|(k, _)| key == *k || key.starts_with(&format!("{k}/")))
+        .map(|(_, why)| *why)
 }
 
 /// `max_concurrent_queries`, `logger/level`: `/`-separated XML element names.
@@ -444,6 +507,7 @@ fn warnings(spec: &ClickHouseClusterSpec) -> Vec<Warning> {
 mod tests {
     use super::*;
     use crate::api::cluster::*;
+    use std::collections::BTreeMap;
 
     fn spec() -> ClickHouseClusterSpec {
         serde_json::from_value(serde_json::json!({})).unwrap()
@@ -567,6 +631,65 @@ mod tests {
         let f = fields("c1", &s);
         assert!(f.contains(&"spec.users.secretName".to_string()), "{f:?}");
         assert!(f.contains(&"spec.pod.envSecret".to_string()), "{f:?}");
+    }
+
+    /// Issue 15: the settings the operator writes itself are refused with the field named,
+    /// nested keys too; other keys, `logger/level` among them, are accepted.
+    #[test]
+    fn settings_the_operator_owns_are_refused() {
+        let mut s = spec();
+        for key in [
+            "tcp_port",
+            "listen_host",
+            "remote_servers/c1/shard",
+            "zookeeper/node/host",
+            "macros/replica",
+            "path",
+            "logger/log",
+        ] {
+            s.configuration.settings = BTreeMap::from([(key.to_string(), "x".to_string())]);
+            assert_eq!(
+                fields("c1", &s),
+                vec![format!("spec.configuration.settings.{key}")],
+                "{key}"
+            );
+        }
+        for key in [
+            "max_concurrent_queries",
+            "logger/level",
+            "pathological",
+            "merge_tree/parts_to_throw_insert",
+        ] {
+            s.configuration.settings = BTreeMap::from([(key.to_string(), "1".to_string())]);
+            assert!(fields("c1", &s).is_empty(), "{key}");
+        }
+    }
+
+    /// Issue 15: an unknown profile for the users would make ClickHouse refuse the whole users
+    /// file; `tls.required` without a CA would lock the operator out.
+    #[test]
+    fn an_unknown_users_profile_and_required_tls_without_a_ca_are_refused() {
+        let mut s = spec();
+        s.users = Some(UsersSpec {
+            secret_name: "users".into(),
+            profile: Some("analysts".into()),
+        });
+        assert_eq!(fields("c1", &s), vec!["spec.users.profile".to_string()]);
+        s.configuration
+            .profiles
+            .insert("analysts".into(), BTreeMap::new());
+        assert!(fields("c1", &s).is_empty());
+        s.users.as_mut().unwrap().profile = Some("readonly".into());
+        assert!(fields("c1", &s).is_empty());
+        s.tls = TlsSpec {
+            enabled: true,
+            server_cert_secret: Some("tls".into()),
+            ca_secret: None,
+            required: true,
+        };
+        assert_eq!(fields("c1", &s), vec!["spec.tls.caSecret".to_string()]);
+        s.tls.ca_secret = Some("ca".into());
+        assert!(fields("c1", &s).is_empty());
     }
 
     /// S2-24: `upgradeOptions` is off by default with the default schedule; when on, it needs

@@ -1,5 +1,8 @@
 //! The PVC cleaner (S0-29): deletes PVCs labelled `clickhouse.com/delete-pvc` once no pod
-//! uses them. It never touches an unlabelled PVC and never one a pod still mounts. It reads no
+//! uses them. It never touches an unlabelled PVC, never one a pod still mounts, and never one
+//! that does not carry this operator's cluster labels (`app.kubernetes.io/managed-by:
+//! clickhouse-operator` and `clickhouse.com/cluster`): the delete label alone, which anyone who
+//! may label a PVC can set, does not make it delete someone else's volume. It reads no
 //! ClickHouseCluster, so it runs as its own component (`clickhouse-operator pvc-cleaner`).
 
 use std::collections::BTreeSet;
@@ -11,6 +14,7 @@ use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
 use super::cluster::DELETE_PVC_LABEL;
+use crate::model::labels;
 use crate::runtime::settings::WatchNamespaces;
 
 /// How often the cleaner looks.
@@ -35,9 +39,11 @@ pub fn deletable<'a>(
         .collect();
     pvcs.iter()
         .filter(|p| {
-            p.labels()
-                .get(DELETE_PVC_LABEL)
-                .is_some_and(|v| v == "true")
+            let l = p.labels();
+            l.get(DELETE_PVC_LABEL).is_some_and(|v| v == "true")
+                && l.get(labels::MANAGED_BY)
+                    .is_some_and(|v| v == labels::MANAGED_BY_VALUE)
+                && l.get(labels::CLUSTER).is_some_and(|v| !v.is_empty())
         })
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| !in_use.contains(&(p.namespace().unwrap_or_default(), p.name_any())))
@@ -54,7 +60,12 @@ pub async fn sweep(client: &Client, namespace: Option<&str>) -> Result<Vec<Strin
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
     let labelled = pvcs
-        .list(&ListParams::default().labels(&format!("{DELETE_PVC_LABEL}=true")))
+        .list(&ListParams::default().labels(&format!(
+            "{DELETE_PVC_LABEL}=true,{}={},{}",
+            labels::MANAGED_BY,
+            labels::MANAGED_BY_VALUE,
+            labels::CLUSTER
+        )))
         .await?
         .items;
     if labelled.is_empty() {
@@ -104,10 +115,14 @@ mod tests {
         p.metadata.name = Some(name.into());
         p.metadata.namespace = Some("t1".into());
         if labelled {
-            p.metadata.labels = Some(BTreeMap::from([(
-                DELETE_PVC_LABEL.to_string(),
-                "true".to_string(),
-            )]));
+            p.metadata.labels = Some(BTreeMap::from([
+                (DELETE_PVC_LABEL.to_string(), "true".to_string()),
+                (
+                    labels::MANAGED_BY.to_string(),
+                    labels::MANAGED_BY_VALUE.to_string(),
+                ),
+                (labels::CLUSTER.to_string(), "c1".to_string()),
+            ]));
         }
         p
     }
@@ -139,5 +154,26 @@ mod tests {
             .map(|p| p.name_any())
             .collect();
         assert_eq!(names, ["a"]);
+    }
+
+    /// Issue 15 (confused deputy): a PVC that carries the delete label but not this operator's
+    /// cluster labels is never deleted.
+    #[test]
+    fn a_delete_label_alone_does_not_make_a_pvc_deletable() {
+        let mut foreign = pvc("someone-elses", false);
+        foreign.metadata.labels = Some(BTreeMap::from([(
+            DELETE_PVC_LABEL.to_string(),
+            "true".to_string(),
+        )]));
+        let mut other_manager = pvc("other-manager", true);
+        other_manager
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(labels::MANAGED_BY.into(), "helm".into());
+        let pvcs = vec![foreign, other_manager, pvc("ours", true)];
+        let names: Vec<String> = deletable(&pvcs, &[]).iter().map(|p| p.name_any()).collect();
+        assert_eq!(names, ["ours"]);
     }
 }

@@ -14,6 +14,16 @@ use tracing::{info, warn};
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 pub const RENEW_PERIOD: Duration = Duration::from_secs(4);
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// The holder stops acting once it has not renewed for this long, which is shorter than
+/// [`LEASE_DURATION`]: after a partition the old leader has stopped before another replica may
+/// take the lease over (a renewal request still pending at the deadline is given up).
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Whether the holder must stop acting, the last renewal that succeeded having been sent
+/// `since_renewed` ago.
+pub fn must_stop(since_renewed: Duration) -> bool {
+    since_renewed >= RENEW_DEADLINE
+}
 
 /// What the holder of a lease may do, given what it holds now (pure).
 #[derive(Debug, PartialEq, Eq)]
@@ -107,8 +117,8 @@ impl LeaderElector {
     }
 
     /// Waits until this replica holds the lease, then keeps renewing it in the background. The
-    /// returned receiver turns `false` if the lease is lost (renewal failed for a lease
-    /// duration); the caller must then stop acting.
+    /// returned receiver turns `false` if the lease is lost (taken, or not renewed for
+    /// [`RENEW_DEADLINE`]); the caller must then stop acting.
     pub async fn acquire(self) -> watch::Receiver<bool> {
         info!(lease = %self.name, identity = %self.identity, "waiting for the leader lease");
         loop {
@@ -122,23 +132,30 @@ impl LeaderElector {
         info!(lease = %self.name, identity = %self.identity, "acquired the leader lease");
         let (tx, rx) = watch::channel(true);
         tokio::spawn(async move {
+            // when the last successful renewal was sent: the lease's renewTime, from which
+            // the others count the lease duration
             let mut last_ok = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(RENEW_PERIOD).await;
-                match self.try_hold().await {
-                    Ok(true) => last_ok = tokio::time::Instant::now(),
-                    Ok(false) => {
+                let sent = tokio::time::Instant::now();
+                let left = RENEW_DEADLINE.saturating_sub(last_ok.elapsed());
+                match tokio::time::timeout(left, self.try_hold()).await {
+                    Ok(Ok(true)) => last_ok = sent,
+                    Ok(Ok(false)) => {
                         warn!("the leader lease was taken by another replica");
                         let _ = tx.send(false);
                         return;
                     }
-                    Err(e) => {
-                        warn!(error = %e, "cannot renew the leader lease");
-                        if last_ok.elapsed() >= LEASE_DURATION {
-                            let _ = tx.send(false);
-                            return;
-                        }
-                    }
+                    Ok(Err(e)) => warn!(error = %e, "cannot renew the leader lease"),
+                    Err(_) => warn!("renewing the leader lease timed out"),
+                }
+                if must_stop(last_ok.elapsed()) {
+                    warn!(
+                        "the leader lease was not renewed for {RENEW_DEADLINE:?}: stopping before \
+                         another replica may take it over"
+                    );
+                    let _ = tx.send(false);
+                    return;
                 }
             }
         });
@@ -177,5 +194,16 @@ mod tests {
         let mut no_renew = spec(Some("b"), 0);
         no_renew.renew_time = None;
         assert_eq!(judge(Some(&no_renew), "a", now), Verdict::Acquire);
+    }
+
+    /// Issue 15: after a partition the old leader stops acting before its lease can be taken
+    /// over: it gives up once it has not renewed for the renew deadline, which leaves a margin
+    /// of at least one renew period before the lease duration runs out.
+    #[test]
+    fn a_leader_stops_acting_before_its_lease_can_be_taken_over() {
+        assert!(!must_stop(RENEW_DEADLINE - Duration::from_millis(1)));
+        assert!(must_stop(RENEW_DEADLINE));
+        assert!(must_stop(LEASE_DURATION - RENEW_PERIOD));
+        assert!(RENEW_DEADLINE + RENEW_PERIOD <= LEASE_DURATION);
     }
 }
