@@ -679,6 +679,48 @@ async fn https_with_the_clusters_ca_is_verified() {
     ));
 }
 
+/// Issue 15: a server whose certificate names only a DNS name (as cert-manager issues them) is
+/// reached by address and verified by that name; verifying it against its address, as a client
+/// without the name does, fails the handshake with an error that names the endpoint.
+#[tokio::test]
+async fn https_verifies_the_server_by_its_dns_name() {
+    let _serial = SERIAL.lock().await;
+    let mut h = Harness::with_tls_names(7, &[(1, "r1")]);
+    h.start("r1");
+    let by_address = h.client("r1");
+    let mut config = clickhouse_operator::clickhouse::ClientConfig::new(
+        by_address.endpoint().clone(),
+        clickhouse_operator::clickhouse::Credentials {
+            user: harness::USER.into(),
+            password: harness::PASSWORD.into(),
+        },
+    );
+    config.tls_ca_pem = h.ca_pem().map(<[u8]>::to_vec);
+    config.timeout = Duration::from_secs(5);
+    let err = Client::new(config.clone())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .exec("SELECT 1", &QueryOptions::new())
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a certificate for another name was accepted"));
+    println!("verified against the address: {err}");
+    assert!(
+        matches!(
+            err,
+            clickhouse_operator::clickhouse::Error::Transport { .. }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&by_address.endpoint().to_string()),
+        "{err}"
+    );
+    config.tls_server_name = Some(Harness::tls_name("r1"));
+    let by_name = Client::new(config).unwrap_or_else(|e| panic!("{e}"));
+    let version = by_name.version().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((version.major, version.minor), (18, 16));
+}
+
 /// Decision 25: the operator's own ZooKeeper-protocol client against a real ZooKeeper 3.8:
 /// nodes are created, listed and read; a missing node is `None`; a server that publishes no
 /// membership (standalone) says so instead of failing; a refused `reconfig` is an error with

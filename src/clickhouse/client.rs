@@ -97,6 +97,9 @@ pub struct ClientConfig {
     /// `Some(ca.pem)`: HTTPS, trusting only the CA certificate(s) in this PEM bundle.
     /// `None`: plain HTTP.
     pub tls_ca_pem: Option<Vec<u8>>,
+    /// With TLS: the DNS name the server's certificate is verified against (and sent as SNI),
+    /// while the connection still goes to the endpoint's address. `None`: the endpoint's host.
+    pub tls_server_name: Option<String>,
     /// Timeout of each call unless [`QueryOptions::timeout`] says otherwise.
     pub timeout: Duration,
     /// Retry policy of calls with [`QueryOptions::retry`].
@@ -110,6 +113,7 @@ impl ClientConfig {
             endpoint,
             credentials,
             tls_ca_pem: None,
+            tls_server_name: None,
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
         }
@@ -208,7 +212,7 @@ pub enum Error {
         statement: String,
     },
     /// The replica could not be reached or did not answer in time.
-    #[error("{endpoint}: {source} (statement: {statement})")]
+    #[error("{endpoint}: {} (statement: {statement})", chain(.source))]
     Transport {
         /// The replica.
         endpoint: Endpoint,
@@ -441,6 +445,22 @@ impl<'a> Row<'a> {
     }
 }
 
+/// An error with its causes, `a: b: c` (reqwest's own message hides why a connection failed,
+/// such as a certificate that does not name the host).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 /// A client of one replica. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Client {
@@ -484,13 +504,24 @@ impl Client {
             }
             None => "http",
         };
+        // Verify by name, connect by address: the name resolves to the endpoint's address for
+        // this client only.
+        let base = match (&config.tls_server_name, scheme) {
+            (Some(name), "https") => {
+                if let Ok(ip) = endpoint.host.parse::<std::net::IpAddr>() {
+                    builder = builder.resolve(name, std::net::SocketAddr::new(ip, endpoint.port));
+                }
+                format!("https://{name}:{}/", endpoint.port)
+            }
+            _ => format!("{scheme}://{endpoint}/"),
+        };
         let http = builder.build().map_err(|e| Error::Config {
             endpoint: endpoint.clone(),
             detail: e.to_string(),
         })?;
         Ok(Client {
             http,
-            base: format!("{scheme}://{endpoint}/"),
+            base,
             endpoint,
             credentials: config.credentials,
             timeout: config.timeout,

@@ -180,6 +180,21 @@ impl Harness {
     /// address, signed by a CA made for this test (with `openssl`); clients use HTTPS and
     /// trust only that CA.
     pub fn with_tls(slot: u8, servers: &[(u32, &str)]) -> Harness {
+        Harness::with_tls_san(slot, servers, false)
+    }
+
+    /// [`Harness::with_tls`] with certificates that name only `<replica>.chop.test` (a DNS
+    /// name, as cert-manager issues them), no address.
+    pub fn with_tls_names(slot: u8, servers: &[(u32, &str)]) -> Harness {
+        Harness::with_tls_san(slot, servers, true)
+    }
+
+    /// The DNS name of `replica`'s certificate in [`Harness::with_tls_names`].
+    pub fn tls_name(replica: &str) -> String {
+        format!("{replica}.chop.test")
+    }
+
+    fn with_tls_san(slot: u8, servers: &[(u32, &str)], dns: bool) -> Harness {
         let mut h = Harness::new(slot, servers);
         let pki = h.dir.join("pki");
         fs::create_dir_all(&pki).unwrap_or_else(|e| panic!("{e}"));
@@ -220,10 +235,17 @@ impl Harness {
             );
             fs::write(
                 pki.join(format!("{n}.ext")),
-                format!(
-                    "subjectAltName=IP:{}\nextendedKeyUsage=serverAuth\n",
-                    spec.ip
-                ),
+                if dns {
+                    format!(
+                        "subjectAltName=DNS:{}\nextendedKeyUsage=serverAuth\n",
+                        Harness::tls_name(n)
+                    )
+                } else {
+                    format!(
+                        "subjectAltName=IP:{}\nextendedKeyUsage=serverAuth\n",
+                        spec.ip
+                    )
+                },
             )
             .unwrap_or_else(|e| panic!("{e}"));
             openssl(

@@ -375,6 +375,12 @@ pub fn ch_client(
     );
     if tls {
         config.tls_ca_pem = ca;
+        // certificates name hosts, as cert-manager issues them: verify the pod's FQDN
+        config.tls_server_name = Some(names::replica_host(
+            &cluster.name_any(),
+            &cluster.namespace().unwrap_or_default(),
+            replica,
+        ));
     }
     // A pass never waits long on one server (invariant 11).
     config.timeout = CALL_TIMEOUT;
