@@ -681,7 +681,8 @@ async fn https_with_the_clusters_ca_is_verified() {
 
 /// Issue 15: a server whose certificate names only a DNS name (as cert-manager issues them) is
 /// reached by address and verified by that name; verifying it against its address, as a client
-/// without the name does, fails the handshake with an error that names the endpoint.
+/// without the name does, fails the handshake with an error that names the endpoint and the
+/// certificate. Without a CA the client still talks HTTPS (unverified), never plain HTTP.
 #[tokio::test]
 async fn https_verifies_the_server_by_its_dns_name() {
     let _serial = SERIAL.lock().await;
@@ -716,9 +717,18 @@ async fn https_verifies_the_server_by_its_dns_name() {
         "{err}"
     );
     config.tls_server_name = Some(Harness::tls_name("r1"));
-    let by_name = Client::new(config).unwrap_or_else(|e| panic!("{e}"));
+    let by_name = Client::new(config.clone()).unwrap_or_else(|e| panic!("{e}"));
     let version = by_name.version().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((version.major, version.minor), (18, 16));
+    // TLS without a CA: still HTTPS (the secure port speaks nothing else), not verified
+    config.tls_ca_pem = None;
+    config.tls_server_name = None;
+    config.tls_unverified = true;
+    let unverified = Client::new(config).unwrap_or_else(|e| panic!("{e}"));
+    unverified
+        .exec("SELECT 1", &QueryOptions::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Decision 25: the operator's own ZooKeeper-protocol client against a real ZooKeeper 3.8:

@@ -618,6 +618,8 @@ async fn run_from_env() -> Result<Report, String> {
             );
             config.timeout = std::time::Duration::from_secs(600);
             config.tls_ca_pem = tls_ca.clone();
+            config.tls_unverified =
+                tls_ca.is_none() && opt("CH_TLS").as_deref() == Some("unverified");
             Client::new(config).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -65,16 +65,33 @@ pub struct AgentJob {
     pub base: Option<String>,
     pub tables: Vec<String>,
     pub into_non_empty: bool,
-    /// The Secret holding `ca.crt` when the cluster serves TLS with a CA: the agent then talks
-    /// HTTPS to the servers and verifies their certificates by host name, as the operator does.
-    pub tls_ca_secret: Option<String>,
+    /// How the agent talks to the servers, as the operator does.
+    pub tls: AgentTls,
+}
+
+/// How the agent talks to the servers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AgentTls {
+    /// Plain HTTP (the cluster has no TLS).
+    #[default]
+    Off,
+    /// HTTPS, the certificate not verified (TLS without a CA: encrypted, not authenticated).
+    Unverified,
+    /// HTTPS, verified by host name with `ca.crt` of this Secret.
+    Verified { ca_secret: String },
 }
 
 impl AgentJob {
-    /// The CA Secret the agent verifies `cluster`'s servers with, when it serves TLS with one.
-    pub fn tls_of(cluster: &crate::api::ClickHouseCluster) -> Option<String> {
+    /// How the agent talks to `cluster`'s servers.
+    pub fn tls_of(cluster: &crate::api::ClickHouseCluster) -> AgentTls {
         let tls = &cluster.spec.tls;
-        tls.enabled.then(|| tls.ca_secret.clone()).flatten()
+        match (&tls.enabled, &tls.ca_secret) {
+            (false, _) => AgentTls::Off,
+            (true, None) => AgentTls::Unverified,
+            (true, Some(ca)) => AgentTls::Verified {
+                ca_secret: ca.clone(),
+            },
+        }
     }
 }
 
@@ -197,7 +214,7 @@ impl AgentJob {
             env("CH_HOSTS", hosts.join(",")),
             env(
                 "CH_PORT",
-                if self.tls_ca_secret.is_some() {
+                if self.tls != AgentTls::Off {
                     names::HTTPS_PORT
                 } else {
                     names::HTTP_PORT
@@ -231,8 +248,12 @@ impl AgentJob {
                     .unwrap_or(SECRET_ACCESS_KEY),
             ),
         ];
-        if let Some(ca) = &self.tls_ca_secret {
-            envs.push(secret_env("CH_TLS_CA", ca, "ca.crt"));
+        match &self.tls {
+            AgentTls::Off => {}
+            AgentTls::Unverified => envs.push(env("CH_TLS", "unverified")),
+            AgentTls::Verified { ca_secret } => {
+                envs.push(secret_env("CH_TLS_CA", ca_secret, "ca.crt"));
+            }
         }
         if let Some(b) = &self.base {
             envs.push(env("BASE_BACKUP", b));
@@ -339,7 +360,7 @@ mod tests {
             base: None,
             tables: vec![],
             into_non_empty: false,
-            tls_ca_secret: None,
+            tls: AgentTls::Off,
         }
     }
 
@@ -370,7 +391,9 @@ mod tests {
         assert_eq!(plain, Some(names::HTTP_PORT.to_string()));
         assert!(no_ca.is_none());
         let mut a = job();
-        a.tls_ca_secret = Some("c1-ca".into());
+        a.tls = AgentTls::Verified {
+            ca_secret: "c1-ca".into(),
+        };
         let (secure, ca) = port(&a.build());
         assert_eq!(secure, Some(names::HTTPS_PORT.to_string()));
         let ca = ca.unwrap();
@@ -382,9 +405,21 @@ mod tests {
                 "metadata": {"name": "c1"}, "spec": {"tls": {"enabled": true, "caSecret": "c1-ca"}}
             }))
             .unwrap();
-        assert_eq!(AgentJob::tls_of(&cluster).as_deref(), Some("c1-ca"));
+        assert_eq!(
+            AgentJob::tls_of(&cluster),
+            AgentTls::Verified {
+                ca_secret: "c1-ca".into()
+            }
+        );
+        cluster.spec.tls.ca_secret = None;
+        assert_eq!(AgentJob::tls_of(&cluster), AgentTls::Unverified);
+        let mut b = job();
+        b.tls = AgentTls::Unverified;
+        let (port, ca) = port(&b.build());
+        assert_eq!(port, Some(names::HTTPS_PORT.to_string()), "never in clear");
+        assert!(ca.is_none());
         cluster.spec.tls.enabled = false;
-        assert_eq!(AgentJob::tls_of(&cluster), None);
+        assert_eq!(AgentJob::tls_of(&cluster), AgentTls::Off);
     }
 
     /// Decision 26: the agent runs beside the backup replica (its node, its volume), owned by

@@ -97,6 +97,9 @@ pub struct ClientConfig {
     /// `Some(ca.pem)`: HTTPS, trusting only the CA certificate(s) in this PEM bundle.
     /// `None`: plain HTTP.
     pub tls_ca_pem: Option<Vec<u8>>,
+    /// Without a CA: HTTPS all the same, the certificate not verified (TLS enabled without a CA:
+    /// encrypted, not authenticated; the password never travels in clear).
+    pub tls_unverified: bool,
     /// With TLS: the DNS name the server's certificate is verified against (and sent as SNI),
     /// while the connection still goes to the endpoint's address. `None`: the endpoint's host.
     pub tls_server_name: Option<String>,
@@ -113,6 +116,7 @@ impl ClientConfig {
             endpoint,
             credentials,
             tls_ca_pem: None,
+            tls_unverified: false,
             tls_server_name: None,
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
@@ -500,6 +504,13 @@ impl Client {
                 for ca in cas {
                     builder = builder.add_root_certificate(ca);
                 }
+                "https"
+            }
+            None if config.tls_unverified => {
+                builder = builder
+                    .use_rustls_tls()
+                    .https_only(true)
+                    .danger_accept_invalid_certs(true);
                 "https"
             }
             None => "http",

@@ -508,7 +508,7 @@ impl Pass<'_> {
                         base: self.status.base.clone(),
                         tables: self.backup.spec.tables.clone(),
                         into_non_empty: false,
-                        tls_ca_secret: AgentJob::tls_of(cluster),
+                        tls: AgentJob::tls_of(cluster),
                     };
                     jobs.create(&PostParams::default(), &agent.build()).await?;
                     info!(backup = %name, %job, "agent job created");

@@ -247,7 +247,7 @@ impl Pass<'_> {
                         base: None,
                         tables: Vec::new(),
                         into_non_empty: self.restore.spec.into_non_empty_tables,
-                        tls_ca_secret: AgentJob::tls_of(cluster),
+                        tls: AgentJob::tls_of(cluster),
                     };
                     jobs.create(&PostParams::default(), &agent.build()).await?;
                     running = true;

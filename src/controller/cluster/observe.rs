@@ -362,7 +362,8 @@ pub fn ch_client(
     let mut config = clickhouse::ClientConfig::new(
         clickhouse::Endpoint {
             host: ip,
-            port: if tls && ca.is_some() {
+            // with TLS on, the password never travels in clear
+            port: if tls {
                 names::HTTPS_PORT as u16
             } else {
                 names::HTTP_PORT as u16
@@ -374,6 +375,7 @@ pub fn ch_client(
         },
     );
     if tls {
+        config.tls_unverified = ca.is_none();
         config.tls_ca_pem = ca;
         // certificates name hosts, as cert-manager issues them: verify the pod's FQDN
         config.tls_server_name = Some(names::replica_host(
