@@ -584,6 +584,24 @@ impl Pass<'_> {
     }
 }
 
+/// A succeeded backup's completion time into its cluster's last-successful-backup metric.
+fn record_success(ctx: &Context, backup: &ClickHouseBackup, status: &ClickHouseBackupStatus) {
+    if status.state != BackupState::Succeeded {
+        return;
+    }
+    if let Some(t) = status
+        .completion_time
+        .as_deref()
+        .and_then(|t| t.parse::<Timestamp>().ok())
+    {
+        ctx.metrics.record_backup(
+            &backup.namespace().unwrap_or_default(),
+            &backup.spec.cluster_name,
+            t.as_millisecond() as f64 / 1000.0,
+        );
+    }
+}
+
 pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _permit = ctx
         .backup_permits
@@ -594,6 +612,7 @@ pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Resu
     let ns = backup.namespace().unwrap_or_default();
     let old = backup.status.clone().unwrap_or_default();
     if matches!(old.state, BackupState::Succeeded | BackupState::Failed) {
+        record_success(&ctx, &backup, &old);
         remove_jobs(&ctx, &ns, &backup.name_any(), backup.uid()).await?;
         return Ok(Action::await_change());
     }
@@ -626,6 +645,7 @@ pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Resu
     let over = matches!(status.state, BackupState::Succeeded | BackupState::Failed);
     let changed = (status != old).then(|| json!(status));
     record(&ctx, backup.as_ref(), changed, over, events, "Backup").await?;
+    record_success(&ctx, &backup, &status);
     ctx.backup_backoff
         .succeeded(&format!("{ns}/{}", backup.name_any()));
     Ok(next.unwrap_or_else(Action::await_change))

@@ -12,6 +12,8 @@ use prometheus_client::metrics::{
 };
 use prometheus_client::registry::Registry;
 
+use crate::api::{ClickHouseClusterStatus, ClusterState};
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
@@ -22,6 +24,44 @@ pub struct ErrorLabels {
     pub kind: String,
     pub reason: String,
 }
+
+/// One cluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub namespace: String,
+    pub cluster: String,
+}
+
+/// One state of one cluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub namespace: String,
+    pub cluster: String,
+    pub state: String,
+}
+
+/// A count of one component's pods of one cluster: `desired`, `ready` or `updated`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodCountLabels {
+    pub namespace: String,
+    pub cluster: String,
+    pub component: String,
+    pub count: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+/// The states a cluster can report, each a series of `cluster_state`.
+const STATES: [ClusterState; 5] = [
+    ClusterState::Initializing,
+    ClusterState::Ready,
+    ClusterState::Paused,
+    ClusterState::Stopping,
+    ClusterState::Error,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ObjectLabels {
@@ -36,6 +76,12 @@ pub struct Metrics {
     pub duration: Family<KindLabels, Histogram>,
     pub last_success: Family<ObjectLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub writes: Family<KindLabels, Counter>,
+    /// Per cluster and state: 1 for the state in the status, 0 for the others.
+    pub cluster_state: Family<StateLabels, Gauge>,
+    pub cluster_pods: Family<PodCountLabels, Gauge>,
+    pub cluster_condemned: Family<ClusterLabels, Gauge>,
+    pub last_backup: Family<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub build_info: Family<BuildLabels, Gauge>,
     pub registry: Registry,
 }
 
@@ -71,12 +117,49 @@ impl Default for Metrics {
             "Write requests sent to the Kubernetes API, by kind of object",
             writes.clone(),
         );
+        let cluster_state = Family::<StateLabels, Gauge>::default();
+        let cluster_pods = Family::<PodCountLabels, Gauge>::default();
+        let cluster_condemned = Family::<ClusterLabels, Gauge>::default();
+        let last_backup =
+            Family::<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "cluster_state",
+            "1 for the state in each ClickHouseCluster's status, 0 for the others",
+            cluster_state.clone(),
+        );
+        registry.register(
+            "cluster_pods",
+            "Pods of each cluster's servers and Keeper: desired, ready, updated (ready on the current revision)",
+            cluster_pods.clone(),
+        );
+        registry.register(
+            "cluster_condemned_replicas",
+            "Replicas of each cluster being removed by a scale-in",
+            cluster_condemned.clone(),
+        );
+        registry.register(
+            "cluster_last_successful_backup_timestamp_seconds",
+            "Unix time at which the newest successful ClickHouseBackup of each cluster completed",
+            last_backup.clone(),
+        );
+        registry.register("build_info", "The operator's version", build_info.clone());
+        build_info
+            .get_or_create(&BuildLabels {
+                version: crate::api::validate::OPERATOR_VERSION.to_string(),
+            })
+            .set(1);
         Metrics {
             reconciles,
             errors,
             duration,
             last_success,
             writes,
+            cluster_state,
+            cluster_pods,
+            cluster_condemned,
+            last_backup,
+            build_info,
             registry,
         }
     }
@@ -87,6 +170,92 @@ impl Metrics {
         self.duration
             .get_or_create(&KindLabels { kind: kind.into() })
             .observe(took.as_secs_f64());
+    }
+
+    /// The series of a cluster from the status it reports.
+    pub fn record_cluster(&self, namespace: &str, cluster: &str, status: &ClickHouseClusterStatus) {
+        for state in STATES {
+            self.cluster_state
+                .get_or_create(&StateLabels {
+                    namespace: namespace.into(),
+                    cluster: cluster.into(),
+                    state: state.to_string(),
+                })
+                .set(i64::from(state == status.state));
+        }
+        for (component, c) in [
+            ("clickhouse", &status.clickhouse),
+            ("keeper", &status.keeper),
+        ] {
+            for (count, v) in [
+                ("desired", c.size),
+                ("ready", c.ready),
+                ("updated", c.updated),
+            ] {
+                self.cluster_pods
+                    .get_or_create(&PodCountLabels {
+                        namespace: namespace.into(),
+                        cluster: cluster.into(),
+                        component: component.into(),
+                        count: count.into(),
+                    })
+                    .set(i64::from(v));
+            }
+        }
+        let condemned = status
+            .replica_state_map
+            .values()
+            .filter(|r| r.state == crate::api::ReplicaState::Condemned)
+            .count();
+        self.cluster_condemned
+            .get_or_create(&ClusterLabels {
+                namespace: namespace.into(),
+                cluster: cluster.into(),
+            })
+            .set(condemned as i64);
+    }
+
+    /// A backup of `cluster` that completed at `unix` seconds (the newest one counts).
+    pub fn record_backup(&self, namespace: &str, cluster: &str, unix: f64) {
+        let g = self.last_backup.get_or_create(&ClusterLabels {
+            namespace: namespace.into(),
+            cluster: cluster.into(),
+        });
+        if unix > g.get() {
+            g.set(unix);
+        }
+    }
+
+    /// Removes every series of a deleted cluster.
+    pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
+        let labels = ClusterLabels {
+            namespace: namespace.into(),
+            cluster: cluster.into(),
+        };
+        for state in STATES {
+            self.cluster_state.remove(&StateLabels {
+                namespace: namespace.into(),
+                cluster: cluster.into(),
+                state: state.to_string(),
+            });
+        }
+        for component in ["clickhouse", "keeper"] {
+            for count in ["desired", "ready", "updated"] {
+                self.cluster_pods.remove(&PodCountLabels {
+                    namespace: namespace.into(),
+                    cluster: cluster.into(),
+                    component: component.into(),
+                    count: count.into(),
+                });
+            }
+        }
+        self.cluster_condemned.remove(&labels);
+        self.last_backup.remove(&labels);
+        self.last_success.remove(&ObjectLabels {
+            kind: "ClickHouseCluster".into(),
+            namespace: namespace.into(),
+            name: cluster.into(),
+        });
     }
 
     pub fn encode(&self) -> String {
@@ -180,5 +349,42 @@ mod tests {
         assert!(text.contains("reason=\"InvalidSpec\""));
         assert!(text.contains("clickhouse_operator_reconcile_duration_seconds_bucket"));
         assert!(text.contains("clickhouse_operator_last_successful_reconcile_timestamp_seconds{"));
+    }
+
+    /// Issue 14: per cluster, its state as a labelled gauge, its pods desired/ready/updated,
+    /// its condemned replicas and its last successful backup; `build_info`; every series of a
+    /// deleted cluster removed.
+    #[test]
+    fn cluster_series_follow_the_status_and_go_with_the_cluster() {
+        let m = Metrics::default();
+        let status: ClickHouseClusterStatus = serde_json::from_value(serde_json::json!({
+            "state": "error",
+            "clickhouse": {"size": 4, "ready": 3, "updated": 2},
+            "keeper": {"size": 3, "ready": 3, "updated": 3},
+            "replicaStateMap": {
+                "c1-0-0": {"shard": 0, "index": 0, "state": "Ready", "isBackupPod": true},
+                "c1-0-2": {"shard": 0, "index": 2, "state": "Condemned", "isBackupPod": false}
+            }
+        }))
+        .unwrap();
+        m.record_cluster("t1", "c1", &status);
+        m.record_backup("t1", "c1", 1.7e9);
+        m.record_backup("t1", "c1", 1.6e9);
+        let text = m.encode();
+        for line in [
+            r#"clickhouse_operator_cluster_state{namespace="t1",cluster="c1",state="error"} 1"#,
+            r#"clickhouse_operator_cluster_state{namespace="t1",cluster="c1",state="ready"} 0"#,
+            r#"clickhouse_operator_cluster_pods{namespace="t1",cluster="c1",component="clickhouse",count="ready"} 3"#,
+            r#"clickhouse_operator_cluster_pods{namespace="t1",cluster="c1",component="keeper",count="desired"} 3"#,
+            r#"clickhouse_operator_cluster_condemned_replicas{namespace="t1",cluster="c1"} 1"#,
+            r#"clickhouse_operator_cluster_last_successful_backup_timestamp_seconds{namespace="t1",cluster="c1"} 1700000000"#,
+            r#"clickhouse_operator_build_info{version=""#,
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        m.forget_cluster("t1", "c1");
+        let text = m.encode();
+        assert!(!text.contains(r#"cluster="c1""#), "{text}");
+        assert!(text.contains("clickhouse_operator_build_info"));
     }
 }

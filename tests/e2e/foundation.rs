@@ -329,6 +329,8 @@ async fn invalid_spec_reports_error_and_recovers() {
 /// Architecture rule and invariant 6: a pass in which nothing changed sends no write. Over
 /// several re-checks (every 5 s) of a ready cluster, with real pods, the operator's write
 /// counter does not move; a second operator started on it (a restart) writes nothing either.
+/// Issue 14: the cluster's metric series (state, pods) follow its status and are removed with
+/// the cluster.
 #[tokio::test]
 async fn idle_passes_write_nothing() {
     let client = client().await;
@@ -378,5 +380,31 @@ async fn idle_passes_write_nothing() {
         None,
         "the restarted operator wrote nothing: {m}"
     );
+    // issue 14: the cluster's series follow its status
+    for line in [
+        format!(
+            r#"clickhouse_operator_cluster_state{{namespace="{ns}",cluster="c1",state="ready"}} 1"#
+        ),
+        format!(
+            r#"clickhouse_operator_cluster_state{{namespace="{ns}",cluster="c1",state="error"}} 0"#
+        ),
+        format!(
+            r#"clickhouse_operator_cluster_pods{{namespace="{ns}",cluster="c1",component="clickhouse",count="ready"}} 1"#
+        ),
+        format!(
+            r#"clickhouse_operator_cluster_pods{{namespace="{ns}",cluster="c1",component="keeper",count="desired"}} 1"#
+        ),
+    ] {
+        assert!(m.contains(&line), "{line}\n{m}");
+    }
+    let metrics = op.metrics.clone();
     finish(&client, &ns, op).await;
+    // the operator is gone with `finish`; the series were removed when the cluster was
+    assert!(
+        !metrics
+            .encode()
+            .contains(&format!(r#"namespace="{ns}",cluster="c1""#)),
+        "{}",
+        metrics.encode()
+    );
 }

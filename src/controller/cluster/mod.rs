@@ -236,6 +236,7 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
             .await,
     )?;
     ctx.last_writes.set(&key(cluster), None);
+    ctx.metrics.forget_cluster(&ns, &cluster.name_any());
     info!(cluster = %cluster.name_any(), "deleted");
     Ok(Action::await_change())
 }
@@ -279,6 +280,11 @@ async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHous
             Timestamp::now(),
         );
         current = write_status(&current, &status, ctx).await?;
+        ctx.metrics.record_cluster(
+            &current.namespace().unwrap_or_default(),
+            &current.name_any(),
+            &status,
+        );
         publish(&current, &events, ctx).await;
         if let Some(f) = outcome.failure.or(plan.failure) {
             return Err(Error::Failed(f));
