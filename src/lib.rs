@@ -7,6 +7,7 @@ pub mod api;
 pub mod backup;
 pub mod clickhouse;
 pub mod controller;
+pub mod exporter;
 pub mod model;
 pub mod plan;
 pub mod runtime;

@@ -36,6 +36,10 @@ enum Command {
     /// Run only the PVC cleaner: delete PVCs labelled clickhouse.com/delete-pvc once no pod
     /// uses them (WATCH_NAMESPACE, LOG_FORMAT, LOG_LEVEL apply).
     PvcCleaner,
+    /// Serve the metrics of every ClickHouse server and Keeper member of the watched clusters
+    /// on HTTP_ADDR (`/metrics`); reads only, needs no leader (WATCH_NAMESPACE, LOG_FORMAT,
+    /// LOG_LEVEL apply).
+    Exporter,
     /// Back up or restore one shard (run by the operator in a Job beside the shard's backup
     /// replica; configuration from the environment the Job sets).
     BackupAgent,
@@ -102,6 +106,26 @@ fn main() -> anyhow::Result<()> {
                 code = code.max(p.exit_code);
             }
             std::process::exit(code);
+        }
+        Command::Exporter => {
+            let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
+            runtime::init_logging(settings.log_format, &settings.log_level);
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async move {
+                let client = kube::Client::try_default().await.context(
+                    "cannot build a Kubernetes client (in-cluster config or KUBECONFIG)",
+                )?;
+                info!(addr = %settings.http_addr, "exporter started");
+                clickhouse_operator::exporter::serve(
+                    client,
+                    settings.watch_namespaces,
+                    settings.http_addr,
+                )
+                .await?;
+                anyhow::Ok(())
+            })?;
         }
         Command::PvcCleaner => {
             let settings = Settings::from_env().map_err(anyhow::Error::msg)?;

@@ -424,6 +424,14 @@ impl<'a> Row<'a> {
     }
 
     /// An unsigned integer column (JSON number, or string for 64-bit types).
+    /// A number column (JSON number, or string for 64-bit types and `nan`/`inf`).
+    pub fn f64(&self, column: &str) -> Result<f64, String> {
+        let v = self.get(column)?;
+        v.as_f64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .ok_or_else(|| format!("column {column:?} is not a number: {v}"))
+    }
+
     pub fn u64(&self, column: &str) -> Result<u64, String> {
         let v = self.get(column)?;
         v.as_u64()

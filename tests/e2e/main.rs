@@ -2,6 +2,7 @@
 
 mod backup;
 mod engine;
+mod exporter;
 mod faults;
 mod foundation;
 mod isolation;

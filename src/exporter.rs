@@ -1,0 +1,533 @@
+//! Metrics of every ClickHouse server and Keeper member (issue 14): `clickhouse-operator
+//! exporter` discovers the clusters from the API at each scrape, asks every server pod
+//! (`system.metrics`, `system.events`, `system.asynchronous_metrics`, `system.replicas`,
+//! `system.parts`, `system.disks`) and every Keeper member (`mntr`), concurrently with a limit
+//! and a timeout per host, and answers in the Prometheus text format with the labels
+//! `namespace`, `cluster`, `shard`, `replica`, `pod`. A host that does not answer gets
+//! `clickhouse_up 0` (or `keeper_up 0`) and the others report as usual. It reads only, needs
+//! no leader, and restarts no pod (nothing is added to the server pods).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::api::ClickHouseCluster;
+use crate::clickhouse::{ClientConfig, Credentials, Endpoint, QueryOptions};
+use crate::model::{labels, names};
+use crate::runtime::settings::WatchNamespaces;
+
+/// Hosts asked at once.
+pub const CONCURRENCY: usize = 16;
+/// How long one host may take to answer all its queries.
+pub const HOST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The labels of one host.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Host {
+    pub namespace: String,
+    pub cluster: String,
+    pub shard: String,
+    pub replica: String,
+    pub pod: String,
+}
+
+impl Host {
+    fn labels(&self, extra: &[(&str, &str)]) -> String {
+        let mut parts = vec![
+            ("namespace", self.namespace.as_str()),
+            ("cluster", self.cluster.as_str()),
+        ];
+        if !self.shard.is_empty() {
+            parts.push(("shard", self.shard.as_str()));
+        }
+        if !self.replica.is_empty() {
+            parts.push(("replica", self.replica.as_str()));
+        }
+        parts.push(("pod", self.pod.as_str()));
+        parts.extend_from_slice(extra);
+        let inner: Vec<String> = parts
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
+        format!("{{{}}}", inner.join(","))
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A metric name from a ClickHouse or Keeper name: `[a-zA-Z0-9_]`, not starting with a digit.
+pub fn metric_name(prefix: &str, name: &str) -> String {
+    let mut out = String::from(prefix);
+    for c in name.chars() {
+        out.push(if c.is_ascii_alphanumeric() { c } else { '_' });
+    }
+    out
+}
+
+/// Samples of one scrape, grouped by metric name (one `# TYPE` line each).
+#[derive(Default)]
+pub struct Samples {
+    by_name: BTreeMap<String, (&'static str, Vec<String>)>,
+}
+
+impl Samples {
+    pub fn add(&mut self, name: String, kind: &'static str, labels: String, value: f64) {
+        if !value.is_finite() {
+            return;
+        }
+        self.by_name
+            .entry(name)
+            .or_insert((kind, Vec::new()))
+            .1
+            .push(format!("{labels} {value}"));
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (name, (kind, lines)) in &self.by_name {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for l in lines {
+                let _ = writeln!(out, "{name}{l}");
+            }
+        }
+        out
+    }
+}
+
+/// One server's answers, as samples.
+async fn scrape_server(
+    client: &crate::clickhouse::Client,
+    host: &Host,
+    out: &mut Samples,
+) -> Result<(), String> {
+    let q = |sql: &'static str| async move {
+        client
+            .query(sql, &QueryOptions::new())
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let l = host.labels(&[]);
+    for r in q("SELECT metric, toFloat64(value) AS v FROM system.metrics")
+        .await?
+        .iter()
+    {
+        let name = metric_name("clickhouse_metric_", r.str("metric")?);
+        out.add(name, "gauge", l.clone(), r.f64("v")?);
+    }
+    for r in q("SELECT event, toFloat64(value) AS v FROM system.events")
+        .await?
+        .iter()
+    {
+        let name = metric_name("clickhouse_event_", r.str("event")?) + "_total";
+        out.add(name, "counter", l.clone(), r.f64("v")?);
+    }
+    for r in q("SELECT metric, toFloat64(value) AS v FROM system.asynchronous_metrics")
+        .await?
+        .iter()
+    {
+        let name = metric_name("clickhouse_asynchronous_metric_", r.str("metric")?);
+        out.add(name, "gauge", l.clone(), r.f64("v")?);
+    }
+    for r in q("SELECT database, table, toFloat64(is_readonly) AS ro, \
+                toFloat64(is_session_expired) AS expired, toFloat64(queue_size) AS queue, \
+                toFloat64(absolute_delay) AS delay FROM system.replicas")
+    .await?
+    .iter()
+    {
+        let t = host.labels(&[("database", r.str("database")?), ("table", r.str("table")?)]);
+        out.add(
+            "clickhouse_replica_is_readonly".into(),
+            "gauge",
+            t.clone(),
+            r.f64("ro")?,
+        );
+        out.add(
+            "clickhouse_replica_is_session_expired".into(),
+            "gauge",
+            t.clone(),
+            r.f64("expired")?,
+        );
+        out.add(
+            "clickhouse_replica_queue_size".into(),
+            "gauge",
+            t.clone(),
+            r.f64("queue")?,
+        );
+        out.add(
+            "clickhouse_replica_absolute_delay_seconds".into(),
+            "gauge",
+            t,
+            r.f64("delay")?,
+        );
+    }
+    for r in q(
+        "SELECT database, table, toFloat64(sum(c)) AS parts, toFloat64(max(c)) AS most \
+                FROM (SELECT database, table, partition_id, count() AS c FROM system.parts \
+                WHERE active GROUP BY database, table, partition_id) GROUP BY database, table",
+    )
+    .await?
+    .iter()
+    {
+        let t = host.labels(&[("database", r.str("database")?), ("table", r.str("table")?)]);
+        out.add(
+            "clickhouse_table_active_parts".into(),
+            "gauge",
+            t.clone(),
+            r.f64("parts")?,
+        );
+        out.add(
+            "clickhouse_table_max_parts_per_partition".into(),
+            "gauge",
+            t,
+            r.f64("most")?,
+        );
+    }
+    // `system.disks` exists from 19.15 on; older servers (18.16) have no disk figures
+    let disks = client
+        .query(
+            "SELECT name, toFloat64(free_space) AS free, toFloat64(total_space) AS total \
+             FROM system.disks",
+            &QueryOptions::new(),
+        )
+        .await;
+    match disks {
+        Ok(rows) => {
+            for r in rows.iter() {
+                let d = host.labels(&[("disk", r.str("name")?)]);
+                out.add(
+                    "clickhouse_disk_free_bytes".into(),
+                    "gauge",
+                    d.clone(),
+                    r.f64("free")?,
+                );
+                out.add(
+                    "clickhouse_disk_total_bytes".into(),
+                    "gauge",
+                    d,
+                    r.f64("total")?,
+                );
+            }
+        }
+        Err(e) if e.code() == Some(crate::clickhouse::ErrorCode::UNKNOWN_TABLE) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    Ok(())
+}
+
+/// Keeper's `mntr` answer as `(key, value)` pairs with a numeric value.
+pub fn parse_mntr(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once('\t')?;
+            let v: f64 = match v.trim() {
+                "leader" => 1.0,
+                "follower" | "observer" | "standalone" => 0.0,
+                other => other.parse().ok()?,
+            };
+            Some((k.trim().to_string(), v))
+        })
+        .collect()
+}
+
+async fn mntr(ip: &str) -> Result<String, String> {
+    let addr = format!("{ip}:{}", names::KEEPER_CLIENT_PORT);
+    let mut s = tokio::net::TcpStream::connect(&addr)
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
+    s.write_all(b"mntr").await.map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// A target of one scrape.
+enum Target {
+    Server {
+        host: Host,
+        config: Option<ClientConfig>,
+    },
+    Keeper {
+        host: Host,
+        ip: Option<String>,
+    },
+}
+
+/// The server and Keeper pods of the clusters in `namespaces`, with what is needed to ask them.
+async fn targets(
+    client: &Client,
+    namespaces: &WatchNamespaces,
+) -> Result<Vec<Target>, kube::Error> {
+    let clusters: Vec<ClickHouseCluster> = match namespaces {
+        WatchNamespaces::All => {
+            Api::all(client.clone())
+                .list(&ListParams::default())
+                .await?
+                .items
+        }
+        WatchNamespaces::Only(list) => {
+            let mut all = Vec::new();
+            for ns in list {
+                all.extend(
+                    Api::<ClickHouseCluster>::namespaced(client.clone(), ns)
+                        .list(&ListParams::default())
+                        .await?
+                        .items,
+                );
+            }
+            all
+        }
+    };
+    let mut out = Vec::new();
+    for c in clusters {
+        let ns = c.namespace().unwrap_or_default();
+        let name = c.name_any();
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let password = secrets
+            .get_opt(&names::operator_secret(&name))
+            .await?
+            .and_then(|s| s.data?.get(names::OPERATOR_PASSWORD_KEY).cloned())
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        let ca = match (&c.spec.tls.enabled, &c.spec.tls.ca_secret) {
+            (true, Some(ca)) => secrets
+                .get_opt(ca)
+                .await?
+                .and_then(|s| s.data?.get("ca.crt").cloned())
+                .map(|b| b.0),
+            _ => None,
+        };
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().labels(&format!("{}={name}", labels::CLUSTER)))
+            .await?
+            .items;
+        for p in pods {
+            let l = p.labels();
+            let host = Host {
+                namespace: ns.clone(),
+                cluster: name.clone(),
+                shard: l.get(labels::SHARD).cloned().unwrap_or_default(),
+                replica: l.get(labels::REPLICA).cloned().unwrap_or_default(),
+                pod: p.name_any(),
+            };
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone());
+            match l.get(labels::COMPONENT).map(String::as_str) {
+                Some("keeper") => out.push(Target::Keeper { host, ip }),
+                Some("server") => {
+                    let config = ip.zip(password.clone()).map(|(ip, password)| {
+                        let tls = c.spec.tls.enabled;
+                        let mut config = ClientConfig::new(
+                            Endpoint {
+                                host: ip,
+                                port: if tls {
+                                    names::HTTPS_PORT
+                                } else {
+                                    names::HTTP_PORT
+                                } as u16,
+                            },
+                            Credentials {
+                                user: names::OPERATOR_USER.into(),
+                                password,
+                            },
+                        );
+                        if tls {
+                            config.tls_unverified = ca.is_none();
+                            config.tls_ca_pem = ca.clone();
+                            config.tls_server_name =
+                                Some(names::replica_host(&name, &ns, &host.replica));
+                        }
+                        config.timeout = HOST_TIMEOUT;
+                        config
+                    });
+                    out.push(Target::Server { host, config });
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One scrape of every host of the clusters in `namespaces`.
+pub async fn scrape(client: &Client, namespaces: &WatchNamespaces) -> String {
+    let mut total = Samples::default();
+    let started = std::time::Instant::now();
+    let targets = match targets(client, namespaces).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "exporter: cannot list the clusters");
+            total.add(
+                "clickhouse_exporter_discovery_up".into(),
+                "gauge",
+                String::new(),
+                0.0,
+            );
+            return total.render();
+        }
+    };
+    total.add(
+        "clickhouse_exporter_discovery_up".into(),
+        "gauge",
+        String::new(),
+        1.0,
+    );
+    let results: Vec<Samples> = futures::stream::iter(targets)
+        .map(|t| async move {
+            let mut out = Samples::default();
+            match t {
+                Target::Server { host, config } => {
+                    let ok = match config.map(crate::clickhouse::Client::new) {
+                        Some(Ok(c)) => {
+                            tokio::time::timeout(HOST_TIMEOUT, scrape_server(&c, &host, &mut out))
+                                .await
+                                .map_err(|_| "timed out".to_string())
+                                .and_then(|r| r)
+                        }
+                        Some(Err(e)) => Err(e.to_string()),
+                        None => Err("no address or no operator password yet".into()),
+                    };
+                    if let Err(e) = &ok {
+                        tracing::debug!(pod = %host.pod, error = %e, "exporter: server did not answer");
+                        out = Samples::default();
+                    }
+                    out.add(
+                        "clickhouse_up".into(),
+                        "gauge",
+                        host.labels(&[]),
+                        f64::from(u8::from(ok.is_ok())),
+                    );
+                }
+                Target::Keeper { host, ip } => {
+                    let answer = match ip {
+                        Some(ip) => tokio::time::timeout(HOST_TIMEOUT, mntr(&ip))
+                            .await
+                            .map_err(|_| "timed out".to_string())
+                            .and_then(|r| r),
+                        None => Err("no address".into()),
+                    };
+                    let l = host.labels(&[]);
+                    let up = answer.as_ref().is_ok_and(|a| !a.trim().is_empty());
+                    if let Ok(text) = &answer {
+                        for (k, v) in parse_mntr(text) {
+                            let name = metric_name("keeper_", k.trim_start_matches("zk_"));
+                            out.add(name, "gauge", l.clone(), v);
+                        }
+                    }
+                    out.add("keeper_up".into(), "gauge", l, f64::from(u8::from(up)));
+                }
+            }
+            out
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    for r in results {
+        for (name, (kind, lines)) in r.by_name {
+            total
+                .by_name
+                .entry(name)
+                .or_insert((kind, Vec::new()))
+                .1
+                .extend(lines);
+        }
+    }
+    total.add(
+        "clickhouse_exporter_scrape_duration_seconds".into(),
+        "gauge",
+        String::new(),
+        started.elapsed().as_secs_f64(),
+    );
+    total.render()
+}
+
+/// Serves `/metrics` (one scrape per request) and `/healthz` on `addr`.
+pub async fn serve(
+    client: Client,
+    namespaces: WatchNamespaces,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<()> {
+    use axum::routing::get;
+    let state = Arc::new((client, namespaces));
+    let app =
+        axum::Router::new()
+            .route(
+                "/metrics",
+                get(
+                    |axum::extract::State(s): axum::extract::State<
+                        Arc<(Client, WatchNamespaces)>,
+                    >| async move { scrape(&s.0, &s.1).await },
+                ),
+            )
+            .route("/healthz", get(|| async { "ok" }))
+            .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mntr_answers_become_numbers() {
+        let text = "zk_version\t3.8.4-abc\nzk_avg_latency\t0.5\nzk_server_state\tleader\nzk_outstanding_requests\t2\n";
+        assert_eq!(
+            parse_mntr(text),
+            vec![
+                ("zk_avg_latency".to_string(), 0.5),
+                ("zk_server_state".to_string(), 1.0),
+                ("zk_outstanding_requests".to_string(), 2.0),
+            ]
+        );
+    }
+
+    #[test]
+    fn samples_render_one_type_line_per_metric_with_escaped_labels() {
+        let host = Host {
+            namespace: "t1".into(),
+            cluster: "c1".into(),
+            shard: "0".into(),
+            replica: "c1-0-0".into(),
+            pod: "c1-0-0-0".into(),
+        };
+        let mut s = Samples::default();
+        s.add(
+            metric_name("clickhouse_metric_", "Query"),
+            "gauge",
+            host.labels(&[]),
+            2.0,
+        );
+        s.add(
+            "clickhouse_table_active_parts".into(),
+            "gauge",
+            host.labels(&[("table", "we\"ird")]),
+            3.0,
+        );
+        s.add("clickhouse_up".into(), "gauge", host.labels(&[]), f64::NAN);
+        let text = s.render();
+        assert!(text.contains("# TYPE clickhouse_metric_Query gauge\n"));
+        assert!(text.contains(
+            r#"clickhouse_metric_Query{namespace="t1",cluster="c1",shard="0",replica="c1-0-0",pod="c1-0-0-0"} 2"#
+        ));
+        assert!(text.contains(r#"table="we\"ird""#), "{text}");
+        assert!(
+            !text.contains("clickhouse_up"),
+            "non-finite values are dropped"
+        );
+        assert_eq!(
+            metric_name("keeper_", "avg.latency-ms"),
+            "keeper_avg_latency_ms"
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! The metrics exporter (issue 14) against real 18.16 servers and the Keeper stand-in: every
+//! server and Keeper member of the cluster is in one scrape with its labels; a server that is
+//! down reports `clickhouse_up 0` while the others keep reporting.
+
+use std::time::{Duration, Instant};
+
+use clickhouse_operator::exporter;
+use clickhouse_operator::runtime::settings::WatchNamespaces;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::DeleteParams;
+use serde_json::json;
+
+use crate::support::*;
+
+fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!("pod=\"{pod}\"")))
+        .and_then(|l| l.rsplit(' ').next())
+}
+
+/// Issue 14: one scrape holds, for each server pod, `clickhouse_up 1`, its `system.metrics`,
+/// `system.events`, replication and parts figures of a replicated table (and its disks where
+/// the server has `system.disks`), labelled
+/// with namespace, cluster, shard, replica and pod; and for the Keeper member `keeper_up 1` and
+/// its `mntr` figures. Served over HTTP by `exporter::serve` too. With one server pod deleted,
+/// a scrape reports that pod `clickhouse_up 0` and the other still `1` with its metrics.
+#[tokio::test]
+async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported() {
+    let client = client().await;
+    let ns = namespace(&client, "export").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas: Vec<String> = ready
+        .status
+        .unwrap()
+        .replica_state_map
+        .keys()
+        .cloned()
+        .collect();
+    let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(&ch, "CREATE TABLE default.t ON CLUSTER c1 (x UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/t', '{replica}') ORDER BY x").await;
+    exec(&ch, "INSERT INTO default.t VALUES (1)").await;
+    let namespaces = WatchNamespaces::Only(vec![ns.clone()]);
+
+    let started = Instant::now();
+    let text = exporter::scrape(&client, &namespaces).await;
+    println!("a scrape of 3 hosts took {:?}", started.elapsed());
+    for r in &replicas {
+        let pod = format!("{r}-0");
+        assert_eq!(
+            sample(&text, "clickhouse_up", &pod),
+            Some("1"),
+            "{pod}\n{text}"
+        );
+        for name in [
+            "clickhouse_metric_Query",
+            "clickhouse_event_Query_total",
+            "clickhouse_replica_queue_size",
+            "clickhouse_replica_absolute_delay_seconds",
+            "clickhouse_replica_is_readonly",
+            "clickhouse_table_active_parts",
+            "clickhouse_table_max_parts_per_partition",
+        ] {
+            assert!(
+                sample(&text, name, &pod).is_some(),
+                "{name} of {pod}\n{text}"
+            );
+        }
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("clickhouse_up{") && l.contains(&pod))
+            .unwrap();
+        assert!(
+            line.contains(&format!(
+                r#"namespace="{ns}",cluster="c1",shard="0",replica="{r}""#
+            )),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        sample(&text, "keeper_up", "c1-keeper-0"),
+        Some("1"),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "keeper_avg_latency", "c1-keeper-0").is_some(),
+        "{text}"
+    );
+    assert!(sample(&text, "keeper_outstanding_requests", "c1-keeper-0").is_some());
+
+    // over HTTP
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let server = tokio::spawn(exporter::serve(client.clone(), namespaces.clone(), addr));
+    let body = wait_for(
+        Duration::from_secs(10),
+        "the exporter's /metrics",
+        || async move {
+            reqwest::get(format!("http://{addr}/metrics"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()
+        },
+    )
+    .await;
+    assert!(body.contains("clickhouse_up{"), "{body}");
+    server.abort();
+
+    // one host down
+    let victim = format!("{}-0", replicas[1]);
+    let other = format!("{}-0", replicas[0]);
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    let down = wait_for(
+        Duration::from_secs(60),
+        "a scrape with the host down",
+        || {
+            let (client, namespaces, victim) = (client.clone(), namespaces.clone(), victim.clone());
+            async move {
+                let t = exporter::scrape(&client, &namespaces).await;
+                (sample(&t, "clickhouse_up", &victim) == Some("0")).then_some(t)
+            }
+        },
+    )
+    .await;
+    assert_eq!(sample(&down, "clickhouse_up", &other), Some("1"), "{down}");
+    assert!(sample(&down, "clickhouse_metric_Query", &other).is_some());
+    assert!(sample(&down, "clickhouse_metric_Query", &victim).is_none());
+    finish(&client, &ns, op).await;
+}
