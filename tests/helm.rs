@@ -219,10 +219,104 @@ fn chart_crds_are_identical_to_deploy_crds() {
 }
 
 /// Every RBAC rule of the chart says why it is there (a comment right above it).
+/// Issue 14: the exporter is off by default; on, it is its own Deployment (`exporter`, one
+/// replica, the hardened pod of the operator) with its own ServiceAccount whose rights are read
+/// only (list clusters and pods, get Secrets; per watched namespace when the operator watches a
+/// list), a Service, and on request a ServiceMonitor and a PrometheusRule with the alerts people
+/// page on.
+#[test]
+fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
+    let helm = helm_or_skip!();
+    let off = template(helm, &operator_chart(), "ops", &[], false);
+    assert!(
+        !off.iter()
+            .any(|d| text(d, "metadata.name").ends_with("-exporter")),
+        "off by default"
+    );
+    let on = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &[
+            "exporter.enabled=true",
+            "exporter.serviceMonitor.enabled=true",
+            "exporter.prometheusRule.enabled=true",
+        ],
+        false,
+    );
+    assert_no_wildcards(&on);
+    let name = "rel-clickhouse-operator-exporter";
+    let dep = one(&on, "Deployment", name);
+    let c = &s(dep, "spec.template.spec.containers")
+        .and_then(Value::as_sequence)
+        .unwrap()[0];
+    assert_eq!(text(c, "args.0"), "exporter");
+    assert_eq!(
+        env_of(c).get("HTTP_ADDR").map(String::as_str),
+        Some("0.0.0.0:9116")
+    );
+    assert_eq!(text(dep, "spec.template.spec.serviceAccountName"), name);
+    assert_eq!(text(c, "securityContext.readOnlyRootFilesystem"), "true");
+    let role = one(&on, "ClusterRole", name);
+    let rules = rule_triples(role);
+    for r in &rules {
+        assert!(
+            matches!(r.2.as_str(), "list" | "get"),
+            "the exporter only reads: {rules:?}"
+        );
+    }
+    assert!(rules.contains(&(
+        "clickhouse.com".to_string(),
+        "clickhouseclusters".to_string(),
+        "list".to_string()
+    )));
+    one(&on, "Service", name);
+    one(&on, "ServiceMonitor", name);
+    let alerts: BTreeSet<String> = s(one(&on, "PrometheusRule", name), "spec.groups.0.rules")
+        .and_then(Value::as_sequence)
+        .unwrap()
+        .iter()
+        .map(|r| text(r, "alert"))
+        .collect();
+    for a in [
+        "ClickHouseReplicaReadOnly",
+        "ClickHouseReplicationDelay",
+        "ClickHouseTooManyParts",
+        "ClickHouseKeeperSessionExpired",
+        "ClickHouseDiskAlmostFull",
+        "ClickHouseClusterInError",
+        "ClickHouseNoRecentBackup",
+    ] {
+        assert!(alerts.contains(a), "{a}: {alerts:?}");
+    }
+    let scoped = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &["exporter.enabled=true", "watchNamespace=a\\,b"],
+        false,
+    );
+    let roles: Vec<String> = of_kind(&scoped, "Role")
+        .iter()
+        .filter(|r| text(r, "metadata.name") == name)
+        .map(|r| text(r, "metadata.namespace"))
+        .collect();
+    assert_eq!(roles, ["a", "b"]);
+    assert!(
+        of_kind(&scoped, "ClusterRole")
+            .iter()
+            .all(|r| text(r, "metadata.name") != name)
+    );
+}
+
 #[test]
 fn every_rbac_rule_of_the_chart_says_why() {
     let mut missing = Vec::new();
-    for file in ["templates/_helpers.tpl", "templates/rbac.yaml"] {
+    for file in [
+        "templates/_helpers.tpl",
+        "templates/rbac.yaml",
+        "templates/exporter.yaml",
+    ] {
         let src = std::fs::read_to_string(operator_chart().join(file)).unwrap();
         let lines: Vec<&str> = src.lines().collect();
         for (i, l) in lines.iter().enumerate() {
