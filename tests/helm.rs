@@ -223,7 +223,8 @@ fn chart_crds_are_identical_to_deploy_crds() {
 /// replica, the hardened pod of the operator) with its own ServiceAccount whose rights are read
 /// only (list clusters and pods, get Secrets; per watched namespace when the operator watches a
 /// list), a Service, and on request a ServiceMonitor and a PrometheusRule with the alerts people
-/// page on.
+/// page on; Grafana dashboards (cluster overview, host, Keeper, operator) in a ConfigMap with the
+/// sidecar's label, on request.
 #[test]
 fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
     let helm = helm_or_skip!();
@@ -288,6 +289,45 @@ fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
         "ClickHouseNoRecentBackup",
     ] {
         assert!(alerts.contains(a), "{a}: {alerts:?}");
+    }
+    // dashboards for Grafana's sidecar: four, each valid JSON with panels
+    assert!(
+        of_kind(&on, "ConfigMap").is_empty(),
+        "no dashboards unless asked"
+    );
+    let dashboards = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &["dashboards.enabled=true"],
+        false,
+    );
+    let cm = one(
+        &dashboards,
+        "ConfigMap",
+        "rel-clickhouse-operator-dashboards",
+    );
+    assert_eq!(text(cm, "metadata.labels.grafana_dashboard"), "1");
+    let data = s(cm, "data").and_then(Value::as_mapping).unwrap();
+    let names: BTreeSet<String> = data
+        .keys()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "cluster-overview.json",
+            "host.json",
+            "keeper.json",
+            "operator.json"
+        ]
+        .map(String::from)
+        .into()
+    );
+    for (k, v) in data {
+        let d: serde_json::Value =
+            serde_json::from_str(v.as_str().unwrap()).unwrap_or_else(|e| panic!("{k:?}: {e}"));
+        assert!(!d["panels"].as_array().unwrap().is_empty(), "{k:?}");
     }
     let scoped = template(
         helm,
