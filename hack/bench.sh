@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs a benchmark and prints its figures (benchmarks are not tests: nothing is asserted about
-# time). Usage: hack/bench.sh backup
-#   backup  backup and restore throughput of a table of at least 1 GiB (BENCH_GIB, default 1)
-#           to and from a real S3 server, beside a plain copy of the same parts
+# time). Usage: hack/bench.sh backup|exporter
+#   backup    backup and restore throughput of a table of at least 1 GiB (BENCH_GIB, default 1)
+#             to and from a real S3 server, beside a plain copy of the same parts
+#   exporter  the metrics exporter's scrape time and memory for 2, 20 and 100 hosts (the two
+#             servers of a real cluster, asked several times each)
 # The local Kubernetes is started and stopped by the benchmark itself (or set CHOP_KUBECONFIG).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${1:-}" in
   backup) filter=backup::benchmark_backup_and_restore_throughput ;;
-  *) echo "usage: $0 backup" >&2; exit 2 ;;
+  exporter) filter=exporter::benchmark_exporter_scrape_of_20_and_100_hosts ;;
+  *) echo "usage: $0 backup|exporter" >&2; exit 2 ;;
 esac
 bash hack/setup.sh
 cargo build --workspace --quiet

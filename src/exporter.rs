@@ -254,7 +254,8 @@ async fn mntr(ip: &str) -> Result<String, String> {
 }
 
 /// A target of one scrape.
-enum Target {
+#[derive(Clone)]
+pub enum Target {
     Server {
         host: Host,
         config: Option<ClientConfig>,
@@ -266,7 +267,7 @@ enum Target {
 }
 
 /// The server and Keeper pods of the clusters in `namespaces`, with what is needed to ask them.
-async fn targets(
+pub async fn targets(
     client: &Client,
     namespaces: &WatchNamespaces,
 ) -> Result<Vec<Target>, kube::Error> {
@@ -361,26 +362,31 @@ async fn targets(
 
 /// One scrape of every host of the clusters in `namespaces`.
 pub async fn scrape(client: &Client, namespaces: &WatchNamespaces) -> String {
-    let mut total = Samples::default();
-    let started = std::time::Instant::now();
-    let targets = match targets(client, namespaces).await {
-        Ok(t) => t,
+    match targets(client, namespaces).await {
+        Ok(t) => scrape_targets(t, true).await,
         Err(e) => {
             tracing::warn!(error = %e, "exporter: cannot list the clusters");
+            let mut total = Samples::default();
             total.add(
                 "clickhouse_exporter_discovery_up".into(),
                 "gauge",
                 String::new(),
                 0.0,
             );
-            return total.render();
+            total.render()
         }
-    };
+    }
+}
+
+/// One scrape of `targets`, [`CONCURRENCY`] at a time.
+pub async fn scrape_targets(targets: Vec<Target>, discovered: bool) -> String {
+    let mut total = Samples::default();
+    let started = std::time::Instant::now();
     total.add(
         "clickhouse_exporter_discovery_up".into(),
         "gauge",
         String::new(),
-        1.0,
+        f64::from(u8::from(discovered)),
     );
     let results: Vec<Samples> = futures::stream::iter(targets)
         .map(|t| async move {

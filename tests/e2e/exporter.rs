@@ -227,3 +227,66 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     assert!(sample(&down, "clickhouse_metric_Query", &victim).is_none());
     finish(&client, &ns, op).await;
 }
+
+/// The resident memory of this process, in KiB (Linux).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Benchmark (issue 14), not a test: the exporter's scrape time and memory for 20 and 100 hosts,
+/// simulated by pointing it at the two real 18.16 servers of a cluster 10 and 50 times each (with
+/// its Keeper member once). Run it with `hack/bench.sh exporter`.
+#[tokio::test]
+#[ignore = "a benchmark: hack/bench.sh exporter"]
+async fn benchmark_exporter_scrape_of_20_and_100_hosts() {
+    let client = client().await;
+    let ns = namespace(&client, "expbench").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let found = exporter::targets(&client, &WatchNamespaces::Only(vec![ns.clone()]))
+        .await
+        .unwrap();
+    let servers: Vec<exporter::Target> = found
+        .iter()
+        .filter(|t| matches!(t, exporter::Target::Server { .. }))
+        .cloned()
+        .collect();
+    println!();
+    println!(
+        "{:>6} {:>12} {:>12} {:>14}",
+        "hosts", "scrape ms", "ms / host", "RSS KiB after"
+    );
+    for hosts in [2usize, 20, 100] {
+        let targets: Vec<exporter::Target> = servers.iter().cycle().take(hosts).cloned().collect();
+        // warm, then the median of five
+        exporter::scrape_targets(targets.clone(), true).await;
+        let mut times = Vec::new();
+        let mut size = 0;
+        for _ in 0..5 {
+            let t = Instant::now();
+            size = exporter::scrape_targets(targets.clone(), true).await.len();
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times[2];
+        println!(
+            "{hosts:>6} {median:>12.1} {:>12.2} {:>14}   ({} KiB of text)",
+            median / hosts as f64,
+            rss_kib(),
+            size / 1024
+        );
+    }
+    finish(&client, &ns, op).await;
+}
