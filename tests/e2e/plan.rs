@@ -92,7 +92,8 @@ fn writes_since(audit: &Path, from: usize, ns: &str) -> Vec<String> {
 }
 
 /// Issue 16: with a kubeconfig, `plan` shows what a change would do to the running cluster:
-/// a no-op exits 0; an image change exits 2 and lists every server pod once, in rollout order
+/// a no-op exits 0; an image change exits 2, shows the changed field of the object it writes
+/// first (old and new image) and lists every server pod once, in rollout order
 /// (the canary alone, then the shards in parallel, each shard's backup replica after its
 /// other replicas); a profile
 /// change is a reload without restarts; a scale-in names the condemned replicas (never a
@@ -174,6 +175,13 @@ async fn plan_shows_what_a_change_to_the_running_cluster_would_do_and_writes_not
             .iter()
             .any(|c| c == "servers: spec.image → rolling restart"),
         "{p}"
+    );
+    assert!(
+        p["objects"].as_array().unwrap().iter().any(|o| {
+            let o = o.as_str().unwrap();
+            o.contains(".image: ") && o.ends_with("\"clickhouse/clickhouse-server:25.3\"")
+        }),
+        "the canary's template change, field by field: {p}"
     );
     let (code, text) = plan(&dir, &live, image, none.clone(), false);
     assert_eq!(code, 2);

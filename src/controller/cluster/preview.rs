@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
+use serde_json::Value;
 
 use super::Error;
 use super::observe::{observe_with, read_lag, siblings};
@@ -17,6 +18,7 @@ use crate::api::{ClickHouseCluster, ReplicaState};
 use crate::model::changes::{Need, classify};
 use crate::model::names;
 use crate::plan::action::Action;
+use crate::plan::facts::Kind;
 use crate::plan::{FailureReason, decide, rollout};
 
 /// What applying a file would do.
@@ -39,6 +41,8 @@ pub struct Preview {
     pub refused: Vec<String>,
     /// What the first pass would do.
     pub first_pass: Vec<String>,
+    /// The objects the first pass writes, each changed field with its old and new value.
+    pub objects: Vec<String>,
     /// What the first pass would wait for.
     pub waiting: Option<String>,
     /// 0 nothing to do, 2 changes, 1 refused or invalid.
@@ -63,6 +67,53 @@ fn need(n: Need) -> &'static str {
 /// a fresh pod changes nothing).
 fn changes_something(a: &Action) -> bool {
     !matches!(a, Action::DropDnsCache { .. })
+}
+
+/// The fields of `desired` whose value `observed` does not have, as `path: old → new` (the
+/// object hashes the operator stamps are left out: they follow from the rest).
+pub fn changed_fields(observed: &Value, desired: &Value) -> Vec<String> {
+    fn short(v: &Value) -> String {
+        let s = match v {
+            Value::Null => "(none)".to_string(),
+            other => other.to_string(),
+        };
+        if s.chars().count() > 80 {
+            format!("{}…", s.chars().take(80).collect::<String>())
+        } else {
+            s
+        }
+    }
+    fn walk(path: &str, o: &Value, d: &Value, out: &mut Vec<String>) {
+        match (o, d) {
+            (Value::Object(om), Value::Object(dm)) => {
+                for (k, dv) in dm {
+                    if k.contains("hash") || (path.is_empty() && k == "status") {
+                        continue;
+                    }
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&p, om.get(k).unwrap_or(&Value::Null), dv, out);
+                }
+            }
+            (Value::Array(oa), Value::Array(da)) if oa.len() == da.len() => {
+                for (i, (ov, dv)) in oa.iter().zip(da).enumerate() {
+                    walk(&format!("{path}[{i}]"), ov, dv, out);
+                }
+            }
+            (o, d) if o != d => out.push(format!("{path}: {} → {}", short(o), short(d))),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    let mut d = desired.clone();
+    if let Some(m) = d.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, _| matches!(k.as_str(), "labels" | "annotations"));
+    }
+    walk("", observed, &d, &mut out);
+    out
 }
 
 /// Decides what applying `file` would do to the cluster of its name, reading through `client`.
@@ -153,6 +204,38 @@ pub async fn preview(client: &Client, file: &ClickHouseCluster) -> Result<Previe
         .filter(|a| changes_something(a))
         .map(Action::describe)
         .collect();
+    for a in &plan.actions {
+        if let Action::Apply {
+            kind,
+            name,
+            object,
+            create,
+        } = a
+        {
+            let title = format!("{} {name}", kind.as_str());
+            if *create {
+                out.objects.push(format!("{title}: created"));
+                continue;
+            }
+            let observed = if *kind == Kind::StatefulSet {
+                world
+                    .observed
+                    .statefulsets
+                    .get(name)
+                    .and_then(|s| serde_json::to_value(s).ok())
+            } else {
+                world.observed.objects.get(&(*kind, name.clone())).cloned()
+            };
+            let fields = changed_fields(&observed.unwrap_or(Value::Null), object);
+            for f in fields.iter().take(20) {
+                out.objects.push(format!("{title}: {f}"));
+            }
+            if fields.len() > 20 {
+                out.objects
+                    .push(format!("{title}: … and {} more fields", fields.len() - 20));
+            }
+        }
+    }
     if out.waiting.is_none() {
         out.waiting = plan.status.message.clone();
     }
@@ -223,6 +306,11 @@ impl Preview {
             ));
         }
         list(&mut s, "First pass", &self.first_pass);
+        list(
+            &mut s,
+            "Changed fields of the objects the first pass writes",
+            &self.objects,
+        );
         if let Some(w) = &self.waiting {
             s.push_str(&format!("Waiting: {w}\n"));
         }
@@ -232,5 +320,38 @@ impl Preview {
             _ => "Changes would be applied.\n",
         });
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Issue 16: `plan` shows what changes in an object, field by field, without the stamped
+    /// hashes and without the fields the API server adds.
+    #[test]
+    fn changed_fields_name_each_path_with_its_old_and_new_value() {
+        let observed = json!({
+            "metadata": {"name": "c1-0-0", "uid": "u", "annotations": {"clickhouse.com/object-hash": "a"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "clickhouse", "image": "ch:24.8",
+                                                          "env": [{"name": "A", "value": "1"}]}]}},
+                     "replicas": 1},
+            "status": {"replicas": 1}
+        });
+        let desired = json!({
+            "metadata": {"name": "c1-0-0", "annotations": {"clickhouse.com/object-hash": "b"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "clickhouse", "image": "ch:25.3",
+                                                          "env": [{"name": "A", "value": "1"}]}]}},
+                     "replicas": 1, "minReadySeconds": 5}
+        });
+        assert_eq!(
+            changed_fields(&observed, &desired),
+            vec![
+                "spec.minReadySeconds: (none) → 5".to_string(),
+                "spec.template.spec.containers[0].image: \"ch:24.8\" → \"ch:25.3\"".to_string(),
+            ]
+        );
+        assert!(changed_fields(&observed, &observed).is_empty());
     }
 }
