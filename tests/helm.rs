@@ -290,6 +290,23 @@ fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
     ] {
         assert!(alerts.contains(a), "{a}: {alerts:?}");
     }
+    // the servers' own endpoint, scraped on the pods (spec.serverMetrics)
+    let pods = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &["serverPodMonitor.enabled=true"],
+        false,
+    );
+    let pm = one(&pods, "PodMonitor", "rel-clickhouse-operator-servers");
+    assert_eq!(text(pm, "spec.podMetricsEndpoints.0.port"), "prometheus");
+    let selector = s(pm, "spec.selector.matchLabels").unwrap();
+    assert_eq!(
+        selector
+            .get("app.kubernetes.io/component")
+            .and_then(Value::as_str),
+        Some("server")
+    );
     // dashboards for Grafana's sidecar: four, each valid JSON with panels
     assert!(
         of_kind(&on, "ConfigMap").is_empty(),

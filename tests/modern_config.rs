@@ -1004,3 +1004,16 @@ fn a_logger_level_from_the_spec_is_not_overridden_by_the_operators_default() {
     assert!(RUNTIME_FILE > SERVER_FILE);
     assert_eq!(merged_logger_level(&d).as_deref(), Some("debug"));
 }
+
+/// Issue 14: with `serverMetrics` on, the generated `prometheus` section (the servers' own
+/// endpoint of ClickHouse 20.1 and later) loads on 26.x with everything else. chDB serves no
+/// port, so that the endpoint answers is not shown here.
+#[test]
+fn the_servers_own_prometheus_section_loads() {
+    let (c, i) = c1(serde_json::json!({"serverMetrics": {"enabled": true, "port": 9400}}));
+    let d = build(&c, &i);
+    assert!(d.common_config.data.as_ref().unwrap()[SERVER_FILE].contains("<prometheus>"));
+    let layout = lay_out("prometheus", &d, "c1-0-0", "");
+    let r = run(&layout, &[CLUSTERS]);
+    check_clusters(&r.rows(0), "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
+}

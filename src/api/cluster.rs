@@ -60,6 +60,11 @@ pub struct ClickHouseClusterSpec {
     /// TLS for client and interserver connections.
     #[serde(default)]
     pub tls: TlsSpec,
+    /// The servers' own Prometheus endpoint (ClickHouse 20.1 and later): `/metrics` with the
+    /// server's metrics, events and asynchronous metrics on `port`, declared on the pods so that
+    /// a PodMonitor can scrape them directly. Turning it on or off restarts the servers.
+    #[serde(default)]
+    pub server_metrics: ServerMetricsSpec,
     /// What schema the operator copies onto new replicas and shards.
     #[serde(default)]
     pub schema_policy: SchemaPolicySpec,
@@ -230,6 +235,30 @@ impl PodSettings {
     pub fn startup_failure_threshold(&self, default: i32) -> i32 {
         (self.startup_seconds.unwrap_or(default).max(2) + 1) / 2
     }
+}
+
+/// The servers' own Prometheus endpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerMetricsSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Default 9363.
+    #[serde(default = "default_server_metrics_port")]
+    pub port: i32,
+}
+
+impl Default for ServerMetricsSpec {
+    fn default() -> Self {
+        ServerMetricsSpec {
+            enabled: false,
+            port: default_server_metrics_port(),
+        }
+    }
+}
+
+fn default_server_metrics_port() -> i32 {
+    9363
 }
 
 /// Automatic version upgrades (seed 002, S2-24).

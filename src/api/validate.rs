@@ -160,6 +160,21 @@ fn check_storage(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 
 /// The disruption budget must let at least one pod go.
 fn check_disruption_budget(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    let m = &spec.server_metrics;
+    let taken = [
+        crate::model::names::HTTP_PORT,
+        crate::model::names::TCP_PORT,
+        crate::model::names::INTERSERVER_HTTP_PORT,
+        crate::model::names::HTTPS_PORT,
+        crate::model::names::TCP_SECURE_PORT,
+        crate::model::names::INTERSERVER_HTTPS_PORT,
+    ];
+    if m.enabled && (!(1024..=65535).contains(&m.port) || taken.contains(&m.port)) {
+        errors.add(
+            "spec.serverMetrics.port",
+            format!("{} is not a free port between 1024 and 65535", m.port),
+        );
+    }
     if let Some(secs) = spec.catch_up_seconds
         && !(10..=7 * 86_400).contains(&secs)
     {
@@ -663,6 +678,27 @@ mod tests {
             s.configuration.settings = BTreeMap::from([(key.to_string(), "1".to_string())]);
             assert!(fields("c1", &s).is_empty(), "{key}");
         }
+    }
+
+    /// Issue 14: the servers' own metrics port must not be one the servers already use.
+    #[test]
+    fn the_server_metrics_port_must_be_free() {
+        let mut s = spec();
+        s.server_metrics.enabled = true;
+        assert!(fields("c1", &s).is_empty());
+        for port in [8123, 9009, 80] {
+            s.server_metrics.port = port;
+            assert_eq!(
+                fields("c1", &s),
+                vec!["spec.serverMetrics.port".to_string()],
+                "{port}"
+            );
+        }
+        s.server_metrics.enabled = false;
+        assert!(
+            fields("c1", &s).is_empty(),
+            "a port of a switched-off endpoint is not checked"
+        );
     }
 
     /// Issue 15: an unknown profile for the users would make ClickHouse refuse the whole users

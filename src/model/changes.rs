@@ -283,6 +283,9 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         &new.storage,
         new.storage_scaling.enable_volume_scaling,
     );
+    if old.server_metrics != new.server_metrics {
+        s.add(Need::RollingRestart, "spec.serverMetrics");
+    }
     if old.update_strategy != new.update_strategy {
         s.add(Need::ObjectUpdate, "spec.updateStrategy");
     }

@@ -219,6 +219,9 @@ pub fn server_ports(c: &Cluster<'_>) -> Vec<(&'static str, i32)> {
             ports.push(("interserver-tls", names::INTERSERVER_HTTPS_PORT));
         }
     }
+    if c.spec.server_metrics.enabled {
+        ports.push(("prometheus", c.spec.server_metrics.port));
+    }
     ports
 }
 

@@ -1070,3 +1070,55 @@ proptest::proptest! {
         proptest::prop_assert_eq!(distinct.len(), reps.len());
     }
 }
+
+/// Issue 14: the servers' own Prometheus endpoint is off by default (nothing generated, so no
+/// existing pod template changes); on, the server file has the `prometheus` section on its port
+/// and every server container declares that port as `prometheus`, and the change restarts.
+#[test]
+fn the_servers_own_prometheus_endpoint_is_generated_only_when_asked() {
+    let off = cluster(serde_json::json!({"shards": 1, "replicas": 2}));
+    let on = cluster(
+        serde_json::json!({"shards": 1, "replicas": 2, "serverMetrics": {"enabled": true}}),
+    );
+    let i = inputs(replicas(1, 2));
+    let (d_off, d_on) = (build(&off, &i), build(&on, &i));
+    assert!(!common_file(&d_off, SERVER_FILE).contains("<prometheus>"));
+    let doc = parse(common_file(&d_on, SERVER_FILE));
+    let p = doc
+        .descendants()
+        .find(|n| n.has_tag_name("prometheus"))
+        .expect("a prometheus section");
+    let leaf = |name: &str| {
+        p.children()
+            .find(|n| n.has_tag_name(name))
+            .and_then(|n| n.text())
+            .map(str::to_string)
+    };
+    assert_eq!(leaf("port").as_deref(), Some("9363"));
+    assert_eq!(leaf("endpoint").as_deref(), Some("/metrics"));
+    for t in templates(&d_on) {
+        let ports = t.spec.as_ref().unwrap().containers[0]
+            .ports
+            .clone()
+            .unwrap();
+        assert!(
+            ports
+                .iter()
+                .any(|p| p.name.as_deref() == Some("prometheus") && p.container_port == 9363),
+            "{ports:?}"
+        );
+    }
+    for t in templates(&d_off) {
+        let ports = t.spec.as_ref().unwrap().containers[0]
+            .ports
+            .clone()
+            .unwrap();
+        assert!(
+            ports
+                .iter()
+                .all(|p| p.name.as_deref() != Some("prometheus"))
+        );
+    }
+    let ch = crate::model::changes::classify(&off.spec, &on.spec);
+    assert!(ch.server.needs(crate::model::changes::Need::RollingRestart));
+}

@@ -171,6 +171,16 @@ fn server_element(c: &Cluster<'_>) -> Element {
                     )),
             );
     }
+    if c.spec.server_metrics.enabled {
+        root = root.child(
+            Element::new("prometheus")
+                .child(Element::leaf("endpoint", "/metrics"))
+                .child(Element::leaf("port", c.spec.server_metrics.port))
+                .child(Element::leaf("metrics", "true"))
+                .child(Element::leaf("events", "true"))
+                .child(Element::leaf("asynchronous_metrics", "true")),
+        );
+    }
     root.child(
         Element::new("logger")
             .child(Element::leaf("level", "information"))
