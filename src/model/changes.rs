@@ -15,7 +15,7 @@
 //! | storage smaller, class changed, or larger without volume scaling | [`Need::Refused`] | the same |
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
-//! | `tls.required`, certificate Secret names | [`Need::RollingRestart`] | — |
+//! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService` | [`Need::ObjectUpdate`] | — |
 //! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds`, `upgradeOptions` | nothing | nothing |
 
