@@ -24,7 +24,9 @@ fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
 /// the server has `system.disks`), labelled
 /// with namespace, cluster, shard, replica and pod; and for the Keeper member `keeper_up 1` and
 /// its `mntr` figures. Served over HTTP by `exporter::serve` too. With one server pod deleted,
-/// a scrape reports that pod `clickhouse_up 0` and the other still `1` with its metrics. Every
+/// a scrape reports that pod `clickhouse_up 0` and the other still `1` with its metrics. Five
+/// queries move that host's query counter by at least five; a replica that stops fetching shows
+/// a replication queue after an insert on the other. Every
 /// metric the chart's dashboards and alert rules use is in the real output (or named, with the
 /// reason, as absent on these servers).
 #[tokio::test]
@@ -202,6 +204,43 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     .await;
     assert!(body.contains("clickhouse_up{"), "{body}");
     server.abort();
+
+    // a query moves that host's counter; a replica that does not fetch shows its queue
+    let first = format!("{}-0", replicas[0]);
+    let second = format!("{}-0", replicas[1]);
+    let queries = |t: &str, pod: &str| -> f64 {
+        sample(t, "clickhouse_event_Query_total", pod)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = queries(&text, &first);
+    for _ in 0..5 {
+        exec(&ch, "SELECT 1").await;
+    }
+    let c2 = sql_client(&client, &ns, "c1", &second).await;
+    exec(&c2, "SYSTEM STOP FETCHES default.t").await;
+    exec(&ch, "INSERT INTO default.t VALUES (2)").await;
+    let queued = wait_for(
+        Duration::from_secs(30),
+        "a queue on the replica that does not fetch",
+        || {
+            let (client, namespaces, second) = (client.clone(), namespaces.clone(), second.clone());
+            async move {
+                let t = exporter::scrape(&client, &namespaces).await;
+                let q = t.lines().find(|l| {
+                    l.starts_with("clickhouse_replica_queue_size{")
+                        && l.contains(&format!("pod=\"{second}\""))
+                        && l.contains("table=\"t\"")
+                })?;
+                (q.rsplit(' ').next()? != "0").then_some(t)
+            }
+        },
+    )
+    .await;
+    let after = queries(&queued, &first);
+    assert!(after >= before + 5.0, "Query counter {before} → {after}");
+    exec(&c2, "SYSTEM START FETCHES default.t").await;
 
     // one host down
     let victim = format!("{}-0", replicas[1]);
