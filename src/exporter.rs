@@ -19,7 +19,8 @@ use kube::{Client, ResourceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::api::ClickHouseCluster;
-use crate::clickhouse::{ClientConfig, Credentials, Endpoint, QueryOptions};
+use crate::clickhouse::{ClientConfig, QueryOptions};
+use crate::controller::cluster::replica_config;
 use crate::model::{labels, names};
 use crate::runtime::settings::WatchNamespaces;
 
@@ -327,27 +328,8 @@ pub async fn targets(
                 Some("keeper") => out.push(Target::Keeper { host, ip }),
                 Some("server") => {
                     let config = ip.zip(password.clone()).map(|(ip, password)| {
-                        let tls = c.spec.tls.enabled;
-                        let mut config = ClientConfig::new(
-                            Endpoint {
-                                host: ip,
-                                port: if tls {
-                                    names::HTTPS_PORT
-                                } else {
-                                    names::HTTP_PORT
-                                } as u16,
-                            },
-                            Credentials {
-                                user: names::OPERATOR_USER.into(),
-                                password,
-                            },
-                        );
-                        if tls {
-                            config.tls_unverified = ca.is_none();
-                            config.tls_ca_pem = ca.clone();
-                            config.tls_server_name =
-                                Some(names::replica_host(&name, &ns, &host.replica));
-                        }
+                        let mut config =
+                            replica_config(&c, &host.replica, ip, password, ca.clone());
                         config.timeout = HOST_TIMEOUT;
                         config
                     });
@@ -363,7 +345,7 @@ pub async fn targets(
 /// One scrape of every host of the clusters in `namespaces`.
 pub async fn scrape(client: &Client, namespaces: &WatchNamespaces) -> String {
     match targets(client, namespaces).await {
-        Ok(t) => scrape_targets(t, true).await,
+        Ok(t) => scrape_targets(t).await,
         Err(e) => {
             tracing::warn!(error = %e, "exporter: cannot list the clusters");
             let mut total = Samples::default();
@@ -379,14 +361,14 @@ pub async fn scrape(client: &Client, namespaces: &WatchNamespaces) -> String {
 }
 
 /// One scrape of `targets`, [`CONCURRENCY`] at a time.
-pub async fn scrape_targets(targets: Vec<Target>, discovered: bool) -> String {
+pub async fn scrape_targets(targets: Vec<Target>) -> String {
     let mut total = Samples::default();
     let started = std::time::Instant::now();
     total.add(
         "clickhouse_exporter_discovery_up".into(),
         "gauge",
         String::new(),
-        f64::from(u8::from(discovered)),
+        1.0,
     );
     let results: Vec<Samples> = futures::stream::iter(targets)
         .map(|t| async move {

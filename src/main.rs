@@ -107,41 +107,21 @@ fn main() -> anyhow::Result<()> {
             }
             std::process::exit(code);
         }
-        Command::Exporter => {
-            let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
-            runtime::init_logging(settings.log_format, &settings.log_level);
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async move {
-                let client = kube::Client::try_default().await.context(
-                    "cannot build a Kubernetes client (in-cluster config or KUBECONFIG)",
-                )?;
-                info!(addr = %settings.http_addr, "exporter started");
-                clickhouse_operator::exporter::serve(
-                    client,
-                    settings.watch_namespaces,
-                    settings.http_addr,
-                )
-                .await?;
-                anyhow::Ok(())
-            })?;
-        }
-        Command::PvcCleaner => {
-            let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
-            runtime::init_logging(settings.log_format, &settings.log_level);
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async move {
-                let client = kube::Client::try_default().await.context(
-                    "cannot build a Kubernetes client (in-cluster config or KUBECONFIG)",
-                )?;
-                info!("PVC cleaner started");
-                controller::pvc_cleaner::run(client, settings.watch_namespaces).await;
-                anyhow::Ok(())
-            })?;
-        }
+        Command::Exporter => component(|settings, client| async move {
+            info!(addr = %settings.http_addr, "exporter started");
+            clickhouse_operator::exporter::serve(
+                client,
+                settings.watch_namespaces,
+                settings.http_addr,
+            )
+            .await?;
+            Ok(())
+        })?,
+        Command::PvcCleaner => component(|settings, client| async move {
+            info!("PVC cleaner started");
+            controller::pvc_cleaner::run(client, settings.watch_namespaces).await;
+            Ok(())
+        })?,
         Command::Run => {
             let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
             runtime::init_logging(settings.log_format, &settings.log_level);
@@ -252,4 +232,24 @@ fn offline_plan(cluster: &ClickHouseCluster) -> anyhow::Result<()> {
         "actions": actions,
         "status": plan.status,
     }))?)
+}
+
+/// Runs a component beside the operator (`exporter`, `pvc-cleaner`): settings and logging from
+/// the environment, a runtime, and a Kubernetes client (in-cluster config or KUBECONFIG).
+fn component<F, Fut>(body: F) -> anyhow::Result<()>
+where
+    F: FnOnce(Settings, kube::Client) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
+    runtime::init_logging(settings.log_format, &settings.log_level);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+        body(settings, client).await
+    })
 }

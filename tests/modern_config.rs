@@ -37,7 +37,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use serde::Deserialize;
 
@@ -132,30 +131,10 @@ const TEST_USERS: &str = r#"<?xml version="1.0"?>
 </clickhouse>
 "#;
 
-const UID: &str = "00000000-0000-4000-8000-000000000016";
+mod chdb;
+use chdb::chdb_python;
 
-/// The Python of the chDB environment (installed once per test process).
-fn chdb_python() -> &'static Path {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/chdb.sh"))
-            .output()
-            .expect("run hack/chdb.sh");
-        assert!(
-            out.status.success(),
-            "hack/chdb.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .last()
-                .unwrap()
-                .trim(),
-        )
-    })
-}
+const UID: &str = "00000000-0000-4000-8000-000000000016";
 
 /// One replica's configuration laid out like `/etc/clickhouse-server`; removed when dropped
 /// unless `KEEP_MODERN_CONFIG_DIR` is set.

@@ -5,7 +5,6 @@
 //! here (no current server can run on this machine).
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use clickhouse_operator::clickhouse::sql::{
@@ -14,25 +13,8 @@ use clickhouse_operator::clickhouse::sql::{
 use clickhouse_operator::clickhouse::version::CAPABILITIES;
 use clickhouse_operator::clickhouse::{Version, backup};
 
-/// The Python of the chDB environment.
-fn chdb_python() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/hack/chdb.sh"))
-        .output()
-        .expect("run hack/chdb.sh");
-    assert!(
-        out.status.success(),
-        "hack/chdb.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
-}
+mod chdb;
+use chdb::chdb_python;
 
 /// For each statement: `Ok(formatted)` or `Err(parser error)`.
 fn parse_all(statements: &[String]) -> Vec<Result<String, String>> {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::EventType;
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -166,19 +166,16 @@ pub async fn tick(ctx: &Context, cluster: &ClickHouseCluster) -> Result<(), kube
         Verdict::Skip(_) => {}
     }
     let written = write_record(&api, &current, record, conditions).await;
-    if let Some((type_, reason, note)) = event {
-        let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
-        let e = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Upgrade".into(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&e, &current.object_ref(&())).await {
-            warn!(error = %e, "cannot publish event");
-        }
-    }
+    // events only (no status here, no Jobs to remove)
+    super::backup::record(
+        ctx,
+        &current,
+        None,
+        false,
+        event.into_iter().collect(),
+        "Upgrade",
+    )
+    .await?;
     written
 }
 

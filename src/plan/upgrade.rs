@@ -38,7 +38,7 @@ impl Apply {
     /// `Disabled`, `Recommended`, `Latest` (any case), or a version.
     pub fn parse(s: &str) -> Result<Apply, String> {
         match s.to_ascii_lowercase().as_str() {
-            "disabled" | "never" => Ok(Apply::Disabled),
+            "disabled" => Ok(Apply::Disabled),
             "recommended" => Ok(Apply::Recommended),
             "latest" => Ok(Apply::Latest),
             _ => s.parse().map(Apply::Exact).map_err(|_| {

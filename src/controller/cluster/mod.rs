@@ -5,6 +5,8 @@
 mod execute;
 mod observe;
 pub mod preview;
+
+pub use observe::replica_config;
 mod scale_in;
 
 use std::collections::HashMap;
