@@ -2,8 +2,9 @@
 # Installs what the tests and the demo need on a fresh machine, and builds what is missing:
 # Debian packages (ClickHouse server and client, ZooKeeper, openssl, iproute2), the Rust
 # components (rustfmt, clippy), the local control plane (Kubernetes and etcd built from Go
-# modules), the S3 server of the backup tests (SeaweedFS, from Go modules) and chDB (a current
-# ClickHouse parser, from PyPI), cached outside the repository. Safe to run again: it only does what is missing.
+# modules), the S3 server of the backup tests (SeaweedFS, from Go modules), chDB (a current
+# ClickHouse parser, from PyPI), helm and promtool (from Go modules), cached outside the
+# repository. Safe to run again: it only does what is missing.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -29,3 +30,4 @@ bash "$HERE/build-control-plane.sh" >/dev/null
 bash "$HERE/build-s3.sh" >/dev/null
 bash "$HERE/chdb.sh" >/dev/null
 bash "$HERE/helm.sh" >/dev/null
+bash "$HERE/promtool.sh" >/dev/null

@@ -18,7 +18,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::api::ClickHouseCluster;
+use crate::api::{ClickHouseCluster, ClusterState, ReplicaState};
 use crate::clickhouse::{ClientConfig, QueryOptions};
 use crate::controller::cluster::replica_config;
 use crate::model::{labels, names};
@@ -314,6 +314,19 @@ pub async fn targets(
             .list(&ListParams::default().labels(&format!("{}={name}", labels::CLUSTER)))
             .await?
             .items;
+        // a member the cluster should have but whose pod is gone (deleted, not yet recreated)
+        // is down, not absent: it gets `…_up 0` like one that does not answer
+        let present: std::collections::BTreeSet<String> =
+            pods.iter().map(ResourceExt::name_any).collect();
+        for (keeper, host) in expected_hosts(&c) {
+            if !present.contains(&host.pod) {
+                out.push(if keeper {
+                    Target::Keeper { host, ip: None }
+                } else {
+                    Target::Server { host, config: None }
+                });
+            }
+        }
         for p in pods {
             let l = p.labels();
             let host = Host {
@@ -340,6 +353,49 @@ pub async fn targets(
         }
     }
     Ok(out)
+}
+
+/// The members a cluster should be running now, as (is Keeper, labels): the servers of its
+/// replicas that are neither stopped nor being removed, and its Keeper members; none while the
+/// cluster stops. A pod of one of them that is missing is reported down.
+pub fn expected_hosts(c: &ClickHouseCluster) -> Vec<(bool, Host)> {
+    let ns = c.namespace().unwrap_or_default();
+    let name = c.name_any();
+    let Some(status) = &c.status else {
+        return Vec::new();
+    };
+    if status.state == ClusterState::Stopping {
+        return Vec::new();
+    }
+    let mut out: Vec<(bool, Host)> = status
+        .replica_state_map
+        .iter()
+        .filter(|(_, r)| matches!(r.state, ReplicaState::Pending | ReplicaState::Ready))
+        .map(|(replica, r)| {
+            (
+                false,
+                Host {
+                    namespace: ns.clone(),
+                    cluster: name.clone(),
+                    shard: r.shard.to_string(),
+                    replica: replica.clone(),
+                    pod: names::replica_pod(replica),
+                },
+            )
+        })
+        .collect();
+    out.extend((0..c.spec.keeper.replicas.max(0)).map(|i| {
+        (
+            true,
+            Host {
+                namespace: ns.clone(),
+                cluster: name.clone(),
+                pod: format!("{}-{i}", names::keeper(&name)),
+                ..Host::default()
+            },
+        )
+    }));
+    out
 }
 
 /// One scrape of every host of the clusters in `namespaces`.
@@ -466,6 +522,61 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 14: a member whose pod is gone is reported down, not left out; replicas being
+    /// removed or stopped, and every member of a stopping cluster, are not expected.
+    #[test]
+    fn members_the_cluster_should_run_are_expected_even_without_a_pod() {
+        use crate::api::{ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaStatus};
+        let spec: ClickHouseClusterSpec = serde_json::from_value(
+            serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}}),
+        )
+        .unwrap();
+        let mut c = ClickHouseCluster::new("c1", spec);
+        c.metadata.namespace = Some("t1".into());
+        assert!(
+            expected_hosts(&c).is_empty(),
+            "no status yet: nothing known"
+        );
+        let replica = |shard, state| ReplicaStatus {
+            shard,
+            state,
+            is_backup_pod: false,
+            index: 0,
+            scale_in_step: None,
+        };
+        let mut status = ClickHouseClusterStatus {
+            state: ClusterState::Ready,
+            ..ClickHouseClusterStatus::default()
+        };
+        for (name, shard, state) in [
+            ("c1-0-0", 0, ReplicaState::Ready),
+            ("c1-1-1", 1, ReplicaState::Pending),
+            ("c1-0-2", 0, ReplicaState::Condemned),
+            ("c1-1-3", 1, ReplicaState::Stopped),
+        ] {
+            status
+                .replica_state_map
+                .insert(name.into(), replica(shard, state));
+        }
+        c.status = Some(status);
+        let got: Vec<(bool, String, String)> = expected_hosts(&c)
+            .into_iter()
+            .map(|(k, h)| (k, h.shard, h.pod))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (false, "0".into(), "c1-0-0-0".into()),
+                (false, "1".into(), "c1-1-1-0".into()),
+                (true, String::new(), "c1-keeper-0".into()),
+                (true, String::new(), "c1-keeper-1".into()),
+                (true, String::new(), "c1-keeper-2".into()),
+            ]
+        );
+        c.status.as_mut().unwrap().state = ClusterState::Stopping;
+        assert!(expected_hosts(&c).is_empty());
+    }
 
     #[test]
     fn mntr_answers_become_numbers() {

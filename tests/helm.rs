@@ -366,6 +366,92 @@ fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
     );
 }
 
+/// promtool from `hack/promtool.sh` (built by `hack/setup.sh`): unlike helm it is required, a
+/// missing promtool fails the test.
+fn promtool() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo().join("hack/promtool.sh"))
+        .output()
+        .expect("run hack/promtool.sh");
+    assert!(
+        out.status.success(),
+        "hack/promtool.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .trim(),
+    )
+}
+
+/// Issue 14: the alert rules the chart renders pass `promtool check rules`, and
+/// `promtool test rules` (tests/helm/alerts_test.yaml) shows each alert firing on the series
+/// it watches only after its `for:` duration and staying silent on healthy values, with the
+/// annotations users will read. A rule with a broken expression or a changed threshold fails.
+#[test]
+fn alert_rules_pass_promtool_and_fire_on_the_series_they_watch() {
+    let helm = helm_or_skip!();
+    let promtool = promtool();
+    let docs = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &[
+            "exporter.enabled=true",
+            "exporter.prometheusRule.enabled=true",
+        ],
+        false,
+    );
+    let rule = one(&docs, "PrometheusRule", "rel-clickhouse-operator-exporter");
+    let groups = s(rule, "spec.groups").unwrap().clone();
+    let dir = repo()
+        .join("target")
+        .join(format!("promtool-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut file = serde_yaml::Mapping::new();
+    file.insert("groups".into(), groups);
+    let rules = serde_yaml::to_string(&file).unwrap();
+    std::fs::write(dir.join("rules.yaml"), &rules).unwrap();
+    std::fs::copy(
+        repo().join("tests/helm/alerts_test.yaml"),
+        dir.join("alerts_test.yaml"),
+    )
+    .unwrap();
+    let check = |args: &[&str]| {
+        Command::new(&promtool)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("run promtool")
+    };
+    let out = check(&["check", "rules", "rules.yaml"]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool check rules:\n{said}");
+    assert!(said.contains("SUCCESS: 9 rules found"), "{said}");
+    let out = check(&["test", "rules", "alerts_test.yaml"]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool test rules:\n{said}");
+    // the checks can fail: a broken expression, and a threshold the tests do not expect
+    std::fs::write(
+        dir.join("rules.yaml"),
+        rules.replace("clickhouse_up == 0", "clickhouse_up == == 0"),
+    )
+    .unwrap();
+    assert!(!check(&["check", "rules", "rules.yaml"]).status.success());
+    std::fs::write(dir.join("rules.yaml"), rules.replace("> 300", "> 500")).unwrap();
+    assert!(
+        !check(&["test", "rules", "alerts_test.yaml"])
+            .status
+            .success()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn every_rbac_rule_of_the_chart_says_why() {
     let mut missing = Vec::new();
