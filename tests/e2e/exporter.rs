@@ -8,7 +8,7 @@ use clickhouse_operator::exporter;
 use clickhouse_operator::runtime::settings::WatchNamespaces;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, ListParams};
 use serde_json::json;
 
 use crate::support::*;
@@ -19,16 +19,59 @@ fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
         .and_then(|l| l.rsplit(' ').next())
 }
 
-/// Issue 14: one scrape holds, for each server pod, `clickhouse_up 1`, its `system.metrics`,
-/// `system.events`, replication and parts figures of a replicated table (and its disks where
-/// the server has `system.disks`), labelled
-/// with namespace, cluster, shard, replica and pod; and for the Keeper member `keeper_up 1` and
-/// its `mntr` figures. Served over HTTP by `exporter::serve` too. With one server pod deleted,
-/// a scrape reports that pod `clickhouse_up 0` and the other still `1` with its metrics. Five
-/// queries move that host's query counter by at least five; a replica that stops fetching shows
-/// a replication queue after an insert on the other. Every
-/// metric the chart's dashboards and alert rules use is in the real output (or named, with the
-/// reason, as absent on these servers).
+/// The helm binary of `hack/helm.sh` (built by `hack/setup.sh`).
+fn helm() -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("bash")
+        .arg(repo.join("hack/helm.sh"))
+        .output()
+        .expect("run hack/helm.sh");
+    assert!(
+        out.status.success(),
+        "hack/helm.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::path::PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim(),
+    )
+}
+
+/// Runs helm against the local cluster with its state folders under target/.
+fn helm_run(args: &[&str]) {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let home = repo.join("target/helm-home");
+    let out = std::process::Command::new(helm())
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 14, end to end: the exporter runs as a pod of the operator chart (`exporter.enabled`,
+/// scoped to the test namespace by `watchNamespace`, so under the chart's namespaced Role), and
+/// its `/metrics` holds, for each of the four servers of a 2×2 cluster, `clickhouse_up 1`, its
+/// `system.metrics`, `system.events`, replication and parts figures of a replicated table, with
+/// the labels namespace, cluster, shard, replica and pod; and for each of the three Keeper
+/// members `keeper_up 1` with its `mntr` figures. Five queries move that host's query counter by
+/// at least five; a replica that stops fetching shows a replication queue after an insert on
+/// the other replica of its shard. Every metric the chart's dashboards and alert rules use is in
+/// the real output (or named, with the reason, as absent on these servers). With one server pod
+/// deleted, the first scrape after it stopped answering reports it `clickhouse_up 0` while the
+/// three others still report `1` with their metrics.
 #[tokio::test]
 async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported() {
     let client = client().await;
@@ -38,38 +81,117 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         &client,
         &ns,
         "c1",
-        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+        json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
     )
     .await;
+    // the chart with only its exporter: the operator runs in this test, the PVC cleaner is off
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/clickhouse-operator");
+    helm_run(&[
+        "install",
+        "m",
+        &chart.to_string_lossy(),
+        "-n",
+        &ns,
+        "--skip-crds",
+        "--set",
+        "replicaCount=0",
+        "--set",
+        "pvcCleaner.enabled=false",
+        "--set",
+        "exporter.enabled=true",
+        "--set",
+        &format!("watchNamespace={ns}"),
+        "--set",
+        "image.repository=localhost/clickhouse-operator",
+        "--set",
+        "image.tag=dev",
+    ]);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let exporter_ip = wait_for(Duration::from_secs(120), "the exporter pod running", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=exporter"))
+                .await
+                .ok()?
+                .items
+                .pop()?;
+            let st = p.status?;
+            (st.phase.as_deref() == Some("Running")).then_some(st.pod_ip?)
+        }
+    })
+    .await;
+    let url = format!("http://{exporter_ip}:9116/metrics");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let scrape = || {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let r = http.get(&url).send().await.ok()?;
+            r.status().is_success().then_some(())?;
+            r.text().await.ok()
+        }
+    };
+
     let ready = wait_ready(&client, &ns, "c1", 1).await;
-    let replicas: Vec<String> = ready
+    // (replica, shard), shard by shard
+    let mut replicas: Vec<(String, i32)> = ready
         .status
         .unwrap()
         .replica_state_map
-        .keys()
-        .cloned()
+        .iter()
+        .map(|(r, s)| (r.clone(), s.shard))
         .collect();
-    let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    replicas.sort_by_key(|(r, s)| (*s, r.clone()));
+    assert_eq!(replicas.len(), 4, "{replicas:?}");
+    let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0].0)).await;
     exec(&ch, "CREATE TABLE default.t ON CLUSTER c1 (x UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/t', '{replica}') ORDER BY x").await;
-    exec(&ch, "INSERT INTO default.t VALUES (1)").await;
-    let namespaces = WatchNamespaces::Only(vec![ns.clone()]);
+    for (r, _) in &replicas {
+        let c = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        exec(&c, "INSERT INTO default.t VALUES (1)").await;
+    }
 
+    let keepers: Vec<String> = (0..3).map(|i| format!("c1-keeper-{i}")).collect();
     let started = Instant::now();
-    let text = exporter::scrape(&client, &namespaces).await;
-    println!("a scrape of 3 hosts took {:?}", started.elapsed());
-    for r in &replicas {
+    let text = wait_for(
+        Duration::from_secs(60),
+        "every server and Keeper member up, with its table, in the exporter pod's output",
+        || {
+            let (replicas, keepers) = (replicas.clone(), keepers.clone());
+            let scrape = scrape();
+            async move {
+                let t = scrape.await?;
+                let all = replicas.iter().all(|(r, _)| {
+                    let pod = format!("{r}-0");
+                    sample(&t, "clickhouse_up", &pod) == Some("1")
+                        && t.lines().any(|l| {
+                            l.starts_with("clickhouse_table_active_parts{")
+                                && l.contains(&format!("pod=\"{pod}\""))
+                                && l.contains("table=\"t\"")
+                        })
+                }) && keepers
+                    .iter()
+                    .all(|k| sample(&t, "keeper_up", k) == Some("1"));
+                all.then_some(t)
+            }
+        },
+    )
+    .await;
+    println!(
+        "the exporter pod reports 4 servers and 3 Keeper members ({:?} after the cluster was ready)",
+        started.elapsed()
+    );
+    for (r, shard) in &replicas {
         let pod = format!("{r}-0");
-        assert_eq!(
-            sample(&text, "clickhouse_up", &pod),
-            Some("1"),
-            "{pod}\n{text}"
-        );
         for name in [
             "clickhouse_metric_Query",
             "clickhouse_event_Query_total",
             "clickhouse_replica_queue_size",
             "clickhouse_replica_absolute_delay_seconds",
             "clickhouse_replica_is_readonly",
+            "clickhouse_replica_is_session_expired",
             "clickhouse_table_active_parts",
             "clickhouse_table_max_parts_per_partition",
         ] {
@@ -82,23 +204,24 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
             .lines()
             .find(|l| l.starts_with("clickhouse_up{") && l.contains(&pod))
             .unwrap();
-        assert!(
-            line.contains(&format!(
-                r#"namespace="{ns}",cluster="c1",shard="0",replica="{r}""#
-            )),
-            "{line}"
+        assert_eq!(
+            line,
+            format!(
+                r#"clickhouse_up{{namespace="{ns}",cluster="c1",shard="{shard}",replica="{r}",pod="{pod}"}} 1"#
+            )
         );
     }
-    assert_eq!(
-        sample(&text, "keeper_up", "c1-keeper-0"),
-        Some("1"),
-        "{text}"
-    );
-    assert!(
-        sample(&text, "keeper_avg_latency", "c1-keeper-0").is_some(),
-        "{text}"
-    );
-    assert!(sample(&text, "keeper_outstanding_requests", "c1-keeper-0").is_some());
+    for k in &keepers {
+        for name in ["keeper_avg_latency", "keeper_outstanding_requests"] {
+            assert!(sample(&text, name, k).is_some(), "{name} of {k}\n{text}");
+        }
+        assert!(
+            text.contains(&format!(
+                r#"keeper_up{{namespace="{ns}",cluster="c1",pod="{k}"}} 1"#
+            )),
+            "{text}"
+        );
+    }
 
     // every metric the chart's dashboards and alerts use is exported (by the exporter or the
     // operator), or is one of these, with the reason it is absent here
@@ -121,7 +244,6 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         ),
     ];
     let operator = op.metrics.encode();
-    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/clickhouse-operator");
     let mut used = std::collections::BTreeSet::new();
     let mut sources: Vec<String> = std::fs::read_dir(chart.join("dashboards"))
         .unwrap()
@@ -181,33 +303,10 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         "metrics used by the chart's dashboards or alerts that nobody exports: {missing:?}"
     );
 
-    // over HTTP
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let server = tokio::spawn(exporter::serve(client.clone(), namespaces.clone(), addr));
-    let body = wait_for(
-        Duration::from_secs(10),
-        "the exporter's /metrics",
-        || async move {
-            reqwest::get(format!("http://{addr}/metrics"))
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()
-        },
-    )
-    .await;
-    assert!(body.contains("clickhouse_up{"), "{body}");
-    server.abort();
-
     // a query moves that host's counter; a replica that does not fetch shows its queue
-    let first = format!("{}-0", replicas[0]);
-    let second = format!("{}-0", replicas[1]);
+    let first = format!("{}-0", replicas[0].0);
+    let second = format!("{}-0", replicas[1].0);
+    assert_eq!(replicas[0].1, replicas[1].1, "two replicas of one shard");
     let queries = |t: &str, pod: &str| -> f64 {
         sample(t, "clickhouse_event_Query_total", pod)
             .unwrap()
@@ -225,9 +324,10 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         Duration::from_secs(30),
         "a queue on the replica that does not fetch",
         || {
-            let (client, namespaces, second) = (client.clone(), namespaces.clone(), second.clone());
+            let second = second.clone();
+            let scrape = scrape();
             async move {
-                let t = exporter::scrape(&client, &namespaces).await;
+                let t = scrape.await?;
                 let q = t.lines().find(|l| {
                     l.starts_with("clickhouse_replica_queue_size{")
                         && l.contains(&format!("pod=\"{second}\""))
@@ -242,28 +342,38 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     assert!(after >= before + 5.0, "Query counter {before} → {after}");
     exec(&c2, "SYSTEM START FETCHES default.t").await;
 
-    // one host down
-    let victim = format!("{}-0", replicas[1]);
-    let other = format!("{}-0", replicas[0]);
-    Api::<Pod>::namespaced(client.clone(), &ns)
-        .delete(&victim, &DeleteParams::default())
+    // one host down: once it no longer answers, the next scrape says so
+    let victim = format!("{}-0", replicas[3].0);
+    let victim_sql = sql_client(&client, &ns, "c1", &victim).await;
+    pods.delete(&victim, &DeleteParams::default())
         .await
         .unwrap();
-    let down = wait_for(
+    wait_for(
         Duration::from_secs(60),
-        "a scrape with the host down",
+        "the deleted server to stop answering",
         || {
-            let (client, namespaces, victim) = (client.clone(), namespaces.clone(), victim.clone());
+            let c = victim_sql.clone();
             async move {
-                let t = exporter::scrape(&client, &namespaces).await;
-                (sample(&t, "clickhouse_up", &victim) == Some("0")).then_some(t)
+                c.query(
+                    "SELECT 1",
+                    &clickhouse_operator::clickhouse::QueryOptions::new(),
+                )
+                .await
+                .is_err()
+                .then_some(())
             }
         },
     )
     .await;
-    assert_eq!(sample(&down, "clickhouse_up", &other), Some("1"), "{down}");
-    assert!(sample(&down, "clickhouse_metric_Query", &other).is_some());
+    let down = scrape().await.expect("a scrape with one host down");
+    assert_eq!(sample(&down, "clickhouse_up", &victim), Some("0"), "{down}");
     assert!(sample(&down, "clickhouse_metric_Query", &victim).is_none());
+    for (r, _) in &replicas[..3] {
+        let other = format!("{r}-0");
+        assert_eq!(sample(&down, "clickhouse_up", &other), Some("1"), "{down}");
+        assert!(sample(&down, "clickhouse_metric_Query", &other).is_some());
+    }
+    helm_run(&["uninstall", "m", "-n", &ns, "--wait"]);
     finish(&client, &ns, op).await;
 }
 
