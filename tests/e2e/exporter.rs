@@ -8,7 +8,7 @@ use clickhouse_operator::exporter;
 use clickhouse_operator::runtime::settings::WatchNamespaces;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use serde_json::json;
 
 use crate::support::*;
@@ -40,6 +40,45 @@ fn helm() -> std::path::PathBuf {
     )
 }
 
+/// The pid of the ClickHouse server of pod `pod` (the node agent runs it as a process of this
+/// machine in the pod's network namespace): its `HOSTNAME` is the pod's name and its network
+/// namespace holds the pod's address.
+fn server_pid(pod: &str, ip: &str) -> i32 {
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("clickhouse-server") {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if !environ
+            .split(|b| *b == 0)
+            .any(|v| v == format!("HOSTNAME={pod}").as_bytes())
+        {
+            continue;
+        }
+        let addrs = std::process::Command::new("nsenter")
+            .args([
+                "-t",
+                &pid.to_string(),
+                "-n",
+                "ip",
+                "-o",
+                "-4",
+                "addr",
+                "show",
+            ])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&addrs.stdout).contains(&format!("inet {ip}/")) {
+            return pid;
+        }
+    }
+    panic!("no clickhouse-server process of {pod} at {ip}");
+}
+
 /// Runs helm against the local cluster with its state folders under target/.
 fn helm_run(args: &[&str]) {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -69,9 +108,10 @@ fn helm_run(args: &[&str]) {
 /// members `keeper_up 1` with its `mntr` figures. Five queries move that host's query counter by
 /// at least five; a replica that stops fetching shows a replication queue after an insert on
 /// the other replica of its shard. Every metric the chart's dashboards and alert rules use is in
-/// the real output (or named, with the reason, as absent on these servers). With one server pod
-/// deleted, the first scrape after it stopped answering reports it `clickhouse_up 0` while the
-/// three others still report `1` with their metrics.
+/// the real output (or named, with the reason, as absent on these servers). With one server hung
+/// (its process stopped), the very next scrape reports it `clickhouse_up 0` while the three
+/// others still report `1` with their metrics; running again, it is reported up again. (A
+/// member whose pod is gone is reported down too: `exporter::tests`.)
 #[tokio::test]
 async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported() {
     let client = client().await;
@@ -342,30 +382,27 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     assert!(after >= before + 5.0, "Query counter {before} → {after}");
     exec(&c2, "SYSTEM START FETCHES default.t").await;
 
-    // one host down: once it no longer answers, the next scrape says so
+    // one host hung (its server process stopped with SIGSTOP: connections are accepted and
+    // never answered): the very next scrape reports it down, within the per-host timeout, and
+    // the three others as usual; once it runs again, it is reported up again
     let victim = format!("{}-0", replicas[3].0);
-    let victim_sql = sql_client(&client, &ns, "c1", &victim).await;
-    pods.delete(&victim, &DeleteParams::default())
+    let victim_ip = pods
+        .get(&victim)
         .await
+        .unwrap()
+        .status
+        .and_then(|s| s.pod_ip)
         .unwrap();
-    wait_for(
-        Duration::from_secs(60),
-        "the deleted server to stop answering",
-        || {
-            let c = victim_sql.clone();
-            async move {
-                c.query(
-                    "SELECT 1",
-                    &clickhouse_operator::clickhouse::QueryOptions::new(),
-                )
-                .await
-                .is_err()
-                .then_some(())
-            }
-        },
-    )
-    .await;
-    let down = scrape().await.expect("a scrape with one host down");
+    let pid = server_pid(&victim, &victim_ip);
+    // SAFETY: kill(2) on a process of this machine, found by its pod's name and address.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let started = Instant::now();
+    let down = scrape().await;
+    let took = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let down = down.expect("a scrape with one host hung");
+    println!("the scrape with one host hung took {took:?}");
     assert_eq!(sample(&down, "clickhouse_up", &victim), Some("0"), "{down}");
     assert!(sample(&down, "clickhouse_metric_Query", &victim).is_none());
     for (r, _) in &replicas[..3] {
@@ -373,6 +410,11 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         assert_eq!(sample(&down, "clickhouse_up", &other), Some("1"), "{down}");
         assert!(sample(&down, "clickhouse_metric_Query", &other).is_some());
     }
+    wait_for(Duration::from_secs(60), "the host reported up again", || {
+        let (victim, scrape) = (victim.clone(), scrape());
+        async move { (sample(&scrape.await?, "clickhouse_up", &victim) == Some("1")).then_some(()) }
+    })
+    .await;
     helm_run(&["uninstall", "m", "-n", &ns, "--wait"]);
     finish(&client, &ns, op).await;
 }
