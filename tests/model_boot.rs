@@ -112,6 +112,7 @@ fn inputs() -> Inputs {
         secrets: BTreeMap::new(),
         user_passwords: BTreeMap::from([("alice".into(), Password("alice pw & <x>".into()))]),
         operator_password: Password("op3rator-pw".into()),
+        interserver_password: Some(Password("int3rserver-pw".into())),
     }
 }
 
@@ -161,6 +162,19 @@ fn start(d: &Desired, dir: PathBuf, extra: &str) -> (ServerGuard, u16) {
         )
         .unwrap(),
     );
+    // and so are the replication credentials
+    if let Some(file) = d
+        .users_secret
+        .data
+        .as_ref()
+        .unwrap()
+        .get(names::INTERSERVER_FILE)
+    {
+        write(
+            &dir.join("config.d").join(names::INTERSERVER_FILE),
+            &String::from_utf8(file.0.clone()).unwrap(),
+        );
+    }
     let (http, tcp, interserver) = (free_port(), free_port(), free_port());
     let data = dir.join("data");
     let test = format!(

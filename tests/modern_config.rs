@@ -187,7 +187,8 @@ fn lay_out(tag: &str, d: &Desired, replica: &str, extra: &str) -> Layout {
     let layout = Layout { dir };
     write(&layout.dir.join("config.xml"), BASE_CONFIG);
     write(&layout.dir.join("users.xml"), BASE_USERS);
-    // config.d: the common ConfigMap, the replica's ConfigMap, remote_servers from the Secret.
+    // config.d: the common ConfigMap, the replica's ConfigMap, remote_servers and the
+    // replication credentials from the Secret.
     for (name, content) in d.common_config.data.as_ref().unwrap() {
         write(&layout.config_d(name), content);
     }
@@ -202,6 +203,11 @@ fn lay_out(tag: &str, d: &Desired, replica: &str, extra: &str) -> Layout {
     write(
         &layout.config_d(names::REMOTE_SERVERS_FILE),
         &secret_file(d, names::REMOTE_SERVERS_FILE),
+    );
+    // and the replication credentials, as the pod projects them
+    write(
+        &layout.config_d(names::INTERSERVER_FILE),
+        &secret_file(d, names::INTERSERVER_FILE),
     );
     // users.d: the users file from the Secret.
     write(
@@ -422,6 +428,7 @@ fn inputs(replicas: Vec<ReplicaSpec>, users: &[(&str, &str)]) -> Inputs {
             .map(|(u, p)| (u.to_string(), Password(p.to_string())))
             .collect(),
         operator_password: Password("op3rator-pw".into()),
+        interserver_password: Some(Password("int3rserver-pw".into())),
     }
 }
 

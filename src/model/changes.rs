@@ -373,6 +373,7 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
         secrets: BTreeMap::new(),
         user_passwords: BTreeMap::new(),
         operator_password: Password("-".into()),
+        interserver_password: Some(Password("-".into())),
     };
     desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }
@@ -394,6 +395,10 @@ pub fn classify_secrets(
         ),
         (labels::CA_SECRET_HASH, "CA Secret contents"),
         (labels::ENV_SECRET_HASH, "spec.pod.envSecret contents"),
+        (
+            labels::INTERSERVER_HASH,
+            "replication password (interserver-password in <cluster>-operator)",
+        ),
     ] {
         if old_server.get(key) != new_server.get(key) {
             ch.server.add(Need::RollingRestart, what);
@@ -624,6 +629,16 @@ mod tests {
         let ch = classify_secrets(&s1, &s1, &k1, &k2);
         assert!(ch.server.is_empty());
         assert_eq!(needs(&ch.keeper), set(&[Need::RollingRestart]));
+        // the replication password added, then changed: servers roll, Keeper does not
+        let mut s2 = s1.clone();
+        s2.insert(labels::INTERSERVER_HASH, "a".into());
+        let mut s3 = s1.clone();
+        s3.insert(labels::INTERSERVER_HASH, "b".into());
+        for (before, after) in [(&s1, &s2), (&s2, &s3)] {
+            let ch = classify_secrets(before, after, &k2, &k2);
+            assert_eq!(needs(&ch.server), set(&[Need::RollingRestart]));
+            assert!(ch.keeper.is_empty());
+        }
     }
 
     /// S2-18: larger storage resizes PVCs without a restart, only with volume scaling on;

@@ -29,6 +29,11 @@ impl PodHashes {
             .collect()
     }
 
+    /// Adds (or replaces) one hash.
+    pub fn insert(&mut self, key: &'static str, hash: String) {
+        self.0.insert(key, hash);
+    }
+
     /// The hash under an annotation key, if the template has it.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)

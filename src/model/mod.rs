@@ -84,6 +84,9 @@ pub struct Inputs {
     pub user_passwords: BTreeMap<String, Password>,
     /// The operator's own password, from the Secret `<cluster>-operator`.
     pub operator_password: Password,
+    /// The password of replication between the servers, from the same Secret (none for a
+    /// cluster created before it existed, until it is added there).
+    pub interserver_password: Option<Password>,
 }
 
 /// Why the desired state cannot be built; each names the field the user can fix.
@@ -204,12 +207,35 @@ fn stamp<K: Resource + serde::Serialize>(obj: &mut K) {
         .insert(labels::OBJECT_HASH.into(), h);
 }
 
+/// Fields of the pod template an operator version added after clusters already ran without
+/// them, as paths under `spec.template`: the template hash leaves them out, so a StatefulSet
+/// written by an older version is not rolled for them (invariant 9: upgrading the operator
+/// restarts no pod); they reach the pods with the next restart the cluster's own spec causes.
+/// Each one's absence must be covered by its value (see `diff::covers`: `false` is).
+pub const DEFERRED_TEMPLATE_FIELDS: &[&[&str]] = &[&["spec", "automountServiceAccountToken"]];
+
+/// The pod template's hash, without [`DEFERRED_TEMPLATE_FIELDS`].
+pub fn template_hash(template: &serde_json::Value) -> String {
+    let mut t = template.clone();
+    for path in DEFERRED_TEMPLATE_FIELDS {
+        let (last, parents) = path.split_last().expect("non-empty path");
+        let mut at = &mut t;
+        for p in parents {
+            at = &mut at[*p];
+        }
+        if let Some(m) = at.as_object_mut() {
+            m.remove(*last);
+        }
+    }
+    hash::json_hash(&t)
+}
+
 fn stamp_statefulset(sts: &mut StatefulSet) {
     let template = serde_json::to_value(&sts.spec.template).expect("Kubernetes objects serialise");
     sts.metadata
         .annotations
         .get_or_insert_with(BTreeMap::new)
-        .insert(labels::TEMPLATE_HASH.into(), hash::json_hash(&template));
+        .insert(labels::TEMPLATE_HASH.into(), template_hash(&template));
     stamp(sts);
 }
 
@@ -233,7 +259,16 @@ fn stamp_all(d: &mut Desired) {
 fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
     let common = config::server::common_files(c)?;
     let listed = inputs.listed.as_ref().unwrap_or(&inputs.replicas);
-    let hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);
+    let mut hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);
+    if let Some(p) = &inputs.interserver_password {
+        hashes.insert(
+            labels::INTERSERVER_HASH,
+            hash::secret_hash(Some(&SecretData::from([(
+                names::INTERSERVER_PASSWORD_KEY.to_string(),
+                p.0.clone().into_bytes(),
+            )]))),
+        );
+    }
     let server_statefulsets = inputs
         .replicas
         .iter()
@@ -250,6 +285,7 @@ fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
             c,
             &inputs.user_passwords,
             &inputs.operator_password,
+            inputs.interserver_password.as_ref(),
             listed,
         )?,
         server_statefulsets,

@@ -24,6 +24,14 @@ pub const KEEPER_RAFT_PORT: i32 = 9234;
 pub const OPERATOR_USER: &str = "clickhouse_operator";
 /// Key of the operator's password in its generated Secret `<cluster>-operator`.
 pub const OPERATOR_PASSWORD_KEY: &str = "password";
+/// Key of the password of replication between the servers (`interserver_http_credentials`) in
+/// `<cluster>-operator`; clusters created before it existed have none until it is added.
+pub const INTERSERVER_PASSWORD_KEY: &str = "interserver-password";
+/// The user of replication between the servers.
+pub const INTERSERVER_USER: &str = "interserver";
+/// Key of the generated `interserver_http_credentials` file in the Secret `<cluster>-users`
+/// (projected into `config.d/`; read at startup only).
+pub const INTERSERVER_FILE: &str = "00-operator-interserver.xml";
 /// Key of the generated users file in the Secret `<cluster>-users` (projected into `users.d/`).
 pub const USERS_FILE: &str = "00-operator-users.xml";
 /// Key of the generated `remote_servers` file in the Secret `<cluster>-users` (projected into

@@ -127,7 +127,8 @@ fn spread(
 
 /// A pod spec: `main`, then the user's sidecars; `volumes`; the locked-down
 /// [`pod_security`]; the user's affinity, tolerations and node selector; the spread over the
-/// user's topology key among pods matching `spread_selector`; no service links.
+/// user's topology key among pods matching `spread_selector`; no service links, and no
+/// ServiceAccount token (ClickHouse and Keeper never call the Kubernetes API; issue 15).
 pub(crate) fn pod_spec(
     pod: &PodSettings,
     main: Container,
@@ -145,6 +146,7 @@ pub(crate) fn pod_spec(
         node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
         topology_spread_constraints: spread(pod.topology_spread_key.as_ref(), spread_selector),
         enable_service_links: Some(false),
+        automount_service_account_token: Some(false),
         ..PodSpec::default()
     }
 }
@@ -269,7 +271,7 @@ pub fn server(
 /// annotations plus the input hashes ([`pod_annotations`]).
 fn server_pod(c: &Cluster<'_>, r: &ReplicaSpec, hashes: &PodHashes) -> PodTemplateSpec {
     let pod = &c.spec.pod;
-    let (mounts, volumes) = server_volumes(c, r);
+    let (mounts, volumes) = server_volumes(c, r, hashes);
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels::server_pod(c.name, r, &pod.labels)),
@@ -352,7 +354,11 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
 /// common and the replica's ConfigMap plus `remote_servers` from the users Secret), `users.d`
 /// (from the users Secret), scratch space for logs and `/tmp`, and with TLS the certificate
 /// and CA Secrets that are set.
-fn server_volumes(c: &Cluster<'_>, r: &ReplicaSpec) -> (Vec<VolumeMount>, Vec<Volume>) {
+fn server_volumes(
+    c: &Cluster<'_>,
+    r: &ReplicaSpec,
+    hashes: &PodHashes,
+) -> (Vec<VolumeMount>, Vec<Volume>) {
     let tls = &c.spec.tls;
     let mut mounts = vec![
         mount(DATA_VOLUME, names::SERVER_DATA_PATH),
@@ -368,7 +374,12 @@ fn server_volumes(c: &Cluster<'_>, r: &ReplicaSpec) -> (Vec<VolumeMount>, Vec<Vo
                 config_map_projection(names::common_config(c.name)),
                 config_map_projection(names::replica_config(&r.name)),
                 secret_file_projection(names::users_secret(c.name), names::REMOTE_SERVERS_FILE),
-            ],
+            ]
+            .into_iter()
+            .chain(hashes.get(labels::INTERSERVER_HASH).map(|_| {
+                secret_file_projection(names::users_secret(c.name), names::INTERSERVER_FILE)
+            }))
+            .collect(),
         ),
         projected(
             "users-d",

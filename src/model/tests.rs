@@ -39,6 +39,7 @@ fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
             ("bob".to_string(), Password("bob-secret-pw".into())),
         ]),
         operator_password: Password("operator-secret-pw".into()),
+        interserver_password: Some(Password("interserver-secret-pw".into())),
     }
 }
 
@@ -174,7 +175,12 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         users_file(&d),
     ];
     texts.extend(d.common_config.data.clone().unwrap().into_values());
-    for pw in ["alice-secret-pw", "bob-secret-pw", "operator-secret-pw"] {
+    for pw in [
+        "alice-secret-pw",
+        "bob-secret-pw",
+        "operator-secret-pw",
+        "interserver-secret-pw",
+    ] {
         for t in &texts {
             assert!(!t.contains(pw), "{pw} leaked");
         }
@@ -203,10 +209,16 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
     assert!(remote.contains("<password>operator-secret-pw</password>"));
     assert!(!remote.contains("alice-secret-pw") && !remote.contains("bob-secret-pw"));
     // The operator's own Secret keeps its password.
-    let op = secret::operator_secret(&Cluster::new(&c).unwrap(), &i.operator_password);
+    let op = secret::operator_secret(
+        &Cluster::new(&c).unwrap(),
+        &i.operator_password,
+        i.interserver_password.as_ref().unwrap(),
+    );
+    let data = op.data.unwrap();
+    assert_eq!(data[names::OPERATOR_PASSWORD_KEY].0, b"operator-secret-pw");
     assert_eq!(
-        op.data.unwrap()[names::OPERATOR_PASSWORD_KEY].0,
-        b"operator-secret-pw"
+        data[names::INTERSERVER_PASSWORD_KEY].0,
+        b"interserver-secret-pw"
     );
     assert!(!format!("{:?}", i.operator_password).contains("operator-secret-pw"));
 }
@@ -495,7 +507,12 @@ fn every_object_has_the_labels_and_an_owner_reference() {
             k.headless_service.metadata,
             k.client_service.metadata,
             k.pdb.metadata,
-            secret::operator_secret(&Cluster::new(&c).unwrap(), &Password("x".into())).metadata,
+            secret::operator_secret(
+                &Cluster::new(&c).unwrap(),
+                &Password("x".into()),
+                &Password("y".into()),
+            )
+            .metadata,
         ],
         d.replica_configs
             .iter()
@@ -799,8 +816,12 @@ fn server_pods_are_locked_down_and_probed_on_ping() {
                 .unwrap()
         })
         .collect();
-    // config.d: common, replica, and remote_servers from the users Secret; users.d: users.
-    assert_eq!(projected, ["c1-common", "c1-0-0", "c1-users", "c1-users"]);
+    // config.d: common, replica, remote_servers and interserver credentials from the users
+    // Secret; users.d: users.
+    assert_eq!(
+        projected,
+        ["c1-common", "c1-0-0", "c1-users", "c1-users", "c1-users"]
+    );
 }
 
 /// The PVC Kubernetes creates for a replica (`<claim template>-<sts>-<ordinal>`) is the one
@@ -1121,4 +1142,114 @@ fn the_servers_own_prometheus_endpoint_is_generated_only_when_asked() {
     }
     let ch = crate::model::changes::classify(&off.spec, &on.spec);
     assert!(ch.server.needs(crate::model::changes::Need::RollingRestart));
+}
+
+/// Issue 15: replication between the servers is authenticated. With a replication password
+/// (every cluster created by this version), `<cluster>-users` holds an
+/// `interserver_http_credentials` file with it, every server pod projects that file into
+/// `config.d/` and carries its hash, so a new password restarts the servers; the password is in
+/// no ConfigMap or pod template. A cluster created before (no password in its operator Secret)
+/// keeps its pod templates exactly (invariant 9: an operator upgrade restarts no pod) until the
+/// password is added.
+#[test]
+fn replication_is_authenticated_with_a_generated_password() {
+    let c = cluster(json!({"shards": 2, "replicas": 2}));
+    let with = inputs(replicas(2, 2));
+    let d = build(&c, &with);
+    let file = String::from_utf8(
+        d.users_secret.data.as_ref().unwrap()[names::INTERSERVER_FILE]
+            .0
+            .clone(),
+    )
+    .unwrap();
+    let doc = parse(&file);
+    let creds = doc
+        .descendants()
+        .find(|n| n.has_tag_name("interserver_http_credentials"))
+        .expect("interserver_http_credentials");
+    let leaf = |name: &str| {
+        creds
+            .children()
+            .find(|n| n.has_tag_name(name))
+            .and_then(|n| n.text())
+    };
+    assert_eq!(leaf("user"), Some(names::INTERSERVER_USER));
+    assert_eq!(leaf("password"), Some("interserver-secret-pw"));
+    for t in templates(&d) {
+        assert!(annotation(&t, labels::INTERSERVER_HASH).is_some());
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(text.contains(names::INTERSERVER_FILE), "projected: {text}");
+        assert!(!text.contains("interserver-secret-pw"));
+    }
+    assert!(
+        !serde_json::to_string(&d.common_config)
+            .unwrap()
+            .contains("interserver-secret-pw")
+    );
+    // a new password restarts every server
+    let mut rotated = inputs(replicas(2, 2));
+    rotated.interserver_password = Some(Password("another-pw".into()));
+    let r = build(&c, &rotated);
+    for (a, b) in templates(&d).iter().zip(templates(&r).iter()) {
+        assert_ne!(
+            annotation(a, labels::INTERSERVER_HASH),
+            annotation(b, labels::INTERSERVER_HASH)
+        );
+    }
+    // a cluster from before: no file, no projection, no hash
+    let mut before = inputs(replicas(2, 2));
+    before.interserver_password = None;
+    let b = build(&c, &before);
+    assert!(
+        !b.users_secret
+            .data
+            .as_ref()
+            .unwrap()
+            .contains_key(names::INTERSERVER_FILE)
+    );
+    for t in templates(&b) {
+        assert!(annotation(&t, labels::INTERSERVER_HASH).is_none());
+        assert!(
+            !serde_json::to_string(&t)
+                .unwrap()
+                .contains(names::INTERSERVER_FILE)
+        );
+    }
+}
+
+/// Issue 15 and invariant 9: ClickHouse and Keeper pods mount no ServiceAccount token; a
+/// StatefulSet written by an operator version that did not say so (its template lacks the field,
+/// its template hash was taken without it) is not rolled for it, while a real change still is.
+#[test]
+fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for_it() {
+    use crate::model::changes::pod_template_changed;
+    let c = cluster(json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}}));
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let keeper = d.keeper.as_ref().unwrap().statefulset.clone();
+    let mut all: Vec<StatefulSet> = d.server_statefulsets.clone();
+    all.push(keeper);
+    for sts in &all {
+        let spec = sts.spec.template.spec.as_ref().unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let desired = serde_json::to_value(sts).unwrap();
+        // as the previous version wrote it: no such field, hash over what it had
+        let mut older = desired.clone();
+        older["spec"]["template"]["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("automountServiceAccountToken");
+        older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
+            serde_json::Value::String(hash::json_hash(&older["spec"]["template"]));
+        assert!(
+            !pod_template_changed(&older, &desired),
+            "{} would restart on an operator upgrade",
+            sts.metadata.name.as_deref().unwrap()
+        );
+        // a change of the cluster's own still rolls
+        let mut other = desired.clone();
+        other["spec"]["template"]["spec"]["containers"][0]["image"] = json!("clickhouse:99");
+        other["metadata"]["annotations"][labels::TEMPLATE_HASH] =
+            serde_json::Value::String(template_hash(&other["spec"]["template"]));
+        assert!(pod_template_changed(&older, &other));
+    }
 }

@@ -261,7 +261,11 @@ async fn run(
 async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Done, Error> {
     let c = model::Cluster::new(cluster)
         .map_err(|e| Error::failed(FailureReason::InvalidSpec, e.to_string()))?;
-    let secret = model::secret::operator_secret(&c, &Password(random_password()));
+    let secret = model::secret::operator_secret(
+        &c,
+        &Password(random_password()),
+        &Password(random_password()),
+    );
     match api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
         .create(&PostParams::default(), &secret)
         .await

@@ -120,14 +120,18 @@ pub async fn observe_with(
     ));
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     let owned_secrets = secrets.list(&lp).await?.items;
-    if let Some(pw) = owned_secrets
+    let operator_secret = owned_secrets
         .iter()
         .find(|s| s.name_any() == names::operator_secret(&name))
-        .and_then(|s| s.data.as_ref()?.get(names::OPERATOR_PASSWORD_KEY))
-    {
+        .and_then(|s| s.data.as_ref());
+    if let Some(pw) = operator_secret.and_then(|d| d.get(names::OPERATOR_PASSWORD_KEY)) {
         o.operator_secret_present = true;
         o.inputs.operator_password = Password(String::from_utf8_lossy(&pw.0).into_owned());
     }
+    o.inputs.interserver_password = operator_secret
+        .and_then(|d| d.get(names::INTERSERVER_PASSWORD_KEY))
+        .filter(|pw| !pw.0.is_empty())
+        .map(|pw| Password(String::from_utf8_lossy(&pw.0).into_owned()));
     o.objects.extend(as_json(Kind::Secret, owned_secrets));
     for (field, secret) in cluster.spec.referenced_secrets() {
         match secrets.get_opt(&secret).await? {

@@ -213,6 +213,22 @@ pub fn remote_servers_file(
         .to_document())
 }
 
+/// The file with `interserver_http_credentials`, kept in the Secret `<cluster>-users` and
+/// projected into `config.d/`: every server fetches parts from the others as
+/// [`names::INTERSERVER_USER`] with this password and refuses a fetch without it (HTTP 401). Read
+/// at startup only: the pod template carries its hash ([`labels::INTERSERVER_HASH`]), so a new
+/// password restarts the servers one at a time.
+pub fn interserver_file(password: &Password) -> String {
+    Element::new(ROOT)
+        .child(
+            Element::new("interserver_http_credentials")
+                .attr("replace", "replace")
+                .child(Element::leaf("user", names::INTERSERVER_USER))
+                .child(Element::leaf("password", &password.0)),
+        )
+        .to_document()
+}
+
 /// `remote_servers` with one cluster named like the ClickHouseCluster: every shard that has a
 /// replica in `replicas`, in shard order, and its replicas by creation index, reached as the
 /// operator's user. It replaces the example clusters of the image's `config.xml`.
