@@ -1,6 +1,7 @@
 //! Kubernetes glue: the controllers that observe the world, call the pure planner and act.
 
 pub mod backup;
+pub mod cache;
 pub mod cluster;
 pub mod pvc_cleaner;
 pub mod restore;
@@ -11,10 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{StreamExt, stream::select_all};
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::{
@@ -51,6 +50,8 @@ pub struct Context {
     pub faults: Faults,
     /// The image of backup and restore Jobs (`OPERATOR_IMAGE`).
     pub operator_image: String,
+    /// The watch-fed caches passes read (issue 19).
+    pub caches: cache::Caches,
 }
 
 impl Context {
@@ -135,6 +136,13 @@ pub async fn run_with(
     let owned = watcher::Config::default().labels(labels::CLUSTER);
     let mut cluster_controllers = Vec::new();
     let mut stores = Vec::new();
+    let mut caches = cache::Caches::default();
+    // a cluster's object, by its label, to the cluster's pass
+    fn by_label<K: Resource>(o: K) -> Option<ObjectRef<ClickHouseCluster>> {
+        let ns = o.meta().namespace.clone()?;
+        let name = o.meta().labels.as_ref()?.get(labels::CLUSTER)?.clone();
+        Some(ObjectRef::new(&name).within(&ns))
+    }
     for ns in &namespaces {
         let ctl = Controller::new(
             watched::<ClickHouseCluster>(&client, ns),
@@ -143,23 +151,53 @@ pub async fn run_with(
         let store = ctl.store();
         stores.push(store.clone());
         let secret_store = store.clone();
+        // Each watch keeps its cache before it triggers the pass, so a pass sees the event
+        // that started it.
+        let sts = cache::Index::new(cache::cluster_label);
+        let pods = cache::Index::new(cache::cluster_label);
+        let pvcs = cache::Index::new(cache::cluster_label);
+        let cms = cache::Index::new(cache::cluster_label);
+        let svcs = cache::Index::new(cache::cluster_label);
+        let pdbs = cache::Index::new(cache::cluster_label);
+        let secrets = cache::Index::new(cache::cluster_label);
+        let secret_meta = cache::Index::new(|_| None);
+        let backups = cache::Index::new(|b: &ClickHouseBackup| Some(b.spec.cluster_name.clone()));
+        caches.statefulsets.push(sts.clone());
+        caches.pods.push(pods.clone());
+        caches.pvcs.push(pvcs.clone());
+        caches.configmaps.push(cms.clone());
+        caches.services.push(svcs.clone());
+        caches.pdbs.push(pdbs.clone());
+        caches.owned_secrets.push(secrets.clone());
+        caches.secret_meta.push(secret_meta.clone());
+        caches.backups.push(backups.clone());
         let ctl = ctl
-            .owns(watched::<StatefulSet>(&client, ns), owned.clone())
-            .owns(watched::<Service>(&client, ns), owned.clone())
-            .owns(watched::<ConfigMap>(&client, ns), owned.clone())
-            .owns(watched::<PodDisruptionBudget>(&client, ns), owned.clone())
-            .watches(
-                watched::<PartialObjectMeta<Pod>>(&client, ns),
-                owned.clone(),
-                |pod| {
-                    let ns = pod.metadata.namespace.clone()?;
-                    let name = pod.metadata.labels.as_ref()?.get(labels::CLUSTER)?.clone();
-                    Some(ObjectRef::new(&name).within(&ns))
+            .owns_stream(cache::feed(sts, watched(&client, ns), owned.clone()))
+            .owns_stream(cache::feed(svcs, watched(&client, ns), owned.clone()))
+            .owns_stream(cache::feed(cms, watched(&client, ns), owned.clone()))
+            .owns_stream(cache::feed(pdbs, watched(&client, ns), owned.clone()))
+            .owns_stream(cache::feed(secrets, watched(&client, ns), owned.clone()))
+            .watches_stream(
+                cache::feed(pods, watched(&client, ns), owned.clone()),
+                by_label::<Pod>,
+            )
+            .watches_stream(
+                cache::feed(pvcs, watched(&client, ns), owned.clone()),
+                by_label::<PersistentVolumeClaim>,
+            )
+            .watches_stream(
+                cache::feed(backups, watched(&client, ns), watcher::Config::default()),
+                |b: ClickHouseBackup| {
+                    let ns = b.metadata.namespace.clone()?;
+                    Some(ObjectRef::new(&b.spec.cluster_name).within(&ns))
                 },
             )
-            .watches(
-                watched::<PartialObjectMeta<Secret>>(&client, ns),
-                watcher::Config::default(),
+            .watches_stream(
+                cache::feed(
+                    secret_meta,
+                    watched::<PartialObjectMeta<Secret>>(&client, ns),
+                    watcher::Config::default(),
+                ),
                 move |secret| cluster::clusters_referencing_secret(&secret_store.state(), &secret),
             );
         cluster_controllers.push(ctl);
@@ -179,6 +217,7 @@ pub async fn run_with(
         last_writes: cluster::LastWrites::default(),
         faults,
         operator_image: settings.operator_image.clone(),
+        caches,
     });
     let config = kube::runtime::controller::Config::default()
         .concurrency(settings.max_concurrent_reconciles);

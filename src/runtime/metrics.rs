@@ -49,6 +49,12 @@ pub struct PodCountLabels {
     pub count: String,
 }
 
+/// Where a pass read the Kubernetes objects of its cluster: `cache` or `api`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabels {
     pub version: String,
@@ -82,6 +88,7 @@ pub struct Metrics {
     pub cluster_condemned: Family<ClusterLabels, Gauge>,
     pub last_backup: Family<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub build_info: Family<BuildLabels, Gauge>,
+    pub observations: Family<SourceLabels, Counter>,
     pub registry: Registry,
 }
 
@@ -144,6 +151,12 @@ impl Default for Metrics {
             last_backup.clone(),
         );
         registry.register("build_info", "The operator's version", build_info.clone());
+        let observations = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "cluster_observations",
+            "Passes of clusters by where they read the Kubernetes objects: the watch-fed caches, or the API server (after the operator's own writes, or before the caches are filled)",
+            observations.clone(),
+        );
         build_info
             .get_or_create(&BuildLabels {
                 version: crate::api::validate::OPERATOR_VERSION.to_string(),
@@ -160,12 +173,22 @@ impl Default for Metrics {
             cluster_condemned,
             last_backup,
             build_info,
+            observations,
             registry,
         }
     }
 }
 
 impl Metrics {
+    /// Counts a pass that read its objects from `source` (`cache` or `api`).
+    pub fn observed(&self, source: &str) {
+        self.observations
+            .get_or_create(&SourceLabels {
+                source: source.into(),
+            })
+            .inc();
+    }
+
     pub fn observe_pass(&self, kind: &str, took: Duration) {
         self.duration
             .get_or_create(&KindLabels { kind: kind.into() })

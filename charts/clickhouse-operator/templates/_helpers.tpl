@@ -77,8 +77,9 @@ No wildcard anywhere.
 - apiGroups: ["clickhouse.com"]
   resources: ["clickhouseclusters"]
   verbs: ["get", "list", "watch", "patch"]
-# ClickHouseBackups: watched by their controller, and listed in each cluster pass (is a backup in
-# flight?), by an incremental backup (its base) and by the schedules; read by name by a restore;
+# ClickHouseBackups: watched by their controller and by the cluster controller (is a backup in
+# flight?), listed by an incremental backup (its base), by the schedules and by a pass that
+# reads the API server instead of its caches; read by name by a restore;
 # created by a schedule when a slot is due and deleted by its retention.
 - apiGroups: ["clickhouse.com"]
   resources: ["clickhousebackups"]
@@ -91,7 +92,8 @@ No wildcard anywhere.
 - apiGroups: ["clickhouse.com"]
   resources: ["clickhouseclusters/status", "clickhousebackups/status", "clickhouserestores/status"]
   verbs: ["patch"]
-# One StatefulSet per replica and per Keeper ensemble: observed by label (list), watched (owns),
+# One StatefulSet per replica and per Keeper ensemble: watched into the passes' cache and listed by
+# label when a pass reads the API server after its own writes,
 # created, applied (patch), deleted on scale-in, and recreated with orphaned pods when an immutable
 # field changes, e.g. a volume grows (delete; a later pass creates it once it is gone).
 - apiGroups: ["apps"]
@@ -104,9 +106,10 @@ No wildcard anywhere.
   resources: ["configmaps", "services"]
   verbs: ["list", "watch", "create", "patch", "delete"]
 # Secrets: the operator's credentials (<cluster>-operator) are created once; the users Secret it
-# renders for ClickHouse is created and applied (patch) when a password changes; the Secrets a
-# cluster references (spec.users.secretName, TLS) are read by name (get); every Secret's metadata
-# is listed and watched so that a changed password triggers a pass. No delete: the operator only
+# renders for ClickHouse is created and applied (patch) when a password changes; the Secrets the
+# clusters own (by label) are listed and watched into the passes' cache; the Secrets a cluster
+# references (spec.users.secretName, TLS) are read by name (get) when their resourceVersion
+# changed; every Secret's metadata is listed and watched so that a changed password triggers a pass. No delete: the operator only
 # deletes a Secret that carries its cluster label and that it does not render, which none of its
 # flows produces; the cluster's Secrets go with the cluster (owner references).
 - apiGroups: [""]
@@ -122,11 +125,12 @@ No wildcard anywhere.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "patch", "delete"]
-# PVCs: observed (list); grown in place (patch spec.resources) and labelled
-# clickhouse.com/delete-pvc for the PVC cleaner (patch). The operator itself never deletes one.
+# PVCs: watched into the passes' cache (list, watch); grown in place (patch spec.resources) and
+# labelled clickhouse.com/delete-pvc for the PVC cleaner (patch). The operator itself never
+# deletes one.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["list", "patch"]
+  verbs: ["list", "watch", "patch"]
 # Backups: one agent Job per shard beside the shard's backup replica (created; read by name;
 # listed and watched to follow it; deleted with its pod once the backup's outcome is recorded);
 # its pod's termination message is read from the pod list.

@@ -239,6 +239,7 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
     )?;
     ctx.last_writes.set(&key(cluster), None);
     ctx.metrics.forget_cluster(&ns, &cluster.name_any());
+    ctx.caches.forget(&ns, &cluster.name_any());
     info!(cluster = %cluster.name_any(), "deleted");
     Ok(Action::await_change())
 }
@@ -264,6 +265,9 @@ async fn fresh(
 
 /// One pass: observe, decide, act, report; again right away while the plan asks for it.
 async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHouseCluster, Error> {
+    let ns = current.namespace().unwrap_or_default();
+    let name = current.name_any();
+    let mut wrote = false;
     for _ in 0..PASSES_PER_RECONCILE {
         let mut world = observe::observe(&current, ctx).await?;
         let mut plan = plan::decide(&current, &world, Timestamp::now());
@@ -273,6 +277,12 @@ async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHous
         }
         if plan.manage {
             current = ensure_finalizer(&current, ctx).await?;
+        }
+        if plan.actions.iter().any(|a| a.writes_kubernetes()) {
+            // until a pass finds nothing to write, passes read the API server, not caches
+            // that may not have seen these writes yet
+            wrote = true;
+            ctx.caches.set_dirty(&ns, &name, true);
         }
         let outcome = execute::act(&mut current, &world, &plan, ctx).await?;
         let (status, events) = plan::report::report(
@@ -294,6 +304,9 @@ async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHous
         if !plan.again {
             break;
         }
+    }
+    if !wrote {
+        ctx.caches.set_dirty(&ns, &name, false);
     }
     Ok(current)
 }

@@ -20,6 +20,7 @@ use crate::clickhouse::{
     sql::{ClusterName, ReplicaMacro},
 };
 use crate::controller::Context;
+use crate::controller::cache::{self, Caches};
 use crate::model::{self, Password, labels, names};
 use crate::plan::facts::{Kind, MemberView, Observed, pod_ready};
 use crate::plan::{FailureReason, Sibling, World};
@@ -44,11 +45,20 @@ fn as_json<K: Resource + Serialize>(
         .collect()
 }
 
-/// Reads the world of one pass.
+/// Reads the world of one pass: from the watch-fed caches, or from the API server while the
+/// caches are not yet filled or the cluster's last pass wrote to Kubernetes (issue 19).
 pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let siblings = siblings(cluster, &ctx.clusters_in(&ns));
-    observe_with(cluster, &ctx.client, siblings).await
+    let caches = &ctx.caches;
+    let lists = if caches.synced() && !caches.dirty(&ns, &cluster.name_any()) {
+        ctx.metrics.observed("cache");
+        from_caches(cluster, caches, &ctx.client).await?
+    } else {
+        ctx.metrics.observed("api");
+        from_api(cluster, &ctx.client).await?
+    };
+    build(cluster, siblings, lists).await
 }
 
 /// The clusters of `cluster`'s namespace that count for decision 18.
@@ -67,60 +77,131 @@ pub fn siblings(
         .collect()
 }
 
-/// [`observe`] with the namespace's clusters given: reads only, also what `plan` uses.
+/// [`observe`] with the namespace's clusters given, from the API server: reads only, also what
+/// `plan` uses.
 pub async fn observe_with(
     cluster: &ClickHouseCluster,
     client: &Client,
     siblings: Vec<Sibling>,
 ) -> Result<World, Error> {
+    let lists = from_api(cluster, client).await?;
+    build(cluster, siblings, lists).await
+}
+
+/// The Kubernetes objects a pass reads.
+struct Lists {
+    statefulsets: Vec<StatefulSet>,
+    pods: Vec<Pod>,
+    pvcs: Vec<PersistentVolumeClaim>,
+    configmaps: Vec<ConfigMap>,
+    services: Vec<Service>,
+    pdbs: Vec<PodDisruptionBudget>,
+    owned_secrets: Vec<Secret>,
+    /// (field, Secret name, the Secret if it exists) of every Secret the spec references.
+    referenced: Vec<(&'static str, String, Option<Secret>)>,
+    /// A backup of the cluster that is running.
+    backup_in_flight: Option<String>,
+}
+
+fn running_backup<'a>(
+    name: &str,
+    backups: impl IntoIterator<Item = &'a ClickHouseBackup>,
+) -> Option<String> {
+    backups
+        .into_iter()
+        .find(|b| {
+            b.spec.cluster_name == name && b.status.as_ref().is_some_and(|s| s.state.in_flight())
+        })
+        .map(|b| b.name_any())
+}
+
+async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let lp = ListParams::default().labels(&format!("{}={name}", labels::CLUSTER));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let mut referenced = Vec::new();
+    for (field, secret) in cluster.spec.referenced_secrets() {
+        let found = secrets.get_opt(&secret).await?;
+        referenced.push((field, secret, found));
+    }
+    let backups = Api::<ClickHouseBackup>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok(Lists {
+        statefulsets: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
+        pods: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
+        pvcs: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
+        configmaps: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
+        services: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
+        pdbs: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
+        owned_secrets: secrets.list(&lp).await?.items,
+        referenced,
+        backup_in_flight: running_backup(&name, &backups),
+    })
+}
+
+async fn from_caches(
+    cluster: &ClickHouseCluster,
+    caches: &Caches,
+    client: &Client,
+) -> Result<Lists, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let mut referenced = Vec::new();
+    for (field, secret) in cluster.spec.referenced_secrets() {
+        // read again only when the Secret changed since it was last read
+        let found = match caches.secret_version(&ns, &secret) {
+            None => None,
+            Some(version) => match caches.secret_at(&ns, &secret, &version) {
+                Some(s) => Some((*s).clone()),
+                None => {
+                    let s = Api::<Secret>::namespaced(client.clone(), &ns)
+                        .get_opt(&secret)
+                        .await?;
+                    if let Some(s) = &s {
+                        caches.remember_secret(s);
+                    }
+                    s
+                }
+            },
+        };
+        referenced.push((field, secret, found));
+    }
+    let backups = cache::group(&caches.backups, &ns, &name);
+    Ok(Lists {
+        statefulsets: cache::group(&caches.statefulsets, &ns, &name),
+        pods: cache::group(&caches.pods, &ns, &name),
+        pvcs: cache::group(&caches.pvcs, &ns, &name),
+        configmaps: cache::group(&caches.configmaps, &ns, &name),
+        services: cache::group(&caches.services, &ns, &name),
+        pdbs: cache::group(&caches.pdbs, &ns, &name),
+        owned_secrets: cache::group(&caches.owned_secrets, &ns, &name),
+        referenced,
+        backup_in_flight: running_backup(&name, &backups),
+    })
+}
+
+/// The world of one pass, from the objects read and what the servers and Keeper say.
+async fn build(
+    cluster: &ClickHouseCluster,
+    siblings: Vec<Sibling>,
+    lists: Lists,
+) -> Result<World, Error> {
+    let name = cluster.name_any();
     let mut o = Observed {
-        statefulsets: by_name(
-            Api::<StatefulSet>::namespaced(client.clone(), &ns)
-                .list(&lp)
-                .await?
-                .items,
-        ),
-        pods: by_name(
-            Api::<Pod>::namespaced(client.clone(), &ns)
-                .list(&lp)
-                .await?
-                .items,
-        ),
-        pvcs: by_name(
-            Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-                .list(&lp)
-                .await?
-                .items,
-        ),
+        statefulsets: by_name(lists.statefulsets),
+        pods: by_name(lists.pods),
+        pvcs: by_name(lists.pvcs),
         ..Observed::default()
     };
-    o.objects.extend(as_json(
-        Kind::ConfigMap,
-        Api::<ConfigMap>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await?
-            .items,
-    ));
-    o.objects.extend(as_json(
-        Kind::Service,
-        Api::<Service>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await?
-            .items,
-    ));
-    o.objects.extend(as_json(
-        Kind::PodDisruptionBudget,
-        Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
-            .list(&lp)
-            .await?
-            .items,
-    ));
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let owned_secrets = secrets.list(&lp).await?.items;
-    let operator_secret = owned_secrets
+    o.objects.extend(as_json(Kind::ConfigMap, lists.configmaps));
+    o.objects.extend(as_json(Kind::Service, lists.services));
+    o.objects
+        .extend(as_json(Kind::PodDisruptionBudget, lists.pdbs));
+    let operator_secret = lists
+        .owned_secrets
         .iter()
         .find(|s| s.name_any() == names::operator_secret(&name))
         .and_then(|s| s.data.as_ref());
@@ -132,9 +213,9 @@ pub async fn observe_with(
         .and_then(|d| d.get(names::INTERSERVER_PASSWORD_KEY))
         .filter(|pw| !pw.0.is_empty())
         .map(|pw| Password(String::from_utf8_lossy(&pw.0).into_owned()));
-    o.objects.extend(as_json(Kind::Secret, owned_secrets));
-    for (field, secret) in cluster.spec.referenced_secrets() {
-        match secrets.get_opt(&secret).await? {
+    o.objects.extend(as_json(Kind::Secret, lists.owned_secrets));
+    for (field, secret, found) in lists.referenced {
+        match found {
             None => o.missing_secrets.push((field.to_string(), secret)),
             Some(s) => {
                 let data: model::SecretData = s
@@ -156,16 +237,7 @@ pub async fn observe_with(
             }
         }
     }
-    let backups: Api<ClickHouseBackup> = Api::namespaced(client.clone(), &ns);
-    o.backup_in_flight = backups
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .find(|b| {
-            b.spec.cluster_name == name && b.status.as_ref().is_some_and(|s| s.state.in_flight())
-        })
-        .map(|b| b.name_any());
+    o.backup_in_flight = lists.backup_in_flight;
     let mut world = World {
         clusters_in_namespace: siblings,
         observed: o,

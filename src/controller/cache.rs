@@ -1,0 +1,389 @@
+//! Watch-fed caches of what a pass reads (issue 19): the objects of every cluster, indexed by
+//! namespace and cluster so that a pass finds its own without scanning the others, kept by the
+//! same watch streams that trigger the passes (an event is in the cache before the pass it
+//! triggers starts). An idle cluster's pass sends no request to the API server: it reads these
+//! caches, and the Secrets it references only when their resourceVersion changed.
+//!
+//! A cluster whose last pass wrote to Kubernetes is observed from the API server instead (see
+//! [`Caches::dirty`]) until a pass finds nothing to write, so that a pass never plans from a
+//! cache that has not yet seen the operator's own writes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures::{Stream, TryStreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::api::ClickHouseBackup;
+use crate::model::labels;
+
+type Key = (String, String);
+
+/// The objects of one watch, by (namespace, name) and by (namespace, group): the group is the
+/// cluster an object belongs to (its `clickhouse.com/cluster` label, or the cluster a backup
+/// names).
+pub struct Index<K> {
+    group_of: fn(&K) -> Option<String>,
+    inner: RwLock<Inner<K>>,
+    /// Objects of a relist (after `Init`), swapped in at `InitDone`.
+    relist: Mutex<Option<Vec<K>>>,
+    synced: AtomicBool,
+}
+
+struct Inner<K> {
+    objects: HashMap<Key, (Option<String>, Arc<K>)>,
+    groups: HashMap<Key, BTreeMap<String, Arc<K>>>,
+}
+
+impl<K> Default for Inner<K> {
+    fn default() -> Self {
+        Inner {
+            objects: HashMap::new(),
+            groups: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Resource> Inner<K> {
+    fn insert(&mut self, group: Option<String>, o: K) {
+        let ns = o.meta().namespace.clone().unwrap_or_default();
+        let name = o.meta().name.clone().unwrap_or_default();
+        self.remove(&ns, &name);
+        let o = Arc::new(o);
+        if let Some(g) = &group {
+            self.groups
+                .entry((ns.clone(), g.clone()))
+                .or_default()
+                .insert(name.clone(), o.clone());
+        }
+        self.objects.insert((ns, name), (group, o));
+    }
+
+    fn remove(&mut self, ns: &str, name: &str) {
+        if let Some((Some(g), _)) = self.objects.remove(&(ns.to_string(), name.to_string())) {
+            let key = (ns.to_string(), g);
+            if let Some(members) = self.groups.get_mut(&key) {
+                members.remove(name);
+                if members.is_empty() {
+                    self.groups.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// What the caches keep of an object: everything but its managed fields (never read, and the
+/// largest part of many objects).
+fn trim<K: Resource>(mut o: K) -> K {
+    o.meta_mut().managed_fields = None;
+    o
+}
+
+impl<K: Resource + Clone> Index<K> {
+    pub fn new(group_of: fn(&K) -> Option<String>) -> Arc<Self> {
+        Arc::new(Index {
+            group_of,
+            inner: RwLock::new(Inner::default()),
+            relist: Mutex::new(None),
+            synced: AtomicBool::new(false),
+        })
+    }
+
+    /// Applies one watch event.
+    pub fn apply(&self, event: &Event<K>) {
+        match event {
+            Event::Init => *self.relist.lock().unwrap() = Some(Vec::new()),
+            Event::InitApply(o) => self
+                .relist
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Vec::new)
+                .push(trim(o.clone())),
+            Event::InitDone => {
+                let listed = self.relist.lock().unwrap().take().unwrap_or_default();
+                let mut fresh = Inner::default();
+                for o in listed {
+                    fresh.insert((self.group_of)(&o), o);
+                }
+                *self.inner.write().unwrap() = fresh;
+                self.synced.store(true, Ordering::Release);
+            }
+            Event::Apply(o) => {
+                let group = (self.group_of)(o);
+                self.inner.write().unwrap().insert(group, trim(o.clone()));
+            }
+            Event::Delete(o) => self.inner.write().unwrap().remove(
+                o.meta().namespace.as_deref().unwrap_or_default(),
+                o.meta().name.as_deref().unwrap_or_default(),
+            ),
+        }
+    }
+
+    /// Whether the first list has been received.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// The objects of cluster `group` in `ns`, by name.
+    pub fn group(&self, ns: &str, group: &str) -> Vec<K> {
+        self.inner
+            .read()
+            .unwrap()
+            .groups
+            .get(&(ns.to_string(), group.to_string()))
+            .map(|m| m.values().map(|o| (**o).clone()).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn get(&self, ns: &str, name: &str) -> Option<Arc<K>> {
+        self.inner
+            .read()
+            .unwrap()
+            .objects
+            .get(&(ns.to_string(), name.to_string()))
+            .map(|(_, o)| o.clone())
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.inner.read().unwrap().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The cluster label of an object.
+pub fn cluster_label<K: Resource>(o: &K) -> Option<String> {
+    o.labels().get(labels::CLUSTER).cloned()
+}
+
+/// A watch of `api` that keeps `index` and yields the objects it touched (for the triggers).
+/// With `Api<PartialObjectMeta<K>>` it asks for metadata only.
+pub fn feed<K>(
+    index: Arc<Index<K>>,
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    kube::runtime::watcher(api, config)
+        .default_backoff()
+        .map_ok(move |e| {
+            index.apply(&e);
+            e
+        })
+        .touched_objects()
+}
+
+/// Every cache a pass reads, one [`Index`] per kind and watched namespace (or one for all).
+#[derive(Default)]
+pub struct Caches {
+    pub statefulsets: Vec<Arc<Index<StatefulSet>>>,
+    pub pods: Vec<Arc<Index<Pod>>>,
+    pub pvcs: Vec<Arc<Index<PersistentVolumeClaim>>>,
+    pub configmaps: Vec<Arc<Index<ConfigMap>>>,
+    pub services: Vec<Arc<Index<Service>>>,
+    pub pdbs: Vec<Arc<Index<PodDisruptionBudget>>>,
+    /// Secrets the clusters own (labelled with their cluster).
+    pub owned_secrets: Vec<Arc<Index<Secret>>>,
+    /// Every Secret's metadata: whether a referenced Secret exists, and its resourceVersion.
+    pub secret_meta: Vec<Arc<Index<PartialObjectMeta<Secret>>>>,
+    /// Backups, grouped by the cluster they name.
+    pub backups: Vec<Arc<Index<ClickHouseBackup>>>,
+    /// The data of referenced Secrets as last read, with the resourceVersion it was read at.
+    secret_data: Mutex<HashMap<Key, (String, Arc<Secret>)>>,
+    /// Clusters to observe from the API server (see the module's documentation).
+    dirty: Mutex<HashSet<Key>>,
+}
+
+fn all_synced<K: Resource + Clone>(list: &[Arc<Index<K>>]) -> bool {
+    !list.is_empty() && list.iter().all(|i| i.synced())
+}
+
+pub fn group<K: Resource + Clone>(list: &[Arc<Index<K>>], ns: &str, name: &str) -> Vec<K> {
+    list.iter().flat_map(|i| i.group(ns, name)).collect()
+}
+
+impl Caches {
+    /// Whether every cache has received its first list.
+    pub fn synced(&self) -> bool {
+        all_synced(&self.statefulsets)
+            && all_synced(&self.pods)
+            && all_synced(&self.pvcs)
+            && all_synced(&self.configmaps)
+            && all_synced(&self.services)
+            && all_synced(&self.pdbs)
+            && all_synced(&self.owned_secrets)
+            && all_synced(&self.secret_meta)
+            && all_synced(&self.backups)
+    }
+
+    /// Whether the cluster is to be observed from the API server.
+    pub fn dirty(&self, ns: &str, name: &str) -> bool {
+        self.dirty
+            .lock()
+            .unwrap()
+            .contains(&(ns.to_string(), name.to_string()))
+    }
+
+    /// After a pass that wrote (or was about to write) to Kubernetes, or after a pass of
+    /// nothing to write: the next one observes from the API server, or from the caches.
+    pub fn set_dirty(&self, ns: &str, name: &str, dirty: bool) {
+        let key = (ns.to_string(), name.to_string());
+        let mut d = self.dirty.lock().unwrap();
+        if dirty {
+            d.insert(key);
+        } else {
+            d.remove(&key);
+        }
+    }
+
+    /// The resourceVersion of Secret `name` in `ns` as the metadata watch has it (`None`: there
+    /// is no such Secret).
+    pub fn secret_version(&self, ns: &str, name: &str) -> Option<String> {
+        self.secret_meta
+            .iter()
+            .find_map(|i| i.get(ns, name))
+            .map(|m| m.resource_version().unwrap_or_default())
+    }
+
+    /// The data of Secret `name` read at `version`, if it was.
+    pub fn secret_at(&self, ns: &str, name: &str, version: &str) -> Option<Arc<Secret>> {
+        self.secret_data
+            .lock()
+            .unwrap()
+            .get(&(ns.to_string(), name.to_string()))
+            .filter(|(v, _)| v == version)
+            .map(|(_, s)| s.clone())
+    }
+
+    /// Remembers a Secret's data as just read.
+    pub fn remember_secret(&self, secret: &Secret) {
+        let ns = secret.namespace().unwrap_or_default();
+        let name = secret.name_any();
+        let version = secret.resource_version().unwrap_or_default();
+        self.secret_data
+            .lock()
+            .unwrap()
+            .insert((ns, name), (version, Arc::new(trim(secret.clone()))));
+    }
+
+    /// Forgets what is kept of a deleted cluster.
+    pub fn forget(&self, ns: &str, name: &str) {
+        self.set_dirty(ns, name, false);
+    }
+
+    /// Objects in the caches, by kind (for the operator's own metrics and the benchmark).
+    pub fn sizes(&self) -> Vec<(&'static str, usize)> {
+        fn n<K: Resource + Clone>(l: &[Arc<Index<K>>]) -> usize {
+            l.iter().map(|i| i.len()).sum()
+        }
+        vec![
+            ("StatefulSet", n(&self.statefulsets)),
+            ("Pod", n(&self.pods)),
+            ("PersistentVolumeClaim", n(&self.pvcs)),
+            ("ConfigMap", n(&self.configmaps)),
+            ("Service", n(&self.services)),
+            ("PodDisruptionBudget", n(&self.pdbs)),
+            ("Secret", n(&self.owned_secrets)),
+            ("SecretMetadata", n(&self.secret_meta)),
+            ("ClickHouseBackup", n(&self.backups)),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn cm(ns: &str, name: &str, cluster: Option<&str>, rv: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                labels: cluster.map(|c| [(labels::CLUSTER.to_string(), c.to_string())].into()),
+                managed_fields: Some(vec![Default::default()]),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn names(v: Vec<ConfigMap>) -> Vec<String> {
+        v.into_iter().map(|o| o.name_any()).collect()
+    }
+
+    /// Issue 19: the index follows the watch (a relist replaces everything at once, an object
+    /// that changes cluster or is deleted leaves its old group), finds a cluster's objects
+    /// without the others, and keeps no managed fields.
+    #[test]
+    fn the_index_follows_the_watch_by_namespace_and_cluster() {
+        let i = Index::<ConfigMap>::new(cluster_label);
+        assert!(!i.synced());
+        i.apply(&Event::Init);
+        i.apply(&Event::InitApply(cm("a", "c1-x", Some("c1"), "1")));
+        i.apply(&Event::InitApply(cm("a", "c2-x", Some("c2"), "2")));
+        i.apply(&Event::InitApply(cm("b", "c1-x", Some("c1"), "3")));
+        assert!(i.group("a", "c1").is_empty(), "nothing before InitDone");
+        i.apply(&Event::InitDone);
+        assert!(i.synced());
+        assert_eq!(names(i.group("a", "c1")), ["c1-x"]);
+        assert_eq!(names(i.group("b", "c1")), ["c1-x"]);
+        assert!(i.group("a", "c1")[0].metadata.managed_fields.is_none());
+        i.apply(&Event::Apply(cm("a", "c1-y", Some("c1"), "4")));
+        assert_eq!(names(i.group("a", "c1")), ["c1-x", "c1-y"]);
+        // relabelled to another cluster: leaves c1
+        i.apply(&Event::Apply(cm("a", "c1-y", Some("c2"), "5")));
+        assert_eq!(names(i.group("a", "c1")), ["c1-x"]);
+        assert_eq!(names(i.group("a", "c2")), ["c1-y", "c2-x"]);
+        i.apply(&Event::Delete(cm("a", "c2-x", Some("c2"), "6")));
+        assert_eq!(names(i.group("a", "c2")), ["c1-y"]);
+        // unlabelled objects are found by name only
+        i.apply(&Event::Apply(cm("a", "other", None, "7")));
+        assert!(i.get("a", "other").is_some());
+        assert_eq!(i.len(), 4);
+        // a relist drops what is gone
+        i.apply(&Event::Init);
+        i.apply(&Event::InitApply(cm("a", "c1-x", Some("c1"), "8")));
+        i.apply(&Event::InitDone);
+        assert_eq!(i.len(), 1);
+        assert!(i.group("a", "c2").is_empty());
+        assert_eq!(
+            i.get("a", "c1-x").unwrap().resource_version().as_deref(),
+            Some("8")
+        );
+    }
+
+    #[test]
+    fn a_referenced_secret_is_read_again_only_at_a_new_version() {
+        let c = Caches::default();
+        let mut s = Secret::default();
+        s.metadata.namespace = Some("a".into());
+        s.metadata.name = Some("users".into());
+        s.metadata.resource_version = Some("10".into());
+        c.remember_secret(&s);
+        assert!(c.secret_at("a", "users", "10").is_some());
+        assert!(c.secret_at("a", "users", "11").is_none());
+        assert!(c.secret_at("b", "users", "10").is_none());
+        assert!(!c.dirty("a", "c1"));
+        c.set_dirty("a", "c1", true);
+        assert!(c.dirty("a", "c1"));
+        c.forget("a", "c1");
+        assert!(!c.dirty("a", "c1"));
+        assert!(!c.synced(), "no watch yet");
+    }
+}
