@@ -9,6 +9,7 @@ mod isolation;
 mod keeper;
 mod kills;
 mod plan;
+mod scale;
 mod security;
 mod support;
 mod upgrade;

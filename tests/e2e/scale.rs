@@ -1,0 +1,401 @@
+//! Benchmarks of issue 19 (not tests: they print figures and assert nothing about speed): the
+//! operator installed by its chart as a pod of the local Kubernetes, under its own
+//! ServiceAccount, in front of N real single-replica clusters (ClickHouse 18.16, no Keeper).
+//! Run them with `hack/bench.sh scale` (`BENCH_CLUSTERS="1 20 50"` to choose N).
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use serde_json::json;
+
+use crate::support::*;
+
+/// Runs helm against the local cluster with its state folders under target/.
+fn helm_run(args: &[&str]) {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("bash")
+        .arg(repo.join("hack/helm.sh"))
+        .output()
+        .expect("run hack/helm.sh");
+    let helm = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .to_string();
+    let home = repo.join("target/helm-home");
+    let out = std::process::Command::new(helm)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The operator's process (the node agent runs the pod's container as a process of this
+/// machine, with the pod's name as `HOSTNAME`).
+fn operator_pid(pod: &str) -> i32 {
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("clickhouse-operator") {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if environ
+            .split(|b| *b == 0)
+            .any(|v| v == format!("HOSTNAME={pod}").as_bytes())
+        {
+            return pid;
+        }
+    }
+    panic!("no operator process for {pod}");
+}
+
+/// (resident MiB, CPU seconds) of a process.
+fn usage(pid: i32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // the fields after the command, which is in parentheses
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (rss_kib / 1024.0, ticks / hz)
+}
+
+/// Requests of `user` received since `since` (RFC 3339), as (verb, resource) → count, from the
+/// API server's audit log.
+fn audit(user: &str, since: &str, until: &str) -> BTreeMap<(String, String), usize> {
+    let path = kubeconfig().parent().unwrap().join("audit.log");
+    let mut seen = std::collections::HashSet::new();
+    let mut out = BTreeMap::new();
+    let f = std::fs::File::open(&path).unwrap();
+    for line in std::io::BufReader::new(f).lines() {
+        let Ok(line) = line else { continue };
+        if !line.contains(user) {
+            continue;
+        }
+        let Ok(ev) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let at = ev["requestReceivedTimestamp"].as_str().unwrap_or_default();
+        if ev["user"]["username"] != user || at < since || at >= until {
+            continue;
+        }
+        if !seen.insert(ev["auditID"].as_str().unwrap_or_default().to_string()) {
+            continue;
+        }
+        let verb = ev["verb"].as_str().unwrap_or_default().to_string();
+        let o = &ev["objectRef"];
+        let mut resource = o["resource"].as_str().unwrap_or_default().to_string();
+        if let Some(sub) = o["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        *out.entry((verb, resource)).or_default() += 1;
+    }
+    out
+}
+
+/// The cumulative buckets of the pass duration histogram of clusters, from the operator's
+/// `/metrics`: (upper bound, count).
+async fn pass_buckets(addr: &str) -> Vec<(f64, f64)> {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("clickhouse_operator_reconcile_duration_seconds_bucket{")
+                && l.contains("kind=\"ClickHouseCluster\"")
+        })
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.rsplit(' ').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The bucket bound under which `q` of the passes between two snapshots finished.
+fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> String {
+    let counts: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(le, n)| {
+            let b = before
+                .iter()
+                .find(|(l, _)| l == le)
+                .map_or(0.0, |(_, n)| *n);
+            (*le, n - b)
+        })
+        .collect();
+    let total = counts.last().map_or(0.0, |(_, n)| *n);
+    if total == 0.0 {
+        return "no passes".into();
+    }
+    let le = counts
+        .iter()
+        .find(|(_, n)| *n >= q * total)
+        .map_or(f64::INFINITY, |(le, _)| *le);
+    format!("≤ {le} s")
+}
+
+/// Polls, every 20 ms, until `pod_ready(pod)` becomes `want` and then until the cluster's status
+/// says so (`clickhouse.ready` 1 or 0): the status lag.
+async fn status_lag(
+    pods: &Api<Pod>,
+    clusters: &Api<ClickHouseCluster>,
+    pod: &str,
+    cluster: &str,
+    want: bool,
+) -> (Duration, Duration) {
+    let started = Instant::now();
+    let mut pod_at = None;
+    let mut status_at = None;
+    while pod_at.is_none() || status_at.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "{pod} ready={want} and its status"
+        );
+        if pod_at.is_none() {
+            let ready = pods.get_opt(pod).await.ok().flatten().is_some_and(|p| {
+                p.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+            if ready == want {
+                pod_at = Some(started.elapsed());
+            }
+        }
+        if status_at.is_none() {
+            let c = clusters.get(cluster).await.unwrap();
+            let ready = c.status.map_or(0, |s| s.clickhouse.ready);
+            if (ready == 1) == want {
+                status_at = Some(started.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (pod_at.unwrap(), status_at.unwrap())
+}
+
+/// Benchmark (issue 19): for each N in `BENCH_CLUSTERS` (default "1 20"), the operator from its
+/// chart creates N single-replica clusters; printed: the time until all are `ready`, then over
+/// one idle minute the operator's API requests (beyond its leader Lease) per minute and per
+/// cluster, its CPU seconds and resident memory, the p50/p99 of the idle passes, and the status
+/// lag when one server pod becomes unready and Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: hack/bench.sh scale"]
+async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
+    let counts: Vec<usize> = std::env::var("BENCH_CLUSTERS")
+        .unwrap_or_else(|_| "1 20".into())
+        .split_whitespace()
+        .map(|n| n.parse().expect("BENCH_CLUSTERS: numbers"))
+        .collect();
+    let idle = Duration::from_secs(
+        std::env::var("BENCH_IDLE_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60),
+    );
+    let client = client().await;
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/clickhouse-operator");
+    let mut rows = Vec::new();
+    for n in counts {
+        let ns = namespace(&client, "scale").await;
+        helm_run(&[
+            "install",
+            "op",
+            &chart.to_string_lossy(),
+            "-n",
+            &ns,
+            "--skip-crds",
+            "--set",
+            "pvcCleaner.enabled=false",
+            "--set",
+            &format!("watchNamespace={ns}"),
+            "--set",
+            "image.repository=localhost/clickhouse-operator",
+            "--set",
+            "image.tag=dev",
+        ]);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let (op_pod, op_ip) = wait_for(Duration::from_secs(120), "the operator pod", || {
+            let pods = pods.clone();
+            async move {
+                let p = pods
+                    .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+                    .await
+                    .ok()?
+                    .items
+                    .pop()?;
+                let ready = p
+                    .status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                let ip = p.status.as_ref()?.pod_ip.clone()?;
+                ready.then(|| (p.metadata.name.clone().unwrap(), ip))
+            }
+        })
+        .await;
+        let pid = operator_pid(&op_pod);
+        let user = format!("system:serviceaccount:{ns}:op-clickhouse-operator");
+        let started = Instant::now();
+        for i in 0..n {
+            create_cluster(
+                &client,
+                &ns,
+                &format!("c{i}"),
+                json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0}, "storage": {"size": "1Gi"}}),
+            )
+            .await;
+        }
+        let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+        wait_for(
+            Duration::from_secs(120 + 10 * n as u64),
+            "every cluster ready",
+            || {
+                let clusters = clusters.clone();
+                async move {
+                    let l = clusters.list(&ListParams::default()).await.ok()?;
+                    (l.items.len() == n
+                        && l.items.iter().all(|c| {
+                            c.status
+                                .as_ref()
+                                .is_some_and(|s| s.state == ClusterState::Ready)
+                        }))
+                    .then_some(())
+                }
+            },
+        )
+        .await;
+        let ready_after = started.elapsed();
+        // let the passes that follow creation finish
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let metrics_addr = format!("{op_ip}:8080");
+        let before = pass_buckets(&metrics_addr).await;
+        let (_, cpu0) = usage(pid);
+        let since = k8s_openapi::jiff::Timestamp::now().to_string();
+        tokio::time::sleep(idle).await;
+        let until = k8s_openapi::jiff::Timestamp::now().to_string();
+        let (rss, cpu1) = usage(pid);
+        let after = pass_buckets(&metrics_addr).await;
+        let requests = audit(&user, &since, &until);
+        let minutes = idle.as_secs_f64() / 60.0;
+        let is_lease = |r: &str| r == "leases";
+        let writes: usize = requests
+            .iter()
+            .filter(|((v, r), _)| !is_lease(r) && !["get", "list", "watch"].contains(&v.as_str()))
+            .map(|(_, c)| c)
+            .sum();
+        let reads: usize = requests
+            .iter()
+            .filter(|((v, r), _)| !is_lease(r) && ["get", "list", "watch"].contains(&v.as_str()))
+            .map(|(_, c)| c)
+            .sum();
+        let lease: usize = requests
+            .iter()
+            .filter(|((_, r), _)| is_lease(r))
+            .map(|(_, c)| c)
+            .sum();
+        println!("{n} clusters, idle requests by kind: {requests:?}");
+        // status lag: one server pod restarted (unready, then Ready again)
+        let victim = "c0-0-0-0";
+        pods.delete(victim, &DeleteParams::default()).await.unwrap();
+        let (p_down, s_down) = status_lag(&pods, &clusters, victim, "c0", false).await;
+        let (p_up, s_up) = status_lag(&pods, &clusters, victim, "c0", true).await;
+        let row = format!(
+            "{n:>5} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
+            ready_after.as_secs_f64(),
+            reads as f64 / minutes / n as f64,
+            writes as f64 / minutes / n as f64,
+            lease,
+            cpu1 - cpu0,
+            rss,
+            quantile(&before, &after, 0.5),
+            quantile(&before, &after, 0.99),
+            format!("{:.2} s", s_down.as_secs_f64() - p_down.as_secs_f64()),
+            format!("{:.2} s", s_up.as_secs_f64() - p_up.as_secs_f64()),
+        );
+        println!("{row}");
+        rows.push(row);
+        clusters
+            .delete_collection(&DeleteParams::default(), &Default::default())
+            .await
+            .unwrap();
+        wait_for(Duration::from_secs(300), "the clusters gone", || {
+            let clusters = clusters.clone();
+            async move {
+                clusters
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                    .then_some(())
+            }
+        })
+        .await;
+        helm_run(&["uninstall", "op", "-n", &ns, "--wait"]);
+        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .delete(&ns, &DeleteParams::default())
+            .await;
+    }
+    println!();
+    println!(
+        "operator from its chart (debug build), real single-replica 18.16 clusters, idle {idle:?}"
+    );
+    println!(
+        "{:>5} {:>9} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "N",
+        "ready s",
+        "reads/m/c",
+        "writes/m/c",
+        "lease",
+        "cpu s",
+        "RSS MiB",
+        "pass p50",
+        "pass p99",
+        "lag unready",
+        "lag ready"
+    );
+    for r in rows {
+        println!("{r}");
+    }
+}
