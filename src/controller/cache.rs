@@ -5,8 +5,9 @@
 //! caches, and the Secrets it references only when their resourceVersion changed.
 //!
 //! A cluster whose last pass wrote to Kubernetes is observed from the API server instead (see
-//! [`Caches::dirty`]) until a pass finds nothing to write, so that a pass never plans from a
-//! cache that has not yet seen the operator's own writes.
+//! [`Caches::dirty`]) until a pass finds nothing to write and the caches hold every object that
+//! pass read at the resourceVersion it read, so that a pass never plans from a cache that has
+//! not yet seen the operator's own writes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;

@@ -330,7 +330,7 @@ async fn invalid_spec_reports_error_and_recovers() {
 /// several re-checks (every 5 s) of a ready cluster, with real pods, the operator's write
 /// counter does not move; a second operator started on it (a restart) writes nothing either.
 /// Issue 14: the cluster's metric series (state, pods) follow its status and are removed with
-/// the cluster.
+/// the cluster. Issue 19: the idle passes read the watch-fed caches, none the API server.
 #[tokio::test]
 async fn idle_passes_write_nothing() {
     let client = client().await;
@@ -369,6 +369,24 @@ async fn idle_passes_write_nothing() {
         "the 5 s re-check ran: {before}\n{after}"
     );
     assert_eq!(writes(&before), writes(&after), "no write on idle passes");
+    // issue 19: idle passes plan from the watch-fed caches, not from lists of the API server
+    let observed = |m: &str, source: &str| {
+        let series =
+            format!("clickhouse_operator_cluster_observations_total{{source=\"{source}\"}}");
+        m.lines()
+            .find(|l| l.starts_with(&series))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        observed(&before, "api"),
+        observed(&after, "api"),
+        "an idle pass read the API server: {after}"
+    );
+    assert!(
+        observed(&after, "cache") >= observed(&before, "cache") + 2,
+        "idle passes read the caches: {after}"
+    );
     // A restarted operator on a healthy cluster changes nothing (invariant 6).
     drop(op);
     let op = start_operator(&client, &ns, false).await;

@@ -219,7 +219,7 @@ async fn ensure_finalizer(
 async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     if cluster.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
-        let world = observe::observe(cluster, ctx).await?;
+        let (world, _) = observe::observe(cluster, ctx).await?;
         scale_in::label_pvcs(ctx, &ns, &world, |_| true).await?;
     }
     let finalizers: Vec<String> = cluster
@@ -268,8 +268,10 @@ async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHous
     let ns = current.namespace().unwrap_or_default();
     let name = current.name_any();
     let mut wrote = false;
+    let mut caught_up = false;
     for _ in 0..PASSES_PER_RECONCILE {
-        let mut world = observe::observe(&current, ctx).await?;
+        let (mut world, fresh) = observe::observe(&current, ctx).await?;
+        caught_up = fresh;
         let mut plan = plan::decide(&current, &world, Timestamp::now());
         if !plan.lag_checks.is_empty() {
             observe::read_lag(&current, &mut world, &plan.lag_checks).await;
@@ -279,8 +281,8 @@ async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHous
             current = ensure_finalizer(&current, ctx).await?;
         }
         if plan.actions.iter().any(|a| a.writes_kubernetes()) {
-            // until a pass finds nothing to write, passes read the API server, not caches
-            // that may not have seen these writes yet
+            // until a pass finds nothing to write and the caches hold what it read, passes
+            // read the API server, not caches that may not have seen these writes yet
             wrote = true;
             ctx.caches.set_dirty(&ns, &name, true);
         }
@@ -305,7 +307,8 @@ async fn pass(mut current: ClickHouseCluster, ctx: &Context) -> Result<ClickHous
             break;
         }
     }
-    if !wrote {
+    if !wrote && caught_up {
+        // nothing written, and the caches have seen everything this pass saw
         ctx.caches.set_dirty(&ns, &name, false);
     }
     Ok(current)

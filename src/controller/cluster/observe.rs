@@ -47,19 +47,70 @@ fn as_json<K: Resource + Serialize>(
 
 /// Reads the world of one pass: from the watch-fed caches, or from the API server while the
 /// caches are not yet filled or the cluster's last pass wrote to Kubernetes (issue 19).
-pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<World, Error> {
+///
+/// Also says whether the caches hold what this pass saw: true when it read them, and after a
+/// read of the API server only when every object the caches hold of the cluster has the
+/// resourceVersion the API server gave (so that the next pass, planning from the caches, sees
+/// no older state than this one: a pod this operator deleted is not seen Ready again).
+pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(World, bool), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let siblings = siblings(cluster, &ctx.clusters_in(&ns));
     let caches = &ctx.caches;
-    let lists = if caches.synced() && !caches.dirty(&ns, &cluster.name_any()) {
+    let (lists, caught_up) = if caches.synced() && !caches.dirty(&ns, &cluster.name_any()) {
         ctx.metrics.observed("cache");
-        from_caches(cluster, caches, &ctx.client).await?
+        (from_caches(cluster, caches, &ctx.client).await?, true)
     } else {
         ctx.metrics.observed("api");
-        from_api(cluster, &ctx.client).await?
+        let lists = from_api(cluster, &ctx.client).await?;
+        let caught_up = caches.synced() && caches_hold(cluster, caches, &lists);
+        (lists, caught_up)
     };
-    build(cluster, siblings, lists).await
+    Ok((build(cluster, siblings, lists).await?, caught_up))
 }
+
+/// Names and resourceVersions of a list of objects.
+fn versions<K: Resource>(objects: &[K]) -> std::collections::BTreeSet<(String, String)> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                o.meta().name.clone().unwrap_or_default(),
+                o.meta().resource_version.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Whether the caches hold exactly the objects of `lists` (read from the API server), each at
+/// the same resourceVersion.
+fn caches_hold(cluster: &ClickHouseCluster, caches: &Caches, lists: &Lists) -> bool {
+    let ns = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    fn same<K: Resource + Clone>(
+        index: &[std::sync::Arc<cache::Index<K>>],
+        ns: &str,
+        name: &str,
+        listed: &[K],
+    ) -> bool {
+        versions(&cache::group(index, ns, name)) == versions(listed)
+    }
+    same(&caches.statefulsets, &ns, &name, &lists.statefulsets)
+        && same(&caches.pods, &ns, &name, &lists.pods)
+        && same(&caches.pvcs, &ns, &name, &lists.pvcs)
+        && same(&caches.configmaps, &ns, &name, &lists.configmaps)
+        && same(&caches.services, &ns, &name, &lists.services)
+        && same(&caches.pdbs, &ns, &name, &lists.pdbs)
+        && same(&caches.owned_secrets, &ns, &name, &lists.owned_secrets)
+        && running_backup(&name, &cache::group(&caches.backups, &ns, &name))
+            == lists.backup_in_flight
+        && lists.referenced.iter().all(|(_, secret, found)| {
+            caches.secret_version(&ns, secret)
+                == found
+                    .as_ref()
+                    .map(|s| s.resource_version().unwrap_or_default())
+        })
+}
+
 
 /// The clusters of `cluster`'s namespace that count for decision 18.
 pub fn siblings(
