@@ -113,6 +113,8 @@ fn inputs() -> Inputs {
         user_passwords: BTreeMap::from([("alice".into(), Password("alice pw & <x>".into()))]),
         operator_password: Password("op3rator-pw".into()),
         interserver_password: Some(Password("int3rserver-pw".into())),
+        keeper_password: Some(Password("k33per-pw".into())),
+        operator_networks: vec!["10.244.0.0/16".into()],
     }
 }
 

@@ -429,6 +429,8 @@ fn inputs(replicas: Vec<ReplicaSpec>, users: &[(&str, &str)]) -> Inputs {
             .collect(),
         operator_password: Password("op3rator-pw".into()),
         interserver_password: Some(Password("int3rserver-pw".into())),
+        keeper_password: Some(Password("k33per-pw".into())),
+        operator_networks: vec!["10.244.0.0/16".into()],
     }
 }
 

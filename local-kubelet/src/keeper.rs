@@ -30,6 +30,9 @@ pub struct KeeperConfig {
     pub server_id_env: Option<String>,
     /// (id, hostname, port)
     pub servers: Vec<(u32, String, u16)>,
+    /// `keeper_server/four_letter_word_white_list` (ZooKeeper's `4lw.commands.whitelist`);
+    /// `None`: every command.
+    pub four_letter_words: Option<String>,
 }
 
 fn child<'a, 'i>(n: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
@@ -59,6 +62,9 @@ pub fn merge(cfg: &mut KeeperConfig, xml: &str) -> Result<()> {
             cfg.server_id = Some(text(id));
             cfg.server_id_env = None;
         }
+    }
+    if let Some(w) = child(ks, "four_letter_word_white_list") {
+        cfg.four_letter_words = Some(text(w));
     }
     if let Some(rc) = child(ks, "raft_configuration") {
         let mut servers = Vec::new();
@@ -128,9 +134,18 @@ pub fn zoo_cfg(
         })?
     };
     let client = cfg.tcp_port.unwrap_or(9181);
+    let words = cfg.four_letter_words.as_deref().unwrap_or("*");
+    if !words
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c == ',' || c == '*')
+    {
+        bail!(
+            "keeper_server/four_letter_word_white_list {words:?}: four-letter words, comma-separated"
+        );
+    }
     let mut s = format!(
         "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={data_dir}\n\
-         4lw.commands.whitelist=*\nadmin.enableServer=false\nquorumListenOnAllIPs=true\n\
+         4lw.commands.whitelist={words}\nadmin.enableServer=false\nquorumListenOnAllIPs=true\n\
          autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n"
     );
     if cfg.servers.is_empty() {
@@ -316,6 +331,23 @@ mod tests {
         );
         assert!(cfg.contains("standaloneEnabled=false"), "{cfg}");
         assert!(zoo_cfg(&KeeperConfig::default(), "/d", "a", &[]).is_err());
+        // every command without a list, the listed ones with it
+        assert!(cfg.contains("4lw.commands.whitelist=*\n"), "{cfg}");
+        merge(
+            &mut one,
+            "<clickhouse><keeper_server><four_letter_word_white_list>ruok,srvr,mntr</four_letter_word_white_list></keeper_server></clickhouse>",
+        )
+        .unwrap();
+        let (cfg, _) = zoo_cfg(&one, "/d", "a", &[]).unwrap();
+        assert!(
+            cfg.contains("4lw.commands.whitelist=ruok,srvr,mntr\n"),
+            "{cfg}"
+        );
+        one.four_letter_words = Some("ruok\nsecureClientPort=1".into());
+        assert!(
+            zoo_cfg(&one, "/d", "a", &[]).is_err(),
+            "no injection into zoo.cfg"
+        );
     }
 
     #[test]

@@ -397,13 +397,40 @@ pub struct Configuration {
 
 /// Users whose passwords live in a Secret: each key of the Secret is a user name, its value the
 /// password. Passwords reach ClickHouse only as SHA-256 hashes.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UsersSpec {
     pub secret_name: String,
     /// Settings profile given to these users.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// Addresses or networks (CIDR) these users may connect from; `::/0` for anywhere.
+    /// Default: the networks the operator connects from (`OPERATOR_NETWORKS`, by default the
+    /// pod network around the operator's pod), plus the server pod itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<String>,
+    /// Per user of the Secret: networks, profile, quota and databases that replace the defaults
+    /// above for that user.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub accounts: BTreeMap<String, AccountSpec>,
+}
+
+/// What one user of the users Secret may do, over the defaults of `spec.users`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountSpec {
+    /// Addresses or networks (CIDR) this user may connect from, instead of `users.networks`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<String>,
+    /// Settings profile, instead of `users.profile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Quota (`default` or one of `configuration.quotas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
+    /// The only databases this user may use (`allow_databases`); empty: every database.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub databases: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

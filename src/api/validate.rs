@@ -432,6 +432,61 @@ fn check_configuration(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             ),
         );
     }
+    if let Some(users) = &spec.users {
+        check_networks(errors, "spec.users.networks", &users.networks);
+        for (name, account) in &users.accounts {
+            let at = format!("spec.users.accounts.{name}");
+            if !crate::model::config::xml::is_element_name(name) {
+                errors.add(
+                    "spec.users.accounts",
+                    format!("{name:?} is not a user name (a letter or '_' first, then letters, digits, '_', '-', '.')"),
+                );
+            }
+            check_networks(errors, &format!("{at}.networks"), &account.networks);
+            if let Some(profile) = &account.profile
+                && !BUILT_IN_PROFILES.contains(&profile.as_str())
+                && !spec.configuration.profiles.contains_key(profile)
+            {
+                errors.add(
+                    &format!("{at}.profile"),
+                    format!("{profile:?} is neither in spec.configuration.profiles nor one of {BUILT_IN_PROFILES:?}: ClickHouse would refuse the whole users file"),
+                );
+            }
+            if let Some(quota) = &account.quota
+                && quota != crate::model::config::users::DEFAULT_QUOTA
+                && !spec.configuration.quotas.contains_key(quota)
+            {
+                errors.add(
+                    &format!("{at}.quota"),
+                    format!("{quota:?} is neither in spec.configuration.quotas nor \"default\": ClickHouse would refuse the whole users file"),
+                );
+            }
+            for db in &account.databases {
+                if !is_identifier(db) {
+                    errors.add(
+                        &format!("{at}.databases"),
+                        format!("{db:?} is not a database name (letters, digits and '_', not starting with a digit)"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Every entry of `networks` is an address or CIDR ClickHouse accepts.
+fn check_networks(errors: &mut Errors, field: &str, networks: &[String]) {
+    for n in networks {
+        if let Err(e) = crate::util::networks::parse(n, field) {
+            let (_, message) = e.split_once(": ").unwrap_or(("", &e));
+            errors.add(field, message.to_string());
+        }
+    }
+}
+
+/// A plain database name.
+fn is_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Profiles every server has (the image's users file).
@@ -611,6 +666,7 @@ mod tests {
         s.users = Some(UsersSpec {
             secret_name: "Bad_Name".into(),
             profile: None,
+            ..UsersSpec::default()
         });
         s.tls.enabled = true;
         s.storage.size = "lots".into();
@@ -641,6 +697,7 @@ mod tests {
         s.users = Some(UsersSpec {
             secret_name: "c1-users".into(),
             profile: None,
+            ..UsersSpec::default()
         });
         s.pod.env_secret = Some("c1-operator".into());
         let f = fields("c1", &s);
@@ -709,6 +766,7 @@ mod tests {
         s.users = Some(UsersSpec {
             secret_name: "users".into(),
             profile: Some("analysts".into()),
+            ..UsersSpec::default()
         });
         assert_eq!(fields("c1", &s), vec!["spec.users.profile".to_string()]);
         s.configuration
@@ -726,6 +784,51 @@ mod tests {
         assert_eq!(fields("c1", &s), vec!["spec.tls.caSecret".to_string()]);
         s.tls.ca_secret = Some("ca".into());
         assert!(fields("c1", &s).is_empty());
+    }
+
+    /// Issue 15: the users' networks and per-user accounts are checked before ClickHouse sees
+    /// them: a network that is not an address or CIDR, an unknown profile or quota, a database
+    /// that is not a name, each refused with its field.
+    #[test]
+    fn user_networks_and_accounts_are_checked_with_their_field() {
+        let mut s = spec();
+        let mut accounts = BTreeMap::new();
+        accounts.insert(
+            "alice".to_string(),
+            crate::api::AccountSpec {
+                networks: vec!["10.0.0.0/8".into(), "10.0.0.0/40".into()],
+                profile: Some("nobody".into()),
+                quota: Some("q1".into()),
+                databases: vec!["db1".into(), "db 2".into()],
+            },
+        );
+        accounts.insert("bad name".to_string(), Default::default());
+        s.users = Some(UsersSpec {
+            secret_name: "users".into(),
+            networks: vec!["::/0".into(), "somewhere".into()],
+            accounts,
+            ..UsersSpec::default()
+        });
+        assert_eq!(
+            fields("c1", &s),
+            [
+                "spec.users.networks",
+                "spec.users.accounts.alice.networks",
+                "spec.users.accounts.alice.profile",
+                "spec.users.accounts.alice.quota",
+                "spec.users.accounts.alice.databases",
+                "spec.users.accounts",
+            ]
+        );
+        let u = s.users.as_mut().unwrap();
+        u.networks = vec!["::/0".into()];
+        u.accounts.remove("bad name");
+        let a = u.accounts.get_mut("alice").unwrap();
+        a.networks = vec!["198.18.0.1".into()];
+        a.profile = Some("readonly".into());
+        a.quota = Some("default".into());
+        a.databases = vec!["db1".into()];
+        assert!(fields("c1", &s).is_empty(), "{:?}", fields("c1", &s));
     }
 
     /// S2-24: `upgradeOptions` is off by default with the default schedule; when on, it needs

@@ -52,6 +52,8 @@ pub struct Context {
     pub operator_image: String,
     /// The watch-fed caches passes read (issue 19).
     pub caches: cache::Caches,
+    /// Where the operator connects from (`OPERATOR_NETWORKS`, issue 15).
+    pub operator_networks: Vec<String>,
 }
 
 impl Context {
@@ -217,6 +219,7 @@ pub async fn run_with(
         last_writes: cluster::LastWrites::default(),
         faults,
         operator_image: settings.operator_image.clone(),
+        operator_networks: settings.operator_networks.clone(),
         caches,
     });
     let config = kube::runtime::controller::Config::default()

@@ -374,6 +374,8 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
         user_passwords: BTreeMap::new(),
         operator_password: Password("-".into()),
         interserver_password: Some(Password("-".into())),
+        keeper_password: Some(Password("-".into())),
+        operator_networks: Vec::new(),
     };
     desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }

@@ -50,6 +50,9 @@ pub const TEMPLATE_HASH: &str = "clickhouse.com/template-hash";
 pub const TLS_SECRET_HASH: &str = "clickhouse.com/tls-secret-hash";
 /// Pod-template annotation: hash of the CA Secret's data.
 pub const CA_SECRET_HASH: &str = "clickhouse.com/ca-secret-hash";
+/// Annotation of the users Secret: the networks the operator's account accepts logins from, as
+/// the running operator set them (`OPERATOR_NETWORKS`), comma-separated; `plan` reads them.
+pub const OPERATOR_NETWORKS: &str = "clickhouse.com/operator-networks";
 /// Pod-template annotation: hash of the replication password (`interserver_http_credentials`).
 pub const INTERSERVER_HASH: &str = "clickhouse.com/interserver-hash";
 /// Pod-template annotation: hash of the environment Secret's data (`pod.envSecret`).

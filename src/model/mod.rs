@@ -87,6 +87,13 @@ pub struct Inputs {
     /// The password of replication between the servers, from the same Secret (none for a
     /// cluster created before it existed, until it is added there).
     pub interserver_password: Option<Password>,
+    /// Where the operator, its backup agents and the exporter connect from
+    /// (`OPERATOR_NETWORKS`): the networks of the operator's account and, by default, of the
+    /// users of `spec.users`.
+    pub operator_networks: Vec<String>,
+    /// The password of ClickHouse's Keeper identity, from the same Secret (none for a cluster
+    /// created before it existed, until it is added there).
+    pub keeper_password: Option<Password>,
 }
 
 /// Why the desired state cannot be built; each names the field the user can fix.
@@ -272,7 +279,7 @@ fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
     let server_statefulsets = inputs
         .replicas
         .iter()
-        .map(|r| statefulset::server(c, r, &hashes))
+        .map(|r| statefulset::server(c, r, &hashes, &secret::config_files(inputs)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Desired {
         common_config: config::server::common_config_map(c, &common),
@@ -281,13 +288,7 @@ fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
             .iter()
             .map(|r| config::server::replica_config_map(c, r))
             .collect(),
-        users_secret: secret::users_secret(
-            c,
-            &inputs.user_passwords,
-            &inputs.operator_password,
-            inputs.interserver_password.as_ref(),
-            listed,
-        )?,
+        users_secret: secret::users_secret(c, inputs, listed)?,
         server_statefulsets,
         headless_service: service::headless(c),
         client_service: service::client(c),

@@ -32,6 +32,16 @@ pub const INTERSERVER_USER: &str = "interserver";
 /// Key of the generated `interserver_http_credentials` file in the Secret `<cluster>-users`
 /// (projected into `config.d/`; read at startup only).
 pub const INTERSERVER_FILE: &str = "00-operator-interserver.xml";
+/// Key of the password ClickHouse authenticates to Keeper with (digest identity
+/// [`KEEPER_USER`]`:<password>`) in `<cluster>-operator`. The znodes ClickHouse creates carry an
+/// ACL for that identity only, so it must never change once a cluster runs with it.
+pub const KEEPER_PASSWORD_KEY: &str = "keeper-password";
+/// The digest user of ClickHouse in Keeper.
+pub const KEEPER_USER: &str = "clickhouse";
+/// Key of the generated file with ClickHouse's Keeper identity in the Secret `<cluster>-users`
+/// (projected into `config.d/`, after the file that lists the Keeper members, so that it merges
+/// into their `zookeeper` section).
+pub const KEEPER_IDENTITY_FILE: &str = "00-operator-zzz-keeper-identity.xml";
 /// Key of the generated users file in the Secret `<cluster>-users` (projected into `users.d/`).
 pub const USERS_FILE: &str = "00-operator-users.xml";
 /// Key of the generated `remote_servers` file in the Secret `<cluster>-users` (projected into

@@ -12,16 +12,22 @@ use super::{BuildError, Cluster, Password, names};
 
 /// `<cluster>-users`: the users file, projected into the servers' `users.d/`, and the
 /// `remote_servers` file (with the password servers use between them) and, when the cluster has
-/// a replication password, the `interserver_http_credentials` file, projected into `config.d/`.
-/// `listed` are the replicas `remote_servers` names.
+/// a replication password, the `interserver_http_credentials` file, and with a Keeper password
+/// the Keeper identity file, projected into `config.d/` ([`config_files`]). `listed` are the
+/// replicas `remote_servers` names.
 pub fn users_secret(
     c: &Cluster<'_>,
-    users: &BTreeMap<String, Password>,
-    operator_password: &Password,
-    interserver_password: Option<&Password>,
+    inputs: &crate::model::Inputs,
     listed: &[crate::model::ReplicaSpec],
 ) -> Result<Secret, BuildError> {
-    let file = users_file(c, users, operator_password)?;
+    let operator_password = &inputs.operator_password;
+    let file = users_file(
+        c,
+        &inputs.user_passwords,
+        operator_password,
+        &inputs.operator_networks,
+        &inputs.replicas,
+    )?;
     let remote = crate::model::config::server::remote_servers_file(c, listed, operator_password)?;
     let mut data = BTreeMap::from([
         (names::USERS_FILE.to_string(), ByteString(file.into_bytes())),
@@ -30,26 +36,64 @@ pub fn users_secret(
             ByteString(remote.into_bytes()),
         ),
     ]);
-    if let Some(p) = interserver_password {
+    if let Some(p) = &inputs.interserver_password {
         data.insert(
             names::INTERSERVER_FILE.to_string(),
             ByteString(crate::model::config::server::interserver_file(p).into_bytes()),
         );
     }
+    if let Some(p) = &inputs.keeper_password {
+        data.insert(
+            names::KEEPER_IDENTITY_FILE.to_string(),
+            ByteString(crate::model::config::server::keeper_identity_file(c, p).into_bytes()),
+        );
+    }
+    let mut metadata = c.meta(
+        names::users_secret(c.name),
+        labels::common(c.name, Component::Server),
+    );
+    metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            labels::OPERATOR_NETWORKS.into(),
+            inputs.operator_networks.join(","),
+        );
     Ok(Secret {
-        metadata: c.meta(
-            names::users_secret(c.name),
-            labels::common(c.name, Component::Server),
-        ),
+        metadata,
         type_: Some("Opaque".into()),
         data: Some(data),
         ..Secret::default()
     })
 }
 
-/// `<cluster>-operator` with the operator's password under [`names::OPERATOR_PASSWORD_KEY`] and
-/// the replication password under [`names::INTERSERVER_PASSWORD_KEY`].
-pub fn operator_secret(c: &Cluster<'_>, password: &Password, interserver: &Password) -> Secret {
+/// The files of `<cluster>-users` besides `remote_servers` that the server pods project into
+/// `config.d/`: those the cluster's passwords in `inputs` make.
+pub fn config_files(inputs: &crate::model::Inputs) -> Vec<&'static str> {
+    let mut files = Vec::new();
+    if inputs.interserver_password.is_some() {
+        files.push(names::INTERSERVER_FILE);
+    }
+    if inputs.keeper_password.is_some() {
+        files.push(names::KEEPER_IDENTITY_FILE);
+    }
+    files
+}
+
+/// The passwords the operator generates for a new cluster, kept in `<cluster>-operator`.
+pub struct Generated {
+    /// The operator's own ClickHouse password.
+    pub operator: Password,
+    /// The replication password (`interserver_http_credentials`).
+    pub interserver: Password,
+    /// ClickHouse's Keeper identity.
+    pub keeper: Password,
+}
+
+/// `<cluster>-operator` with the operator's password under [`names::OPERATOR_PASSWORD_KEY`],
+/// the replication password under [`names::INTERSERVER_PASSWORD_KEY`] and the Keeper identity's
+/// under [`names::KEEPER_PASSWORD_KEY`].
+pub fn operator_secret(c: &Cluster<'_>, passwords: &Generated) -> Secret {
     Secret {
         metadata: c.meta(
             names::operator_secret(c.name),
@@ -59,11 +103,15 @@ pub fn operator_secret(c: &Cluster<'_>, password: &Password, interserver: &Passw
         data: Some(BTreeMap::from([
             (
                 names::OPERATOR_PASSWORD_KEY.to_string(),
-                ByteString(password.0.clone().into_bytes()),
+                ByteString(passwords.operator.0.clone().into_bytes()),
             ),
             (
                 names::INTERSERVER_PASSWORD_KEY.to_string(),
-                ByteString(interserver.0.clone().into_bytes()),
+                ByteString(passwords.interserver.0.clone().into_bytes()),
+            ),
+            (
+                names::KEEPER_PASSWORD_KEY.to_string(),
+                ByteString(passwords.keeper.0.clone().into_bytes()),
             ),
         ])),
         ..Secret::default()

@@ -233,6 +233,7 @@ pub fn server(
     c: &Cluster<'_>,
     r: &ReplicaSpec,
     hashes: &PodHashes,
+    secret_files: &[&'static str],
 ) -> Result<StatefulSet, BuildError> {
     let spec = c.spec;
     Ok(StatefulSet {
@@ -254,7 +255,7 @@ pub fn server(
                 ),
                 ..StatefulSetUpdateStrategy::default()
             }),
-            template: server_pod(c, r, hashes),
+            template: server_pod(c, r, hashes, secret_files),
             volume_claim_templates: Some(vec![data_claim(
                 &spec.storage,
                 "spec.storage.size",
@@ -269,9 +270,14 @@ pub fn server(
 /// The pod template of replica `r`: the server container and the user's pod settings
 /// ([`pod_spec`]), spread among the cluster's serving pods, a minute to shut down; the user's
 /// annotations plus the input hashes ([`pod_annotations`]).
-fn server_pod(c: &Cluster<'_>, r: &ReplicaSpec, hashes: &PodHashes) -> PodTemplateSpec {
+fn server_pod(
+    c: &Cluster<'_>,
+    r: &ReplicaSpec,
+    hashes: &PodHashes,
+    secret_files: &[&'static str],
+) -> PodTemplateSpec {
     let pod = &c.spec.pod;
-    let (mounts, volumes) = server_volumes(c, r, hashes);
+    let (mounts, volumes) = server_volumes(c, r, secret_files);
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels::server_pod(c.name, r, &pod.labels)),
@@ -357,7 +363,7 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
 fn server_volumes(
     c: &Cluster<'_>,
     r: &ReplicaSpec,
-    hashes: &PodHashes,
+    secret_files: &[&'static str],
 ) -> (Vec<VolumeMount>, Vec<Volume>) {
     let tls = &c.spec.tls;
     let mut mounts = vec![
@@ -376,9 +382,11 @@ fn server_volumes(
                 secret_file_projection(names::users_secret(c.name), names::REMOTE_SERVERS_FILE),
             ]
             .into_iter()
-            .chain(hashes.get(labels::INTERSERVER_HASH).map(|_| {
-                secret_file_projection(names::users_secret(c.name), names::INTERSERVER_FILE)
-            }))
+            .chain(
+                secret_files
+                    .iter()
+                    .map(|f| secret_file_projection(names::users_secret(c.name), f)),
+            )
             .collect(),
         ),
         projected(

@@ -40,6 +40,8 @@ fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
         ]),
         operator_password: Password("operator-secret-pw".into()),
         interserver_password: Some(Password("interserver-secret-pw".into())),
+        keeper_password: Some(Password("keeper-secret-pw".into())),
+        operator_networks: vec!["10.244.0.0/16".into()],
     }
 }
 
@@ -180,6 +182,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         "bob-secret-pw",
         "operator-secret-pw",
         "interserver-secret-pw",
+        "keeper-secret-pw",
     ] {
         for t in &texts {
             assert!(!t.contains(pw), "{pw} leaked");
@@ -211,8 +214,11 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
     // The operator's own Secret keeps its password.
     let op = secret::operator_secret(
         &Cluster::new(&c).unwrap(),
-        &i.operator_password,
-        i.interserver_password.as_ref().unwrap(),
+        &secret::Generated {
+            operator: i.operator_password.clone(),
+            interserver: i.interserver_password.clone().unwrap(),
+            keeper: i.keeper_password.clone().unwrap(),
+        },
     );
     let data = op.data.unwrap();
     assert_eq!(data[names::OPERATOR_PASSWORD_KEY].0, b"operator-secret-pw");
@@ -220,6 +226,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         data[names::INTERSERVER_PASSWORD_KEY].0,
         b"interserver-secret-pw"
     );
+    assert_eq!(data[names::KEEPER_PASSWORD_KEY].0, b"keeper-secret-pw");
     assert!(!format!("{:?}", i.operator_password).contains("operator-secret-pw"));
 }
 
@@ -509,8 +516,11 @@ fn every_object_has_the_labels_and_an_owner_reference() {
             k.pdb.metadata,
             secret::operator_secret(
                 &Cluster::new(&c).unwrap(),
-                &Password("x".into()),
-                &Password("y".into()),
+                &secret::Generated {
+                    operator: Password("x".into()),
+                    interserver: Password("y".into()),
+                    keeper: Password("z".into()),
+                },
             )
             .metadata,
         ],
@@ -816,11 +826,18 @@ fn server_pods_are_locked_down_and_probed_on_ping() {
                 .unwrap()
         })
         .collect();
-    // config.d: common, replica, remote_servers and interserver credentials from the users
-    // Secret; users.d: users.
+    // config.d: common, replica, remote_servers, interserver credentials and the Keeper
+    // identity from the users Secret; users.d: users.
     assert_eq!(
         projected,
-        ["c1-common", "c1-0-0", "c1-users", "c1-users", "c1-users"]
+        [
+            "c1-common",
+            "c1-0-0",
+            "c1-users",
+            "c1-users",
+            "c1-users",
+            "c1-users"
+        ]
     );
 }
 
@@ -973,19 +990,129 @@ fn the_passwordless_default_user_is_restricted_to_the_cluster() {
         .collect();
     assert!(entries.contains(&("ip".into(), "127.0.0.1".into())));
     assert!(!entries.iter().any(|(_, v)| v == "::/0"));
-    let (_, regexp) = entries.iter().find(|(k, _)| k == "host_regexp").unwrap();
+    let hosts: Vec<&str> = entries
+        .iter()
+        .filter(|(k, _)| k == "host")
+        .map(|(_, v)| v.as_str())
+        .collect();
     assert_eq!(
-        regexp,
-        r"^c1-[0-9]+-[0-9]+-0\.c1-headless\.t1\.svc\.cluster\.local$"
+        hosts,
+        [
+            "c1-0-0-0.c1-headless.t1.svc.cluster.local",
+            "c1-0-1-0.c1-headless.t1.svc.cluster.local"
+        ]
     );
-    // With a password from the users Secret, `default` is the user's, open like the others.
+    // With a password from the users Secret, `default` is the user's, reached from the same
+    // networks as the others (by default the operator's), not only from the servers.
     let mut i = inputs(replicas(1, 2));
     i.user_passwords
         .insert("default".into(), Password("pw".into()));
     let users = users_file(&build(&c, &i));
     assert_eq!(users.matches("<default").count(), 1, "{users}");
     assert!(users.contains("<default replace=\"replace\">"), "{users}");
-    assert!(!users.contains("host_regexp"));
+    assert_eq!(
+        user_networks(&users, "default"),
+        ["ip ::1", "ip 127.0.0.1", "ip ::ffff:10.244.0.0/112"]
+    );
+}
+
+/// The `networks` entries of `user` in a users file, as "kind value".
+fn user_networks(users: &str, user: &str) -> Vec<String> {
+    let doc = parse(users);
+    let u = doc
+        .descendants()
+        .find(|n| n.has_tag_name("users"))
+        .and_then(|l| l.children().find(|n| n.has_tag_name(user)))
+        .unwrap_or_else(|| panic!("{user} missing: {users}"));
+    u.children()
+        .find(|n| n.has_tag_name("networks"))
+        .unwrap()
+        .children()
+        .filter(|n| n.is_element())
+        .map(|n| format!("{} {}", n.tag_name().name(), n.text().unwrap_or_default()))
+        .collect()
+}
+
+/// Issue 15: no generated account accepts any address. The operator's account accepts the
+/// operator's networks, the pod itself and the cluster's own server pods by name (Distributed
+/// queries and `ON CLUSTER` reach the other shards as this account); the users of the Secret accept
+/// `users.networks` (by default the operator's networks), each account's own networks,
+/// profile, quota and databases where `users.accounts` names it; the networks the operator
+/// wrote are on the users Secret for `plan`.
+#[test]
+fn accounts_accept_only_their_networks_and_get_their_profile_quota_and_databases() {
+    let c = cluster(json!({
+        "users": {"secretName": "users", "networks": ["10.1.0.0/16"], "accounts": {
+            "bob": {"networks": ["198.18.0.1/32"], "profile": "readonly", "quota": "q1",
+                    "databases": ["sales", "ops"]}}},
+        "configuration": {"quotas": {"q1": {"duration": "3600", "queries": "10"}}}}));
+    let mut i = inputs(replicas(1, 2));
+    i.operator_networks = vec!["10.244.0.0/16".into(), "fd00::/64".into()];
+    let d = build(&c, &i);
+    let users = users_file(&d);
+    let servers = [
+        "host c1-0-0-0.c1-headless.t1.svc.cluster.local",
+        "host c1-0-1-0.c1-headless.t1.svc.cluster.local",
+    ];
+    assert_eq!(
+        user_networks(&users, names::OPERATOR_USER),
+        [
+            "ip ::1",
+            "ip 127.0.0.1",
+            "ip ::ffff:10.244.0.0/112",
+            "ip fd00::/64",
+            servers[0],
+            servers[1],
+        ]
+    );
+    assert_eq!(
+        user_networks(&users, "alice"),
+        ["ip ::1", "ip 127.0.0.1", "ip ::ffff:10.1.0.0/112"]
+    );
+    assert_eq!(
+        user_networks(&users, "bob"),
+        ["ip ::1", "ip 127.0.0.1", "ip 198.18.0.1"]
+    );
+    assert!(!users.contains("::/0"), "{users}");
+    let doc = parse(&users);
+    let bob = doc.descendants().find(|n| n.has_tag_name("bob")).unwrap();
+    let leaf = |n: roxmltree::Node, tag: &str| {
+        n.children()
+            .find(|c| c.has_tag_name(tag))
+            .and_then(|c| c.text())
+            .map(str::to_string)
+    };
+    assert_eq!(leaf(bob, "profile").as_deref(), Some("readonly"));
+    assert_eq!(leaf(bob, "quota").as_deref(), Some("q1"));
+    let dbs: Vec<&str> = bob
+        .children()
+        .find(|n| n.has_tag_name("allow_databases"))
+        .unwrap()
+        .children()
+        .filter(|n| n.has_tag_name("database"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert_eq!(dbs, ["sales", "ops"]);
+    let alice = doc.descendants().find(|n| n.has_tag_name("alice")).unwrap();
+    assert_eq!(leaf(alice, "quota").as_deref(), Some("default"));
+    assert!(!alice.children().any(|n| n.has_tag_name("allow_databases")));
+    // without users.networks the Secret's users get the operator's networks
+    let plain = cluster(json!({"users": {"secretName": "users"}}));
+    let users = users_file(&build(&plain, &i));
+    assert_eq!(
+        user_networks(&users, "alice"),
+        [
+            "ip ::1",
+            "ip 127.0.0.1",
+            "ip ::ffff:10.244.0.0/112",
+            "ip fd00::/64"
+        ]
+    );
+    // the running operator's networks, for `plan`
+    assert_eq!(
+        d.users_secret.metadata.annotations.as_ref().unwrap()[labels::OPERATOR_NETWORKS],
+        "10.244.0.0/16,fd00::/64"
+    );
 }
 
 /// The classification and the builders agree: a server (Keeper) pod template changes exactly
@@ -1252,4 +1379,116 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             serde_json::Value::String(template_hash(&other["spec"]["template"]));
         assert!(pod_template_changed(&older, &other));
     }
+}
+
+/// Issue 15: ClickHouse authenticates to Keeper. With a Keeper password (every cluster created
+/// by this version) `<cluster>-users` holds a file that merges `zookeeper/identity`
+/// (`clickhouse:<password>`, escaped) into the runtime file's `zookeeper` section: it sorts after
+/// that file and does not replace the section. Every server pod projects it into `config.d/`;
+/// the password is in no ConfigMap or pod template. Without Keeper the file is empty; a cluster
+/// created before (no password) has no such file and keeps its pod templates.
+#[test]
+fn servers_authenticate_to_keeper_with_a_generated_identity() {
+    use crate::model::config::server::{RUNTIME_FILE, keeper_identity_of, keeper_identity_text};
+    let c = cluster(json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}}));
+    let mut with = inputs(replicas(1, 2));
+    with.keeper_password = Some(Password("k<&>pw".into()));
+    let d = build(&c, &with);
+    let file = String::from_utf8(
+        d.users_secret.data.as_ref().unwrap()[names::KEEPER_IDENTITY_FILE]
+            .0
+            .clone(),
+    )
+    .unwrap();
+    let doc = parse(&file);
+    let zk = doc
+        .descendants()
+        .find(|n| n.has_tag_name("zookeeper"))
+        .expect("zookeeper");
+    assert_eq!(
+        zk.attribute("replace"),
+        None,
+        "merges, does not replace: {file}"
+    );
+    let identity = zk
+        .children()
+        .find(|n| n.has_tag_name("identity"))
+        .and_then(|n| n.text());
+    assert_eq!(identity, Some("clickhouse:k<&>pw"));
+    assert_eq!(
+        keeper_identity_of(&file),
+        Some(keeper_identity_text(&Password("k<&>pw".into())).as_str())
+    );
+    // merged after the file that lists the members (config.d is read in name order)
+    assert!(names::KEEPER_IDENTITY_FILE > RUNTIME_FILE);
+    let runtime = &d.common_config.data.as_ref().unwrap()[RUNTIME_FILE];
+    assert!(
+        runtime.contains("<zookeeper replace=\"replace\">"),
+        "{runtime}"
+    );
+    for t in templates(&d) {
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(
+            text.contains(names::KEEPER_IDENTITY_FILE),
+            "projected: {text}"
+        );
+        assert!(!text.contains("k<&>pw") && !text.contains("k&lt;&amp;&gt;pw"));
+    }
+    let public = serde_json::to_string(&d.common_config).unwrap()
+        + &serde_json::to_string(&d.keeper.as_ref().unwrap().config).unwrap();
+    assert!(!public.contains("k&lt;&amp;&gt;pw") && !public.contains("k<&>pw"));
+    // without Keeper: the file exists and names no identity
+    let none = cluster(json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0}}));
+    let n = build(&none, &with);
+    let empty = String::from_utf8(
+        n.users_secret.data.as_ref().unwrap()[names::KEEPER_IDENTITY_FILE]
+            .0
+            .clone(),
+    )
+    .unwrap();
+    assert_eq!(keeper_identity_of(&empty), None, "{empty}");
+    assert!(!empty.contains("zookeeper"), "{empty}");
+    // a cluster from before: no file, no projection
+    let mut before = inputs(replicas(1, 2));
+    before.keeper_password = None;
+    let b = build(&c, &before);
+    assert!(
+        !b.users_secret
+            .data
+            .as_ref()
+            .unwrap()
+            .contains_key(names::KEEPER_IDENTITY_FILE)
+    );
+    for t in templates(&b) {
+        assert!(
+            !serde_json::to_string(&t)
+                .unwrap()
+                .contains(names::KEEPER_IDENTITY_FILE)
+        );
+    }
+}
+
+/// Issue 15 and invariant 9: Keeper members answer only the four-letter words the probe and the
+/// exporter use; the list is in the configuration but not in the pod template's hash, so an
+/// ensemble an older operator created is not restarted for it.
+#[test]
+fn keeper_answers_few_four_letter_words_without_a_restart_for_them() {
+    use crate::model::config::keeper::{FOUR_LETTER_WORDS, keeper_file, keeper_restart_part};
+    let c = cluster(json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 3}}));
+    let d = build(&c, &inputs(replicas(1, 1)));
+    let k = d.keeper.as_ref().unwrap();
+    let file = &k.config.data.as_ref().unwrap()[names::KEEPER_CONFIG_FILE];
+    let doc = parse(file);
+    let words = doc
+        .descendants()
+        .find(|n| n.has_tag_name("four_letter_word_white_list"))
+        .and_then(|n| n.text());
+    assert_eq!(words, Some(FOUR_LETTER_WORDS));
+    assert_eq!(FOUR_LETTER_WORDS, "ruok,srvr,mntr");
+    let model = Cluster::new(&c).unwrap();
+    assert!(keeper_file(&model, 3).contains("four_letter_word_white_list"));
+    assert!(!keeper_restart_part(&model).contains("four_letter_word_white_list"));
+    // the readiness probe asks `srvr`, which is on the list
+    let probe = serde_json::to_string(&k.statefulset.spec.template).unwrap();
+    assert!(probe.contains("printf srvr"), "{probe}");
 }

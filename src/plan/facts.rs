@@ -71,6 +71,9 @@ pub struct Observed {
     pub operator_secret_present: bool,
     /// Referenced Secrets that do not exist: field → Secret name.
     pub missing_secrets: Vec<(String, String)>,
+    /// The Keeper identity the servers were given, as written in the users Secret (escaped);
+    /// `None` while they have none.
+    pub keeper_identity_in_use: Option<String>,
 }
 
 /// What the cluster as a whole is doing, from the spec and the pods.

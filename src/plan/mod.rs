@@ -58,6 +58,9 @@ pub enum FailureReason {
     InvalidSpec,
     /// A Secret the spec names does not exist.
     MissingSecret,
+    /// A generated credential that must not change (ClickHouse's Keeper identity) was changed
+    /// or removed.
+    CredentialChangeRefused,
     /// `spec.shards` shrank without the data-loss annotation.
     ShardRemovalRefused,
     /// A storage change that cannot be applied (a shrink, or growth without volume scaling).
@@ -85,6 +88,7 @@ impl FailureReason {
             FailureReason::NamespaceConflict => "NamespaceConflict",
             FailureReason::InvalidSpec => "InvalidSpec",
             FailureReason::MissingSecret => "MissingSecret",
+            FailureReason::CredentialChangeRefused => "CredentialChangeRefused",
             FailureReason::ShardRemovalRefused => "ShardRemovalRefused",
             FailureReason::StorageChangeRefused => "StorageChangeRefused",
             FailureReason::RolloutFailed => "RolloutFailed",

@@ -69,6 +69,92 @@ pub struct Settings {
     /// The image backup and restore Jobs run (`OPERATOR_IMAGE`: the operator's own image, which
     /// the chart sets; the agent is a subcommand of the operator's binary).
     pub operator_image: String,
+    /// Networks the operator, its backup agents and the exporter connect to ClickHouse from
+    /// (`OPERATOR_NETWORKS`, comma-separated addresses or CIDRs): the only ones, with the
+    /// cluster's own server pods, from which the operator's account accepts a login. Unset: the
+    /// pod network guessed from the operator's pod address (`POD_IP`, its /16 or /64), or
+    /// outside a pod the networks of this machine's addresses.
+    pub operator_networks: Vec<String>,
+}
+
+/// The networks of this machine's own (non-loopback) addresses, as [`pod_network_of`] guesses
+/// them.
+///
+/// [`pod_network_of`]: crate::util::networks::pod_network_of
+fn local_networks() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `addrs` with a list that is freed below with freeifaddrs; every
+    // node and address is read only while the list lives.
+    unsafe {
+        if libc::getifaddrs(&mut addrs) != 0 {
+            return out;
+        }
+        let mut at = addrs;
+        while !at.is_null() {
+            let a = (*at).ifa_addr;
+            if !a.is_null() {
+                let ip: Option<std::net::IpAddr> = match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let v4 = &*(a as *const libc::sockaddr_in);
+                        Some(std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)).into())
+                    }
+                    libc::AF_INET6 => {
+                        let v6 = &*(a as *const libc::sockaddr_in6);
+                        Some(std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr).into())
+                    }
+                    _ => None,
+                };
+                if let Some(ip) = ip.filter(|ip| {
+                    !ip.is_loopback()
+                        && !matches!(ip, std::net::IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+                }) {
+                    let n = crate::util::networks::pod_network_of(ip);
+                    if !out.contains(&n) {
+                        out.push(n);
+                    }
+                }
+            }
+            at = (*at).ifa_next;
+        }
+        libc::freeifaddrs(addrs);
+    }
+    out
+}
+
+/// The operator's networks as this process's environment gives them (empty if it gives none).
+pub fn operator_networks_from_env() -> Vec<String> {
+    operator_networks(
+        std::env::var("OPERATOR_NETWORKS").ok().as_deref(),
+        std::env::var("POD_IP").ok().as_deref(),
+    )
+    .unwrap_or_default()
+}
+
+/// `OPERATOR_NETWORKS`, or its default from `POD_IP` or this machine's addresses.
+fn operator_networks(explicit: Option<&str>, pod_ip: Option<&str>) -> Result<Vec<String>, String> {
+    let explicit = explicit.map(str::trim).filter(|v| !v.is_empty());
+    if let Some(v) = explicit {
+        let list = crate::util::networks::parse_list(v, "OPERATOR_NETWORKS")?;
+        if list.is_empty() {
+            return Err("OPERATOR_NETWORKS: no network given".into());
+        }
+        return Ok(list);
+    }
+    if let Some(ip) = pod_ip.map(str::trim).filter(|v| !v.is_empty()) {
+        let ip: std::net::IpAddr = ip
+            .parse()
+            .map_err(|_| format!("POD_IP: {ip:?} is not an address"))?;
+        return Ok(vec![crate::util::networks::pod_network_of(ip)]);
+    }
+    let local = local_networks();
+    if local.is_empty() {
+        return Err(
+            "OPERATOR_NETWORKS is not set and neither POD_IP nor an address of this machine gives a network: set it"
+                .into(),
+        );
+    }
+    Ok(local)
 }
 
 fn parse_max_concurrent(value: Option<&str>) -> Result<u16, String> {
@@ -115,7 +201,12 @@ impl Settings {
             .filter(|s| !s.is_empty())
             .or_else(|| get("HOSTNAME").filter(|s| !s.is_empty()))
             .unwrap_or_else(|| format!("clickhouse-operator-{}", std::process::id()));
+        let operator_networks = operator_networks(
+            get("OPERATOR_NETWORKS").as_deref(),
+            get("POD_IP").as_deref(),
+        )?;
         Ok(Settings {
+            operator_networks,
             watch_namespaces: WatchNamespaces::parse(get("WATCH_NAMESPACE").as_deref())?,
             max_concurrent_reconciles: parse_max_concurrent(
                 get("MAX_CONCURRENT_RECONCILES").as_deref(),
@@ -207,5 +298,44 @@ mod tests {
         assert!(s.leader_election);
         let bad = Settings::from_lookup(|k| (k == "LOG_FORMAT").then(|| "xml".to_string()));
         assert!(bad.unwrap_err().contains("LOG_FORMAT"));
+    }
+
+    /// Issue 15: the operator's account accepts logins from `OPERATOR_NETWORKS`; unset, from
+    /// the pod network around `POD_IP`, or outside a pod around this machine's addresses (never
+    /// loopback alone, never everything); a bad value is refused with its variable.
+    #[test]
+    fn operator_networks_come_from_the_setting_or_the_pods_address() {
+        assert_eq!(
+            operator_networks(Some("10.0.0.0/8, 192.168.1.5"), Some("10.244.1.2")).unwrap(),
+            ["10.0.0.0/8", "192.168.1.5/32"]
+        );
+        assert_eq!(
+            operator_networks(None, Some("10.244.1.2")).unwrap(),
+            ["10.244.0.0/16"]
+        );
+        assert_eq!(
+            operator_networks(Some(" "), Some("fd00:1:2:3::9")).unwrap(),
+            ["fd00:1:2:3::/64"]
+        );
+        let local = operator_networks(None, None).unwrap();
+        assert!(!local.is_empty());
+        assert!(
+            local
+                .iter()
+                .all(|n| n != "::/0" && n != "0.0.0.0/0" && !n.starts_with("127."))
+        );
+        assert!(
+            operator_networks(Some("everywhere"), None)
+                .unwrap_err()
+                .starts_with("OPERATOR_NETWORKS: ")
+        );
+        assert!(
+            operator_networks(None, Some("pod"))
+                .unwrap_err()
+                .starts_with("POD_IP: ")
+        );
+        let s =
+            Settings::from_lookup(|k| (k == "POD_IP").then(|| "198.18.1.7".to_string())).unwrap();
+        assert_eq!(s.operator_networks, ["198.18.0.0/16"]);
     }
 }

@@ -1,4 +1,5 @@
 //! Small pure helpers.
 pub mod cron;
 pub mod names;
+pub mod networks;
 pub mod quantity;

@@ -1,11 +1,14 @@
-//! Issue 15 on real 18.16 servers: what a process that is not part of a cluster can and cannot
-//! do to it.
+//! Issue 15 on real 18.16 servers and the Keeper stand-in (ZooKeeper 3.8, which enforces the same
+//! digest ACLs and four-letter-word list as Keeper): what a process that is not part of a
+//! cluster can and cannot do to it.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::json;
+
+use clickhouse_operator::clickhouse::keeper::Session;
 
 use crate::support::*;
 
@@ -14,9 +17,11 @@ use crate::support::*;
 /// inserted on one replica reaches the other, through `ON CLUSTER` DDL), while a fetch of the
 /// same data part from the interserver port by a process that is not a server of the cluster
 /// (this test) is refused with HTTP 401 without the credentials and with a wrong password, and
-/// answered with the right ones.
+/// answered with the right ones. Keeper: an anonymous client reads and writes none of the
+/// cluster's znodes (replication metadata, the DDL queue) while the servers still do, and only
+/// `ruok`, `srvr` and `mntr` are answered.
 #[tokio::test]
-async fn a_data_part_cannot_be_fetched_without_the_replication_credentials() {
+async fn outside_the_cluster_no_part_is_fetched_and_no_keeper_node_touched() {
     let client = client().await;
     let ns = namespace(&client, "sec").await;
     let op = start_operator(&client, &ns, false).await;
@@ -106,5 +111,271 @@ async fn a_data_part_cannot_be_fetched_without_the_replication_credentials() {
     assert_eq!(wrong, 401, "a wrong password");
     assert_eq!(right, 200, "the replication credentials");
     assert!(body > 0);
+
+    // Keeper: the servers authenticate (digest identity) and their znodes carry an ACL for it,
+    // so a client that is not a server of the cluster (this test) reads and writes none of them,
+    // neither the table's replication metadata nor the distributed DDL queue
+    let keeper_ip = wait_for(Duration::from_secs(30), "Keeper's address", || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, &ns)
+                .get("c1-keeper-0")
+                .await
+                .ok()?
+                .status?
+                .pod_ip
+        }
+    })
+    .await;
+    let keeper_addr: std::net::SocketAddr = format!("{keeper_ip}:9181").parse().unwrap();
+    let mut zk = Session::connect(keeper_addr, Duration::from_secs(5))
+        .await
+        .expect("a Keeper session");
+    let no_auth = -102;
+    for path in [
+        "/clickhouse",
+        "/clickhouse/tables/0/default/t",
+        "/clickhouse/tables/0/default/t/replicas",
+        "/clickhouse/task_queue/ddl",
+    ] {
+        let read = zk.children(path).await;
+        println!("anonymous children({path}): {read:?}");
+        assert_eq!(
+            read.err().and_then(|e| e.code()),
+            Some(no_auth),
+            "read {path}"
+        );
+        let write = zk.create(&format!("{path}/intruder"), b"x").await;
+        assert_eq!(
+            write.err().and_then(|e| e.code()),
+            Some(no_auth),
+            "write {path}"
+        );
+    }
+    // the servers themselves still read it (through system.zookeeper, as their identity)
+    assert_eq!(
+        query(
+            &ch,
+            "SELECT toString(count()) AS v FROM system.zookeeper WHERE path = '/clickhouse/tables/0/default/t/replicas'"
+        )
+        .await,
+        ["2"]
+    );
+    // only the four-letter words the probe and the exporter use are answered
+    for (word, answered) in [
+        ("ruok", true),
+        ("srvr", true),
+        ("mntr", true),
+        ("dump", false),
+        ("srst", false),
+        ("cons", false),
+    ] {
+        let reply = four_letter_word(keeper_addr, word).await;
+        let refused = reply.contains("not in the whitelist") || reply.contains("not executed");
+        println!("{word}: {}", reply.lines().next().unwrap_or_default());
+        assert_eq!(!refused && !reply.is_empty(), answered, "{word}: {reply}");
+    }
+    finish(&client, &ns, op).await;
+}
+
+/// A four-letter-word command to a Keeper member and its whole answer.
+async fn four_letter_word(addr: std::net::SocketAddr, word: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(word.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await;
+    out
+}
+
+/// Runs `script` with `sh` in a pod of the namespace that is not part of any cluster (no
+/// cluster labels), with `env`, and returns what it printed once it finished.
+async fn run_in_foreign_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    script: &str,
+    env: serde_json::Value,
+) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{LogParams, PostParams};
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {"app": "intruder"}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "sh", "image": "debian:12", "command": ["sh", "-c", script], "env": env}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_for(
+        Duration::from_secs(120),
+        "the foreign pod to finish",
+        || {
+            let pods = pods.clone();
+            async move {
+                let phase = pods.get(name).await.ok()?.status?.phase?;
+                (phase == "Succeeded" || phase == "Failed").then_some(())
+            }
+        },
+    )
+    .await;
+    pods.logs(name, &LogParams::default()).await.unwrap()
+}
+
+/// Issue 15: no generated account accepts any address. With the operator's networks set to the
+/// address it connects from (`OPERATOR_NETWORKS`, here this machine's address on the pod
+/// network), a process in a pod that is not part of the cluster cannot log in as the operator's
+/// account, nor as a user of the users Secret whose networks are the default (the operator's),
+/// nor as one whose account allows a /24 that holds this machine's address but not the pods'
+/// (an IPv4 network: 18.16 matches a plain IPv4 CIDR against every client, the mapped form the
+/// operator writes correctly), while a user whose account says `::/0` can; the operator, the users from the allowed address,
+/// and the servers among themselves (a Distributed query over two shards, `ON CLUSTER` DDL)
+/// keep working.
+#[tokio::test]
+async fn accounts_refuse_logins_from_outside_their_networks() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PostParams;
+    let client = client().await;
+    let ns = namespace(&client, "nets").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let creds: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds"},
+        "stringData": {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
+    // the address this process reaches the pods from: the node's (the gateway of the pod
+    // network), as every pod's hostIP says
+    let probe: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "where"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "sh", "image": "debian:12", "command": ["true"]}]}
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &probe).await.unwrap();
+    let host_ip = wait_for(Duration::from_secs(60), "the node's address", || {
+        let pods = pods.clone();
+        async move { pods.get("where").await.ok()?.status?.host_ip }
+    })
+    .await;
+    let op = start_operator_env(
+        &client,
+        &ns,
+        &[("OPERATOR_NETWORKS", &format!("{host_ip}/32"))],
+    )
+    .await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "users": {"secretName": "creds", "accounts": {
+                   "bob": {"networks": ["::/0"]},
+                   "carol": {"networks": [format!("{host_ip}/24")]}}}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas: Vec<String> = ready
+        .status
+        .unwrap()
+        .replica_state_map
+        .keys()
+        .cloned()
+        .collect();
+    let first = format!("{}-0", replicas[0]);
+    let ch = sql_client(&client, &ns, "c1", &first).await;
+    // the servers reach each other as the operator's account (by their pods' DNS names)
+    exec(
+        &ch,
+        "CREATE TABLE default.l ON CLUSTER c1 (x UInt64) ENGINE = MergeTree ORDER BY x",
+    )
+    .await;
+    exec(
+        &ch,
+        "CREATE TABLE default.d ON CLUSTER c1 AS default.l ENGINE = Distributed(c1, default, l, x)",
+    )
+    .await;
+    exec(&ch, "INSERT INTO default.d VALUES (1) (2) (3) (4)").await;
+    wait_for(Duration::from_secs(60), "rows on both shards", || {
+        let ch = ch.clone();
+        async move {
+            let rows = ch
+                .query(
+                    "SELECT toString(count()) AS v FROM default.d",
+                    &Default::default(),
+                )
+                .await
+                .ok()?;
+            let r = rows.iter().next()?;
+            (r.str("v").ok()? == "4").then_some(())
+        }
+    })
+    .await;
+    let server_ip = pods
+        .get(&first)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .pod_ip
+        .unwrap();
+    let operator_pw = String::from_utf8(
+        secrets.get("c1-operator").await.unwrap().data.unwrap()["password"]
+            .0
+            .clone(),
+    )
+    .unwrap();
+    // from this machine's address: the operator's account and alice
+    let http = reqwest::Client::new();
+    let login = |user: &str, pw: &str| {
+        let req = http
+            .post(format!("http://{server_ip}:8123/"))
+            .basic_auth(user, Some(pw))
+            .body("SELECT 1");
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    assert_eq!(login("clickhouse_operator", &operator_pw).await.0, 200);
+    assert_eq!(login("alice", "alice-pw").await.0, 200);
+    assert_eq!(login("carol", "carol-pw").await.0, 200);
+    // from a pod that is not part of the cluster
+    let script = format!(
+        "for u in clickhouse_operator:$OP alice:alice-pw bob:bob-pw carol:carol-pw; do \
+           printf '%s ' \"${{u%%:*}}\"; \
+           curl -s -o /tmp/out -w '%{{http_code}} ' -u \"$u\" --data-binary 'SELECT 1' http://{server_ip}:8123/; \
+           head -c 160 /tmp/out | tr '\\n' ' '; echo; \
+         done"
+    );
+    let out = run_in_foreign_pod(
+        &client,
+        &ns,
+        "intruder",
+        &script,
+        json!([{"name": "OP", "value": operator_pw}]),
+    )
+    .await;
+    println!("from a foreign pod:\n{out}");
+    let line = |user: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{user} ")))
+            .unwrap_or_else(|| panic!("{user}: {out}"))
+            .to_string()
+    };
+    // carol's /24 holds this machine's address, not the pods' (from the network's second /24)
+    for refused in ["clickhouse_operator", "alice", "carol"] {
+        let l = line(refused);
+        assert!(!l.contains(" 200 "), "{l}");
+        assert!(l.contains("is not allowed to connect from address"), "{l}");
+    }
+    assert!(line("bob").contains(" 200 1"), "{}", line("bob"));
+    for p in ["where", "intruder"] {
+        pods.delete(p, &Default::default()).await.unwrap();
+    }
     finish(&client, &ns, op).await;
 }

@@ -263,8 +263,11 @@ async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> R
         .map_err(|e| Error::failed(FailureReason::InvalidSpec, e.to_string()))?;
     let secret = model::secret::operator_secret(
         &c,
-        &Password(random_password()),
-        &Password(random_password()),
+        &model::secret::Generated {
+            operator: Password(random_password()),
+            interserver: Password(random_password()),
+            keeper: Password(random_password()),
+        },
     );
     match api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
         .create(&PostParams::default(), &secret)

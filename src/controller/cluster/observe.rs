@@ -65,7 +65,10 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(Worl
         let caught_up = caches.synced() && caches_hold(cluster, caches, &lists);
         (lists, caught_up)
     };
-    Ok((build(cluster, siblings, lists).await?, caught_up))
+    Ok((
+        build(cluster, siblings, lists, &ctx.operator_networks).await?,
+        caught_up,
+    ))
 }
 
 /// Names and resourceVersions of a list of objects.
@@ -111,7 +114,6 @@ fn caches_hold(cluster: &ClickHouseCluster, caches: &Caches, lists: &Lists) -> b
         })
 }
 
-
 /// The clusters of `cluster`'s namespace that count for decision 18.
 pub fn siblings(
     cluster: &ClickHouseCluster,
@@ -130,13 +132,24 @@ pub fn siblings(
 
 /// [`observe`] with the namespace's clusters given, from the API server: reads only, also what
 /// `plan` uses.
+///
+/// The operator's networks are those the running operator wrote into the users Secret
+/// ([`labels::OPERATOR_NETWORKS`]), or `default_networks` where it has none.
 pub async fn observe_with(
     cluster: &ClickHouseCluster,
     client: &Client,
     siblings: Vec<Sibling>,
+    default_networks: &[String],
 ) -> Result<World, Error> {
     let lists = from_api(cluster, client).await?;
-    build(cluster, siblings, lists).await
+    let written: Option<Vec<String>> = lists
+        .owned_secrets
+        .iter()
+        .find(|s| s.name_any() == names::users_secret(&cluster.name_any()))
+        .and_then(|s| s.annotations().get(labels::OPERATOR_NETWORKS))
+        .map(|v| v.split(',').map(str::to_string).collect());
+    let networks = written.unwrap_or_else(|| default_networks.to_vec());
+    build(cluster, siblings, lists, &networks).await
 }
 
 /// The Kubernetes objects a pass reads.
@@ -239,6 +252,7 @@ async fn build(
     cluster: &ClickHouseCluster,
     siblings: Vec<Sibling>,
     lists: Lists,
+    operator_networks: &[String],
 ) -> Result<World, Error> {
     let name = cluster.name_any();
     let mut o = Observed {
@@ -260,10 +274,24 @@ async fn build(
         o.operator_secret_present = true;
         o.inputs.operator_password = Password(String::from_utf8_lossy(&pw.0).into_owned());
     }
-    o.inputs.interserver_password = operator_secret
-        .and_then(|d| d.get(names::INTERSERVER_PASSWORD_KEY))
-        .filter(|pw| !pw.0.is_empty())
-        .map(|pw| Password(String::from_utf8_lossy(&pw.0).into_owned()));
+    let generated = |key: &str| {
+        operator_secret
+            .and_then(|d| d.get(key))
+            .filter(|pw| !pw.0.is_empty())
+            .map(|pw| Password(String::from_utf8_lossy(&pw.0).into_owned()))
+    };
+    o.inputs.interserver_password = generated(names::INTERSERVER_PASSWORD_KEY);
+    o.inputs.keeper_password = generated(names::KEEPER_PASSWORD_KEY);
+    o.inputs.operator_networks = operator_networks.to_vec();
+    o.keeper_identity_in_use = lists
+        .owned_secrets
+        .iter()
+        .find(|s| s.name_any() == names::users_secret(&name))
+        .and_then(|s| s.data.as_ref()?.get(names::KEEPER_IDENTITY_FILE))
+        .and_then(|f| {
+            model::config::server::keeper_identity_of(&String::from_utf8_lossy(&f.0))
+                .map(str::to_string)
+        });
     o.objects.extend(as_json(Kind::Secret, lists.owned_secrets));
     for (field, secret, found) in lists.referenced {
         match found {

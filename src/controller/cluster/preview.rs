@@ -177,7 +177,13 @@ pub async fn preview(client: &Client, file: &ClickHouseCluster) -> Result<Previe
         .into_iter()
         .map(std::sync::Arc::new)
         .collect();
-    let mut world = observe_with(&proposed, client, siblings(&proposed, &clusters)).await?;
+    let mut world = observe_with(
+        &proposed,
+        client,
+        siblings(&proposed, &clusters),
+        &crate::runtime::settings::operator_networks_from_env(),
+    )
+    .await?;
     let mut plan = decide(&proposed, &world, Timestamp::now());
     if !plan.lag_checks.is_empty() {
         read_lag(&proposed, &mut world, &plan.lag_checks).await;

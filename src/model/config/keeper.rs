@@ -8,18 +8,26 @@ use crate::model::{Cluster, names};
 /// Environment variable from which Keeper reads its raft id.
 pub const SERVER_ID_ENV: &str = "KEEPER_SERVER_ID";
 
+/// The four-letter-word commands a member answers (issue 15): `ruok`, `srvr` (the readiness
+/// probe: a member is Ready once it says its Mode), `mntr` (the exporter). Not the default list,
+/// which includes commands that reset statistics, take snapshots or yield leadership.
+pub const FOUR_LETTER_WORDS: &str = "ruok,srvr,mntr";
+
 /// The Keeper configuration for an ensemble of `members` (ids 1..=members).
 pub fn keeper_file(c: &Cluster<'_>, members: i32) -> String {
-    keeper_element(c, members).to_document()
+    keeper_element(c, members, true).to_document()
 }
 
 /// What of [`keeper_file`] is read only at startup: everything but the member list, which
 /// Keeper reconfigures at runtime when the file changes. Hashed into the Keeper pod template.
+/// The four-letter-word list is left out of it: it came with an operator version after
+/// ensembles already ran without it, and an operator upgrade restarts no pod (invariant 9), so
+/// it reaches a running member at its next restart.
 pub fn keeper_restart_part(c: &Cluster<'_>) -> String {
-    keeper_element(c, 0).to_document()
+    keeper_element(c, 0, false).to_document()
 }
 
-fn keeper_element(c: &Cluster<'_>, members: i32) -> Element {
+fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Element {
     let data = names::KEEPER_DATA_PATH;
     let servers = (0..members).map(|i| {
         Element::new("server")
@@ -47,6 +55,12 @@ fn keeper_element(c: &Cluster<'_>, members: i32) -> Element {
                 .child(Element::leaf("session_timeout_ms", 30_000))
                 .child(Element::leaf("raft_logs_level", "warning")),
         );
+    if four_letter_words {
+        keeper_server = keeper_server.child(Element::leaf(
+            "four_letter_word_white_list",
+            FOUR_LETTER_WORDS,
+        ));
+    }
     if members > 0 {
         keeper_server = keeper_server.child(Element::new("raft_configuration").children(servers));
     }

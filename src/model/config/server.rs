@@ -229,6 +229,36 @@ pub fn interserver_file(password: &Password) -> String {
         .to_document()
 }
 
+/// The file with ClickHouse's Keeper identity (`zookeeper/identity`, digest
+/// [`names::KEEPER_USER`]`:<password>`), kept in the Secret `<cluster>-users` and projected into
+/// `config.d/` after the runtime file whose `zookeeper` section it merges into: ClickHouse then
+/// authenticates to Keeper and creates every znode with an ACL for this identity only, so no
+/// other client can read or change replication metadata or the distributed DDL queue. Empty
+/// (a root element only) without Keeper. Reloaded at runtime; it must never change once used
+/// (see [`keeper_identity_of`]).
+pub fn keeper_identity_file(c: &Cluster<'_>, password: &Password) -> String {
+    let mut root = Element::new(ROOT);
+    if c.spec.keeper.replicas > 0 {
+        root = root.child(Element::new("zookeeper").child(Element::leaf(
+            "identity",
+            format!("{}:{}", names::KEEPER_USER, password.0),
+        )));
+    }
+    root.to_document()
+}
+
+/// The identity a [`keeper_identity_file`] with `password` holds, as written there (escaped).
+pub fn keeper_identity_text(password: &Password) -> String {
+    super::xml::escape(&format!("{}:{}", names::KEEPER_USER, password.0))
+}
+
+/// The identity a [`keeper_identity_file`] holds, as written (escaped); `None` if it holds none.
+pub fn keeper_identity_of(file: &str) -> Option<&str> {
+    let start = file.find("<identity>")? + "<identity>".len();
+    let len = file[start..].find("</identity>")?;
+    Some(&file[start..start + len])
+}
+
 /// `remote_servers` with one cluster named like the ClickHouseCluster: every shard that has a
 /// replica in `replicas`, in shard order, and its replicas by creation index, reached as the
 /// operator's user. It replaces the example clusters of the image's `config.xml`.

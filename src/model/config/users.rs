@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::xml::{Element, ROOT};
-use crate::model::{BuildError, Cluster, Password, names};
+use crate::model::{BuildError, Cluster, Password, ReplicaSpec, names};
 
 /// Profile and quota given to users that name none.
 pub const DEFAULT_PROFILE: &str = "default";
@@ -21,46 +21,101 @@ pub fn sha256_hex(password: &Password) -> String {
     hex::encode(Sha256::digest(password.0.as_bytes()))
 }
 
+/// One account of the users file.
+struct Account<'a> {
+    networks: Element,
+    profile: &'a str,
+    quota: &'a str,
+    databases: &'a [String],
+}
+
 fn user(
     name: &str,
     field: &str,
     password: &Password,
-    profile: &str,
+    account: Account<'_>,
 ) -> Result<Element, BuildError> {
     // `replace` drops whatever the image defines for the same user (e.g. a plain `password` of
     // `default`), which ClickHouse would refuse next to `password_sha256_hex`.
-    Ok(Element::checked(name, field)?
+    let mut e = Element::checked(name, field)?
         .attr("replace", "replace")
         .child(Element::leaf("password_sha256_hex", sha256_hex(password)))
-        .child(Element::new("networks").child(Element::leaf("ip", "::/0")))
-        .child(Element::leaf("profile", profile))
-        .child(Element::leaf("quota", DEFAULT_QUOTA)))
+        .child(account.networks)
+        .child(Element::leaf("profile", account.profile))
+        .child(Element::leaf("quota", account.quota));
+    if !account.databases.is_empty() {
+        e = e.child(
+            Element::new("allow_databases").children(
+                account
+                    .databases
+                    .iter()
+                    .map(|d| Element::leaf("database", d)),
+            ),
+        );
+    }
+    Ok(e)
 }
 
-/// Networks of the image's passwordless `default` user, unless the users Secret defines
-/// `default`: the pod itself and the cluster's own server pods, recognised by the reverse DNS
-/// name Kubernetes gives the pods of a headless Service. Distributed queries between replicas
-/// (which connect as `default`) keep working; nobody else reaches a passwordless user.
-pub fn default_user_networks(cluster: &str, namespace: &str) -> Element {
-    let host = format!(
-        "^{}-[0-9]+-[0-9]+-0\\.{}\\.{}\\.svc\\.cluster\\.local$",
-        cluster,
-        names::headless_service(cluster),
-        namespace
-    );
-    Element::new("networks")
+/// A network (canonical `address/len`, see [`crate::util::networks::parse`]) as an `<ip>` entry
+/// every supported version matches exactly: a single address without a prefix, an IPv4 network
+/// as its IPv4-mapped IPv6 network (`::ffff:10.1.0.0/112` for `10.1.0.0/16`). ClickHouse 18.16
+/// compares clients as IPv6 and applies an IPv4 prefix length to the mapped address, so it
+/// matches `10.1.0.0/16` (or any IPv4 network, even a /32) against every IPv4 client (seen on
+/// 18.16.1); the mapped form is matched correctly there and by newer versions, which compare
+/// IPv4 networks in that mapped form too.
+pub fn ip_entry(network: &str) -> String {
+    let (addr, len) = network.split_once('/').unwrap_or((network, ""));
+    let v4 = addr.parse::<std::net::Ipv4Addr>().is_ok();
+    match (v4, len.parse::<u8>().ok()) {
+        (true, Some(32)) | (false, Some(128)) | (_, None) => addr.to_string(),
+        (true, Some(l)) => format!("::ffff:{addr}/{}", u16::from(l) + 96),
+        (false, Some(l)) => format!("{addr}/{l}"),
+    }
+}
+
+/// `networks` of the server pod itself (loopback), `servers` (the cluster's own server pods, by
+/// the DNS name their headless Service gives them: ClickHouse resolves each `<host>` and
+/// compares its addresses with the client's, so a pod that comes back with a new address is
+/// still recognised), and `extra` addresses or CIDRs. (A `host_regexp` would need the reverse
+/// lookup of the client's address, which 18.16 listening on `::` does not match: it sees IPv4
+/// clients as IPv4-mapped IPv6 addresses.)
+fn networks(c: &Cluster<'_>, servers: &[ReplicaSpec], extra: &[String]) -> Element {
+    let mut n = Element::new("networks")
         .attr("replace", "replace")
         .child(Element::leaf("ip", "::1"))
         .child(Element::leaf("ip", "127.0.0.1"))
-        .child(Element::leaf("host_regexp", host))
+        .children(extra.iter().map(|ip| Element::leaf("ip", ip_entry(ip))));
+    for r in servers {
+        n = n.child(Element::leaf(
+            "host",
+            names::replica_host(c.name, c.namespace, &r.name),
+        ));
+    }
+    n
 }
 
-/// The users file. `users` are the entries of the Secret `spec.users.secretName`; they get the
-/// profile `spec.users.profile` (default `default`).
+/// Networks of the image's passwordless `default` user, unless the users Secret defines
+/// `default`: the pod itself and the cluster's own server pods `replicas`; nobody else reaches a
+/// passwordless user.
+pub fn default_user_networks(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Element {
+    networks(c, replicas, &[])
+}
+
+/// The users file (issue 15: no account accepts any address).
+///
+/// - The operator's own account accepts logins from the operator's networks (`inputs`), the
+///   server pod itself and the cluster's own server pods (Distributed queries and `ON CLUSTER`
+///   reach the other shards as this account, through `remote_servers`).
+/// - `users` are the entries of the Secret `spec.users.secretName`: each gets the profile
+///   `spec.users.profile` (default `default`), the quota `default` and the networks
+///   `spec.users.networks` (default: the operator's networks, the pod network), or what
+///   `spec.users.accounts.<user>` says instead, and there `databases` as `allow_databases`.
 pub fn users_file(
     c: &Cluster<'_>,
     users: &BTreeMap<String, Password>,
     operator_password: &Password,
+    operator_networks: &[String],
+    replicas: &[ReplicaSpec],
 ) -> Result<String, BuildError> {
     let configuration = &c.spec.configuration;
     let profile = c.spec.users.as_ref().and_then(|u| u.profile.as_deref());
@@ -88,27 +143,72 @@ pub fn users_file(
         names::OPERATOR_USER,
         "operator user",
         operator_password,
-        DEFAULT_PROFILE,
+        Account {
+            networks: networks(c, replicas, operator_networks),
+            profile: DEFAULT_PROFILE,
+            quota: DEFAULT_QUOTA,
+            databases: &[],
+        },
     )?);
+    let spec_users = c.spec.users.as_ref();
+    let user_networks = spec_users
+        .map(|u| u.networks.as_slice())
+        .filter(|n| !n.is_empty())
+        .unwrap_or(operator_networks);
     for (name, password) in users {
         if name == names::OPERATOR_USER {
             // The operator's user is the operator's: a same-named entry cannot replace it.
             continue;
         }
+        let account = spec_users.and_then(|u| u.accounts.get(name));
+        let networks_of = account
+            .map(|a| a.networks.as_slice())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(user_networks);
+        let profile_of = account
+            .and_then(|a| a.profile.as_deref())
+            .unwrap_or(profile);
+        Element::checked(profile_of, &format!("spec.users.accounts.{name}.profile"))?;
+        let quota_of = account
+            .and_then(|a| a.quota.as_deref())
+            .unwrap_or(DEFAULT_QUOTA);
+        Element::checked(quota_of, &format!("spec.users.accounts.{name}.quota"))?;
         list = list.child(user(
             name,
             "spec.users.secretName (a key)",
             password,
-            profile,
+            Account {
+                networks: networks(c, &[], networks_of),
+                profile: profile_of,
+                quota: quota_of,
+                databases: account.map(|a| a.databases.as_slice()).unwrap_or(&[]),
+            },
         )?);
     }
     if !users.contains_key(DEFAULT_USER) {
-        list = list
-            .child(Element::new(DEFAULT_USER).child(default_user_networks(c.name, c.namespace)));
+        list = list.child(Element::new(DEFAULT_USER).child(default_user_networks(c, replicas)));
     }
     Ok(Element::new(ROOT)
         .child(profiles)
         .child(quotas)
         .child(list)
         .to_document())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ip_entry;
+
+    /// Issue 15: an IPv4 network is written as its IPv4-mapped IPv6 network, which 18.16 matches
+    /// correctly (it matches a plain IPv4 CIDR against every IPv4 client); single addresses and
+    /// IPv6 networks stay as they are.
+    #[test]
+    fn ipv4_networks_are_written_in_the_mapped_form_every_version_matches() {
+        assert_eq!(ip_entry("10.1.0.0/16"), "::ffff:10.1.0.0/112");
+        assert_eq!(ip_entry("0.0.0.0/0"), "::ffff:0.0.0.0/96");
+        assert_eq!(ip_entry("198.18.0.1/32"), "198.18.0.1");
+        assert_eq!(ip_entry("fd00::/8"), "fd00::/8");
+        assert_eq!(ip_entry("::/0"), "::/0");
+        assert_eq!(ip_entry("fd00::5/128"), "fd00::5");
+    }
 }

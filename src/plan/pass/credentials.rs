@@ -1,7 +1,10 @@
 //! Users and passwords (S2-09): every referenced Secret must exist, and the operator's own
-//! credentials Secret is created before anything that uses its password.
+//! credentials Secret is created before anything that uses its password. ClickHouse's Keeper
+//! identity never changes once the servers have it (issue 15).
 
 use super::Pass;
+use crate::model::config::server::keeper_identity_text;
+use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::action::Action;
 
@@ -13,6 +16,27 @@ pub fn plan(pass: &mut Pass) {
         );
         pass.fail_and_halt(FailureReason::MissingSecret, message);
         return;
+    }
+    if let Some(in_use) = &pass.obs.keeper_identity_in_use {
+        let wanted = pass
+            .obs
+            .inputs
+            .keeper_password
+            .as_ref()
+            .map(keeper_identity_text);
+        if wanted.as_deref() != Some(in_use.as_str()) {
+            let message = format!(
+                "{} in Secret {} was changed or removed: the servers created their Keeper nodes \
+                 with an ACL for the previous identity and would lose access to them; put the \
+                 previous value back (the servers' Secret {} still has it, in {})",
+                names::KEEPER_PASSWORD_KEY,
+                names::operator_secret(&pass.name),
+                names::users_secret(&pass.name),
+                names::KEEPER_IDENTITY_FILE,
+            );
+            pass.fail_and_halt(FailureReason::CredentialChangeRefused, message);
+            return;
+        }
     }
     if !pass.obs.operator_secret_present {
         pass.emit(Action::CreateOperatorSecret);

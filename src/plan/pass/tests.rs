@@ -1395,3 +1395,41 @@ fn a_removed_field_leaves_the_statefulsets() {
     assert_eq!(server_restarts(&sim.log).len(), 2, "{:?}", sim.log);
     assert_eq!(sim.state(), ClusterState::Ready);
 }
+
+/// Issue 15: the servers' Keeper identity never changes once they have it (their znodes carry
+/// an ACL for it). A Keeper password changed or removed in `<cluster>-operator` is refused with
+/// the key and the Secret named and nothing is written; the previous value back heals it.
+#[test]
+fn a_changed_or_removed_keeper_identity_is_refused_and_nothing_is_written() {
+    use crate::model::config::server::keeper_identity_text;
+    use crate::plan::FailureReason;
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    let first = model::Password("first".into());
+    sim.obs.inputs.keeper_password = Some(first.clone());
+    sim.converge(20);
+    sim.obs.keeper_identity_in_use = Some(keeper_identity_text(&first));
+    assert_eq!(
+        sim.converge(5),
+        0,
+        "the identity in use is the one asked for"
+    );
+    for changed in [Some(model::Password("second".into())), None] {
+        sim.obs.inputs.keeper_password = changed;
+        let p = sim.plan_caught_up();
+        let f = p.failure.as_ref().expect("refused");
+        assert_eq!(f.reason, FailureReason::CredentialChangeRefused);
+        assert!(
+            f.message.contains("keeper-password") && f.message.contains("c1-operator"),
+            "{}",
+            f.message
+        );
+        assert!(p.actions.is_empty(), "nothing written: {:?}", p.actions);
+    }
+    sim.obs.inputs.keeper_password = Some(first);
+    let p = sim.plan_caught_up();
+    assert!(
+        p.failure.is_none() && p.actions.is_empty(),
+        "{:?}",
+        p.failure
+    );
+}
