@@ -115,6 +115,8 @@ fn inputs() -> Inputs {
         interserver_password: Some(Password("int3rserver-pw".into())),
         keeper_password: Some(Password("k33per-pw".into())),
         operator_networks: vec!["10.244.0.0/16".into()],
+        operator_pods: None,
+        cluster_password: Some(Password("c1uster-pw".into())),
     }
 }
 

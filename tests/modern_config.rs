@@ -369,8 +369,8 @@ const CLUSTERS: &str = "SELECT cluster, shard_num, replica_num, host_name, port,
      internal_replication FROM system.clusters ORDER BY cluster, shard_num, replica_num";
 
 /// Checks the rows of [`CLUSTERS`]: exactly `shards`, each a list of pod host names, in the
-/// cluster `cluster`, on `port`, as the operator's user. Nothing else (no example cluster of
-/// the image).
+/// cluster `cluster`, on `port`, as the cluster's own account (issue 15: not the operator's).
+/// Nothing else (no example cluster of the image).
 fn check_clusters(
     rows: &[String],
     cluster: &str,
@@ -386,7 +386,7 @@ fn check_clusters(
                     "{cluster}\t{}\t{}\t{host}\t{port}\t{}\t1",
                     s + 1,
                     r + 1,
-                    names::OPERATOR_USER
+                    names::CLUSTER_USER
                 )
             })
         })
@@ -431,6 +431,8 @@ fn inputs(replicas: Vec<ReplicaSpec>, users: &[(&str, &str)]) -> Inputs {
         interserver_password: Some(Password("int3rserver-pw".into())),
         keeper_password: Some(Password("k33per-pw".into())),
         operator_networks: vec!["10.244.0.0/16".into()],
+        operator_pods: None,
+        cluster_password: Some(Password("c1uster-pw".into())),
     }
 }
 
@@ -573,12 +575,14 @@ fn example_cluster_loads_with_its_clusters_macros_profile_and_keeper_nodes() {
 /// reloadable settings are in force, every profile and its settings are in
 /// `system.settings_profile_elements`, the Secret's users get `spec.users.profile` and the
 /// operator's user the default profile, all with SHA-256 hashes of their passwords (as the
-/// engine computes them), open networks, and the `default` user only from the pod and the
-/// cluster's pods; the quota's limits are in `system.quota_limits`.
+/// engine computes them), each account only from its networks (issue 15: the operator's, an
+/// account's own, the cluster's pods by name for the cluster's account and `default`); the
+/// quota's limits are in `system.quota_limits`.
 #[test]
 fn settings_profiles_quotas_and_users_are_in_force() {
     let (c, i) = c1(serde_json::json!({
-        "users": {"secretName": "c1-app-users", "profile": "app"},
+        "users": {"secretName": "c1-app-users", "profile": "app",
+                  "accounts": {"bob": {"networks": ["198.18.0.0/16", "fd00::/8"], "databases": ["sales"]}}},
         "configuration": {
             "settings": {
                 "max_concurrent_queries": "150",
@@ -643,25 +647,34 @@ fn settings_profiles_quotas_and_users_are_in_force() {
         [
             "alice\tapp",
             "bob\tapp",
+            "clickhouse_cluster\tdefault",
             "clickhouse_operator\tdefault",
             "default\tdefault"
         ]
     );
-    let host_regexp = r"^c1-[0-9]+-[0-9]+-0\\.c1-headless\\.t1\\.svc\\.cluster\\.local$";
+    // issue 15: every account only from its networks (the IPv4-mapped form of an IPv4 network
+    // is taken as it is); the cluster's account and `default` from the cluster's pods by name
+    let servers = C1_HOSTS
+        .iter()
+        .flat_map(|shard| shard.iter())
+        .map(|h| format!("'{h}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     assert_eq!(
         r.rows(5),
         [
-            "alice\t['sha256_password']\t['::/0']\t[]\t[]".to_string(),
-            "bob\t['sha256_password']\t['::/0']\t[]\t[]".to_string(),
-            "clickhouse_operator\t['sha256_password']\t['::/0']\t[]\t[]".to_string(),
             // ::1 and 127.0.0.1 are shown as `localhost`.
-            format!("default\t['plaintext_password']\t[]\t['localhost']\t['{host_regexp}']"),
+            "alice\t['sha256_password']\t['::ffff:10.244.0.0/112']\t['localhost']\t[]".to_string(),
+            "bob\t['sha256_password']\t['::ffff:198.18.0.0/112', 'fd00::/8']\t['localhost']\t[]".to_string(),
+            format!("clickhouse_cluster\t['sha256_password']\t[]\t['localhost', {servers}]\t[]"),
+            "clickhouse_operator\t['sha256_password']\t['::ffff:10.244.0.0/112']\t['localhost']\t[]".to_string(),
+            format!("default\t['plaintext_password']\t[]\t['localhost', {servers}]\t[]"),
         ]
     );
     assert_eq!(r.rows(6), ["default\t3600\t1000\t50"]);
     assert_eq!(
         r.rows(7),
-        ["['alice', 'bob', 'clickhouse_operator', 'default']"]
+        ["['alice', 'bob', 'clickhouse_cluster', 'clickhouse_operator', 'default']"]
     );
     let alice = &r.rows(8)[0];
     assert!(

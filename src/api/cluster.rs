@@ -91,6 +91,11 @@ pub struct ClickHouseClusterSpec {
     /// The client Service of the cluster.
     #[serde(default)]
     pub client_service: ClientServiceSpec,
+    /// NetworkPolicies for the cluster's pods (on by default): Keeper reachable only from the
+    /// cluster's servers and the operator, the interserver ports only from the servers, the
+    /// client ports from `clients`. Changing this restarts nothing.
+    #[serde(default)]
+    pub network_policy: NetworkPolicies,
     /// Version of the resource format; the operator refuses versions newer than itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cr_version: Option<String>,
@@ -545,6 +550,29 @@ pub struct BackupSchedule {
 
 fn default_keep() -> i32 {
     7
+}
+
+/// `spec.networkPolicy`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicies {
+    /// Generate the cluster's NetworkPolicies (default true).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Who may reach the client ports (HTTP, native, their TLS variants, the servers' metrics
+    /// port), as NetworkPolicy peers; empty: everyone. The operator, its exporter, the backup
+    /// agents and the cluster's own servers always may.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<k8s_openapi::api::networking::v1::NetworkPolicyPeer>,
+}
+
+impl Default for NetworkPolicies {
+    fn default() -> Self {
+        NetworkPolicies {
+            enabled: true,
+            clients: Vec::new(),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use futures::{Stream, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
@@ -197,6 +198,7 @@ pub struct Caches {
     pub configmaps: Vec<Arc<Index<ConfigMap>>>,
     pub services: Vec<Arc<Index<Service>>>,
     pub pdbs: Vec<Arc<Index<PodDisruptionBudget>>>,
+    pub network_policies: Vec<Arc<Index<NetworkPolicy>>>,
     /// Secrets the clusters own (labelled with their cluster).
     pub owned_secrets: Vec<Arc<Index<Secret>>>,
     /// Every Secret's metadata: whether a referenced Secret exists, and its resourceVersion.
@@ -226,6 +228,7 @@ impl Caches {
             && all_synced(&self.configmaps)
             && all_synced(&self.services)
             && all_synced(&self.pdbs)
+            && all_synced(&self.network_policies)
             && all_synced(&self.owned_secrets)
             && all_synced(&self.secret_meta)
             && all_synced(&self.backups)
@@ -298,6 +301,7 @@ impl Caches {
             ("ConfigMap", n(&self.configmaps)),
             ("Service", n(&self.services)),
             ("PodDisruptionBudget", n(&self.pdbs)),
+            ("NetworkPolicy", n(&self.network_policies)),
             ("Secret", n(&self.owned_secrets)),
             ("SecretMetadata", n(&self.secret_meta)),
             ("ClickHouseBackup", n(&self.backups)),

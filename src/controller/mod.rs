@@ -54,6 +54,8 @@ pub struct Context {
     pub caches: cache::Caches,
     /// Where the operator connects from (`OPERATOR_NETWORKS`, issue 15).
     pub operator_networks: Vec<String>,
+    /// Where its pods are (`OPERATOR_POD_SELECTOR`), for the NetworkPolicies.
+    pub operator_pods: Option<crate::model::network_policy::OperatorPods>,
 }
 
 impl Context {
@@ -161,6 +163,7 @@ pub async fn run_with(
         let cms = cache::Index::new(cache::cluster_label);
         let svcs = cache::Index::new(cache::cluster_label);
         let pdbs = cache::Index::new(cache::cluster_label);
+        let netpols = cache::Index::new(cache::cluster_label);
         let secrets = cache::Index::new(cache::cluster_label);
         let secret_meta = cache::Index::new(|_| None);
         let backups = cache::Index::new(|b: &ClickHouseBackup| Some(b.spec.cluster_name.clone()));
@@ -170,6 +173,7 @@ pub async fn run_with(
         caches.configmaps.push(cms.clone());
         caches.services.push(svcs.clone());
         caches.pdbs.push(pdbs.clone());
+        caches.network_policies.push(netpols.clone());
         caches.owned_secrets.push(secrets.clone());
         caches.secret_meta.push(secret_meta.clone());
         caches.backups.push(backups.clone());
@@ -178,6 +182,7 @@ pub async fn run_with(
             .owns_stream(cache::feed(svcs, watched(&client, ns), owned.clone()))
             .owns_stream(cache::feed(cms, watched(&client, ns), owned.clone()))
             .owns_stream(cache::feed(pdbs, watched(&client, ns), owned.clone()))
+            .owns_stream(cache::feed(netpols, watched(&client, ns), owned.clone()))
             .owns_stream(cache::feed(secrets, watched(&client, ns), owned.clone()))
             .watches_stream(
                 cache::feed(pods, watched(&client, ns), owned.clone()),
@@ -220,6 +225,12 @@ pub async fn run_with(
         faults,
         operator_image: settings.operator_image.clone(),
         operator_networks: settings.operator_networks.clone(),
+        operator_pods: settings.operator_pod_labels.clone().map(|labels| {
+            crate::model::network_policy::OperatorPods {
+                namespace: settings.lease_namespace.clone(),
+                labels,
+            }
+        }),
         caches,
     });
     let config = kube::runtime::controller::Config::default()

@@ -16,7 +16,7 @@
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
-//! | `updateStrategy`, `podDisruptionBudget`, `clientService` | [`Need::ObjectUpdate`] | — |
+//! | `updateStrategy`, `podDisruptionBudget`, `clientService`, `networkPolicy` | [`Need::ObjectUpdate`] | — |
 //! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds`, `upgradeOptions` | nothing | nothing |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -295,6 +295,9 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     if old.client_service != new.client_service {
         s.add(Need::ObjectUpdate, "spec.clientService");
     }
+    if old.network_policy != new.network_policy {
+        s.add(Need::ObjectUpdate, "spec.networkPolicy");
+    }
 
     let k = &mut ch.keeper;
     if old.keeper.image != new.keeper.image {
@@ -376,6 +379,8 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
         interserver_password: Some(Password("-".into())),
         keeper_password: Some(Password("-".into())),
         operator_networks: Vec::new(),
+        operator_pods: None,
+        cluster_password: Some(Password("c1uster-pw".into())),
     };
     desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }
@@ -736,6 +741,18 @@ mod tests {
         row(
             json!({}),
             json!({"podDisruptionBudget": {"maxUnavailable": 2}}),
+            u,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"networkPolicy": {"enabled": false}}),
+            u,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "bi"}}}]}}),
             u,
             &[],
         );

@@ -53,6 +53,9 @@ pub const CA_SECRET_HASH: &str = "clickhouse.com/ca-secret-hash";
 /// Annotation of the users Secret: the networks the operator's account accepts logins from, as
 /// the running operator set them (`OPERATOR_NETWORKS`), comma-separated; `plan` reads them.
 pub const OPERATOR_NETWORKS: &str = "clickhouse.com/operator-networks";
+/// Annotation of the users Secret: where the operator's pods are (`<namespace>/<key=value,…>`),
+/// as the running operator set it (`OPERATOR_POD_SELECTOR`); `plan` reads it.
+pub const OPERATOR_PODS: &str = "clickhouse.com/operator-pods";
 /// Pod-template annotation: hash of the replication password (`interserver_http_credentials`).
 pub const INTERSERVER_HASH: &str = "clickhouse.com/interserver-hash";
 /// Pod-template annotation: hash of the environment Secret's data (`pod.envSecret`).

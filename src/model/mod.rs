@@ -15,6 +15,7 @@ pub mod hash;
 pub mod keeper;
 pub mod labels;
 pub mod names;
+pub mod network_policy;
 pub mod pdb;
 pub mod secret;
 pub mod service;
@@ -91,6 +92,12 @@ pub struct Inputs {
     /// (`OPERATOR_NETWORKS`): the networks of the operator's account and, by default, of the
     /// users of `spec.users`.
     pub operator_networks: Vec<String>,
+    /// Where the operator's pods are (`OPERATOR_POD_SELECTOR` in its namespace), for the
+    /// NetworkPolicies; `None`: they allow the operator's networks instead.
+    pub operator_pods: Option<network_policy::OperatorPods>,
+    /// The password of the account the servers reach each other with ([`names::CLUSTER_USER`]),
+    /// from the same Secret (none for a cluster created before it existed).
+    pub cluster_password: Option<Password>,
     /// The password of ClickHouse's Keeper identity, from the same Secret (none for a cluster
     /// created before it existed, until it is added there).
     pub keeper_password: Option<Password>,
@@ -191,6 +198,8 @@ pub struct Desired {
     pub shard_pdbs: Vec<PodDisruptionBudget>,
     /// The Keeper ensemble, unless `spec.keeper.replicas` is 0.
     pub keeper: Option<KeeperObjects>,
+    /// `<cluster>-server` and `<cluster>-keeper`, unless `spec.networkPolicy.enabled` is false.
+    pub network_policies: Vec<k8s_openapi::api::networking::v1::NetworkPolicy>,
 }
 
 /// Builds every object of the cluster, each stamped with [`labels::OBJECT_HASH`] (and the
@@ -254,6 +263,7 @@ fn stamp_all(d: &mut Desired) {
     stamp(&mut d.headless_service);
     d.client_service.iter_mut().for_each(stamp);
     d.shard_pdbs.iter_mut().for_each(stamp);
+    d.network_policies.iter_mut().for_each(stamp);
     if let Some(k) = &mut d.keeper {
         stamp(&mut k.config);
         stamp_statefulset(&mut k.statefulset);
@@ -294,6 +304,7 @@ fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
         client_service: service::client(c),
         shard_pdbs: pdb::shards(c, &inputs.replicas),
         keeper: keeper::objects(c, &inputs.secrets)?,
+        network_policies: network_policy::policies(c, inputs),
     })
 }
 

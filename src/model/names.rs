@@ -32,6 +32,12 @@ pub const INTERSERVER_USER: &str = "interserver";
 /// Key of the generated `interserver_http_credentials` file in the Secret `<cluster>-users`
 /// (projected into `config.d/`; read at startup only).
 pub const INTERSERVER_FILE: &str = "00-operator-interserver.xml";
+/// The account the servers reach each other with (`remote_servers`: Distributed queries,
+/// `ON CLUSTER`), accepted only from the cluster's own server pods.
+pub const CLUSTER_USER: &str = "clickhouse_cluster";
+/// Key of [`CLUSTER_USER`]'s password in `<cluster>-operator`; clusters created before it
+/// existed have none (their servers reach each other as the operator) until it is added.
+pub const CLUSTER_PASSWORD_KEY: &str = "cluster-password";
 /// Key of the password ClickHouse authenticates to Keeper with (digest identity
 /// [`KEEPER_USER`]`:<password>`) in `<cluster>-operator`. The znodes ClickHouse creates carry an
 /// ACL for that identity only, so it must never change once a cluster runs with it.
@@ -120,6 +126,16 @@ pub fn shard_pdb(cluster: &str, shard: i32) -> String {
 
 /// The Keeper StatefulSet, its ConfigMap, its client Service and its PodDisruptionBudget.
 pub fn keeper(cluster: &str) -> String {
+    format!("{cluster}-keeper")
+}
+
+/// NetworkPolicy of the server pods.
+pub fn server_network_policy(cluster: &str) -> String {
+    format!("{cluster}-server")
+}
+
+/// NetworkPolicy of the Keeper pods.
+pub fn keeper_network_policy(cluster: &str) -> String {
     format!("{cluster}-keeper")
 }
 

@@ -20,15 +20,9 @@ pub fn users_secret(
     inputs: &crate::model::Inputs,
     listed: &[crate::model::ReplicaSpec],
 ) -> Result<Secret, BuildError> {
-    let operator_password = &inputs.operator_password;
-    let file = users_file(
-        c,
-        &inputs.user_passwords,
-        operator_password,
-        &inputs.operator_networks,
-        &inputs.replicas,
-    )?;
-    let remote = crate::model::config::server::remote_servers_file(c, listed, operator_password)?;
+    let file = users_file(c, inputs)?;
+    let remote =
+        crate::model::config::server::remote_servers_file(c, listed, remote_account(inputs))?;
     let mut data = BTreeMap::from([
         (names::USERS_FILE.to_string(), ByteString(file.into_bytes())),
         (
@@ -52,19 +46,34 @@ pub fn users_secret(
         names::users_secret(c.name),
         labels::common(c.name, Component::Server),
     );
-    metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(
-            labels::OPERATOR_NETWORKS.into(),
-            inputs.operator_networks.join(","),
+    let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        labels::OPERATOR_NETWORKS.into(),
+        inputs.operator_networks.join(","),
+    );
+    if let Some(op) = &inputs.operator_pods {
+        let selector: Vec<String> = op.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        annotations.insert(
+            labels::OPERATOR_PODS.into(),
+            format!("{}/{}", op.namespace, selector.join(",")),
         );
+    }
     Ok(Secret {
         metadata,
         type_: Some("Opaque".into()),
         data: Some(data),
         ..Secret::default()
     })
+}
+
+/// The account the servers reach each other with (Distributed queries, `ON CLUSTER`): the
+/// cluster's own account [`names::CLUSTER_USER`] where the cluster has its password, else (a
+/// cluster created before it existed) the operator's.
+pub fn remote_account(inputs: &crate::model::Inputs) -> (&'static str, &Password) {
+    match &inputs.cluster_password {
+        Some(p) => (names::CLUSTER_USER, p),
+        None => (names::OPERATOR_USER, &inputs.operator_password),
+    }
 }
 
 /// The files of `<cluster>-users` besides `remote_servers` that the server pods project into
@@ -88,6 +97,8 @@ pub struct Generated {
     pub interserver: Password,
     /// ClickHouse's Keeper identity.
     pub keeper: Password,
+    /// The account the servers reach each other with.
+    pub cluster: Password,
 }
 
 /// `<cluster>-operator` with the operator's password under [`names::OPERATOR_PASSWORD_KEY`],
@@ -112,6 +123,10 @@ pub fn operator_secret(c: &Cluster<'_>, passwords: &Generated) -> Secret {
             (
                 names::KEEPER_PASSWORD_KEY.to_string(),
                 ByteString(passwords.keeper.0.clone().into_bytes()),
+            ),
+            (
+                names::CLUSTER_PASSWORD_KEY.to_string(),
+                ByteString(passwords.cluster.0.clone().into_bytes()),
             ),
         ])),
         ..Secret::default()

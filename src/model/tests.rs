@@ -42,6 +42,8 @@ fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
         interserver_password: Some(Password("interserver-secret-pw".into())),
         keeper_password: Some(Password("keeper-secret-pw".into())),
         operator_networks: vec!["10.244.0.0/16".into()],
+        operator_pods: None,
+        cluster_password: Some(Password("c1uster-pw".into())),
     }
 }
 
@@ -144,8 +146,14 @@ fn remote_servers_lists_every_replica_of_every_shard() {
             .collect();
         assert_eq!(hosts, &want);
     }
-    // Servers reach each other as the operator's user.
-    assert!(xml.contains("<user>clickhouse_operator</user>"));
+    // Servers reach each other as the cluster's own account, or as the operator's in a
+    // cluster created before that account existed.
+    assert!(xml.contains("<user>clickhouse_cluster</user>"), "{xml}");
+    assert!(!xml.contains("clickhouse_operator"), "{xml}");
+    let mut older = inputs(replicas(3, 2));
+    older.cluster_password = None;
+    let old = remote_file(&build(&c, &older));
+    assert!(old.contains("<user>clickhouse_operator</user>"), "{old}");
     // Keeper nodes are listed in the runtime file.
     let runtime = parse(common_file(&d, RUNTIME_FILE));
     let nodes = runtime
@@ -183,6 +191,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         "operator-secret-pw",
         "interserver-secret-pw",
         "keeper-secret-pw",
+        "c1uster-pw",
     ] {
         for t in &texts {
             assert!(!t.contains(pw), "{pw} leaked");
@@ -209,7 +218,11 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         assert!(u.children().all(|n| !n.has_tag_name("password")));
     }
     let remote = remote_file(&d);
-    assert!(remote.contains("<password>operator-secret-pw</password>"));
+    assert!(remote.contains("<password>c1uster-pw</password>"));
+    assert!(
+        !remote.contains("operator-secret-pw"),
+        "not the operator's password: {remote}"
+    );
     assert!(!remote.contains("alice-secret-pw") && !remote.contains("bob-secret-pw"));
     // The operator's own Secret keeps its password.
     let op = secret::operator_secret(
@@ -218,6 +231,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
             operator: i.operator_password.clone(),
             interserver: i.interserver_password.clone().unwrap(),
             keeper: i.keeper_password.clone().unwrap(),
+            cluster: i.cluster_password.clone().unwrap(),
         },
     );
     let data = op.data.unwrap();
@@ -520,6 +534,7 @@ fn every_object_has_the_labels_and_an_owner_reference() {
                     operator: Password("x".into()),
                     interserver: Password("y".into()),
                     keeper: Password("z".into()),
+                    cluster: Password("w".into()),
                 },
             )
             .metadata,
@@ -1034,8 +1049,9 @@ fn user_networks(users: &str, user: &str) -> Vec<String> {
 }
 
 /// Issue 15: no generated account accepts any address. The operator's account accepts the
-/// operator's networks, the pod itself and the cluster's own server pods by name (Distributed
-/// queries and `ON CLUSTER` reach the other shards as this account); the users of the Secret accept
+/// operator's networks and the pod itself; the cluster's own account (as which Distributed
+/// queries and `ON CLUSTER` reach the other shards) only the cluster's server pods by name (in
+/// a cluster from before that account, the operator's accepts them); the users of the Secret accept
 /// `users.networks` (by default the operator's networks), each account's own networks,
 /// profile, quota and databases where `users.accounts` names it; the networks the operator
 /// wrote are on the users Secret for `plan`.
@@ -1061,10 +1077,29 @@ fn accounts_accept_only_their_networks_and_get_their_profile_quota_and_databases
             "ip 127.0.0.1",
             "ip ::ffff:10.244.0.0/112",
             "ip fd00::/64",
+        ]
+    );
+    // the servers reach each other as the cluster's account, accepted from them only
+    assert_eq!(
+        user_networks(&users, names::CLUSTER_USER),
+        ["ip ::1", "ip 127.0.0.1", servers[0], servers[1]]
+    );
+    // a cluster created before that account existed: the operator's, from the servers too
+    let mut older = i.clone();
+    older.cluster_password = None;
+    let old = users_file(&build(&c, &older));
+    assert_eq!(
+        user_networks(&old, names::OPERATOR_USER),
+        [
+            "ip ::1",
+            "ip 127.0.0.1",
+            "ip ::ffff:10.244.0.0/112",
+            "ip fd00::/64",
             servers[0],
             servers[1],
         ]
     );
+    assert!(!old.contains(names::CLUSTER_USER), "{old}");
     assert_eq!(
         user_networks(&users, "alice"),
         ["ip ::1", "ip 127.0.0.1", "ip ::ffff:10.1.0.0/112"]
@@ -1491,4 +1526,123 @@ fn keeper_answers_few_four_letter_words_without_a_restart_for_them() {
     // the readiness probe asks `srvr`, which is on the list
     let probe = serde_json::to_string(&k.statefulset.spec.template).unwrap();
     assert!(probe.contains("printf srvr"), "{probe}");
+}
+
+/// Issue 15: the NetworkPolicies. `<cluster>-server` selects the server pods: every port from
+/// the cluster's servers, the client ports (not the interserver one) from the operator (its
+/// pods by selector in its namespace, or its networks without one), the backup agents and the
+/// spec's clients (everyone when none). `<cluster>-keeper` selects the Keeper pods: every port
+/// from the members, the client port from the servers and the operator only. Switched off:
+/// none.
+#[test]
+fn network_policies_let_in_only_what_each_port_needs() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let c = cluster(
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3},
+        "networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "bi"}}}]}}),
+    );
+    let mut i = inputs(replicas(1, 2));
+    i.operator_pods = Some(crate::model::network_policy::OperatorPods {
+        namespace: "ops".into(),
+        labels: BTreeMap::from([(
+            "app.kubernetes.io/name".into(),
+            "clickhouse-operator".into(),
+        )]),
+    });
+    let d = build(&c, &i);
+    let by_name: BTreeMap<String, &NetworkPolicy> = d
+        .network_policies
+        .iter()
+        .map(|p| (p.metadata.name.clone().unwrap(), p))
+        .collect();
+    assert_eq!(
+        by_name.keys().collect::<Vec<_>>(),
+        ["c1-keeper", "c1-server"]
+    );
+    let v = |p: &NetworkPolicy| serde_json::to_value(p.spec.as_ref().unwrap()).unwrap();
+    let server = v(by_name["c1-server"]);
+    assert_eq!(
+        server["podSelector"]["matchLabels"],
+        json!({"clickhouse.com/cluster": "c1", "app.kubernetes.io/component": "server"})
+    );
+    assert_eq!(server["policyTypes"], json!(["Ingress"]));
+    let rules = server["ingress"].as_array().unwrap();
+    assert_eq!(rules.len(), 3);
+    // the servers: every port
+    assert_eq!(
+        rules[0],
+        json!({"from": [{"podSelector": {"matchLabels":
+            {"clickhouse.com/cluster": "c1", "app.kubernetes.io/component": "server"}}}]})
+    );
+    let client_ports =
+        json!([{"port": 8123, "protocol": "TCP"}, {"port": 9000, "protocol": "TCP"}]);
+    // the operator (by its pods) and the backup agents: the client ports
+    assert_eq!(rules[1]["ports"], client_ports);
+    assert_eq!(
+        rules[1]["from"],
+        json!([
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "clickhouse-operator"}}},
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "clickhouse-backup-agent"}}}
+        ])
+    );
+    // the spec's clients: the client ports
+    assert_eq!(rules[2]["ports"], client_ports);
+    assert_eq!(
+        rules[2]["from"],
+        json!([{"podSelector": {"matchLabels": {"app": "bi"}}}])
+    );
+    let text = server.to_string();
+    assert!(
+        !text.contains("9009"),
+        "the interserver port is the servers' only: {text}"
+    );
+    let keeper = v(by_name["c1-keeper"]);
+    assert_eq!(
+        keeper["podSelector"]["matchLabels"],
+        json!({"clickhouse.com/cluster": "c1", "app.kubernetes.io/component": "keeper"})
+    );
+    let rules = keeper["ingress"].as_array().unwrap();
+    assert_eq!(
+        rules[0]["ports"],
+        serde_json::Value::Null,
+        "members: every port"
+    );
+    assert_eq!(
+        rules[1]["ports"],
+        json!([{"port": 9181, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        rules[1]["from"].as_array().unwrap().len(),
+        2,
+        "servers and the operator"
+    );
+    // without the operator's pods: its networks; without clients: everyone on the client ports
+    let open = cluster(json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0}}));
+    let d = build(&open, &inputs(replicas(1, 1)));
+    assert_eq!(d.network_policies.len(), 1, "no Keeper, no Keeper policy");
+    let server = v(&d.network_policies[0]);
+    assert_eq!(
+        server["ingress"][1]["from"][0],
+        json!({"ipBlock": {"cidr": "10.244.0.0/16"}})
+    );
+    assert_eq!(server["ingress"][2].get("from"), None, "clients: everyone");
+    // with TLS required and the servers' metrics endpoint: those ports, not the plain ones
+    let tls = cluster(
+        json!({"tls": {"enabled": true, "serverCertSecret": "t", "caSecret": "ca", "required": true},
+        "serverMetrics": {"enabled": true}}),
+    );
+    let d = build(&tls, &inputs(replicas(1, 2)));
+    let server = v(&d.network_policies[0]);
+    assert_eq!(
+        server["ingress"][2]["ports"],
+        json!([{"port": 8443, "protocol": "TCP"}, {"port": 9440, "protocol": "TCP"}, {"port": 9363, "protocol": "TCP"}])
+    );
+    // switched off: none
+    let off = cluster(json!({"networkPolicy": {"enabled": false}}));
+    assert!(
+        build(&off, &inputs(replicas(1, 2)))
+            .network_policies
+            .is_empty()
+    );
 }

@@ -24,6 +24,7 @@ pub enum Kind {
     Service,
     StatefulSet,
     PodDisruptionBudget,
+    NetworkPolicy,
 }
 
 impl Kind {
@@ -34,6 +35,7 @@ impl Kind {
             Kind::Service => "Service",
             Kind::StatefulSet => "StatefulSet",
             Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::NetworkPolicy => "NetworkPolicy",
         }
     }
 }

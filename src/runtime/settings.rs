@@ -75,6 +75,29 @@ pub struct Settings {
     /// pod network guessed from the operator's pod address (`POD_IP`, its /16 or /64), or
     /// outside a pod the networks of this machine's addresses.
     pub operator_networks: Vec<String>,
+    /// The labels of the operator's pods (`OPERATOR_POD_SELECTOR`, `key=value,…`; the chart
+    /// sets it, and the same labels select its exporter), in `lease_namespace`: the clusters'
+    /// NetworkPolicies let these pods in. Unset: they let the operator's networks in.
+    pub operator_pod_labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// Parses `key=value,…` (a label selector of equalities only).
+pub fn parse_labels(
+    value: &str,
+    field: &str,
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{field}: {item:?} is not key=value"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if !crate::util::names::is_label_key(k) || !crate::util::names::is_label_value(v) {
+            return Err(format!("{field}: {item:?} is not a label key=value"));
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
 }
 
 /// The networks of this machine's own (non-loopback) addresses, as [`pod_network_of`] guesses
@@ -205,7 +228,13 @@ impl Settings {
             get("OPERATOR_NETWORKS").as_deref(),
             get("POD_IP").as_deref(),
         )?;
+        let operator_pod_labels =
+            match get("OPERATOR_POD_SELECTOR").filter(|v| !v.trim().is_empty()) {
+                None => None,
+                Some(v) => Some(parse_labels(&v, "OPERATOR_POD_SELECTOR")?),
+            };
         Ok(Settings {
+            operator_pod_labels,
             operator_networks,
             watch_namespaces: WatchNamespaces::parse(get("WATCH_NAMESPACE").as_deref())?,
             max_concurrent_reconciles: parse_max_concurrent(

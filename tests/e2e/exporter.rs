@@ -110,8 +110,9 @@ fn helm_run(args: &[&str]) {
 /// the other replica of its shard. Every metric the chart's dashboards and alert rules use is in
 /// the real output (or named, with the reason, as absent on these servers). With one server hung
 /// (its process stopped), the very next scrape reports it `clickhouse_up 0` while the three
-/// others still report `1` with their metrics; running again, it is reported up again. (A
-/// member whose pod is gone is reported down too: `exporter::tests`.)
+/// others still report `1` with their metrics; running again, it is reported up again; the same
+/// with the server killed (SIGKILL) until the node restarted it. (A member whose pod is gone is
+/// reported down too: `exporter::tests`.)
 #[tokio::test]
 async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported() {
     let client = client().await;
@@ -411,6 +412,30 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         assert!(sample(&down, "clickhouse_metric_Query", &other).is_some());
     }
     wait_for(Duration::from_secs(60), "the host reported up again", || {
+        let (victim, scrape) = (victim.clone(), scrape());
+        async move { (sample(&scrape.await?, "clickhouse_up", &victim) == Some("1")).then_some(()) }
+    })
+    .await;
+    // one server killed (SIGKILL; its container is restarted by the node): the next scrape
+    // reports it down and the others up, and once it runs again it is reported up again
+    let pid = server_pid(&victim, &victim_ip);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let killed = scrape().await.expect("a scrape with one host killed");
+    assert_eq!(
+        sample(&killed, "clickhouse_up", &victim),
+        Some("0"),
+        "{killed}"
+    );
+    for (r, _) in &replicas[..3] {
+        let other = format!("{r}-0");
+        assert_eq!(
+            sample(&killed, "clickhouse_up", &other),
+            Some("1"),
+            "{killed}"
+        );
+    }
+    wait_for(Duration::from_secs(120), "the killed host reported up again", || {
         let (victim, scrape) = (victim.clone(), scrape());
         async move { (sample(&scrape.await?, "clickhouse_up", &victim) == Some("1")).then_some(()) }
     })

@@ -8,7 +8,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::json;
 
+use std::collections::BTreeMap;
+
 use clickhouse_operator::clickhouse::keeper::Session;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::support::*;
 
@@ -189,6 +193,110 @@ async fn four_letter_word(addr: std::net::SocketAddr, word: &str) -> String {
     out
 }
 
+/// Whether `selector` selects `labels` (matchLabels and matchExpressions).
+fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && selector.match_expressions.iter().flatten().all(|e| {
+            let values = e.values.clone().unwrap_or_default();
+            match e.operator.as_str() {
+                "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+                "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+                "Exists" => labels.contains_key(&e.key),
+                "DoesNotExist" => !labels.contains_key(&e.key),
+                other => panic!("operator {other}"),
+            }
+        })
+}
+
+/// The names of the pods (of the policy's namespace) a policy applies to, sorted.
+fn selected(policy: &NetworkPolicy, pods: &[k8s_openapi::api::core::v1::Pod]) -> Vec<String> {
+    let sel = policy
+        .spec
+        .as_ref()
+        .unwrap()
+        .pod_selector
+        .clone()
+        .unwrap_or_default();
+    let mut out: Vec<String> = pods
+        .iter()
+        .filter(|p| matches(&sel, p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())))
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The names of the pods (all in the policy's namespace, whose labels are `ns_labels`) that a
+/// policy lets reach TCP `port` of the pods it selects, sorted: rules without ports allow every
+/// port, rules without peers everyone; a peer is a pod selector (in the policy's namespace or
+/// the namespaces its namespace selector picks) or an IP block holding the pod's address.
+fn allowed(
+    policy: &NetworkPolicy,
+    port: i32,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    ns_labels: &BTreeMap<String, String>,
+) -> Vec<String> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let empty = BTreeMap::new();
+    let in_block = |cidr: &str, ip: &str| -> bool {
+        let (net, len) = cidr.split_once('/').unwrap();
+        let (net, ip): (std::net::Ipv4Addr, std::net::Ipv4Addr) = match (net.parse(), ip.parse()) {
+            (Ok(n), Ok(i)) => (n, i),
+            _ => return false,
+        };
+        let len: u32 = len.parse().unwrap();
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+        u32::from(net) & mask == u32::from(ip) & mask
+    };
+    let mut out: Vec<String> =
+        pods.iter()
+            .filter(|p| {
+                let labels = p.metadata.labels.as_ref().unwrap_or(&empty);
+                let ip = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.pod_ip.clone())
+                    .unwrap_or_default();
+                policy
+                    .spec
+                    .as_ref()
+                    .unwrap()
+                    .ingress
+                    .iter()
+                    .flatten()
+                    .any(|rule| {
+                        let port_ok = rule.ports.as_ref().is_none_or(|ps| {
+                            ps.iter().any(|p| p.port == Some(IntOrString::Int(port)))
+                        });
+                        let peer_ok = rule.from.as_ref().is_none_or(|peers| {
+                            peers.iter().any(|peer| {
+                                if let Some(b) = &peer.ip_block {
+                                    return in_block(&b.cidr, &ip);
+                                }
+                                let ns_ok = peer
+                                    .namespace_selector
+                                    .as_ref()
+                                    .is_none_or(|s| matches(s, ns_labels));
+                                let pod_ok = peer
+                                    .pod_selector
+                                    .as_ref()
+                                    .is_none_or(|s| matches(s, labels));
+                                ns_ok && pod_ok
+                            })
+                        });
+                        port_ok && peer_ok
+                    })
+            })
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+    out.sort();
+    out
+}
+
 /// Runs `script` with `sh` in a pod of the namespace that is not part of any cluster (no
 /// cluster labels), with `env`, and returns what it printed once it finished.
 async fn run_in_foreign_pod(
@@ -231,7 +339,14 @@ async fn run_in_foreign_pod(
 /// (an IPv4 network: 18.16 matches a plain IPv4 CIDR against every client, the mapped form the
 /// operator writes correctly), while a user whose account says `::/0` can; the operator, the users from the allowed address,
 /// and the servers among themselves (a Distributed query over two shards, `ON CLUSTER` DDL)
-/// keep working.
+/// keep working. The cluster's NetworkPolicies, evaluated on the real pods' labels and
+/// addresses (the local Kubernetes does not enforce them): the interserver port is open to the
+/// servers only, Keeper's client port to the servers (and the operator, here by its address),
+/// the client ports to the servers and the spec's clients (`app=bi`), raft to the members; the
+/// foreign pod reaches none of them; switched off, they are deleted. The operator's password
+/// rotated in `<cluster>-operator`: the new one is accepted and the old refused, the cluster is
+/// ready again, and no Distributed query running meanwhile failed (the servers reach each other
+/// as the cluster's own account, which the rotation does not touch).
 #[tokio::test]
 async fn accounts_refuse_logins_from_outside_their_networks() {
     use k8s_openapi::api::core::v1::Pod;
@@ -251,7 +366,7 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
     // the address this process reaches the pods from: the node's (the gateway of the pod
     // network), as every pod's hostIP says
     let probe: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "where"},
+        "metadata": {"name": "where", "labels": {"app": "bi"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "sh", "image": "debian:12", "command": ["true"]}]}
     }))
     .unwrap();
@@ -275,7 +390,8 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
         json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
                "users": {"secretName": "creds", "accounts": {
                    "bob": {"networks": ["::/0"]},
-                   "carol": {"networks": [format!("{host_ip}/24")]}}}}),
+                   "carol": {"networks": [format!("{host_ip}/24")]}}},
+               "networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "bi"}}}]}}),
     )
     .await;
     let ready = wait_ready(&client, &ns, "c1", 1).await;
@@ -323,12 +439,9 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
         .unwrap()
         .pod_ip
         .unwrap();
-    let operator_pw = String::from_utf8(
-        secrets.get("c1-operator").await.unwrap().data.unwrap()["password"]
-            .0
-            .clone(),
-    )
-    .unwrap();
+    let generated = secrets.get("c1-operator").await.unwrap().data.unwrap();
+    let operator_pw = String::from_utf8(generated["password"].0.clone()).unwrap();
+    let cluster_pw = String::from_utf8(generated["cluster-password"].0.clone()).unwrap();
     // from this machine's address: the operator's account and alice
     let http = reqwest::Client::new();
     let login = |user: &str, pw: &str| {
@@ -346,7 +459,7 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
     assert_eq!(login("carol", "carol-pw").await.0, 200);
     // from a pod that is not part of the cluster
     let script = format!(
-        "for u in clickhouse_operator:$OP alice:alice-pw bob:bob-pw carol:carol-pw; do \
+        "for u in clickhouse_operator:$OP clickhouse_cluster:$CL alice:alice-pw bob:bob-pw carol:carol-pw; do \
            printf '%s ' \"${{u%%:*}}\"; \
            curl -s -o /tmp/out -w '%{{http_code}} ' -u \"$u\" --data-binary 'SELECT 1' http://{server_ip}:8123/; \
            head -c 160 /tmp/out | tr '\\n' ' '; echo; \
@@ -357,7 +470,7 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
         &ns,
         "intruder",
         &script,
-        json!([{"name": "OP", "value": operator_pw}]),
+        json!([{"name": "OP", "value": operator_pw}, {"name": "CL", "value": cluster_pw}]),
     )
     .await;
     println!("from a foreign pod:\n{out}");
@@ -368,12 +481,166 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
             .to_string()
     };
     // carol's /24 holds this machine's address, not the pods' (from the network's second /24)
-    for refused in ["clickhouse_operator", "alice", "carol"] {
+    for refused in [
+        "clickhouse_operator",
+        "clickhouse_cluster",
+        "alice",
+        "carol",
+    ] {
         let l = line(refused);
         assert!(!l.contains(" 200 "), "{l}");
         assert!(l.contains("is not allowed to connect from address"), "{l}");
     }
     assert!(line("bob").contains(" 200 1"), "{}", line("bob"));
+
+    // NetworkPolicies (not enforced by the local Kubernetes): their selectors, evaluated on the
+    // real pods, let each port be reached by exactly who should reach it
+    let all = pods.list(&Default::default()).await.unwrap().items;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+    let get = |name: &'static str| {
+        let policies = policies.clone();
+        async move { policies.get(name).await.unwrap() }
+    };
+    let server_policy = get("c1-server").await;
+    let keeper_policy = get("c1-keeper").await;
+    let mut servers: Vec<String> = replicas.iter().map(|r| format!("{r}-0")).collect();
+    servers.sort();
+    let ns_labels = BTreeMap::from([("kubernetes.io/metadata.name".to_string(), ns.clone())]);
+    assert_eq!(selected(&server_policy, &all), servers);
+    assert_eq!(selected(&keeper_policy, &all), ["c1-keeper-0"]);
+    assert_eq!(
+        allowed(&server_policy, 9009, &all, &ns_labels),
+        servers,
+        "interserver"
+    );
+    let mut clients = servers.clone();
+    clients.push("where".into());
+    clients.sort();
+    assert_eq!(
+        allowed(&server_policy, 8123, &all, &ns_labels),
+        clients,
+        "HTTP"
+    );
+    assert_eq!(
+        allowed(&server_policy, 9000, &all, &ns_labels),
+        clients,
+        "native"
+    );
+    let mut keeper_clients = servers.clone();
+    keeper_clients.push("c1-keeper-0".into());
+    assert_eq!(
+        allowed(&keeper_policy, 9181, &all, &ns_labels),
+        keeper_clients,
+        "Keeper's clients: the servers (and the members, which may reach every port)"
+    );
+    assert_eq!(
+        allowed(&keeper_policy, 9234, &all, &ns_labels),
+        ["c1-keeper-0"],
+        "raft"
+    );
+    // the operator (in this process, not a pod) is let in by its networks: this machine only
+    let ip_blocks = serde_json::to_string(&server_policy.spec).unwrap();
+    assert!(
+        ip_blocks.contains(&format!("\"cidr\":\"{host_ip}/32\"")),
+        "{ip_blocks}"
+    );
+    // switched off, they are deleted
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"networkPolicy": {"enabled": false}}),
+    )
+    .await;
+    wait_for(
+        Duration::from_secs(60),
+        "the NetworkPolicies deleted",
+        || {
+            let policies = policies.clone();
+            async move {
+                policies
+                    .list(&Default::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // the operator's password rotated (documented in SECURITY.md): while Distributed queries
+    // run through a server as a user, the operator gets the new password accepted and the old
+    // one refused, the cluster is ready again, and not one query failed
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, url) = (stop.clone(), format!("http://{server_ip}:8123/"));
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = http
+                    .post(&url)
+                    .basic_auth("alice", Some("alice-pw"))
+                    .body("SELECT count() FROM default.d")
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) if r.status().is_success() => ok += 1,
+                    Ok(r) => failed.push(r.text().await.unwrap_or_default()),
+                    Err(e) => failed.push(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (ok, failed)
+        })
+    };
+    let rotated = "a-rotated-operator-password-of-40-chars!";
+    secrets
+        .patch(
+            "c1-operator",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"stringData": {"password": rotated}})),
+        )
+        .await
+        .unwrap();
+    let rotated_at = std::time::Instant::now();
+    wait_for(
+        Duration::from_secs(120),
+        "the rotated password accepted",
+        || {
+            let login = login("clickhouse_operator", rotated);
+            async move { (login.await.0 == 200).then_some(()) }
+        },
+    )
+    .await;
+    println!("rotated password accepted after {:?}", rotated_at.elapsed());
+    assert_ne!(
+        login("clickhouse_operator", &operator_pw).await.0,
+        200,
+        "the old one refused"
+    );
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(120),
+        "ready after the rotation",
+        |s| s.state == clickhouse_operator::api::ClusterState::Ready,
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = load.await.unwrap();
+    println!(
+        "Distributed queries during the rotation: {ok} answered, {} failed",
+        failed.len()
+    );
+    assert!(ok > 10, "{ok}");
+    assert!(
+        failed.is_empty(),
+        "queries failed during the rotation: {failed:?}"
+    );
     for p in ["where", "intruder"] {
         pods.delete(p, &Default::default()).await.unwrap();
     }

@@ -922,6 +922,16 @@ const KEPT_UNUSED: &[(&str, &str)] = &[
         "may delete batch/jobs",
         "a finished backup's agent Jobs are deleted; see tests/e2e/backup.rs",
     ),
+    (
+        "may patch networking.k8s.io/networkpolicies",
+        "a NetworkPolicy is applied again when spec.networkPolicy.clients or the TLS ports \
+         change; this run changes neither, so it only creates them",
+    ),
+    (
+        "may delete networking.k8s.io/networkpolicies",
+        "the NetworkPolicies are deleted when spec.networkPolicy.enabled is turned off (see \
+         tests/e2e/security.rs); this run keeps them",
+    ),
 ];
 
 /// CRD upgrades: Helm created the CRDs, so applying the new ones server-side conflicts on every

@@ -120,6 +120,11 @@ No wildcard anywhere.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# NetworkPolicies of the server and Keeper pods (spec.networkPolicy): watched into the passes'
+# cache, created, applied when the peers change, deleted when switched off.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Pods: observed and watched (readiness, revision); labels patched to take a replica out of the
 # client Service before a restart or scale-in; deleted to restart a pod on its new revision.
 - apiGroups: [""]

@@ -113,6 +113,9 @@ fn resource(kind: Kind) -> ApiResource {
         Kind::Service => ApiResource::erase::<Service>(&()),
         Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
         Kind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
+        Kind::NetworkPolicy => {
+            ApiResource::erase::<k8s_openapi::api::networking::v1::NetworkPolicy>(&())
+        }
     }
 }
 

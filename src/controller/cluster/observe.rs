@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
@@ -65,10 +66,11 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(Worl
         let caught_up = caches.synced() && caches_hold(cluster, caches, &lists);
         (lists, caught_up)
     };
-    Ok((
-        build(cluster, siblings, lists, &ctx.operator_networks).await?,
-        caught_up,
-    ))
+    let operator = OperatorInputs {
+        networks: ctx.operator_networks.clone(),
+        pods: ctx.operator_pods.clone(),
+    };
+    Ok((build(cluster, siblings, lists, operator).await?, caught_up))
 }
 
 /// Names and resourceVersions of a list of objects.
@@ -103,6 +105,12 @@ fn caches_hold(cluster: &ClickHouseCluster, caches: &Caches, lists: &Lists) -> b
         && same(&caches.configmaps, &ns, &name, &lists.configmaps)
         && same(&caches.services, &ns, &name, &lists.services)
         && same(&caches.pdbs, &ns, &name, &lists.pdbs)
+        && same(
+            &caches.network_policies,
+            &ns,
+            &name,
+            &lists.network_policies,
+        )
         && same(&caches.owned_secrets, &ns, &name, &lists.owned_secrets)
         && running_backup(&name, &cache::group(&caches.backups, &ns, &name))
             == lists.backup_in_flight
@@ -142,14 +150,30 @@ pub async fn observe_with(
     default_networks: &[String],
 ) -> Result<World, Error> {
     let lists = from_api(cluster, client).await?;
-    let written: Option<Vec<String>> = lists
+    let users = lists
         .owned_secrets
         .iter()
-        .find(|s| s.name_any() == names::users_secret(&cluster.name_any()))
-        .and_then(|s| s.annotations().get(labels::OPERATOR_NETWORKS))
-        .map(|v| v.split(',').map(str::to_string).collect());
-    let networks = written.unwrap_or_else(|| default_networks.to_vec());
-    build(cluster, siblings, lists, &networks).await
+        .find(|s| s.name_any() == names::users_secret(&cluster.name_any()));
+    let written = |key: &str| users.and_then(|s| s.annotations().get(key).cloned());
+    let operator = OperatorInputs {
+        networks: written(labels::OPERATOR_NETWORKS)
+            .map(|v| v.split(',').map(str::to_string).collect())
+            .unwrap_or_else(|| default_networks.to_vec()),
+        pods: written(labels::OPERATOR_PODS).and_then(|v| {
+            let (namespace, selector) = v.split_once('/')?;
+            Some(model::network_policy::OperatorPods {
+                namespace: namespace.to_string(),
+                labels: crate::runtime::settings::parse_labels(selector, "").ok()?,
+            })
+        }),
+    };
+    build(cluster, siblings, lists, operator).await
+}
+
+/// What the builders need of the operator itself.
+struct OperatorInputs {
+    networks: Vec<String>,
+    pods: Option<model::network_policy::OperatorPods>,
 }
 
 /// The Kubernetes objects a pass reads.
@@ -160,6 +184,7 @@ struct Lists {
     configmaps: Vec<ConfigMap>,
     services: Vec<Service>,
     pdbs: Vec<PodDisruptionBudget>,
+    network_policies: Vec<NetworkPolicy>,
     owned_secrets: Vec<Secret>,
     /// (field, Secret name, the Secret if it exists) of every Secret the spec references.
     referenced: Vec<(&'static str, String, Option<Secret>)>,
@@ -200,6 +225,7 @@ async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists,
         configmaps: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
         services: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
         pdbs: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
+        network_policies: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
         owned_secrets: secrets.list(&lp).await?.items,
         referenced,
         backup_in_flight: running_backup(&name, &backups),
@@ -241,6 +267,7 @@ async fn from_caches(
         configmaps: cache::group(&caches.configmaps, &ns, &name),
         services: cache::group(&caches.services, &ns, &name),
         pdbs: cache::group(&caches.pdbs, &ns, &name),
+        network_policies: cache::group(&caches.network_policies, &ns, &name),
         owned_secrets: cache::group(&caches.owned_secrets, &ns, &name),
         referenced,
         backup_in_flight: running_backup(&name, &backups),
@@ -252,7 +279,7 @@ async fn build(
     cluster: &ClickHouseCluster,
     siblings: Vec<Sibling>,
     lists: Lists,
-    operator_networks: &[String],
+    operator: OperatorInputs,
 ) -> Result<World, Error> {
     let name = cluster.name_any();
     let mut o = Observed {
@@ -265,6 +292,8 @@ async fn build(
     o.objects.extend(as_json(Kind::Service, lists.services));
     o.objects
         .extend(as_json(Kind::PodDisruptionBudget, lists.pdbs));
+    o.objects
+        .extend(as_json(Kind::NetworkPolicy, lists.network_policies));
     let operator_secret = lists
         .owned_secrets
         .iter()
@@ -282,7 +311,9 @@ async fn build(
     };
     o.inputs.interserver_password = generated(names::INTERSERVER_PASSWORD_KEY);
     o.inputs.keeper_password = generated(names::KEEPER_PASSWORD_KEY);
-    o.inputs.operator_networks = operator_networks.to_vec();
+    o.inputs.cluster_password = generated(names::CLUSTER_PASSWORD_KEY);
+    o.inputs.operator_networks = operator.networks;
+    o.inputs.operator_pods = operator.pods;
     o.keeper_identity_in_use = lists
         .owned_secrets
         .iter()

@@ -206,10 +206,10 @@ fn server_element(c: &Cluster<'_>) -> Element {
 pub fn remote_servers_file(
     c: &Cluster<'_>,
     replicas: &[ReplicaSpec],
-    operator_password: &Password,
+    account: (&str, &Password),
 ) -> Result<String, BuildError> {
     Ok(Element::new(ROOT)
-        .child(remote_servers(c, replicas, operator_password)?)
+        .child(remote_servers(c, replicas, account)?)
         .to_document())
 }
 
@@ -265,7 +265,7 @@ pub fn keeper_identity_of(file: &str) -> Option<&str> {
 pub fn remote_servers(
     c: &Cluster<'_>,
     replicas: &[ReplicaSpec],
-    operator_password: &Password,
+    (user, password): (&str, &Password),
 ) -> Result<Element, BuildError> {
     let mut by_shard: BTreeMap<i32, Vec<&ReplicaSpec>> = BTreeMap::new();
     for r in replicas {
@@ -288,8 +288,8 @@ pub fn remote_servers(
                         names::replica_host(c.name, c.namespace, &r.name),
                     ))
                     .child(Element::leaf("port", port))
-                    .child(Element::leaf("user", names::OPERATOR_USER))
-                    .child(Element::leaf("password", &operator_password.0));
+                    .child(Element::leaf("user", user))
+                    .child(Element::leaf("password", &password.0));
                 if tls {
                     e.child(Element::leaf("secure", 1))
                 } else {

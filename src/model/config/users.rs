@@ -2,8 +2,6 @@
 //! own user. Passwords appear only as `password_sha256_hex`. ClickHouse reloads this file at
 //! runtime, so no pod template depends on it.
 
-use std::collections::BTreeMap;
-
 use sha2::{Digest, Sha256};
 
 use super::xml::{Element, ROOT};
@@ -101,22 +99,22 @@ pub fn default_user_networks(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Eleme
     networks(c, replicas, &[])
 }
 
-/// The users file (issue 15: no account accepts any address).
+/// The users file (issue 15: no account accepts any address), from the cluster and `inputs`.
 ///
-/// - The operator's own account accepts logins from the operator's networks (`inputs`), the
-///   server pod itself and the cluster's own server pods (Distributed queries and `ON CLUSTER`
-///   reach the other shards as this account, through `remote_servers`).
-/// - `users` are the entries of the Secret `spec.users.secretName`: each gets the profile
-///   `spec.users.profile` (default `default`), the quota `default` and the networks
-///   `spec.users.networks` (default: the operator's networks, the pod network), or what
-///   `spec.users.accounts.<user>` says instead, and there `databases` as `allow_databases`.
-pub fn users_file(
-    c: &Cluster<'_>,
-    users: &BTreeMap<String, Password>,
-    operator_password: &Password,
-    operator_networks: &[String],
-    replicas: &[ReplicaSpec],
-) -> Result<String, BuildError> {
+/// - The cluster's own account [`names::CLUSTER_USER`] (where the cluster has its password), as
+///   which the servers reach each other through `remote_servers` (Distributed queries, `ON
+///   CLUSTER`), accepts logins only from the server pod itself and the cluster's server pods.
+/// - The operator's account accepts logins from the operator's networks and the server pod
+///   itself; in a cluster without its own account, from the cluster's server pods too (they
+///   reach each other as the operator there).
+/// - The users of the Secret `spec.users.secretName` get the profile `spec.users.profile`
+///   (default `default`), the quota `default` and the networks `spec.users.networks` (default:
+///   the operator's networks, the pod network), or what `spec.users.accounts.<user>` says
+///   instead, and there `databases` as `allow_databases`.
+pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<String, BuildError> {
+    let users = &inputs.user_passwords;
+    let operator_networks = inputs.operator_networks.as_slice();
+    let replicas = inputs.replicas.as_slice();
     let configuration = &c.spec.configuration;
     let profile = c.spec.users.as_ref().and_then(|u| u.profile.as_deref());
     let mut profiles = Element::new("profiles");
@@ -139,25 +137,42 @@ pub fn users_file(
     }
     let profile = profile.unwrap_or(DEFAULT_PROFILE);
     Element::checked(profile, "spec.users.profile")?;
+    let servers_as_operator: &[ReplicaSpec] = match inputs.cluster_password {
+        Some(_) => &[],
+        None => replicas,
+    };
     let mut list = Element::new("users").child(user(
         names::OPERATOR_USER,
         "operator user",
-        operator_password,
+        &inputs.operator_password,
         Account {
-            networks: networks(c, replicas, operator_networks),
+            networks: networks(c, servers_as_operator, operator_networks),
             profile: DEFAULT_PROFILE,
             quota: DEFAULT_QUOTA,
             databases: &[],
         },
     )?);
+    if let Some(p) = &inputs.cluster_password {
+        list = list.child(user(
+            names::CLUSTER_USER,
+            "cluster user",
+            p,
+            Account {
+                networks: networks(c, replicas, &[]),
+                profile: DEFAULT_PROFILE,
+                quota: DEFAULT_QUOTA,
+                databases: &[],
+            },
+        )?);
+    }
     let spec_users = c.spec.users.as_ref();
     let user_networks = spec_users
         .map(|u| u.networks.as_slice())
         .filter(|n| !n.is_empty())
         .unwrap_or(operator_networks);
     for (name, password) in users {
-        if name == names::OPERATOR_USER {
-            // The operator's user is the operator's: a same-named entry cannot replace it.
+        if name == names::OPERATOR_USER || name == names::CLUSTER_USER {
+            // The operator's accounts are the operator's: a same-named entry cannot replace them.
             continue;
         }
         let account = spec_users.and_then(|u| u.accounts.get(name));

@@ -1,5 +1,5 @@
 //! Services (S2-09): the headless Service of the servers, the client Service unless switched
-//! off, and Keeper's client Service. While the cluster is not ready, the servers are made to
+//! off, and Keeper's client Service; the NetworkPolicies unless switched off (issue 15). While the cluster is not ready, the servers are made to
 //! resolve the cluster's host names again: a pod that came back with a new address stays
 //! unreachable from servers that cache DNS for good (decision 17).
 
@@ -21,6 +21,15 @@ pub fn plan(pass: &mut Pass) {
         .collect();
     for s in services {
         pass.apply(Kind::Service, s);
+    }
+    let policies: Vec<serde_json::Value> = pass
+        .desired()
+        .network_policies
+        .iter()
+        .map(json_of)
+        .collect();
+    for p in policies {
+        pass.apply(Kind::NetworkPolicy, p);
     }
     // While the cluster is not ready, and for a while after a server pod became Ready (its
     // peers learn its address a moment later), every Ready server resolves the cluster's hosts
