@@ -480,7 +480,7 @@ async fn storage_grows_in_place_without_restart() {
 }
 
 /// S0-01, S1-03: a 2-shard cluster answers `ON CLUSTER` DDL and a query through a Distributed
-/// table sums both shards; servers reach each other as the operator's user.
+/// table sums both shards; servers reach each other as the cluster's own account.
 #[tokio::test]
 async fn distributed_query_sums_both_shards() {
     let client = client().await;

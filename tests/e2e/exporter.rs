@@ -19,87 +19,6 @@ fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
         .and_then(|l| l.rsplit(' ').next())
 }
 
-/// The helm binary of `hack/helm.sh` (built by `hack/setup.sh`).
-fn helm() -> std::path::PathBuf {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new("bash")
-        .arg(repo.join("hack/helm.sh"))
-        .output()
-        .expect("run hack/helm.sh");
-    assert!(
-        out.status.success(),
-        "hack/helm.sh: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::path::PathBuf::from(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim(),
-    )
-}
-
-/// The pid of the ClickHouse server of pod `pod` (the node agent runs it as a process of this
-/// machine in the pod's network namespace): its `HOSTNAME` is the pod's name and its network
-/// namespace holds the pod's address.
-fn server_pid(pod: &str, ip: &str) -> i32 {
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains("clickhouse-server") {
-            continue;
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if !environ
-            .split(|b| *b == 0)
-            .any(|v| v == format!("HOSTNAME={pod}").as_bytes())
-        {
-            continue;
-        }
-        let addrs = std::process::Command::new("nsenter")
-            .args([
-                "-t",
-                &pid.to_string(),
-                "-n",
-                "ip",
-                "-o",
-                "-4",
-                "addr",
-                "show",
-            ])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&addrs.stdout).contains(&format!("inet {ip}/")) {
-            return pid;
-        }
-    }
-    panic!("no clickhouse-server process of {pod} at {ip}");
-}
-
-/// Runs helm against the local cluster with its state folders under target/.
-fn helm_run(args: &[&str]) {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let home = repo.join("target/helm-home");
-    let out = std::process::Command::new(helm())
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig())
-        .args(args)
-        .output()
-        .expect("run helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Issue 14, end to end: the exporter runs as a pod of the operator chart (`exporter.enabled`,
 /// scoped to the test namespace by `watchNamespace`, so under the chart's namespaced Role), and
 /// its `/metrics` holds, for each of the four servers of a 2×2 cluster, `clickhouse_up 1`, its
@@ -394,7 +313,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         .status
         .and_then(|s| s.pod_ip)
         .unwrap();
-    let pid = server_pid(&victim, &victim_ip);
+    let pid = pid_of("clickhouse-server", &victim, Some(&victim_ip));
     // SAFETY: kill(2) on a process of this machine, found by its pod's name and address.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     let started = Instant::now();
@@ -418,7 +337,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     .await;
     // one server killed (SIGKILL; its container is restarted by the node): the next scrape
     // reports it down and the others up, and once it runs again it is reported up again
-    let pid = server_pid(&victim, &victim_ip);
+    let pid = pid_of("clickhouse-server", &victim, Some(&victim_ip));
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     let killed = scrape().await.expect("a scrape with one host killed");

@@ -15,59 +15,6 @@ use serde_json::json;
 
 use crate::support::*;
 
-/// Runs helm against the local cluster with its state folders under target/.
-fn helm_run(args: &[&str]) {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new("bash")
-        .arg(repo.join("hack/helm.sh"))
-        .output()
-        .expect("run hack/helm.sh");
-    let helm = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .unwrap()
-        .trim()
-        .to_string();
-    let home = repo.join("target/helm-home");
-    let out = std::process::Command::new(helm)
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig())
-        .args(args)
-        .output()
-        .expect("run helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The operator's process (the node agent runs the pod's container as a process of this
-/// machine, with the pod's name as `HOSTNAME`).
-fn operator_pid(pod: &str) -> i32 {
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains("clickhouse-operator") {
-            continue;
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if environ
-            .split(|b| *b == 0)
-            .any(|v| v == format!("HOSTNAME={pod}").as_bytes())
-        {
-            return pid;
-        }
-    }
-    panic!("no operator process for {pod}");
-}
-
 /// (resident MiB, CPU seconds) of a process.
 fn usage(pid: i32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -274,7 +221,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             }
         })
         .await;
-        let pid = operator_pid(&op_pod);
+        let pid = pid_of("clickhouse-operator", &op_pod, None);
         let user = format!("system:serviceaccount:{ns}:op-clickhouse-operator");
         let started = Instant::now();
         for i in 0..n {

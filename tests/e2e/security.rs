@@ -16,8 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::support::*;
 
-/// Issue 15: replication is authenticated. A cluster gets a generated replication password
-/// (`interserver-password` in `<cluster>-operator`); its servers replicate with it (a row
+/// Issue 15, decision 27: replication is authenticated. A cluster gets a generated replication
+/// password (`interserver-password` in `<cluster>-operator`); its servers replicate with it (a row
 /// inserted on one replica reaches the other, through `ON CLUSTER` DDL), while a fetch of the
 /// same data part from the interserver port by a process that is not a server of the cluster
 /// (this test) is refused with HTTP 401 without the credentials and with a wrong password, and
@@ -36,14 +36,7 @@ async fn outside_the_cluster_no_part_is_fetched_and_no_keeper_node_touched() {
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let ready = wait_ready(&client, &ns, "c1", 1).await;
-    let replicas: Vec<String> = ready
-        .status
-        .unwrap()
-        .replica_state_map
-        .keys()
-        .cloned()
-        .collect();
+    let replicas = replica_names(&wait_ready(&client, &ns, "c1", 1).await);
     let first = format!("{}-0", replicas[0]);
     let second = format!("{}-0", replicas[1]);
     let ch = sql_client(&client, &ns, "c1", &first).await;
@@ -70,23 +63,7 @@ async fn outside_the_cluster_no_part_is_fetched_and_no_keeper_node_touched() {
     )
     .await
     .remove(0);
-    let ip = wait_for(
-        Duration::from_secs(30),
-        "the first server's address",
-        || {
-            let client = client.clone();
-            let (ns, first) = (ns.clone(), first.clone());
-            async move {
-                Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, &ns)
-                    .get(&first)
-                    .await
-                    .ok()?
-                    .status?
-                    .pod_ip
-            }
-        },
-    )
-    .await;
+    let ip = pod_ip(&client, &ns, &first).await;
     let url = format!(
         "http://{ip}:9009/?endpoint=DataPartsExchange%3A%2Fclickhouse%2Ftables%2F0%2Fdefault%2Ft%2Freplicas%2F{}&part={part}&compress=false",
         replicas[0]
@@ -119,19 +96,7 @@ async fn outside_the_cluster_no_part_is_fetched_and_no_keeper_node_touched() {
     // Keeper: the servers authenticate (digest identity) and their znodes carry an ACL for it,
     // so a client that is not a server of the cluster (this test) reads and writes none of them,
     // neither the table's replication metadata nor the distributed DDL queue
-    let keeper_ip = wait_for(Duration::from_secs(30), "Keeper's address", || {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, &ns)
-                .get("c1-keeper-0")
-                .await
-                .ok()?
-                .status?
-                .pod_ip
-        }
-    })
-    .await;
+    let keeper_ip = pod_ip(&client, &ns, "c1-keeper-0").await;
     let keeper_addr: std::net::SocketAddr = format!("{keeper_ip}:9181").parse().unwrap();
     let mut zk = Session::connect(keeper_addr, Duration::from_secs(5))
         .await
@@ -331,8 +296,8 @@ async fn run_in_foreign_pod(
     pods.logs(name, &LogParams::default()).await.unwrap()
 }
 
-/// Issue 15: no generated account accepts any address. With the operator's networks set to the
-/// address it connects from (`OPERATOR_NETWORKS`, here this machine's address on the pod
+/// Issue 15, decision 27: no generated account accepts any address. With the operator's
+/// networks set to the address it connects from (`OPERATOR_NETWORKS`, here this machine's address on the pod
 /// network), a process in a pod that is not part of the cluster cannot log in as the operator's
 /// account, nor as a user of the users Secret whose networks are the default (the operator's),
 /// nor as one whose account allows a /24 that holds this machine's address but not the pods'
@@ -394,17 +359,10 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
                "networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "bi"}}}]}}),
     )
     .await;
-    let ready = wait_ready(&client, &ns, "c1", 1).await;
-    let replicas: Vec<String> = ready
-        .status
-        .unwrap()
-        .replica_state_map
-        .keys()
-        .cloned()
-        .collect();
+    let replicas = replica_names(&wait_ready(&client, &ns, "c1", 1).await);
     let first = format!("{}-0", replicas[0]);
     let ch = sql_client(&client, &ns, "c1", &first).await;
-    // the servers reach each other as the operator's account (by their pods' DNS names)
+    // the servers reach each other as the cluster's account (by their pods' DNS names)
     exec(
         &ch,
         "CREATE TABLE default.l ON CLUSTER c1 (x UInt64) ENGINE = MergeTree ORDER BY x",

@@ -308,17 +308,7 @@ pub async fn sql_client(
     cluster: &str,
     pod: &str,
 ) -> clickhouse_operator::clickhouse::Client {
-    use k8s_openapi::api::core::v1::Pod;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let ip = wait_for(
-        Duration::from_secs(120),
-        &format!("an address for {pod}"),
-        || {
-            let pods = pods.clone();
-            async move { pods.get(pod).await.ok()?.status?.pod_ip }
-        },
-    )
-    .await;
+    let ip = pod_ip(client, ns, pod).await;
     sql_client_at(client, ns, cluster, &ip, Duration::from_secs(30)).await
 }
 
@@ -491,4 +481,107 @@ pub async fn volume_path(client: &Client, ns: &str, pvc: &str) -> PathBuf {
         .await
         .unwrap();
     PathBuf::from(pv.spec.unwrap().host_path.unwrap().path)
+}
+
+/// Runs helm (the binary of `hack/helm.sh`, built by `hack/setup.sh`) against the local cluster,
+/// with its state folders under target/.
+pub fn helm_run(args: &[&str]) {
+    let repo = repo();
+    let out = Command::new("bash")
+        .arg(repo.join("hack/helm.sh"))
+        .output()
+        .expect("run hack/helm.sh");
+    assert!(
+        out.status.success(),
+        "hack/helm.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let helm = PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .trim(),
+    );
+    let home = repo.join("target/helm-home");
+    let out = Command::new(helm)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The pid of the process of a pod's container whose command line holds `program` (the node
+/// agent runs containers as processes of this machine, with the pod's name as `HOSTNAME`), and,
+/// when `ip` is given, whose network namespace holds that address (a pod of the same name in
+/// another namespace is another process).
+pub fn pid_of(program: &str, pod: &str, ip: Option<&str>) -> i32 {
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(program) {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if !environ
+            .split(|b| *b == 0)
+            .any(|v| v == format!("HOSTNAME={pod}").as_bytes())
+        {
+            continue;
+        }
+        let Some(ip) = ip else { return pid };
+        let addrs = Command::new("nsenter")
+            .args([
+                "-t",
+                &pid.to_string(),
+                "-n",
+                "ip",
+                "-o",
+                "-4",
+                "addr",
+                "show",
+            ])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&addrs.stdout).contains(&format!("inet {ip}/")) {
+            return pid;
+        }
+    }
+    panic!("no {program} process of pod {pod}");
+}
+
+/// The address of pod `pod`, once it has one.
+pub async fn pod_ip(client: &Client, ns: &str, pod: &str) -> String {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        Duration::from_secs(120),
+        &format!("an address for {pod}"),
+        || {
+            let pods = pods.clone();
+            async move { pods.get(pod).await.ok()?.status?.pod_ip }
+        },
+    )
+    .await
+}
+
+/// The replicas of a cluster's ReplicaStateMap, by name.
+pub fn replica_names(cluster: &ClickHouseCluster) -> Vec<String> {
+    cluster
+        .status
+        .as_ref()
+        .map(|s| s.replica_state_map.keys().cloned().collect())
+        .unwrap_or_default()
 }

@@ -103,6 +103,23 @@ pub fn changed_fields(observed: &Value, desired: &Value) -> Vec<String> {
                     walk(&format!("{path}[{i}]"), ov, dv, out);
                 }
             }
+            (Value::String(os), Value::String(ds))
+                if os != ds && (os.contains('\n') || ds.contains('\n')) =>
+            {
+                // a file: its first line that differs, so that the change shows
+                let (ol, dl): (Vec<&str>, Vec<&str>) = (os.lines().collect(), ds.lines().collect());
+                let n = ol.iter().zip(&dl).take_while(|(a, b)| a == b).count();
+                let line = |l: &[&str]| {
+                    l.get(n)
+                        .map_or(Value::Null, |s| Value::String(s.trim().to_string()))
+                };
+                out.push(format!(
+                    "{path} line {}: {} → {}",
+                    n + 1,
+                    short(&line(&ol)),
+                    short(&line(&dl))
+                ));
+            }
             (o, d) if o != d => out.push(format!("{path}: {} → {}", short(o), short(d))),
             _ => {}
         }
@@ -359,5 +376,18 @@ mod tests {
             ]
         );
         assert!(changed_fields(&observed, &observed).is_empty());
+        // a file: the first line that differs
+        let file = |words: &str| json!({"data": {"keeper.xml": format!("<?xml version=\"1.0\"?>\n<clickhouse>\n    <keeper_server>{words}</keeper_server>\n</clickhouse>\n")}});
+        assert_eq!(
+            changed_fields(&file(""), &file("<x>1</x>")),
+            [
+                "data.keeper.xml line 3: \"<keeper_server></keeper_server>\" → \"<keeper_server><x>1</x></keeper_server>\""
+            ]
+        );
+        let longer = json!({"data": {"f": "a\nb\nc"}});
+        assert_eq!(
+            changed_fields(&json!({"data": {"f": "a\nb"}}), &longer),
+            ["data.f line 3: (none) → \"c\""]
+        );
     }
 }
