@@ -288,6 +288,15 @@ fn pod_deleted_keeps_data_and_sigkill_restarts(c: &Cluster) -> Result<()> {
     )?;
     query(&a, "INSERT INTO keep VALUES (1), (2), (3)")?;
     let uid = c.get(ns, "pod/ch-0", "{.metadata.uid}");
+    // ch-1 holds an entry for ch-0's MAC address, as after talking to it
+    let b = c.wait_ready(ns, "ch-1", Duration::from_secs(60))?;
+    let old_mac = pod_mac(&a);
+    let peer = netns_of(&b);
+    let status = Command::new("ip")
+        .args(["-n", &peer, "neigh", "replace", &a, "lladdr", &old_mac])
+        .args(["dev", "eth0", "nud", "stale"])
+        .status()?;
+    assert!(status.success(), "ip neigh replace in {peer}");
     c.kubectl(&["-n", ns, "delete", "pod", "ch-0", "--wait=true"], None)?;
     let recreated = wait(Duration::from_secs(60), || {
         let u = c.get(ns, "pod/ch-0", "{.metadata.uid}");
@@ -295,14 +304,26 @@ fn pod_deleted_keeps_data_and_sigkill_restarts(c: &Cluster) -> Result<()> {
     });
     assert!(recreated, "ch-0 was not recreated");
     let a2 = c.wait_ready(ns, "ch-0", Duration::from_secs(120))?;
+    // same address: ch-1's entry for it still names the right MAC address, no probing needed
+    assert_eq!(
+        a2, a,
+        "a recreated pod gets its previous address while free"
+    );
+    let new_mac = pod_mac(&a2);
+    let neigh = Command::new("ip")
+        .args(["-n", &peer, "neigh", "show", &a, "dev", "eth0"])
+        .output()?;
+    let neigh = String::from_utf8_lossy(&neigh.stdout).to_string();
+    assert!(
+        neigh.contains(&new_mac),
+        "ch-1's entry for {a} is not the recreated pod's MAC {new_mac}: {neigh}"
+    );
     let rows = query_retry(&a2, "SELECT sum(x) FROM keep", Duration::from_secs(20))?;
     assert_eq!(rows.trim(), "6", "rows after re-creation");
 
     // SIGKILL of the server process of ch-1: same pod object, restartCount grows
-    let b = c.wait_ready(ns, "ch-1", Duration::from_secs(60))?;
     let uid1 = c.get(ns, "pod/ch-1", "{.metadata.uid}");
-    let o: Vec<&str> = b.split('.').collect();
-    let netns = format!("lk-{}-{}", o[2], o[3]);
+    let netns = netns_of(&b);
     let pids = Command::new("ip")
         .args(["netns", "pids", &netns])
         .output()?;
@@ -339,6 +360,26 @@ fn pod_deleted_keeps_data_and_sigkill_restarts(c: &Cluster) -> Result<()> {
     );
     assert_eq!(last, "137", "lastState.terminated.exitCode");
     Ok(())
+}
+
+/// The network namespace of the pod at `ip`.
+fn netns_of(ip: &str) -> String {
+    let o: Vec<&str> = ip.split('.').collect();
+    format!("lk-{}-{}", o[2], o[3])
+}
+
+/// The MAC address of the eth0 of the pod at `ip`.
+fn pod_mac(ip: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-n", &netns_of(ip), "-o", "link", "show", "eth0"])
+        .output()
+        .expect("ip link show");
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    out.split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MAC address in {out}"))
+        .to_string()
 }
 
 fn keeper_yaml(ns: &str) -> String {

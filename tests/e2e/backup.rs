@@ -28,10 +28,14 @@ const ACCESS: &str = "chop-access";
 const SECRET: &str = "chop-secret-key";
 const BUCKET: &str = "chop-backups";
 const S3_PORT: u16 = 8333;
+/// The HTTP port of the S3 server's filer (`weed mini`'s default).
+const FILER_PORT: u16 = 8888;
 
 /// The S3 server of this test process, started on first use, killed when the process ends.
 struct S3Server {
-    _child: Child,
+    child: std::sync::Mutex<Child>,
+    /// Its output, shown when it does not come up.
+    log: PathBuf,
     /// Where the pods reach it.
     for_pods: String,
 }
@@ -71,7 +75,8 @@ fn s3() -> &'static S3Server {
             .to_string(),
         )
         .unwrap();
-        let log = std::fs::File::create(dir.join("weed.log")).unwrap();
+        let log_path = dir.join("weed.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         // Started from a thread that lives as long as the process: the server dies with that
         // thread (PDEATHSIG), so with the test process, even one killed, and not before.
         let (tx, rx) = std::sync::mpsc::channel();
@@ -111,7 +116,8 @@ fn s3() -> &'static S3Server {
             .expect("GATEWAY in the network file")
             .to_string();
         S3Server {
-            _child: child,
+            child: std::sync::Mutex::new(child),
+            log: log_path,
             for_pods: format!("http://{gateway}:{S3_PORT}"),
         }
     })
@@ -135,13 +141,41 @@ fn bucket(prefix: &str) -> Bucket {
     .unwrap()
 }
 
-async fn wait_s3_up() {
+/// Waits until the S3 server answers; when it exits or does not answer in time, the panic shows
+/// its last error and the end of its log.
+async fn wait_s3_up(server: &S3Server) {
     let b = bucket("probe");
-    wait_for(Duration::from_secs(90), "the S3 server", || {
-        let b = b.clone();
-        async move { b.check().await.ok() }
-    })
-    .await;
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let err = match b.check().await {
+            Ok(_) => return,
+            Err(e) => e.to_string(),
+        };
+        // `weed mini -bucket` gives up creating the bucket when its filer does not answer within
+        // 5 s (a loaded machine): the bucket is a folder of the filer, made here until it exists
+        let _ = http
+            .post(format!("http://127.0.0.1:{FILER_PORT}/buckets/{BUCKET}/"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        let exited = server.child.lock().unwrap().try_wait().ok().flatten();
+        if exited.is_some() || tokio::time::Instant::now() >= deadline {
+            let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "the S3 server did not come up ({}); last error: {err}; end of {}:\n{}",
+                match exited {
+                    Some(status) => format!("it exited: {status}"),
+                    None => "it still runs after 180 s".to_string(),
+                },
+                server.log.display(),
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// The S3 server up, a namespace, its operator (with `env` over its settings) and the Secret
@@ -152,7 +186,7 @@ async fn setup(
 ) -> (&'static S3Server, Client, String, Operator) {
     let server = s3();
     let client = client().await;
-    wait_s3_up().await;
+    wait_s3_up(server).await;
     let ns = namespace(&client, prefix).await;
     let op = start_operator_env(&client, &ns, env).await;
     credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;

@@ -160,7 +160,8 @@ async fn status_lag(
 }
 
 /// Benchmark (issue 19): for each N in `BENCH_CLUSTERS` (default "1 20"), the operator from its
-/// chart creates N single-replica clusters; printed: the time until all are `ready`, then over
+/// chart (one replica, watching every namespace) creates N single-replica clusters, each in a
+/// namespace of its own; printed: the time until all are `ready`, then over
 /// one idle minute the operator's API requests (beyond its leader Lease) per minute and per
 /// cluster, its CPU seconds and resident memory, the p50/p99 of the idle passes, and the status
 /// lag when one server pod becomes unready and Ready again.
@@ -180,9 +181,18 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
     );
     let client = client().await;
     let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/clickhouse-operator");
+    // BENCH_OPERATOR_LOG=1: the operator logs at debug level and the end of its log is printed
+    // after the status lag is measured
+    let show_log = std::env::var("BENCH_OPERATOR_LOG").is_ok();
     let mut rows = Vec::new();
     for n in counts {
+        // the operator in a namespace of its own, watching every namespace (a ClusterRole); one
+        // cluster per namespace (decision 18)
         let ns = namespace(&client, "scale").await;
+        let mut cluster_namespaces = Vec::new();
+        for _ in 0..n {
+            cluster_namespaces.push(namespace(&client, &format!("scale-n{n}")).await);
+        }
         helm_run(&[
             "install",
             "op",
@@ -193,11 +203,18 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             "--set",
             "pvcCleaner.enabled=false",
             "--set",
-            &format!("watchNamespace={ns}"),
-            "--set",
             "image.repository=localhost/clickhouse-operator",
             "--set",
             "image.tag=dev",
+            // one replica: the one measured is the leader
+            "--set",
+            "replicaCount=1",
+            "--set",
+            if show_log {
+                "log.level=info\\,clickhouse_operator=debug"
+            } else {
+                "log.level=info"
+            },
         ]);
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let (op_pod, op_ip) = wait_for(Duration::from_secs(120), "the operator pod", || {
@@ -224,34 +241,74 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         let pid = pid_of("clickhouse-operator", &op_pod, None);
         let user = format!("system:serviceaccount:{ns}:op-clickhouse-operator");
         let started = Instant::now();
-        for i in 0..n {
+        for (i, cns) in cluster_namespaces.iter().enumerate() {
             create_cluster(
                 &client,
-                &ns,
+                cns,
                 &format!("c{i}"),
                 json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0}, "storage": {"size": "1Gi"}}),
             )
             .await;
         }
-        let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
-        wait_for(
-            Duration::from_secs(120 + 10 * n as u64),
-            "every cluster ready",
-            || {
-                let clusters = clusters.clone();
-                async move {
-                    let l = clusters.list(&ListParams::default()).await.ok()?;
-                    (l.items.len() == n
-                        && l.items.iter().all(|c| {
-                            c.status
-                                .as_ref()
-                                .is_some_and(|s| s.state == ClusterState::Ready)
-                        }))
-                    .then_some(())
-                }
-            },
-        )
-        .await;
+        let all_clusters: Api<ClickHouseCluster> = Api::all(client.clone());
+        let ours = |c: &ClickHouseCluster| {
+            cluster_namespaces.contains(c.metadata.namespace.as_ref().unwrap())
+        };
+        // every cluster ready, with the progress every 15 s (and, at the end, what the others
+        // wait for)
+        let deadline = Duration::from_secs(120 + 10 * n as u64);
+        let mut shown = Duration::ZERO;
+        loop {
+            let l: Vec<ClickHouseCluster> = all_clusters
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(ours)
+                .collect();
+            let ready = l
+                .iter()
+                .filter(|c| {
+                    c.status
+                        .as_ref()
+                        .is_some_and(|s| s.state == ClusterState::Ready)
+                })
+                .count();
+            if ready == n {
+                break;
+            }
+            let waiting = || {
+                l.iter()
+                    .filter(|c| {
+                        c.status
+                            .as_ref()
+                            .is_none_or(|s| s.state != ClusterState::Ready)
+                    })
+                    .map(|c| {
+                        format!(
+                            "{}: {:?}",
+                            c.metadata.name.as_deref().unwrap_or_default(),
+                            c.status.as_ref().map(|s| (s.state, s.message.clone()))
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            };
+            if started.elapsed() > deadline {
+                panic!(
+                    "{ready} of {n} clusters ready after {deadline:?}: {:#?}",
+                    waiting()
+                );
+            }
+            if started.elapsed() >= shown + Duration::from_secs(15) {
+                shown = started.elapsed();
+                println!(
+                    "{:>5.0} s: {ready} of {n} clusters ready",
+                    shown.as_secs_f64()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let ready_after = started.elapsed();
         // let the passes that follow creation finish
         tokio::time::sleep(Duration::from_secs(15)).await;
@@ -284,9 +341,23 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         println!("{n} clusters, idle requests by kind: {requests:?}");
         // status lag: one server pod restarted (unready, then Ready again)
         let victim = "c0-0-0-0";
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &cluster_namespaces[0]);
+        let clusters: Api<ClickHouseCluster> =
+            Api::namespaced(client.clone(), &cluster_namespaces[0]);
         pods.delete(victim, &DeleteParams::default()).await.unwrap();
         let (p_down, s_down) = status_lag(&pods, &clusters, victim, "c0", false).await;
         let (p_up, s_up) = status_lag(&pods, &clusters, victim, "c0", true).await;
+        if show_log {
+            let log = Api::<Pod>::namespaced(client.clone(), &ns)
+                .logs(&op_pod, &Default::default())
+                .await
+                .unwrap_or_else(|e| format!("no log: {e}"));
+            let tail: Vec<&str> = log.lines().rev().take(150).collect();
+            for l in tail.into_iter().rev() {
+                println!("operator: {l}");
+            }
+            println!("lag: pod down {p_down:?} status {s_down:?}; pod up {p_up:?} status {s_up:?}");
+        }
         let row = format!(
             "{n:>5} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
             ready_after.as_secs_f64(),
@@ -302,27 +373,31 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         );
         println!("{row}");
         rows.push(row);
-        clusters
-            .delete_collection(&DeleteParams::default(), &Default::default())
-            .await
-            .unwrap();
+        for cns in &cluster_namespaces {
+            Api::<ClickHouseCluster>::namespaced(client.clone(), cns)
+                .delete_collection(&DeleteParams::default(), &Default::default())
+                .await
+                .unwrap();
+        }
         wait_for(Duration::from_secs(300), "the clusters gone", || {
-            let clusters = clusters.clone();
+            let (all_clusters, ours) = (all_clusters.clone(), &ours);
             async move {
-                clusters
+                (!all_clusters
                     .list(&ListParams::default())
                     .await
                     .ok()?
                     .items
-                    .is_empty()
-                    .then_some(())
+                    .iter()
+                    .any(ours))
+                .then_some(())
             }
         })
         .await;
         helm_run(&["uninstall", "op", "-n", &ns, "--wait"]);
-        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-            .delete(&ns, &DeleteParams::default())
-            .await;
+        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+        for n in std::iter::once(&ns).chain(&cluster_namespaces) {
+            let _ = namespaces.delete(n, &DeleteParams::default()).await;
+        }
     }
     println!();
     println!(
