@@ -233,6 +233,27 @@ pub struct PodSettings {
     /// for Keeper.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_seconds: Option<i32>,
+    /// A pod template (`metadata.labels`/`annotations`, `spec`) merged over the generated one:
+    /// any pod field (imagePullSecrets, serviceAccountName, priorityClassName, initContainers,
+    /// volumes, the main container's volumeMounts, env, securityContext, probes and lifecycle,
+    /// hostAliases, runtimeClassName, terminationGracePeriodSeconds, …). Lists of named items
+    /// merge by name (volume mounts by mountPath), other lists are appended to; the main
+    /// container's image, command, args and ports, the operator's environment variables,
+    /// volumes, mount paths, labels and annotations, and the pod's restartPolicy, hostname,
+    /// subdomain and nodeName are refused with their path. A change restarts the pods one at a
+    /// time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "pod_template_schema")]
+    pub template: Option<serde_json::Value>,
+}
+
+/// `spec.pod.template`: any object; the operator checks it ([`crate::model::pod_template`]).
+fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "description": "A pod template merged over the generated one (see the README)."
+    })
 }
 
 impl PodSettings {

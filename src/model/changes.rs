@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `shards`, `replicas` | [`Need::Scale`] + [`Need::ConfigReload`] (remote_servers) | — |
 //! | `keeper.replicas` | [`Need::ConfigReload`] (Keeper node list) | [`Need::Scale`] + [`Need::ConfigReload`] (raft members) |
-//! | image, resources, env, envSecret, affinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey | [`Need::RollingRestart`] | the same for `keeper.*` |
+//! | image, resources, env, envSecret, affinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey, `pod.template` | [`Need::RollingRestart`] | the same for `keeper.*` |
 //! | settings ClickHouse reloads ([`crate::model::config::settings::RELOADABLE`]) | [`Need::ConfigReload`] | — |
 //! | other settings, `configuration.files` | [`Need::RollingRestart`] | — |
 //! | profiles, quotas, `users` | [`Need::ConfigReload`] | — |
@@ -170,6 +170,7 @@ fn pod_settings(out: &mut ComponentChanges, prefix: &str, old: &PodSettings, new
     diff("annotations", old.annotations != new.annotations);
     diff("labels", old.labels != new.labels);
     diff("startupSeconds", old.startup_seconds != new.startup_seconds);
+    diff("template", old.template != new.template);
 }
 
 fn storage(
@@ -539,6 +540,27 @@ mod tests {
         row(
             json!({}),
             json!({"keeper": {"pod": {"env": [{"name": "A", "value": "1"}]}}}),
+            &[],
+            rr,
+        );
+        // issue 17: the pod template, for servers and for Keeper
+        row(
+            json!({}),
+            json!({"pod": {"template": {"spec": {"imagePullSecrets": [{"name": "r"}]}}}}),
+            rr,
+            &[],
+        );
+        row(
+            json!({"pod": {"template": {"spec": {"initContainers": [
+                {"name": "i", "image": "busybox", "command": ["true"]}]}}}}),
+            json!({"pod": {"template": {"spec": {"initContainers": [
+                {"name": "i", "image": "busybox", "command": ["false"]}]}}}}),
+            rr,
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"keeper": {"pod": {"template": {"spec": {"priorityClassName": "high"}}}}}),
             &[],
             rr,
         );

@@ -88,7 +88,7 @@ pub fn statefulset(
                 type_: Some("RollingUpdate".into()),
                 ..StatefulSetUpdateStrategy::default()
             }),
-            template: keeper_pod(c, secrets, selector),
+            template: keeper_pod(c, secrets, selector)?,
             volume_claim_templates: Some(vec![data_claim(
                 &k.storage,
                 "spec.keeper.storage.size",
@@ -107,7 +107,7 @@ fn keeper_pod(
     c: &Cluster<'_>,
     secrets: &BTreeMap<String, SecretData>,
     selector: BTreeMap<String, String>,
-) -> PodTemplateSpec {
+) -> Result<PodTemplateSpec, BuildError> {
     let pod = &c.spec.keeper.pod;
     let mut pod_labels = pod.labels.clone();
     pod_labels.extend(labels::common(c.name, Component::Keeper));
@@ -123,14 +123,15 @@ fn keeper_pod(
         empty_dir("logs"),
         empty_dir("tmp"),
     ];
-    PodTemplateSpec {
+    let generated = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels),
             annotations: Some(pod_annotations(pod, &keeper_hashes(c, secrets))),
             ..ObjectMeta::default()
         }),
         spec: Some(pod_spec(pod, keeper_container(c), volumes, selector)),
-    }
+    };
+    super::statefulset::with_template(generated, pod, "spec.keeper.pod.template", KEEPER_CONTAINER)
 }
 
 /// The Keeper container: [`keeper_command`], the client and raft ports, the user's

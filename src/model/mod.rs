@@ -17,6 +17,7 @@ pub mod labels;
 pub mod names;
 pub mod network_policy;
 pub mod pdb;
+pub mod pod_template;
 pub mod secret;
 pub mod service;
 pub mod statefulset;
@@ -117,6 +118,9 @@ pub enum BuildError {
     /// A user file would replace a file the operator generates.
     #[error("spec.configuration.files: {0:?} is reserved for the operator's own files (prefix {prefix})", prefix = config::server::OPERATOR_FILE_PREFIX)]
     ReservedFile(String),
+    /// The user's pod template sets what the operator owns, or is not a pod template.
+    #[error("{field}: {detail}")]
+    PodTemplate { field: String, detail: String },
     /// A Kubernetes quantity that does not parse.
     #[error("{field}: {value:?} is not a quantity such as 10Gi")]
     InvalidQuantity { field: &'static str, value: String },

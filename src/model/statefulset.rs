@@ -255,7 +255,7 @@ pub fn server(
                 ),
                 ..StatefulSetUpdateStrategy::default()
             }),
-            template: server_pod(c, r, hashes, secret_files),
+            template: server_pod(c, r, hashes, secret_files)?,
             volume_claim_templates: Some(vec![data_claim(
                 &spec.storage,
                 "spec.storage.size",
@@ -275,10 +275,10 @@ fn server_pod(
     r: &ReplicaSpec,
     hashes: &PodHashes,
     secret_files: &[&'static str],
-) -> PodTemplateSpec {
+) -> Result<PodTemplateSpec, BuildError> {
     let pod = &c.spec.pod;
     let (mounts, volumes) = server_volumes(c, r, secret_files);
-    PodTemplateSpec {
+    let generated = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels::server_pod(c.name, r, &pod.labels)),
             annotations: Some(pod_annotations(pod, hashes)),
@@ -293,6 +293,20 @@ fn server_pod(
                 labels::spread_selector(c.name),
             )
         }),
+    };
+    with_template(generated, pod, "spec.pod.template", SERVER_CONTAINER)
+}
+
+/// `generated` with the user's `pod.template` merged over it ([`super::pod_template`]).
+pub(crate) fn with_template(
+    generated: PodTemplateSpec,
+    pod: &PodSettings,
+    field: &str,
+    main: &str,
+) -> Result<PodTemplateSpec, BuildError> {
+    match &pod.template {
+        Some(t) => super::pod_template::merge(generated, t, field, main),
+        None => Ok(generated),
     }
 }
 

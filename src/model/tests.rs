@@ -1646,3 +1646,63 @@ fn network_policies_let_in_only_what_each_port_needs() {
             .is_empty()
     );
 }
+
+/// Issue 17: `spec.pod.template` and `spec.keeper.pod.template` reach every server and Keeper
+/// pod template (an init container, an extra volume mounted into the main container, a pull
+/// secret); one that sets what the operator owns is an error naming the field, for the servers
+/// and for Keeper alike, and nothing is built.
+#[test]
+fn pod_templates_reach_the_server_and_keeper_pods_and_owned_fields_are_refused() {
+    let template = json!({"spec": {
+        "imagePullSecrets": [{"name": "registry"}],
+        "initContainers": [{"name": "prepare", "image": "busybox", "command": ["true"]}],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "containers": [{"name": "clickhouse",
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}});
+    let mut keeper_template = template.clone();
+    keeper_template["spec"]["containers"][0]["name"] = json!("keeper");
+    let c = cluster(
+        json!({"keeper": {"replicas": 3, "pod": {"template": keeper_template}},
+        "pod": {"template": template}}),
+    );
+    let d = build(&c, &inputs(replicas(2, 2)));
+    let keeper = &d.keeper.as_ref().unwrap().statefulset.spec;
+    let mut all = templates(&d);
+    all.push(keeper.template.clone());
+    assert_eq!(all.len(), 5);
+    for t in &all {
+        let spec = t.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.image_pull_secrets.as_ref().unwrap()[0].name,
+            "registry"
+        );
+        assert_eq!(spec.init_containers.as_ref().unwrap()[0].name, "prepare");
+        let volumes = spec.volumes.as_ref().unwrap();
+        assert!(volumes.iter().any(|v| v.name == "scratch"));
+        let main = &spec.containers[0];
+        assert!(main.image.is_some(), "the main container keeps its image");
+        assert!(
+            main.volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.mount_path == "/scratch")
+        );
+    }
+    for (spec, field) in [
+        (
+            json!({"pod": {"template": {"spec": {"containers": [{"name": "clickhouse", "image": "x"}]}}}}),
+            "spec.pod.template.spec.containers[clickhouse].image",
+        ),
+        (
+            json!({"keeper": {"replicas": 3, "pod": {"template": {"spec": {"volumes": [{"name": "config", "emptyDir": {}}]}}}}}),
+            "spec.keeper.pod.template.spec.volumes[config]",
+        ),
+    ] {
+        let c = cluster(spec);
+        match desired(&Cluster::new(&c).unwrap(), &inputs(replicas(1, 1))) {
+            Err(BuildError::PodTemplate { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("not refused: {:?}", other.map(|_| ())),
+        }
+    }
+}

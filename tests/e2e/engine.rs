@@ -182,55 +182,8 @@ async fn image_change_rolls_out_one_at_a_time_backup_last() {
     )
     .await;
 
-    // Watch the pods until the rollout is done: record the order of restarts and the most
-    // pods that were down at once.
+    let (order, most_down) = watch_rollout(&client, &ns, "c1", &before, 3, 2).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
-    let mut order: Vec<String> = Vec::new();
-    let mut most_down = 0;
-    let deadline = tokio::time::Instant::now() + READY;
-    loop {
-        let list = pods
-            .list(
-                &ListParams::default()
-                    .labels("clickhouse.com/cluster=c1,app.kubernetes.io/component=server"),
-            )
-            .await
-            .unwrap()
-            .items;
-        let mut down = 3 - list.len();
-        for p in &list {
-            let name = p.name_any();
-            let ready = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                && p.metadata.deletion_timestamp.is_none();
-            if !ready {
-                down += 1;
-            }
-            if before.get(&name).map(|(uid, _)| uid) != p.uid().as_ref() && !order.contains(&name) {
-                order.push(name);
-            }
-        }
-        most_down = most_down.max(down);
-        let c = api.get("c1").await.unwrap();
-        let s = c.status.unwrap();
-        if s.state == ClusterState::Ready && s.observed_generation == Some(2) {
-            assert_eq!(
-                order.len(),
-                3,
-                "every pod restarted once before ready: {order:?}"
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "rollout did not finish: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
     assert!(
         most_down <= 1,
         "S0-18: at most maxUnavailable=1 pod down at once, saw {most_down}"

@@ -12,5 +12,6 @@ mod plan;
 mod scale;
 mod security;
 mod support;
+mod templates;
 mod upgrade;
 mod workload;

@@ -442,6 +442,65 @@ pub async fn wait_ready(
     .await
 }
 
+/// Watches the server pods of `cluster` (`total` of them, `before` as [`pod_ids`] gave them)
+/// until the cluster is ready at `generation`: the pods in the order they were replaced and the
+/// most that were down at once. Fails unless every pod was replaced before ready.
+pub async fn watch_rollout(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    before: &std::collections::BTreeMap<String, (String, i32)>,
+    total: usize,
+    generation: i64,
+) -> (Vec<String>, usize) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
+    let selector = format!("clickhouse.com/cluster={cluster},app.kubernetes.io/component=server");
+    let mut order: Vec<String> = Vec::new();
+    let mut most_down = 0;
+    let deadline = tokio::time::Instant::now() + READY;
+    loop {
+        let list = pods
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items;
+        let mut down = total.saturating_sub(list.len());
+        for p in &list {
+            let name = p.name_any();
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                && p.metadata.deletion_timestamp.is_none();
+            if !ready {
+                down += 1;
+            }
+            if before.get(&name).map(|(uid, _)| uid) != p.uid().as_ref() && !order.contains(&name) {
+                order.push(name);
+            }
+        }
+        most_down = most_down.max(down);
+        let s = api.get(cluster).await.unwrap().status.unwrap();
+        if s.state == ClusterState::Ready && s.observed_generation == Some(generation) {
+            assert_eq!(
+                order.len(),
+                total,
+                "every pod restarted once before ready: {order:?}"
+            );
+            return (order, most_down);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rollout did not finish: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// (uid, restartCount) of the pods of `ns` that match the label `selector` ("" for all), by
 /// pod name: equal before and after means no pod restarted.
 pub async fn pod_ids(

@@ -1,0 +1,175 @@
+//! Pod templates (issue 17) on the local Kubernetes with real ClickHouse 18.16 servers: what the
+//! user's template adds runs in the pods, a change to it rolls them one at a time, and a
+//! template that sets what the operator owns is refused without touching a pod.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use serde_json::json;
+
+use crate::support::*;
+use clickhouse_operator::api::ClusterState;
+
+/// The template: a pull secret, an init container that writes `word` into a volume of its own,
+/// mounted in the server container at ClickHouse's `user_files` folder (nested in the data
+/// volume's mount).
+fn template(word: &str) -> serde_json::Value {
+    json!({"spec": {
+        "imagePullSecrets": [{"name": "registry"}],
+        "initContainers": [{
+            "name": "prepare",
+            "image": "busybox",
+            "command": ["sh", "-c", format!("echo {word} > /files/marker")],
+            "volumeMounts": [{"name": "user-files", "mountPath": "/files"}],
+            "securityContext": {"allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]}}
+        }],
+        "volumes": [{"name": "user-files", "emptyDir": {}}],
+        "containers": [{
+            "name": "clickhouse",
+            "volumeMounts": [{"name": "user-files", "mountPath": "/var/lib/clickhouse/user_files"}]
+        }]
+    }})
+}
+
+/// The marker each server reads through `file()` (from its `user_files`), by pod.
+async fn markers(client: &kube::Client, ns: &str, pods: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in pods {
+        let ch = sql_client(client, ns, "c1", p).await;
+        let v = query(&ch, "SELECT s AS v FROM file('marker', 'TSV', 's String')").await;
+        out.push(v.join(","));
+    }
+    out
+}
+
+/// Issue 17: an init container and an extra volume from `spec.pod.template` are in the running
+/// server pods (the init container ran first: the server reads what it wrote, through a mount
+/// nested in the data volume's), a pull secret from `spec.keeper.pod.template` is on the Keeper
+/// pod; changing the template restarts every server pod exactly once, one at a time, the backup
+/// replica last (Smart Update), and the servers then read the new marker. A template that sets
+/// the main container's image is refused with the field named, no pod restarts, and reverting
+/// it heals the cluster.
+#[tokio::test]
+async fn a_pod_template_adds_init_containers_and_volumes_and_a_change_rolls_one_at_a_time() {
+    let client = client().await;
+    let ns = namespace(&client, "tmpl").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 2, "storage": {"size": "1Gi"}, "pod": {"template": template("one")},
+            "keeper": {"replicas": 1, "pod": {"template":
+                {"spec": {"imagePullSecrets": [{"name": "registry"}]}}}}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let servers: Vec<String> = replica_names(&c)
+        .into_iter()
+        .map(|r| format!("{r}-0"))
+        .collect();
+    assert_eq!(servers.len(), 2);
+    for name in &servers {
+        let p = pods_api.get(name).await.unwrap();
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.image_pull_secrets.as_ref().unwrap()[0].name,
+            "registry"
+        );
+        assert_eq!(spec.init_containers.as_ref().unwrap()[0].name, "prepare");
+        assert!(
+            spec.volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|v| v.name == "user-files")
+        );
+        let init = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .init_container_statuses
+            .as_ref()
+            .unwrap()[0];
+        let done = init.state.as_ref().and_then(|s| s.terminated.as_ref());
+        assert_eq!(done.map(|t| t.exit_code), Some(0), "{name}: {init:?}");
+    }
+    let keeper = pods_api.get("c1-keeper-0").await.unwrap();
+    assert_eq!(
+        keeper.spec.unwrap().image_pull_secrets.unwrap()[0].name,
+        "registry"
+    );
+    assert_eq!(markers(&client, &ns, &servers).await, ["one", "one"]);
+
+    // a change to the init container: every server pod restarts once, one at a time
+    let selector = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+    let before = pod_ids(&client, &ns, selector).await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"pod": {"template": template("two")}}),
+    )
+    .await;
+    let (order, most_down) = watch_rollout(&client, &ns, "c1", &before, 2, 2).await;
+    assert!(
+        most_down <= 1,
+        "one server at a time: {most_down} down at once"
+    );
+    let backup = c
+        .status
+        .as_ref()
+        .unwrap()
+        .replica_state_map
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .map(|(n, _)| format!("{n}-0"))
+        .unwrap();
+    assert_eq!(
+        order.last(),
+        Some(&backup),
+        "the backup replica last: {order:?}"
+    );
+    assert_eq!(markers(&client, &ns, &servers).await, ["two", "two"]);
+
+    // the main container's image set through the template: refused, no pod touched
+    let before = pod_ids(&client, &ns, selector).await;
+    let mut bad = template("two");
+    bad["spec"]["containers"][0]["image"] = json!("clickhouse/clickhouse-server:24.8");
+    patch_spec(&client, &ns, "c1", json!({"pod": {"template": bad}})).await;
+    let c = wait_status(
+        &client,
+        &ns,
+        "c1",
+        std::time::Duration::from_secs(60),
+        "the template refused",
+        |s| s.state == ClusterState::Error && s.observed_generation == Some(3),
+    )
+    .await;
+    let message = c.status.unwrap().message.unwrap_or_default();
+    assert!(
+        message.contains("spec.pod.template.spec.containers[clickhouse].image"),
+        "{message}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(
+        pod_ids(&client, &ns, selector).await,
+        before,
+        "no pod restarted"
+    );
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"pod": {"template": template("two")}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 4).await;
+    assert_eq!(
+        pod_ids(&client, &ns, selector).await,
+        before,
+        "no pod restarted"
+    );
+    finish(&client, &ns, op).await;
+}
