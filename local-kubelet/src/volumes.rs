@@ -302,7 +302,7 @@ impl VolumeState {
                     cm.optional.unwrap_or(false),
                     &mut files,
                 )?;
-                write_files(&dir, &files, fs_group)?;
+                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -320,7 +320,7 @@ impl VolumeState {
                     s.optional.unwrap_or(false),
                     &mut files,
                 )?;
-                write_files(&dir, &files, fs_group)?;
+                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -334,7 +334,7 @@ impl VolumeState {
                     mode,
                     &mut files,
                 )?;
-                write_files(&dir, &files, fs_group)?;
+                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -385,7 +385,7 @@ impl VolumeState {
                         )?;
                     }
                 }
-                write_files(&dir, &files, fs_group)?;
+                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -465,8 +465,54 @@ async fn pv_path(ctx: &SharedCtx, ns: &str, claim: &str) -> Result<PathBuf> {
     bail!("persistentvolume {vn} is neither hostPath nor local")
 }
 
-/// Writes the files (replacing changed ones by rename), removes files no longer wanted.
-fn write_files(dir: &Path, files: &Files, fs_group: Option<u32>) -> Result<()> {
+/// The folders of volume `volume`, relative to it, where other volumes are mounted (a volume
+/// mounted at `/etc/x/a` while `volume` is at `/etc/x`: `a`), with every folder above them:
+/// the mount points a sync of the volume's files must keep, as a real kubelet does (removing
+/// one on the host detaches the mount in the pod).
+fn nested_mount_points(spec: &k8s_openapi::api::core::v1::PodSpec, volume: &str) -> Vec<String> {
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter());
+    let mut keep = Vec::new();
+    for c in containers {
+        let mounts = c.volume_mounts.as_deref().unwrap_or_default();
+        for m in mounts.iter().filter(|m| m.name == volume) {
+            let base = format!("{}/", m.mount_path.trim_end_matches('/'));
+            let sub = m.sub_path.as_deref().unwrap_or_default().trim_matches('/');
+            for other in mounts {
+                let Some(rel) = other.mount_path.strip_prefix(&base) else {
+                    continue;
+                };
+                let rel = rel.trim_matches('/');
+                if rel.is_empty() {
+                    continue;
+                }
+                let rel = if sub.is_empty() {
+                    rel.to_string()
+                } else {
+                    format!("{sub}/{rel}")
+                };
+                let mut at = String::new();
+                for part in rel.split('/') {
+                    if !at.is_empty() {
+                        at.push('/');
+                    }
+                    at.push_str(part);
+                    keep.push(at.clone());
+                }
+            }
+        }
+    }
+    keep.sort();
+    keep.dedup();
+    keep
+}
+
+/// Writes the files (replacing changed ones by rename), removes files no longer wanted, except
+/// the folders in `keep` (mount points of other volumes).
+fn write_files(dir: &Path, files: &Files, fs_group: Option<u32>, keep: &[String]) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     for (rel, (data, mode)) in files {
         let rel = rel.trim_start_matches('/');
@@ -499,11 +545,11 @@ fn write_files(dir: &Path, files: &Files, fs_group: Option<u32>) -> Result<()> {
         }
         std::fs::rename(&tmp, &p)?;
     }
-    remove_unwanted(dir, dir, files);
+    remove_unwanted(dir, dir, files, keep);
     Ok(())
 }
 
-fn remove_unwanted(root: &Path, dir: &Path, files: &Files) {
+fn remove_unwanted(root: &Path, dir: &Path, files: &Files, keep: &[String]) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
@@ -515,12 +561,44 @@ fn remove_unwanted(root: &Path, dir: &Path, files: &Files) {
             .to_string_lossy()
             .to_string();
         if p.is_dir() {
-            remove_unwanted(root, &p, files);
-            if !files.keys().any(|k| k.starts_with(&format!("{rel}/"))) {
+            let kept = keep.contains(&rel);
+            // a mount point itself is left alone; what is above it is cleaned around it
+            if kept && !keep.iter().any(|k| k.starts_with(&format!("{rel}/"))) {
+                continue;
+            }
+            remove_unwanted(root, &p, files, keep);
+            if !kept && !files.keys().any(|k| k.starts_with(&format!("{rel}/"))) {
                 let _ = std::fs::remove_dir(&p);
             }
         } else if !files.contains_key(&rel) {
             let _ = std::fs::remove_file(&p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mount points of other volumes inside a volume, through a subPath too, with the folders
+    /// above them; nothing for a volume with none inside.
+    #[test]
+    fn nested_mount_points_of_a_volume() {
+        let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(json!({
+            "initContainers": [{"name": "i", "volumeMounts": [
+                {"name": "cfg", "mountPath": "/etc/x", "subPath": "s"},
+                {"name": "d", "mountPath": "/etc/x/deep/er"}]}],
+            "containers": [{"name": "c", "volumeMounts": [
+                {"name": "cfg", "mountPath": "/etc/x/"},
+                {"name": "a", "mountPath": "/etc/x/a"},
+                {"name": "b", "mountPath": "/etc/xy"},
+                {"name": "o", "mountPath": "/other"}]}]
+        }))
+        .unwrap();
+        assert_eq!(
+            nested_mount_points(&spec, "cfg"),
+            ["a", "s", "s/deep", "s/deep/er"]
+        );
+        assert!(nested_mount_points(&spec, "o").is_empty());
     }
 }

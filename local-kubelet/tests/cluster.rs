@@ -844,7 +844,7 @@ spec:
   containers:
   - name: c
     image: debian:12
-    command: [sh, -c, 'env > /out/env; exec sleep 3600']
+    command: [sh, -c, 'env > /out/env; echo kept > /etc/demo/nested/mark; exec sleep 3600']
     env:
     - {{name: GREETING, valueFrom: {{configMapKeyRef: {{name: cm, key: greeting}}}}}}
     - {{name: PASSWORD, valueFrom: {{secretKeyRef: {{name: sec, key: password}}}}}}
@@ -857,6 +857,7 @@ spec:
     volumeMounts:
     - {{name: out, mountPath: /out}}
     - {{name: cfg, mountPath: /etc/demo}}
+    - {{name: nested, mountPath: /etc/demo/nested}}
     - {{name: sec, mountPath: /etc/demo-secret}}
     - {{name: info, mountPath: /etc/podinfo}}
     - {{name: host, mountPath: /mnt/host}}
@@ -864,6 +865,7 @@ spec:
     lifecycle: {{preStop: {{exec: {{command: [sh, -c, 'echo bye > /mnt/host/prestop']}}}}}}
   volumes:
   - {{name: out, emptyDir: {{}}}}
+  - {{name: nested, emptyDir: {{}}}}
   - {{name: cfg, configMap: {{name: cm, items: [{{key: greeting, path: sub/greeting.txt, mode: 0600}}]}}}}
   - {{name: sec, secret: {{secretName: sec, defaultMode: 0400}}}}
   - {{name: info, downwardAPI: {{items: [{{path: name, fieldRef: {{fieldPath: metadata.name}}}}]}}}}
@@ -946,6 +948,13 @@ spec:
             == Some("bonjour")
     });
     assert!(updated, "configmap update not visible in the pod");
+    // a volume mounted inside the ConfigMap's mount keeps its mount point through the syncs
+    // of the ConfigMap (a real kubelet keeps it too)
+    assert_eq!(
+        in_pod(&ip, &["cat", "/etc/demo/nested/mark"])?.trim(),
+        "kept",
+        "the nested mount point was lost"
+    );
     // the API server through the kubernetes Service, with the pod's own token
     let api = in_pod(
         &ip,
