@@ -96,6 +96,11 @@ pub struct ClickHouseClusterSpec {
     /// client ports from `clients`. Changing this restarts nothing.
     #[serde(default)]
     pub network_policy: NetworkPolicies,
+    /// The Kubernetes cluster's DNS domain (default `cluster.local`): the servers, Keeper and
+    /// the operator reach the pods as `<pod>.<service>.<namespace>.svc.<clusterDomain>`. Cannot
+    /// change once the cluster exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_domain: Option<String>,
     /// Version of the resource format; the operator refuses versions newer than itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cr_version: Option<String>,
@@ -151,6 +156,13 @@ pub struct KeeperSpec {
 }
 
 impl ClickHouseClusterSpec {
+    /// `clusterDomain`, or `cluster.local`.
+    pub fn cluster_domain(&self) -> &str {
+        self.cluster_domain
+            .as_deref()
+            .unwrap_or(crate::model::names::DEFAULT_CLUSTER_DOMAIN)
+    }
+
     /// Every Secret the spec names: (the field naming it, the Secret's name, whether the
     /// cluster reads it now — the TLS Secrets only while TLS is enabled).
     pub fn secret_references(&self) -> [(&'static str, Option<&String>, bool); 5] {

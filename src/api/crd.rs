@@ -79,6 +79,16 @@ pub const CLUSTER_RULES: &[Rule] = &[
         message: "spec.backup.schedules names must be unique",
     },
     Rule {
+        path: &["spec", "clusterDomain"],
+        rule: "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",
+        message: "spec.clusterDomain must be a DNS name such as cluster.local",
+    },
+    Rule {
+        path: &["spec"],
+        rule: "has(self.clusterDomain) == has(oldSelf.clusterDomain) && (!has(self.clusterDomain) || self.clusterDomain == oldSelf.clusterDomain)",
+        message: "spec.clusterDomain cannot change once the cluster exists",
+    },
+    Rule {
         path: &["spec", "backup", "schedules", "[]", "name"],
         rule: "self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
         message: "a backup schedule name must be a DNS label",
@@ -99,6 +109,7 @@ const CLUSTER_LIMITS: &[(&[&str], &str, u64)] = &[
         63,
     ),
     (&["spec", "users", "secretName"], "maxLength", 253),
+    (&["spec", "clusterDomain"], "maxLength", 253),
     (&["spec", "storage", "size"], "maxLength", 32),
     (&["spec", "keeper", "storage", "size"], "maxLength", 32),
 ];

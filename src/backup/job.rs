@@ -50,6 +50,8 @@ pub struct AgentJob {
     pub owner: OwnerReference,
     pub namespace: String,
     pub cluster: String,
+    /// The cluster's DNS domain (`spec.clusterDomain`).
+    pub cluster_domain: String,
     /// The backup written (backup) or read (restore).
     pub backup: String,
     pub shard: i32,
@@ -203,7 +205,7 @@ impl AgentJob {
         ]);
         let hosts: Vec<String> = std::iter::once(&self.replica)
             .chain(&self.peers)
-            .map(|r| names::replica_host(&self.cluster, &self.namespace, r))
+            .map(|r| names::replica_host(&self.cluster, &self.namespace, &self.cluster_domain, r))
             .collect();
         let d = &self.destination;
         let mut envs = vec![
@@ -330,6 +332,7 @@ mod tests {
 
     fn job() -> AgentJob {
         AgentJob {
+            cluster_domain: "cluster.local".into(),
             mode: Mode::Backup,
             owner: OwnerReference {
                 api_version: "clickhouse.com/v1alpha1".into(),

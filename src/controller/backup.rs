@@ -494,6 +494,7 @@ impl Pass<'_> {
                         owner: owner(self.backup),
                         namespace: self.ns.clone(),
                         cluster: cluster.name_any(),
+                        cluster_domain: cluster.spec.cluster_domain().to_string(),
                         backup: name.clone(),
                         shard: shard.shard,
                         replica: shard.replica.clone(),

@@ -233,6 +233,7 @@ impl Pass<'_> {
                         owner: owner(self.restore),
                         namespace: self.ns.clone(),
                         cluster: cluster.name_any(),
+                        cluster_domain: cluster.spec.cluster_domain().to_string(),
                         backup: self.restore.spec.backup_name.clone(),
                         shard: shard.shard,
                         replica: shard.replica.clone(),

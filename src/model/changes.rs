@@ -13,6 +13,7 @@
 //! | TLS / env Secret contents ([`classify_secrets`]) | [`Need::RollingRestart`] | env Secret: [`Need::RollingRestart`] |
 //! | storage size larger, volume scaling on | [`Need::PvcResize`] | the same for `keeper.storage` |
 //! | storage smaller, class changed, or larger without volume scaling | [`Need::Refused`] | the same |
+//! | `clusterDomain` | [`Need::Refused`] | [`Need::Refused`] |
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
@@ -237,6 +238,11 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     }
     if old.image != new.image {
         s.add(Need::RollingRestart, "spec.image");
+    }
+    if old.cluster_domain() != new.cluster_domain() {
+        let message = "spec.clusterDomain cannot change: every host name the servers and Keeper know each other by would change";
+        s.add(Need::Refused, message);
+        ch.keeper.add(Need::Refused, message);
     }
     pod_settings(s, "spec.pod", &old.pod, &new.pod);
     let (oc, nc) = (&old.configuration, &new.configuration);
@@ -710,6 +716,24 @@ mod tests {
             json!({"keeper": {"storage": {"size": "5Gi"}}, "storageScaling": on}),
             &[],
             &[Need::PvcResize],
+        );
+    }
+
+    /// Issue 17: the cluster domain is fixed once the cluster exists (the API server refuses the
+    /// change too); stating the default is no change.
+    #[test]
+    fn the_cluster_domain_cannot_change() {
+        row(
+            json!({}),
+            json!({"clusterDomain": "corp.example"}),
+            &[Need::Refused],
+            &[Need::Refused],
+        );
+        row(
+            json!({}),
+            json!({"clusterDomain": "cluster.local"}),
+            &[],
+            &[],
         );
     }
 

@@ -144,27 +144,30 @@ pub fn keeper_headless_service(cluster: &str) -> String {
     format!("{cluster}-keeper-headless")
 }
 
-/// DNS name of a server replica's pod: `<sts>-0.<cluster>-headless.<ns>.svc.cluster.local`.
-pub fn replica_host(cluster: &str, namespace: &str, replica: &str) -> String {
+/// The cluster domain unless `spec.clusterDomain` names another.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// DNS name of a server replica's pod: `<sts>-0.<cluster>-headless.<ns>.svc.<domain>`.
+pub fn replica_host(cluster: &str, namespace: &str, domain: &str, replica: &str) -> String {
     format!(
-        "{}.{}.{namespace}.svc.cluster.local",
+        "{}.{}.{namespace}.svc.{domain}",
         replica_pod(replica),
         headless_service(cluster)
     )
 }
 
 /// DNS name of Keeper member `ordinal` (0-based): its raft id is `ordinal + 1`.
-pub fn keeper_host(cluster: &str, namespace: &str, ordinal: i32) -> String {
+pub fn keeper_host(cluster: &str, namespace: &str, domain: &str, ordinal: i32) -> String {
     format!(
-        "{}-{ordinal}.{}.{namespace}.svc.cluster.local",
+        "{}-{ordinal}.{}.{namespace}.svc.{domain}",
         keeper(cluster),
         keeper_headless_service(cluster)
     )
 }
 
 /// DNS name of the client Service: the cluster's endpoint inside Kubernetes.
-pub fn client_host(cluster: &str, namespace: &str) -> String {
-    format!("{}.{namespace}.svc.cluster.local", client_service(cluster))
+pub fn client_host(cluster: &str, namespace: &str, domain: &str) -> String {
+    format!("{}.{namespace}.svc.{domain}", client_service(cluster))
 }
 
 #[cfg(test)]
@@ -176,14 +179,21 @@ mod tests {
         assert_eq!(replica_name("c1", 1, 2), "c1-1-2");
         assert_eq!(replica_pod("c1-1-2"), "c1-1-2-0");
         assert_eq!(
-            replica_host("c1", "t1", "c1-0-0"),
+            replica_host("c1", "t1", DEFAULT_CLUSTER_DOMAIN, "c1-0-0"),
             "c1-0-0-0.c1-headless.t1.svc.cluster.local"
         );
         assert_eq!(
-            keeper_host("c1", "t1", 2),
+            keeper_host("c1", "t1", DEFAULT_CLUSTER_DOMAIN, 2),
             "c1-keeper-2.c1-keeper-headless.t1.svc.cluster.local"
         );
-        assert_eq!(client_host("c1", "t1"), "c1.t1.svc.cluster.local");
+        assert_eq!(
+            client_host("c1", "t1", DEFAULT_CLUSTER_DOMAIN),
+            "c1.t1.svc.cluster.local"
+        );
+        assert_eq!(
+            replica_host("c1", "t1", "corp.example", "c1-0-0"),
+            "c1-0-0-0.c1-headless.t1.svc.corp.example"
+        );
         assert_eq!(shard_pdb("c1", 0), "c1-shard-0");
         assert_eq!(data_pvc("c1-1-2"), "data-c1-1-2-0");
     }

@@ -1226,7 +1226,7 @@ proptest::proptest! {
         for (r, (sts, cm)) in reps.iter().zip(d.server_statefulsets.iter().zip(&d.replica_configs)) {
             proptest::prop_assert_eq!(sts.metadata.name.as_ref(), Some(&r.name));
             proptest::prop_assert_eq!(cm.metadata.name.as_ref(), Some(&r.name));
-            let host = names::replica_host("c1", "t1", &r.name);
+            let host = names::replica_host("c1", "t1", names::DEFAULT_CLUSTER_DOMAIN, &r.name);
             let hits: Vec<_> = doc
                 .descendants()
                 .filter(|n| n.has_tag_name("host") && n.text() == Some(host.as_str()))
@@ -1242,7 +1242,7 @@ proptest::proptest! {
             let want: std::collections::BTreeSet<String> = reps
                 .iter()
                 .filter(|o| o.shard == r.shard)
-                .map(|o| names::replica_host("c1", "t1", &o.name))
+                .map(|o| names::replica_host("c1", "t1", names::DEFAULT_CLUSTER_DOMAIN, &o.name))
                 .collect();
             proptest::prop_assert_eq!(shard_hosts, want);
             let pdb = names::shard_pdb("c1", r.shard);
@@ -1705,4 +1705,38 @@ fn pod_templates_reach_the_server_and_keeper_pods_and_owned_fields_are_refused()
             other => panic!("not refused: {:?}", other.map(|_| ())),
         }
     }
+}
+
+/// Issue 17: `spec.clusterDomain` names every host the servers and Keeper know each other by
+/// (`remote_servers`, the Keeper nodes, the interserver host, Keeper's raft members).
+#[test]
+fn the_cluster_domain_names_every_host() {
+    let c = cluster(json!({"clusterDomain": "corp.example", "keeper": {"replicas": 3}}));
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let mut texts = vec![remote_file(&d), common_file(&d, RUNTIME_FILE).to_string()];
+    texts.extend(
+        d.replica_configs
+            .iter()
+            .flat_map(|m| m.data.clone().unwrap().into_values()),
+    );
+    texts.extend(
+        d.keeper
+            .as_ref()
+            .unwrap()
+            .config
+            .data
+            .clone()
+            .unwrap()
+            .into_values(),
+    );
+    let all = texts.join("\n");
+    assert!(!all.contains("cluster.local"), "{all}");
+    assert!(
+        all.contains("c1-0-0-0.c1-headless.t1.svc.corp.example"),
+        "{all}"
+    );
+    assert!(
+        all.contains("c1-keeper-2.c1-keeper-headless.t1.svc.corp.example"),
+        "{all}"
+    );
 }

@@ -84,7 +84,11 @@ fn client_host(pass: &Pass) -> Option<String> {
                 .or(ing["hostname"].as_str())
                 .map(str::to_string)
         }
-        _ => Some(names::client_host(&pass.name, &pass.namespace)),
+        _ => Some(names::client_host(
+            &pass.name,
+            &pass.namespace,
+            pass.spec.cluster_domain(),
+        )),
     }
 }
 

@@ -80,6 +80,11 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
             json!({"backup": {"schedules": [{"name": "a", "schedule": "0 3 * * *", "destination": "x", "keep": 0}]}}),
             "keep at least 1",
         ),
+        (
+            "domain",
+            json!({"clusterDomain": "Corp_Example"}),
+            "spec.clusterDomain must be a DNS name",
+        ),
         ("Upper-Name", json!({}), "metadata.name must be a DNS label"),
         (
             &"n".repeat(41),
@@ -126,6 +131,31 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
     )
     .await
     .expect("growing is accepted");
+    // Transition rule: the cluster domain is set at creation and stays
+    api.create(
+        &PostParams::default(),
+        &object(&ns, "domain-ok", json!({"clusterDomain": "corp.example"})),
+    )
+    .await
+    .expect("a cluster domain is accepted at creation");
+    for (name, domain) in [
+        ("ok", json!("corp.example")),
+        ("domain-ok", json!("other.example")),
+        ("domain-ok", json!(null)),
+    ] {
+        let err = api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"clusterDomain": domain}})),
+            )
+            .await
+            .expect_err("a changed cluster domain is refused");
+        assert!(
+            err.to_string().contains("clusterDomain cannot change"),
+            "{name} → {domain}: {err}"
+        );
+    }
     // schemaPolicy is free-form (S1-26): any value is accepted by the API server.
     api.create(
         &PostParams::default(),

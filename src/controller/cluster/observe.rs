@@ -551,6 +551,7 @@ pub fn replica_config(
         config.tls_server_name = Some(names::replica_host(
             &cluster.name_any(),
             &cluster.namespace().unwrap_or_default(),
+            cluster.spec.cluster_domain(),
             replica,
         ));
     }

@@ -34,7 +34,7 @@ fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Ele
             .child(Element::leaf("id", i + 1))
             .child(Element::leaf(
                 "hostname",
-                names::keeper_host(c.name, c.namespace, i),
+                names::keeper_host(c.name, c.namespace, c.spec.cluster_domain(), i),
             ))
             .child(Element::leaf("port", names::KEEPER_RAFT_PORT))
     });

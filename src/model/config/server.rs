@@ -285,7 +285,7 @@ pub fn remote_servers(
                 let e = Element::new("replica")
                     .child(Element::leaf(
                         "host",
-                        names::replica_host(c.name, c.namespace, &r.name),
+                        names::replica_host(c.name, c.namespace, c.spec.cluster_domain(), &r.name),
                     ))
                     .child(Element::leaf("port", port))
                     .child(Element::leaf("user", user))
@@ -312,7 +312,7 @@ fn zookeeper(c: &Cluster<'_>) -> Option<Element> {
                 Element::new("node")
                     .child(Element::leaf(
                         "host",
-                        names::keeper_host(c.name, c.namespace, i),
+                        names::keeper_host(c.name, c.namespace, c.spec.cluster_domain(), i),
                     ))
                     .child(Element::leaf("port", names::KEEPER_CLIENT_PORT))
             }))
@@ -349,7 +349,7 @@ pub fn replica_file(c: &Cluster<'_>, r: &ReplicaSpec) -> String {
         )
         .child(Element::leaf(
             "interserver_http_host",
-            names::replica_host(c.name, c.namespace, &r.name),
+            names::replica_host(c.name, c.namespace, c.spec.cluster_domain(), &r.name),
         ))
         .to_document()
 }

@@ -86,7 +86,7 @@ fn networks(c: &Cluster<'_>, servers: &[ReplicaSpec], extra: &[String]) -> Eleme
     for r in servers {
         n = n.child(Element::leaf(
             "host",
-            names::replica_host(c.name, c.namespace, &r.name),
+            names::replica_host(c.name, c.namespace, c.spec.cluster_domain(), &r.name),
         ));
     }
     n
