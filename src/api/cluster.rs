@@ -618,6 +618,19 @@ pub struct ClientServiceSpec {
     pub r#type: ClientServiceType,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// Extra labels of the Service (the operator's own labels cannot be set).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Client networks a `LoadBalancer` accepts (CIDRs), where the cloud supports it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_balancer_source_ranges: Vec<String>,
+    /// `Cluster` or `Local` (keeps the client's address; `NodePort` and `LoadBalancer` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_traffic_policy: Option<ExternalTrafficPolicy>,
+    /// One Service more per replica, `<replica>-client` (the replica's StatefulSet name plus
+    /// `-client`), of the same type and options, for clients that pin a replica.
+    #[serde(default)]
+    pub per_replica: bool,
 }
 
 impl Default for ClientServiceSpec {
@@ -626,8 +639,18 @@ impl Default for ClientServiceSpec {
             enabled: true,
             r#type: ClientServiceType::default(),
             annotations: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            load_balancer_source_ranges: Vec::new(),
+            external_traffic_policy: None,
+            per_replica: false,
         }
     }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ExternalTrafficPolicy {
+    Cluster,
+    Local,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

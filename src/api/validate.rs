@@ -72,6 +72,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
         check_pod(which, pod, &mut errors);
     }
     check_configuration(spec, &mut errors);
+    check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
     (errors.0, warnings(spec))
 }
@@ -393,6 +394,44 @@ fn check_pod(which: &str, pod: &PodSettings, errors: &mut Errors) {
             &format!("{which}.topologySpreadKey"),
             format!("{key:?} is not a valid label key"),
         );
+    }
+}
+
+/// The client Service's options fit its type; its labels are valid and not the operator's.
+fn check_client_service(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    use crate::api::ClientServiceType;
+    let cs = &spec.client_service;
+    if cs.external_traffic_policy.is_some() && cs.r#type == ClientServiceType::ClusterIP {
+        errors.add(
+            "spec.clientService.externalTrafficPolicy",
+            "applies to type NodePort or LoadBalancer only".into(),
+        );
+    }
+    if !cs.load_balancer_source_ranges.is_empty() {
+        if cs.r#type != ClientServiceType::LoadBalancer {
+            errors.add(
+                "spec.clientService.loadBalancerSourceRanges",
+                "applies to type LoadBalancer only".into(),
+            );
+        }
+        check_networks(
+            errors,
+            "spec.clientService.loadBalancerSourceRanges",
+            &cs.load_balancer_source_ranges,
+        );
+    }
+    for (key, value) in &cs.labels {
+        if !is_label_key(key) || !is_label_value(value) {
+            errors.add(
+                "spec.clientService.labels",
+                format!("{key:?}: {value:?} is not a valid label"),
+            );
+        } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
+            errors.add(
+                "spec.clientService.labels",
+                format!("{key:?} is reserved for the operator"),
+            );
+        }
     }
 }
 
@@ -756,6 +795,44 @@ mod tests {
             fields("c1", &s).is_empty(),
             "a port of a switched-off endpoint is not checked"
         );
+    }
+
+    /// Issue 17: the client Service's options must fit its type, its networks be CIDRs and
+    /// its labels not the operator's.
+    #[test]
+    fn client_service_options_fit_its_type() {
+        use crate::api::{ClientServiceType, ExternalTrafficPolicy};
+        let mut s = spec();
+        s.client_service.external_traffic_policy = Some(ExternalTrafficPolicy::Local);
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.clientService.externalTrafficPolicy".to_string()]
+        );
+        s.client_service.r#type = ClientServiceType::NodePort;
+        assert!(fields("c1", &s).is_empty());
+        s.client_service.load_balancer_source_ranges = vec!["10.0.0.0/8".into()];
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.clientService.loadBalancerSourceRanges".to_string()]
+        );
+        s.client_service.r#type = ClientServiceType::LoadBalancer;
+        assert!(fields("c1", &s).is_empty());
+        s.client_service.load_balancer_source_ranges = vec!["ten/8".into()];
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.clientService.loadBalancerSourceRanges".to_string()]
+        );
+        s.client_service.load_balancer_source_ranges.clear();
+        s.client_service
+            .labels
+            .insert("clickhouse.com/cluster".into(), "x".into());
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.clientService.labels".to_string()]
+        );
+        s.client_service.labels.clear();
+        s.client_service.labels.insert("team".into(), "db".into());
+        assert!(fields("c1", &s).is_empty());
     }
 
     /// Issue 15: an unknown profile for the users would make ClickHouse refuse the whole users

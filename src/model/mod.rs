@@ -198,6 +198,8 @@ pub struct Desired {
     pub headless_service: Service,
     /// `<cluster>`, unless `spec.clientService.enabled` is false.
     pub client_service: Option<Service>,
+    /// `<replica>-client` per replica, with `spec.clientService.perReplica`.
+    pub replica_services: Vec<Service>,
     /// `<cluster>-shard-<n>` per shard.
     pub shard_pdbs: Vec<PodDisruptionBudget>,
     /// The Keeper ensemble, unless `spec.keeper.replicas` is 0.
@@ -266,6 +268,7 @@ fn stamp_all(d: &mut Desired) {
     d.server_statefulsets.iter_mut().for_each(stamp_statefulset);
     stamp(&mut d.headless_service);
     d.client_service.iter_mut().for_each(stamp);
+    d.replica_services.iter_mut().for_each(stamp);
     d.shard_pdbs.iter_mut().for_each(stamp);
     d.network_policies.iter_mut().for_each(stamp);
     if let Some(k) = &mut d.keeper {
@@ -306,6 +309,7 @@ fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
         server_statefulsets,
         headless_service: service::headless(c),
         client_service: service::client(c),
+        replica_services: service::per_replica(c, &inputs.replicas),
         shard_pdbs: pdb::shards(c, &inputs.replicas),
         keeper: keeper::objects(c, &inputs.secrets)?,
         network_policies: network_policy::policies(c, inputs),

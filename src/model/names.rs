@@ -165,6 +165,11 @@ pub fn keeper_host(cluster: &str, namespace: &str, domain: &str, ordinal: i32) -
     )
 }
 
+/// The Service of one replica for clients that pin it (`spec.clientService.perReplica`).
+pub fn replica_client_service(replica: &str) -> String {
+    format!("{replica}-client")
+}
+
 /// DNS name of the client Service: the cluster's endpoint inside Kubernetes.
 pub fn client_host(cluster: &str, namespace: &str, domain: &str) -> String {
     format!("{}.{namespace}.svc.{domain}", client_service(cluster))

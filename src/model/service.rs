@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::labels::{self, Component};
 use super::statefulset::server_ports;
-use super::{Cluster, names};
+use super::{Cluster, ReplicaSpec, names};
 use crate::api::ClientServiceType;
 
 pub(crate) fn service_port(name: &str, port: i32) -> ServicePort {
@@ -51,19 +51,53 @@ pub fn client(c: &Cluster<'_>) -> Option<Service> {
     if !cs.enabled {
         return None;
     }
+    Some(client_like(
+        c,
+        names::client_service(c.name),
+        labels::serving_selector(c.name),
+    ))
+}
+
+/// `<replica>-client` for every replica in `replicas`, when `spec.clientService.perReplica`:
+/// like the client Service, but selecting that replica's pod only.
+pub fn per_replica(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Vec<Service> {
+    let cs = &c.spec.client_service;
+    if !cs.enabled || !cs.per_replica {
+        return Vec::new();
+    }
+    replicas
+        .iter()
+        .map(|r| {
+            client_like(
+                c,
+                names::replica_client_service(&r.name),
+                labels::replica_selector(c.name, &r.name),
+            )
+        })
+        .collect()
+}
+
+/// A client Service named `name` selecting `selector`, with `spec.clientService`'s type,
+/// labels, annotations, source ranges and traffic policy, on the client ports.
+fn client_like(
+    c: &Cluster<'_>,
+    name: String,
+    selector: std::collections::BTreeMap<String, String>,
+) -> Service {
+    let cs = &c.spec.client_service;
     let ports = server_ports(c)
         .into_iter()
         .filter(|(n, _)| !n.starts_with("interserver"))
         .map(|(n, p)| service_port(n, p))
         .collect();
-    let mut metadata = c.meta(
-        names::client_service(c.name),
-        labels::common(c.name, Component::Server),
-    );
+    let mut service_labels = cs.labels.clone();
+    service_labels.extend(labels::common(c.name, Component::Server));
+    let mut metadata = c.meta(name, service_labels);
     if !cs.annotations.is_empty() {
         metadata.annotations = Some(cs.annotations.clone());
     }
-    Some(Service {
+    let external = cs.r#type != ClientServiceType::ClusterIP;
+    Service {
         metadata,
         spec: Some(ServiceSpec {
             type_: Some(
@@ -74,10 +108,17 @@ pub fn client(c: &Cluster<'_>) -> Option<Service> {
                 }
                 .into(),
             ),
-            selector: Some(labels::serving_selector(c.name)),
+            selector: Some(selector),
             ports: Some(ports),
+            load_balancer_source_ranges: (cs.r#type == ClientServiceType::LoadBalancer
+                && !cs.load_balancer_source_ranges.is_empty())
+            .then(|| cs.load_balancer_source_ranges.clone()),
+            external_traffic_policy: cs
+                .external_traffic_policy
+                .filter(|_| external)
+                .map(|p| format!("{p:?}")),
             ..ServiceSpec::default()
         }),
         ..Service::default()
-    })
+    }
 }

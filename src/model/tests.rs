@@ -1740,3 +1740,59 @@ fn the_cluster_domain_names_every_host() {
         "{all}"
     );
 }
+
+/// Issue 17: the client Service carries the user's labels, source ranges and traffic policy;
+/// with `perReplica`, every replica gets `<replica>-client` selecting its pod only.
+#[test]
+fn client_service_options_and_per_replica_services() {
+    let c = cluster(json!({"clientService": {"type": "LoadBalancer",
+        "labels": {"team": "db"}, "annotations": {"lb": "internal"},
+        "loadBalancerSourceRanges": ["10.0.0.0/8"], "externalTrafficPolicy": "Local",
+        "perReplica": true}}));
+    let d = build(&c, &inputs(replicas(2, 2)));
+    let client = d.client_service.as_ref().unwrap();
+    let mut all = vec![client.clone()];
+    all.extend(d.replica_services.iter().cloned());
+    assert_eq!(all.len(), 5);
+    for s in &all {
+        let labels = s.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["team"], "db");
+        assert_eq!(labels["clickhouse.com/cluster"], "c1");
+        assert_eq!(s.metadata.annotations.as_ref().unwrap()["lb"], "internal");
+        let spec = s.spec.as_ref().unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
+        assert_eq!(
+            spec.load_balancer_source_ranges.as_ref().unwrap(),
+            &["10.0.0.0/8"]
+        );
+        assert_eq!(spec.external_traffic_policy.as_deref(), Some("Local"));
+    }
+    let names: Vec<String> = d
+        .replica_services
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "c1-0-0-client",
+            "c1-0-1-client",
+            "c1-1-2-client",
+            "c1-1-3-client"
+        ]
+    );
+    let selector = d.replica_services[1]
+        .spec
+        .as_ref()
+        .unwrap()
+        .selector
+        .as_ref()
+        .unwrap();
+    assert_eq!(selector, &labels::replica_selector("c1", "c1-0-1"));
+    // off by default
+    let d = build(&cluster(json!({})), &inputs(replicas(1, 2)));
+    assert!(d.replica_services.is_empty());
+    let spec = d.client_service.unwrap().spec.unwrap();
+    assert_eq!(spec.external_traffic_policy, None);
+    assert_eq!(spec.load_balancer_source_ranges, None);
+}

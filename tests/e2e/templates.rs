@@ -173,3 +173,87 @@ async fn a_pod_template_adds_init_containers_and_volumes_and_a_change_rolls_one_
     );
     finish(&client, &ns, op).await;
 }
+
+/// Issue 17: with `clientService.perReplica`, every replica gets `<replica>-client`, and a
+/// query through it always lands on that replica; the client Service carries the user's
+/// labels. Switching it off removes those Services and restarts no pod.
+#[tokio::test]
+async fn per_replica_services_reach_their_replica_and_go_when_switched_off() {
+    use k8s_openapi::api::core::v1::Service;
+    let client = client().await;
+    let ns = namespace(&client, "svc").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 2, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1},
+            "clientService": {"perReplica": true, "labels": {"team": "db"}}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let client_labels = services.get("c1").await.unwrap().metadata.labels.unwrap();
+    assert_eq!(client_labels.get("team").map(String::as_str), Some("db"));
+    let replicas = replica_names(&c);
+    assert_eq!(replicas.len(), 2);
+    for r in &replicas {
+        let ip = services
+            .get(&format!("{r}-client"))
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .expect("a ClusterIP");
+        let ch = sql_client_at(&client, &ns, "c1", &ip, std::time::Duration::from_secs(10)).await;
+        for _ in 0..4 {
+            assert_eq!(
+                query(&ch, "SELECT hostName() AS v").await,
+                [format!("{r}-0")],
+                "{r}-client reaches {r} only"
+            );
+        }
+    }
+    let selector = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+    let before = pod_ids(&client, &ns, selector).await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"clientService": {"perReplica": false}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 2).await;
+    wait_for(
+        std::time::Duration::from_secs(30),
+        "the per-replica Services gone",
+        || {
+            let services = services.clone();
+            let replicas = replicas.clone();
+            async move {
+                for r in &replicas {
+                    if services
+                        .get_opt(&format!("{r}-client"))
+                        .await
+                        .ok()?
+                        .is_some()
+                    {
+                        return None;
+                    }
+                }
+                Some(())
+            }
+        },
+    )
+    .await;
+    assert!(
+        services.get_opt("c1").await.unwrap().is_some(),
+        "the client Service stays"
+    );
+    assert_eq!(
+        pod_ids(&client, &ns, selector).await,
+        before,
+        "no pod restarted"
+    );
+    finish(&client, &ns, op).await;
+}

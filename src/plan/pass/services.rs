@@ -17,6 +17,7 @@ pub fn plan(pass: &mut Pass) {
     let d = pass.desired();
     let services: Vec<serde_json::Value> = std::iter::once(json_of(&d.headless_service))
         .chain(d.client_service.iter().map(json_of))
+        .chain(d.replica_services.iter().map(json_of))
         .chain(d.keeper.iter().map(|k| json_of(&k.client_service)))
         .collect();
     for s in services {
