@@ -153,6 +153,63 @@ pub struct KeeperSpec {
     /// Settings of the Keeper pods.
     #[serde(default)]
     pub pod: PodSettings,
+    /// An existing ZooKeeper or Keeper ensemble instead of one of the cluster's own (`replicas`
+    /// must then be 0): by its members' addresses or by another ClickHouseCluster's Keeper.
+    /// The servers keep everything under `root`, which the operator creates before they start
+    /// and removes when the cluster is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalKeeper>,
+}
+
+/// An existing Keeper ensemble (`spec.keeper.external`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalKeeper {
+    /// The ensemble's members (or one Service in front of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<KeeperNode>,
+    /// Or the Keeper ensemble of another ClickHouseCluster, reached through its Keeper client
+    /// Service `<name>-keeper`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ref: Option<KeeperClusterRef>,
+    /// The path under which this cluster's servers keep everything (default
+    /// `/clickhouse-operator/<namespace>/<name>`): several clusters share one ensemble safely,
+    /// each under its own root. Cannot change once the cluster exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+}
+
+/// One member of an existing Keeper ensemble.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeeperNode {
+    pub host: String,
+    /// Default 2181.
+    #[serde(default = "default_zookeeper_port")]
+    pub port: i32,
+}
+
+fn default_zookeeper_port() -> i32 {
+    2181
+}
+
+/// Another ClickHouseCluster whose Keeper ensemble this cluster uses.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeeperClusterRef {
+    pub name: String,
+    /// Default: this cluster's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl ExternalKeeper {
+    /// `root`, or `/clickhouse-operator/<namespace>/<name>`.
+    pub fn root_of(&self, namespace: &str, name: &str) -> String {
+        self.root
+            .clone()
+            .unwrap_or_else(|| format!("/clickhouse-operator/{namespace}/{name}"))
+    }
 }
 
 impl ClickHouseClusterSpec {
@@ -204,6 +261,7 @@ impl Default for KeeperSpec {
             image: default_keeper_image(),
             storage: default_keeper_storage(),
             pod: PodSettings::default(),
+            external: None,
         }
     }
 }
@@ -690,6 +748,10 @@ pub struct ClickHouseClusterStatus {
     /// The schema policy in force after normalisation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_policy: Option<EffectiveSchemaPolicy>,
+    /// The root path in the external Keeper (`spec.keeper.external`) that the operator created;
+    /// the servers start once it exists, and it is removed with the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper_root: Option<String>,
     /// Automatic upgrades (`spec.upgradeOptions`): the last check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,

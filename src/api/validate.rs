@@ -124,7 +124,65 @@ fn check_counts(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             format!("must be 0 or an odd number up to 7 (quorum needs a majority), got {k}"),
         );
     }
-    if k == 0 && spec.replicas > 1 {
+    if let Some(x) = &spec.keeper.external {
+        if k != 0 {
+            errors.add(
+                "spec.keeper.replicas",
+                format!(
+                    "must be 0 with spec.keeper.external (an ensemble of its own besides), got {k}"
+                ),
+            );
+        }
+        match (x.nodes.is_empty(), &x.cluster_ref) {
+            (true, None) | (false, Some(_)) => errors.add(
+                "spec.keeper.external",
+                "needs either nodes or clusterRef".into(),
+            ),
+            _ => {}
+        }
+        for (i, n) in x.nodes.iter().enumerate() {
+            if n.host.trim().is_empty() || n.host.contains(|c: char| c.is_whitespace() || c == '/')
+            {
+                errors.add(
+                    &format!("spec.keeper.external.nodes[{i}].host"),
+                    format!("{:?} is not a host name or address", n.host),
+                );
+            }
+            if !(1..=65535).contains(&n.port) {
+                errors.add(
+                    &format!("spec.keeper.external.nodes[{i}].port"),
+                    format!("{} is not a port", n.port),
+                );
+            }
+        }
+        if let Some(r) = &x.cluster_ref
+            && (!is_dns_label(&r.name) || r.namespace.as_deref().is_some_and(|n| !is_dns_label(n)))
+        {
+            errors.add(
+                "spec.keeper.external.clusterRef",
+                "must name a ClickHouseCluster (and its namespace) by DNS labels".into(),
+            );
+        }
+        if let Some(root) = &x.root {
+            let ok = root.starts_with('/')
+                && root.len() > 1
+                && !root.ends_with('/')
+                && root.split('/').skip(1).all(|p| {
+                    !p.is_empty()
+                        && p != "."
+                        && p != ".."
+                        && p.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                });
+            if !ok {
+                errors.add(
+                    "spec.keeper.external.root",
+                    format!("{root:?} is not an absolute Keeper path such as /clickhouse/prod (letters, digits, '-', '_', '.')"),
+                );
+            }
+        }
+    }
+    if k == 0 && spec.replicas > 1 && spec.keeper.external.is_none() {
         errors.add(
             "spec.keeper.replicas",
             format!(
@@ -833,6 +891,53 @@ mod tests {
         s.client_service.labels.clear();
         s.client_service.labels.insert("team".into(), "db".into());
         assert!(fields("c1", &s).is_empty());
+    }
+
+    /// Issue 17: an external Keeper needs no own members, either nodes or a cluster reference,
+    /// and an absolute root path; with it, several replicas need no Keeper of their own.
+    #[test]
+    fn an_external_keeper_is_checked_with_its_field() {
+        use crate::api::{ExternalKeeper, KeeperClusterRef, KeeperNode};
+        let mut s = spec();
+        s.replicas = 2;
+        s.keeper.replicas = 0;
+        assert_eq!(fields("c1", &s), vec!["spec.keeper.replicas".to_string()]);
+        s.keeper.external = Some(ExternalKeeper {
+            nodes: vec![KeeperNode {
+                host: "zk-0.zk".into(),
+                port: 2181,
+            }],
+            ..ExternalKeeper::default()
+        });
+        assert!(fields("c1", &s).is_empty());
+        s.keeper.replicas = 3;
+        assert_eq!(fields("c1", &s), vec!["spec.keeper.replicas".to_string()]);
+        s.keeper.replicas = 0;
+        let x = s.keeper.external.as_mut().unwrap();
+        x.cluster_ref = Some(KeeperClusterRef {
+            name: "other".into(),
+            namespace: None,
+        });
+        assert_eq!(fields("c1", &s), vec!["spec.keeper.external".to_string()]);
+        let x = s.keeper.external.as_mut().unwrap();
+        x.nodes.clear();
+        assert!(fields("c1", &s).is_empty());
+        for (root, ok) in [
+            ("/ch/prod", true),
+            ("ch/prod", false),
+            ("/ch/", false),
+            ("/", false),
+            ("/ch/../x", false),
+            ("/ch prod", false),
+        ] {
+            s.keeper.external.as_mut().unwrap().root = Some(root.into());
+            assert_eq!(
+                fields("c1", &s).is_empty(),
+                ok,
+                "{root}: {:?}",
+                fields("c1", &s)
+            );
+        }
     }
 
     /// Issue 15: an unknown profile for the users would make ClickHouse refuse the whole users

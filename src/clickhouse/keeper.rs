@@ -81,6 +81,7 @@ fn code_name(code: i32) -> &'static str {
 /// Opcodes of the requests this client sends.
 mod op {
     pub const CREATE: i32 = 1;
+    pub const DELETE: i32 = 2;
     pub const GET_DATA: i32 = 4;
     pub const GET_CHILDREN: i32 = 8;
     pub const RECONFIG: i32 = 16;
@@ -259,6 +260,15 @@ impl Session {
         put_i32(&mut body, 0); // persistent
         let reply = self.call(op::CREATE, "create", body).await?;
         Reader::new(self.addr, &reply).string()
+    }
+
+    /// Deletes `path` (any version); it must have no children.
+    pub async fn delete(&mut self, path: &str) -> Result<(), Error> {
+        let mut body = Vec::new();
+        put_str(&mut body, path);
+        put_i32(&mut body, -1);
+        self.call(op::DELETE, "delete", body).await?;
+        Ok(())
     }
 
     /// Asks the ensemble to add (`server.<id>=<address>` lines) and remove (ids) members.

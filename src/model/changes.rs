@@ -14,6 +14,8 @@
 //! | storage size larger, volume scaling on | [`Need::PvcResize`] | the same for `keeper.storage` |
 //! | storage smaller, class changed, or larger without volume scaling | [`Need::Refused`] | the same |
 //! | `clusterDomain` | [`Need::Refused`] | [`Need::Refused`] |
+//! | `keeper.external` nodes or cluster | [`Need::ConfigReload`] (zookeeper nodes) | — |
+//! | `keeper.external.root` | [`Need::Refused`] | — |
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
@@ -238,6 +240,16 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     }
     if old.image != new.image {
         s.add(Need::RollingRestart, "spec.image");
+    }
+    let (ox, nx) = (&old.keeper.external, &new.keeper.external);
+    if ox.as_ref().map(|x| &x.root) != nx.as_ref().map(|x| &x.root) && ox.is_some() && nx.is_some()
+    {
+        s.add(
+            Need::Refused,
+            "spec.keeper.external.root cannot change: the replication metadata stays where it is",
+        );
+    } else if ox != nx {
+        s.add(Need::ConfigReload, "spec.keeper.external (zookeeper nodes)");
     }
     if old.cluster_domain() != new.cluster_domain() {
         let message = "spec.clusterDomain cannot change: every host name the servers and Keeper know each other by would change";
@@ -716,6 +728,24 @@ mod tests {
             json!({"keeper": {"storage": {"size": "5Gi"}}, "storageScaling": on}),
             &[],
             &[Need::PvcResize],
+        );
+    }
+
+    /// Issue 17: the external Keeper's nodes are reloaded; its root stays.
+    #[test]
+    fn the_external_keepers_nodes_reload_and_its_root_stays() {
+        let ext = |nodes: serde_json::Value, root: serde_json::Value| json!({"keeper": {"replicas": 0, "external": {"nodes": nodes, "root": root}}});
+        row(
+            ext(json!([{"host": "zk-0"}]), json!("/a")),
+            ext(json!([{"host": "zk-0"}, {"host": "zk-1"}]), json!("/a")),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(
+            ext(json!([{"host": "zk-0"}]), json!("/a")),
+            ext(json!([{"host": "zk-0"}]), json!("/b")),
+            &[Need::Refused],
+            &[],
         );
     }
 

@@ -16,6 +16,11 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const COMPONENT: &str = "app.kubernetes.io/component";
 /// The cluster an object belongs to; the operator watches owned objects by this label.
 pub const CLUSTER: &str = "clickhouse.com/cluster";
+/// On the server pods of a cluster that uses another cluster's Keeper
+/// (`spec.keeper.external.clusterRef`): that cluster's name and namespace, which its Keeper
+/// NetworkPolicy admits.
+pub const KEEPER_OF_CLUSTER: &str = "clickhouse.com/keeper-of-cluster";
+pub const KEEPER_OF_NAMESPACE: &str = "clickhouse.com/keeper-of-namespace";
 /// The shard of a server pod.
 pub const SHARD: &str = "clickhouse.com/shard";
 /// The replica (StatefulSet name) of a server pod.

@@ -280,7 +280,25 @@ fn server_pod(
     let (mounts, volumes) = server_volumes(c, r, secret_files);
     let generated = PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            labels: Some(labels::server_pod(c.name, r, &pod.labels)),
+            labels: Some({
+                let mut l = labels::server_pod(c.name, r, &pod.labels);
+                if let Some(x) = c
+                    .spec
+                    .keeper
+                    .external
+                    .as_ref()
+                    .and_then(|x| x.cluster_ref.as_ref())
+                {
+                    l.insert(labels::KEEPER_OF_CLUSTER.into(), x.name.clone());
+                    l.insert(
+                        labels::KEEPER_OF_NAMESPACE.into(),
+                        x.namespace
+                            .clone()
+                            .unwrap_or_else(|| c.namespace.to_string()),
+                    );
+                }
+                l
+            }),
             annotations: Some(pod_annotations(pod, hashes)),
             ..ObjectMeta::default()
         }),

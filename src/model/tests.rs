@@ -1612,10 +1612,16 @@ fn network_policies_let_in_only_what_each_port_needs() {
         rules[1]["ports"],
         json!([{"port": 9181, "protocol": "TCP"}])
     );
+    let from = rules[1]["from"].as_array().unwrap();
     assert_eq!(
-        rules[1]["from"].as_array().unwrap().len(),
-        2,
-        "servers and the operator"
+        from.len(),
+        3,
+        "servers, the operator, and servers of clusters that use this Keeper"
+    );
+    assert_eq!(
+        from[2],
+        json!({"namespaceSelector": {}, "podSelector": {"matchLabels": {
+            "clickhouse.com/keeper-of-cluster": "c1", "clickhouse.com/keeper-of-namespace": "t1"}}})
     );
     // without the operator's pods: its networks; without clients: everyone on the client ports
     let open = cluster(json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0}}));
@@ -1795,4 +1801,55 @@ fn client_service_options_and_per_replica_services() {
     let spec = d.client_service.unwrap().spec.unwrap();
     assert_eq!(spec.external_traffic_policy, None);
     assert_eq!(spec.load_balancer_source_ranges, None);
+}
+
+/// Issue 17: an external Keeper: the servers list its nodes (or the referenced cluster's Keeper
+/// Service) under the cluster's root, keep their Keeper identity, carry the labels the other
+/// cluster's Keeper NetworkPolicy admits, and the cluster has no Keeper objects of its own.
+#[test]
+fn an_external_keeper_is_listed_under_the_clusters_root() {
+    let c = cluster(
+        json!({"replicas": 2, "keeper": {"replicas": 0, "external": {
+        "nodes": [{"host": "zk-0.zk", "port": 2181}, {"host": "10.0.0.7"}], "root": "/ch/prod"}}}),
+    );
+    let d = build(&c, &inputs(replicas(1, 2)));
+    assert!(d.keeper.is_none());
+    let runtime = common_file(&d, RUNTIME_FILE);
+    let doc = parse(runtime);
+    let zk = doc
+        .descendants()
+        .find(|n| n.has_tag_name("zookeeper"))
+        .unwrap();
+    let hosts: Vec<&str> = zk
+        .descendants()
+        .filter(|n| n.has_tag_name("host"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert_eq!(hosts, ["zk-0.zk", "10.0.0.7"]);
+    let root = zk.children().find(|n| n.has_tag_name("root")).unwrap();
+    assert_eq!(root.text(), Some("/ch/prod"));
+    let identity = d.users_secret.data.as_ref().unwrap()[names::KEEPER_IDENTITY_FILE]
+        .0
+        .clone();
+    assert!(String::from_utf8(identity).unwrap().contains("<identity>"));
+
+    let c = cluster(
+        json!({"replicas": 2, "keeper": {"replicas": 0, "external": {
+        "clusterRef": {"name": "shared", "namespace": "infra"}}}}),
+    );
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let runtime = common_file(&d, RUNTIME_FILE);
+    assert!(
+        runtime.contains("<host>shared-keeper.infra.svc.cluster.local</host>"),
+        "{runtime}"
+    );
+    assert!(runtime.contains("<port>9181</port>"), "{runtime}");
+    assert!(
+        runtime.contains("<root>/clickhouse-operator/t1/c1</root>"),
+        "{runtime}"
+    );
+    let t = &templates(&d)[0];
+    let l = t.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+    assert_eq!(l[labels::KEEPER_OF_CLUSTER], "shared");
+    assert_eq!(l[labels::KEEPER_OF_NAMESPACE], "infra");
 }

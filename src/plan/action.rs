@@ -48,6 +48,10 @@ pub enum Action {
     Delete { kind: Kind, name: String },
     /// Make a server resolve the cluster's host names again (`SYSTEM DROP DNS CACHE`).
     DropDnsCache { replica: String },
+    /// Create the cluster's root path in its external Keeper (`spec.keeper.external`), each
+    /// missing level of it, before the servers start (ClickHouse refuses a root that does not
+    /// exist); once done, `status.keeperRoot` records it.
+    EnsureKeeperRoot { root: String },
 }
 
 impl Action {
@@ -70,6 +74,9 @@ impl Action {
             Action::ScaleIn(a) => format!("scale-in: {a:?}"),
             Action::Delete { kind, name } => format!("delete {} {name}", kind.as_str()),
             Action::DropDnsCache { replica } => format!("drop the DNS cache of {replica}"),
+            Action::EnsureKeeperRoot { root } => {
+                format!("create the root {root} in the external Keeper")
+            }
         }
     }
 
@@ -77,7 +84,9 @@ impl Action {
     pub fn writes_kubernetes(&self) -> bool {
         use super::scale_in::ScaleInAction as S;
         match self {
-            Action::MigrateSchema { .. } | Action::DropDnsCache { .. } => false,
+            Action::MigrateSchema { .. }
+            | Action::DropDnsCache { .. }
+            | Action::EnsureKeeperRoot { .. } => false,
             Action::ScaleIn(a) => matches!(
                 a,
                 S::LeaveTraffic { .. } | S::DeleteStatefulSet { .. } | S::LabelPvcsAndForget { .. }
@@ -89,7 +98,10 @@ impl Action {
     /// The step changes what `status.replicaStateMap` records once it succeeded, so the
     /// status is written right after it (a crash never repeats a destructive step).
     pub fn records_progress(&self) -> bool {
-        matches!(self, Action::MigrateSchema { .. } | Action::ScaleIn(_))
+        matches!(
+            self,
+            Action::MigrateSchema { .. } | Action::ScaleIn(_) | Action::EnsureKeeperRoot { .. }
+        )
     }
 }
 

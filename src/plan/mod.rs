@@ -78,6 +78,8 @@ pub enum FailureReason {
     ClickHouse,
     /// A replica the step needs has no running pod.
     ReplicaUnreachable,
+    /// The external Keeper (`spec.keeper.external`) cannot be reached or refused a request.
+    Keeper,
     /// The operator built something it cannot use (a bug).
     Internal,
 }
@@ -97,6 +99,7 @@ impl FailureReason {
             FailureReason::NameConflict => "NameConflict",
             FailureReason::ClickHouse => "ClickHouse",
             FailureReason::ReplicaUnreachable => "ReplicaUnreachable",
+            FailureReason::Keeper => "Keeper",
             FailureReason::Internal => "Internal",
         }
     }

@@ -240,6 +240,7 @@ pub fn report(
                 }
             }
             Some(Action::ScaleIn(a)) => scale_in::record(&mut status.replica_state_map, a),
+            Some(Action::EnsureKeeperRoot { root }) => status.keeper_root = Some(root.clone()),
             _ => {}
         }
     }

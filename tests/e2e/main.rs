@@ -3,6 +3,7 @@
 mod backup;
 mod engine;
 mod exporter;
+mod external_keeper;
 mod faults;
 mod foundation;
 mod isolation;

@@ -385,7 +385,9 @@ pub async fn finish_all(client: &Client, namespaces: &[&str], operator: Operator
     }
 }
 
-async fn clean_up(client: &Client, ns: &str) {
+/// Deletes the ClickHouseClusters of `ns` (the operator running) and waits until they and
+/// every pod of the namespace are gone.
+pub async fn clean_up(client: &Client, ns: &str) {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::DeleteParams;
     let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);

@@ -233,6 +233,15 @@ async fn run(
             migrate_schema(cluster, world, replica, *shard).await
         }
         Action::ScaleIn(a) => scale_in::run(cluster, world, a, ctx).await,
+        Action::EnsureKeeperRoot { root } => {
+            let password = world.observed.inputs.keeper_password.as_ref();
+            super::keeper_root::ensure(cluster, ctx, password, root).await?;
+            Ok(normal(
+                "KeeperRootCreated",
+                "Create",
+                format!("the root {root} exists in the external Keeper"),
+            ))
+        }
         Action::DropDnsCache { replica } => {
             // Best effort: 18.16 resolves its hosts again right away and reports a host that
             // does not resolve yet (a pod without an address) as an error, though the cache was

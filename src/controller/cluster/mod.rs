@@ -3,6 +3,7 @@
 //! [`crate::plan::report::report`]), then one status write and the events.
 
 mod execute;
+mod keeper_root;
 mod observe;
 pub mod preview;
 
@@ -224,6 +225,17 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
     if cluster.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
         let (world, _) = observe::observe(cluster, ctx).await?;
         scale_in::label_pvcs(ctx, &ns, &world, |_| true).await?;
+    }
+    let root = cluster.status.as_ref().and_then(|s| s.keeper_root.clone());
+    if let Some(root) = root.filter(|_| cluster.spec.keeper.external.is_some()) {
+        // the root in the shared Keeper goes with the cluster, once no server writes to it
+        if !keeper_root::servers_stopped(cluster, ctx).await? {
+            return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+        }
+        let (world, _) = observe::observe(cluster, ctx).await?;
+        let password = world.observed.inputs.keeper_password.as_ref();
+        keeper_root::remove(cluster, ctx, password, &root).await?;
+        info!(cluster = %cluster.name_any(), root = %root, "removed the cluster's root from the external Keeper");
     }
     let finalizers: Vec<String> = cluster
         .finalizers()

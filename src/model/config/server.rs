@@ -238,7 +238,7 @@ pub fn interserver_file(password: &Password) -> String {
 /// (see [`keeper_identity_of`]).
 pub fn keeper_identity_file(c: &Cluster<'_>, password: &Password) -> String {
     let mut root = Element::new(ROOT);
-    if c.spec.keeper.replicas > 0 {
+    if c.spec.keeper.replicas > 0 || c.spec.keeper.external.is_some() {
         root = root.child(Element::new("zookeeper").child(Element::leaf(
             "identity",
             format!("{}:{}", names::KEEPER_USER, password.0),
@@ -302,8 +302,41 @@ pub fn remote_servers(
         .child(Element::checked(c.name, "metadata.name")?.children(shards)))
 }
 
-/// `zookeeper` listing every Keeper member, or nothing without Keeper.
+/// The Keeper nodes of an external ensemble (`spec.keeper.external`) as (host, port): its
+/// listed members, or the referenced cluster's Keeper client Service.
+pub fn external_keeper_nodes(c: &Cluster<'_>) -> Vec<(String, i32)> {
+    let Some(x) = &c.spec.keeper.external else {
+        return Vec::new();
+    };
+    match &x.cluster_ref {
+        Some(r) => vec![(
+            format!(
+                "{}.{}.svc.{}",
+                names::keeper(&r.name),
+                r.namespace.as_deref().unwrap_or(c.namespace),
+                c.spec.cluster_domain()
+            ),
+            names::KEEPER_CLIENT_PORT,
+        )],
+        None => x.nodes.iter().map(|n| (n.host.clone(), n.port)).collect(),
+    }
+}
+
+/// `zookeeper` listing every Keeper member (or the external ensemble's, under the cluster's
+/// root), or nothing without Keeper.
 fn zookeeper(c: &Cluster<'_>) -> Option<Element> {
+    if let Some(x) = &c.spec.keeper.external {
+        return Some(
+            Element::new("zookeeper")
+                .attr("replace", "replace")
+                .children(external_keeper_nodes(c).into_iter().map(|(host, port)| {
+                    Element::new("node")
+                        .child(Element::leaf("host", host))
+                        .child(Element::leaf("port", port))
+                }))
+                .child(Element::leaf("root", x.root_of(c.namespace, c.name))),
+        );
+    }
     let n = c.spec.keeper.replicas;
     (n > 0).then(|| {
         Element::new("zookeeper")

@@ -26,6 +26,15 @@ pub fn plan(pass: &mut Pass) {
     }
     pass.gates.keeper_serving = pass.desired().keeper.is_none()
         || (pass.facts.keeper.size > 0 && pass.facts.keeper.all_ready());
+    if let Some(x) = &pass.spec.keeper.external {
+        // an external ensemble: the servers start once their root exists in it
+        let root = x.root_of(&pass.namespace, &pass.name);
+        let made = pass.old.keeper_root.as_deref() == Some(root.as_str());
+        if !made {
+            pass.emit(Action::EnsureKeeperRoot { root });
+        }
+        pass.gates.keeper_serving = made;
+    }
     let Some(k) = &pass.desired().keeper else {
         return;
     };

@@ -353,7 +353,9 @@ impl Sim {
                 Action::RestartPod { pod, .. } => {
                     self.obs.pods.remove(pod);
                 }
-                Action::MigrateSchema { .. } | Action::DropDnsCache { .. } => {}
+                Action::MigrateSchema { .. }
+                | Action::DropDnsCache { .. }
+                | Action::EnsureKeeperRoot { .. } => {}
                 Action::ScaleIn(s) => {
                     if let ScaleInAction::DeleteStatefulSet { replica } = s {
                         self.obs.statefulsets.remove(replica);
@@ -1432,4 +1434,37 @@ fn a_changed_or_removed_keeper_identity_is_refused_and_nothing_is_written() {
         "{:?}",
         p.failure
     );
+}
+
+/// Issue 17: with an external Keeper, the first pass creates the cluster's root in it and no
+/// server; the servers come once the root is recorded, and the cluster converges with no
+/// Keeper of its own.
+#[test]
+fn an_external_keeper_gets_the_root_before_any_server_starts() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2,
+        "keeper": {"replicas": 0, "external": {"nodes": [{"host": "zk-0.zk", "port": 2181}]}}}));
+    let p = sim.plan();
+    assert!(
+        p.actions.contains(&Action::EnsureKeeperRoot {
+            root: "/clickhouse-operator/t1/c1".into()
+        }),
+        "{:?}",
+        p.actions
+    );
+    assert!(
+        statefulsets_applied(&p).is_empty(),
+        "no server before the root: {:?}",
+        p.actions
+    );
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.cluster.status);
+    let status = sim.cluster.status.clone().unwrap();
+    assert_eq!(
+        status.keeper_root.as_deref(),
+        Some("/clickhouse-operator/t1/c1")
+    );
+    assert!(!sim.obs.statefulsets.contains_key("c1-keeper"));
+    assert_eq!(sim.obs.statefulsets.len(), 2);
+    let p = sim.plan();
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
 }

@@ -1,0 +1,113 @@
+//! A cluster that uses another cluster's Keeper ensemble (issue 17), on the local Kubernetes
+//! with real ClickHouse 18.16 servers and the Keeper stand-in (ZooKeeper 3.8).
+
+use serde_json::json;
+
+use crate::support::*;
+
+async fn count(client: &kube::Client, ns: &str, cluster: &str, pod: &str) -> u64 {
+    let ch = sql_client(client, ns, cluster, pod).await;
+    exec(&ch, "SYSTEM SYNC REPLICA default.t").await;
+    query(&ch, "SELECT count() AS v FROM default.t").await[0]
+        .parse()
+        .unwrap()
+}
+
+/// Issue 17: cluster `b` keeps its replication metadata and DDL queue under its own root in
+/// cluster `a`'s Keeper (another namespace): both replicate a table of the same Keeper path
+/// without seeing each other's rows, on every replica; `b`'s root exists before its servers
+/// start and goes when `b` is deleted, while `a`'s paths and replication are untouched.
+#[tokio::test]
+async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
+    let client = client().await;
+    let ns_a = namespace(&client, "keepa").await;
+    let ns_b = namespace(&client, "keepb").await;
+    let both = format!("{ns_a},{ns_b}");
+    let op = start_operator_env(&client, &ns_a, &[("WATCH_NAMESPACE", &both)]).await;
+    create_cluster(
+        &client,
+        &ns_a,
+        "a",
+        json!({"replicas": 2, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1}}),
+    )
+    .await;
+    create_cluster(
+        &client,
+        &ns_b,
+        "b",
+        json!({"replicas": 2, "storage": {"size": "1Gi"},
+            "keeper": {"replicas": 0, "external": {"clusterRef": {"name": "a", "namespace": ns_a}}}}),
+    )
+    .await;
+    let a = wait_ready(&client, &ns_a, "a", 1).await;
+    let b = wait_ready(&client, &ns_b, "b", 1).await;
+    let root = format!("/clickhouse-operator/{ns_b}/b");
+    assert_eq!(
+        b.status.as_ref().unwrap().keeper_root.as_deref(),
+        Some(root.as_str())
+    );
+    let pods = |c: &clickhouse_operator::api::ClickHouseCluster| -> Vec<String> {
+        replica_names(c)
+            .into_iter()
+            .map(|r| format!("{r}-0"))
+            .collect()
+    };
+    let (pods_a, pods_b) = (pods(&a), pods(&b));
+    // the same Keeper path in both clusters, ON CLUSTER through each one's own DDL queue
+    for (ns, name, pod, rows) in [(&ns_a, "a", &pods_a[0], 100), (&ns_b, "b", &pods_b[0], 200)] {
+        let ch = sql_client(&client, ns, name, pod).await;
+        exec(&ch, &format!("CREATE TABLE default.t ON CLUSTER {name} (x UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{{shard}}/t', '{{replica}}') ORDER BY x")).await;
+        exec(
+            &ch,
+            &format!("INSERT INTO default.t SELECT number FROM system.numbers LIMIT {rows}"),
+        )
+        .await;
+    }
+    for p in &pods_a {
+        assert_eq!(count(&client, &ns_a, "a", p).await, 100, "a on {p}");
+    }
+    for p in &pods_b {
+        assert_eq!(count(&client, &ns_b, "b", p).await, 200, "b on {p}");
+    }
+    // a's servers (no root of their own) see b's root beside their own paths
+    let a0 = sql_client(&client, &ns_a, "a", &pods_a[0]).await;
+    let under = |path: String| {
+        format!("SELECT name AS v FROM system.zookeeper WHERE path = '{path}' ORDER BY name")
+    };
+    assert_eq!(
+        query(&a0, &under(format!("/clickhouse-operator/{ns_b}"))).await,
+        ["b"]
+    );
+    let a_paths = query(&a0, &under("/clickhouse/tables/0/t/replicas".into())).await;
+    assert_eq!(a_paths.len(), 2, "a's two replicas: {a_paths:?}");
+
+    // b deleted: its root goes, a keeps its paths and replicates
+    clean_up(&client, &ns_b).await;
+    wait_for(
+        std::time::Duration::from_secs(60),
+        "b's root removed from a's Keeper",
+        || {
+            let (a0, q) = (a0.clone(), under(format!("/clickhouse-operator/{ns_b}")));
+            async move { query(&a0, &q).await.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(
+        query(&a0, &under("/clickhouse/tables/0/t/replicas".into())).await,
+        a_paths
+    );
+    let a1 = sql_client(&client, &ns_a, "a", &pods_a[1]).await;
+    exec(
+        &a1,
+        "INSERT INTO default.t SELECT number + 1000 FROM system.numbers LIMIT 10",
+    )
+    .await;
+    for p in &pods_a {
+        assert_eq!(
+            count(&client, &ns_a, "a", p).await,
+            110,
+            "a on {p} after b left"
+        );
+    }
+    finish_all(&client, &[&ns_a, &ns_b], op).await;
+}
