@@ -285,6 +285,12 @@ pub struct PodSettings {
     pub tolerations: Vec<Toleration>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
+    /// Keeps the replicas of one shard (for Keeper: the members) on different nodes:
+    /// `Preferred` (the default: the scheduler avoids a node that already runs one),
+    /// `Required` (a pod waits rather than share a node) or `None`. The default reaches pods
+    /// created before it existed at their next restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anti_affinity: Option<AntiAffinity>,
     /// Topology key (e.g. `topology.kubernetes.io/zone`) over which replicas are spread.
     /// Condemned replicas stop counting in the spread while they are removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -324,6 +330,15 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "x-kubernetes-preserve-unknown-fields": true,
         "description": "A pod template merged over the generated one (see the README)."
     })
+}
+
+/// How strictly pods that must not share a node are kept apart.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AntiAffinity {
+    #[default]
+    Preferred,
+    Required,
+    None,
 }
 
 impl PodSettings {

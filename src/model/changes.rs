@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `shards`, `replicas` | [`Need::Scale`] + [`Need::ConfigReload`] (remote_servers) | — |
 //! | `keeper.replicas` | [`Need::ConfigReload`] (Keeper node list) | [`Need::Scale`] + [`Need::ConfigReload`] (raft members) |
-//! | image, resources, env, envSecret, affinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey, `pod.template` | [`Need::RollingRestart`] | the same for `keeper.*` |
+//! | image, resources, env, envSecret, affinity, antiAffinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey, `pod.template` | [`Need::RollingRestart`] | the same for `keeper.*` |
 //! | settings ClickHouse reloads ([`crate::model::config::settings::RELOADABLE`]) | [`Need::ConfigReload`] | — |
 //! | other settings, `configuration.files` | [`Need::RollingRestart`] | — |
 //! | profiles, quotas, `users` | [`Need::ConfigReload`] | — |
@@ -163,6 +163,7 @@ fn pod_settings(out: &mut ComponentChanges, prefix: &str, old: &PodSettings, new
     diff("env", old.env != new.env);
     diff("envSecret", old.env_secret != new.env_secret);
     diff("affinity", old.affinity != new.affinity);
+    diff("antiAffinity", old.anti_affinity != new.anti_affinity);
     diff("tolerations", old.tolerations != new.tolerations);
     diff("nodeSelector", old.node_selector != new.node_selector);
     diff(
@@ -368,7 +369,12 @@ pub fn pod_template_changed(observed: &Value, desired: &Value) -> bool {
         v["metadata"]["annotations"][labels::TEMPLATE_HASH].as_str()
     }
     let removed = matches!((hash(observed), hash(desired)), (Some(a), Some(b)) if a != b);
-    removed || !covers(&observed["spec"]["template"], &desired["spec"]["template"])
+    // the default anti-affinity does not restart pods written without it (invariant 9)
+    let wanted = crate::model::without_default_apart(
+        &desired["spec"]["template"],
+        Some(&observed["spec"]["template"]),
+    );
+    removed || !covers(&observed["spec"]["template"], &wanted)
 }
 
 fn json<T: serde::Serialize>(v: &T) -> Value {

@@ -129,7 +129,13 @@ fn keeper_pod(
             annotations: Some(pod_annotations(pod, &keeper_hashes(c, secrets))),
             ..ObjectMeta::default()
         }),
-        spec: Some(pod_spec(pod, keeper_container(c), volumes, selector)),
+        spec: Some(pod_spec(
+            pod,
+            keeper_container(c),
+            volumes,
+            selector.clone(),
+            selector,
+        )),
     };
     super::statefulset::with_template(generated, pod, "spec.keeper.pod.template", KEEPER_CONTAINER)
 }

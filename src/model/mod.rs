@@ -236,9 +236,63 @@ fn stamp<K: Resource + serde::Serialize>(obj: &mut K) {
 /// Each one's absence must be covered by its value (see `diff::covers`: `false` is).
 pub const DEFERRED_TEMPLATE_FIELDS: &[&[&str]] = &[&["spec", "automountServiceAccountToken"]];
 
-/// The pod template's hash, without [`DEFERRED_TEMPLATE_FIELDS`].
-pub fn template_hash(template: &serde_json::Value) -> String {
+/// Is `term` (an item of `preferredDuringSchedulingIgnoredDuringExecution`) the default
+/// anti-affinity that keeps a shard's replicas or the Keeper members apart
+/// ([`crate::api::AntiAffinity::Preferred`] left unset)? Like [`DEFERRED_TEMPLATE_FIELDS`], it
+/// came after clusters already ran without it and reaches their pods at their next restart.
+fn is_default_apart(term: &serde_json::Value) -> bool {
+    let t = &term["podAffinityTerm"];
+    let labels = &t["labelSelector"]["matchLabels"];
+    term["weight"] == statefulset::DEFAULT_APART_WEIGHT
+        && t["topologyKey"] == statefulset::HOSTNAME_KEY
+        && t.as_object().is_some_and(|o| o.len() == 2)
+        && labels.get(labels::CLUSTER).is_some()
+        && (labels.get(labels::SHARD).is_some()
+            || labels[labels::COMPONENT] == labels::Component::Keeper.as_str())
+}
+
+/// `template` without the default anti-affinity terms ([`is_default_apart`]) that `kept` (the
+/// observed template) does not have; `None` removes them all. Emptied containers go too, so a
+/// template written without the term hashes and compares as before it existed.
+pub fn without_default_apart(
+    template: &serde_json::Value,
+    kept: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
     let mut t = template.clone();
+    let observed_terms: Vec<serde_json::Value> = kept
+        .and_then(|k| {
+            k["spec"]["affinity"]["podAntiAffinity"][PREFERRED]
+                .as_array()
+                .cloned()
+        })
+        .unwrap_or_default();
+    let Some(affinity) = t["spec"].get_mut("affinity") else {
+        return t;
+    };
+    if let Some(anti) = affinity.get_mut("podAntiAffinity") {
+        if let Some(list) = anti.get_mut(PREFERRED).and_then(|l| l.as_array_mut()) {
+            list.retain(|term| !is_default_apart(term) || observed_terms.contains(term));
+            if list.is_empty() {
+                anti.as_object_mut().map(|o| o.remove(PREFERRED));
+            }
+        }
+        if anti.as_object().is_some_and(|o| o.is_empty()) {
+            affinity
+                .as_object_mut()
+                .map(|o| o.remove("podAntiAffinity"));
+        }
+    }
+    if affinity.as_object().is_some_and(|o| o.is_empty()) {
+        t["spec"].as_object_mut().map(|o| o.remove("affinity"));
+    }
+    t
+}
+
+/// The pod template's hash, without [`DEFERRED_TEMPLATE_FIELDS`] and the default anti-affinity
+/// ([`without_default_apart`]).
+pub fn template_hash(template: &serde_json::Value) -> String {
+    let mut t = without_default_apart(template, None);
     for path in DEFERRED_TEMPLATE_FIELDS {
         let (last, parents) = path.split_last().expect("non-empty path");
         let mut at = &mut t;

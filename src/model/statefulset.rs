@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource,
+    Affinity, Capabilities, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource,
     EnvFromSource, EnvVar, HTTPGetAction, KeyToPath, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, SeccompProfile, SecretEnvSource, SecretProjection, SecretVolumeSource,
-    SecurityContext, TopologySpreadConstraint, Volume, VolumeMount, VolumeProjection,
-    VolumeResourceRequirements,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ProjectedVolumeSource, SeccompProfile, SecretEnvSource,
+    SecretProjection, SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume,
+    VolumeMount, VolumeProjection, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::hash::PodHashes;
 use super::labels;
 use super::{BuildError, Cluster, ReplicaSpec, names};
-use crate::api::{PodSettings, StorageSpec, UpdateStrategy};
+use crate::api::{AntiAffinity, PodSettings, StorageSpec, UpdateStrategy};
 use crate::util::quantity;
 
 /// uid and gid of the `clickhouse` user in the official images.
@@ -125,6 +125,47 @@ fn spread(
     })
 }
 
+/// The topology over which pods are kept apart.
+pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+
+/// The user's affinity plus the anti-affinity that keeps pods matching `apart` (the replicas of
+/// one shard, the Keeper members) on different nodes ([`PodSettings::anti_affinity`]).
+fn affinity(pod: &PodSettings, apart: BTreeMap<String, String>) -> Option<Affinity> {
+    let term = PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(apart),
+            ..LabelSelector::default()
+        }),
+        topology_key: HOSTNAME_KEY.into(),
+        ..PodAffinityTerm::default()
+    };
+    let mode = pod.anti_affinity.unwrap_or_default();
+    if mode == AntiAffinity::None {
+        return pod.affinity.clone();
+    }
+    let mut a = pod.affinity.clone().unwrap_or_default();
+    let anti = a
+        .pod_anti_affinity
+        .get_or_insert_with(PodAntiAffinity::default);
+    match mode {
+        AntiAffinity::Required => anti
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term),
+        _ => anti
+            .preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(WeightedPodAffinityTerm {
+                weight: DEFAULT_APART_WEIGHT,
+                pod_affinity_term: term,
+            }),
+    }
+    Some(a)
+}
+
+/// Weight of the default (preferred) anti-affinity term.
+pub const DEFAULT_APART_WEIGHT: i32 = 100;
+
 /// A pod spec: `main`, then the user's sidecars; `volumes`; the locked-down
 /// [`pod_security`]; the user's affinity, tolerations and node selector; the spread over the
 /// user's topology key among pods matching `spread_selector`; no service links, and no
@@ -134,6 +175,7 @@ pub(crate) fn pod_spec(
     main: Container,
     volumes: Vec<Volume>,
     spread_selector: BTreeMap<String, String>,
+    apart: BTreeMap<String, String>,
 ) -> PodSpec {
     let mut containers = vec![main];
     containers.extend(pod.sidecars.iter().cloned());
@@ -141,7 +183,7 @@ pub(crate) fn pod_spec(
         containers,
         volumes: Some(volumes),
         security_context: Some(pod_security()),
-        affinity: pod.affinity.clone(),
+        affinity: affinity(pod, apart),
         tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
         node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
         topology_spread_constraints: spread(pod.topology_spread_key.as_ref(), spread_selector),
@@ -309,6 +351,7 @@ fn server_pod(
                 server_container(c, mounts),
                 volumes,
                 labels::spread_selector(c.name),
+                labels::shard_selector(c.name, r.shard),
             )
         }),
     };

@@ -1379,9 +1379,10 @@ fn replication_is_authenticated_with_a_generated_password() {
     }
 }
 
-/// Issue 15 and invariant 9: ClickHouse and Keeper pods mount no ServiceAccount token; a
-/// StatefulSet written by an operator version that did not say so (its template lacks the field,
-/// its template hash was taken without it) is not rolled for it, while a real change still is.
+/// Issue 15, issue 17 and invariant 9: ClickHouse and Keeper pods mount no ServiceAccount token
+/// and keep a shard's replicas (the Keeper members) apart; a StatefulSet written by an operator
+/// version that did not say so (its template lacks both, its template hash was taken without
+/// them) is not rolled for them, while a real change still is.
 #[test]
 fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for_it() {
     use crate::model::changes::pod_template_changed;
@@ -1394,12 +1395,15 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
         let spec = sts.spec.template.spec.as_ref().unwrap();
         assert_eq!(spec.automount_service_account_token, Some(false));
         let desired = serde_json::to_value(sts).unwrap();
-        // as the previous version wrote it: no such field, hash over what it had
+        // as a previous version wrote it: no such field, no default anti-affinity (issue 17),
+        // hash over what it had
         let mut older = desired.clone();
-        older["spec"]["template"]["spec"]
-            .as_object_mut()
-            .unwrap()
-            .remove("automountServiceAccountToken");
+        let older_spec = older["spec"]["template"]["spec"].as_object_mut().unwrap();
+        older_spec.remove("automountServiceAccountToken");
+        assert!(
+            older_spec.remove("affinity").is_some(),
+            "the default anti-affinity is in the template"
+        );
         older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
             serde_json::Value::String(hash::json_hash(&older["spec"]["template"]));
         assert!(
@@ -1852,4 +1856,48 @@ fn an_external_keeper_is_listed_under_the_clusters_root() {
     let l = t.metadata.as_ref().unwrap().labels.as_ref().unwrap();
     assert_eq!(l[labels::KEEPER_OF_CLUSTER], "shared");
     assert_eq!(l[labels::KEEPER_OF_NAMESPACE], "infra");
+}
+
+/// Issue 17: the replicas of one shard, and the Keeper members, are kept on different nodes:
+/// preferred by default, required or not at all when the spec says so; the user's own affinity
+/// terms stay.
+#[test]
+fn replicas_of_a_shard_and_keeper_members_are_kept_apart() {
+    let anti = |t: &PodTemplateSpec| {
+        serde_json::to_value(t.spec.as_ref().unwrap().affinity.as_ref())
+            .unwrap()
+            .get("podAntiAffinity")
+            .cloned()
+            .unwrap_or_default()
+    };
+    let c = cluster(json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}}));
+    let d = build(&c, &inputs(replicas(2, 2)));
+    for (t, shard) in templates(&d).iter().zip([0, 0, 1, 1]) {
+        assert_eq!(
+            anti(t)["preferredDuringSchedulingIgnoredDuringExecution"],
+            json!([{"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"clickhouse.com/cluster": "c1",
+                    "app.kubernetes.io/component": "server", "clickhouse.com/shard": shard.to_string()}}}}])
+        );
+    }
+    let keeper = &d.keeper.as_ref().unwrap().statefulset.spec;
+    assert_eq!(
+        anti(&keeper.template)["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+            ["labelSelector"]["matchLabels"],
+        json!({"clickhouse.com/cluster": "c1", "app.kubernetes.io/component": "keeper"})
+    );
+    let c = cluster(
+        json!({"shards": 1, "replicas": 2, "pod": {"antiAffinity": "Required",
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "x"}}}]}}},
+        "keeper": {"replicas": 1, "pod": {"antiAffinity": "None"}}}),
+    );
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let required =
+        anti(&templates(&d)[0])["requiredDuringSchedulingIgnoredDuringExecution"].clone();
+    assert_eq!(required.as_array().unwrap().len(), 2, "{required}");
+    assert_eq!(required[0]["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(required[1]["topologyKey"], "kubernetes.io/hostname");
+    let keeper = &d.keeper.as_ref().unwrap().statefulset.spec;
+    assert!(keeper.template.spec.as_ref().unwrap().affinity.is_none());
 }

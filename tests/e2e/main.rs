@@ -9,6 +9,7 @@ mod foundation;
 mod isolation;
 mod keeper;
 mod kills;
+mod placement;
 mod plan;
 mod scale;
 mod security;

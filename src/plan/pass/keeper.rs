@@ -44,6 +44,14 @@ pub fn plan(pass: &mut Pass) {
         statefulset["spec"]["replicas"] = pods.into();
         crate::model::hash::restamp(&mut statefulset);
     }
+    // a template that needs no restart is left as it is: the StatefulSet's rolling update
+    // would roll the members for a field a newer operator adds (invariant 9)
+    let name = names::keeper(&pass.name);
+    if let Some(observed) = pass.obs.statefulsets.get(&name).map(json_of)
+        && super::template_covers(&observed, &statefulset)
+    {
+        statefulset = super::with_template_of(&statefulset, &observed);
+    }
     let objects = [
         (Kind::ConfigMap, json_of(&k.config)),
         (Kind::Service, json_of(&k.headless_service)),
