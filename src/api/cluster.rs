@@ -153,6 +153,12 @@ pub struct KeeperSpec {
     /// Settings of the Keeper pods.
     #[serde(default)]
     pub pod: PodSettings,
+    /// Keeper's coordination settings (`keeper_server/coordination_settings`), e.g.
+    /// `session_timeout_ms: "60000"`, over the operator's defaults (`operation_timeout_ms`
+    /// 10000, `session_timeout_ms` 30000, `raft_logs_level` warning). A change restarts the
+    /// members one at a time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
     /// An existing ZooKeeper or Keeper ensemble instead of one of the cluster's own (`replicas`
     /// must then be 0): by its members' addresses or by another ClickHouseCluster's Keeper.
     /// The servers keep everything under `root`, which the operator creates before they start
@@ -261,6 +267,7 @@ impl Default for KeeperSpec {
             image: default_keeper_image(),
             storage: default_keeper_storage(),
             pod: PodSettings::default(),
+            settings: BTreeMap::new(),
             external: None,
         }
     }
@@ -504,6 +511,11 @@ pub struct Configuration {
     /// Extra configuration files placed in `config.d`: file name → XML content.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
+    /// Extra configuration files of one shard's servers only: shard index (`"0"`, `"1"`, …) →
+    /// file name → XML content, placed in `config.d` beside the common ones. A change restarts
+    /// that shard's replicas, one at a time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shard_files: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Users whose passwords live in a Secret: each key of the Secret is a user name, its value the

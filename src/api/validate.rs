@@ -495,12 +495,53 @@ fn check_client_service(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 
 /// Configuration: plain `.xml`/`.yaml` file names, settings as element paths.
 fn check_configuration(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    for name in spec.keeper.settings.keys() {
+        if !crate::model::config::xml::is_element_name(name) {
+            errors.add(
+                "spec.keeper.settings",
+                format!("{name:?} is not a Keeper setting name"),
+            );
+        }
+    }
     for file in spec.configuration.files.keys() {
         if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
             errors.add(
                 "spec.configuration.files",
                 format!("{file:?} must be a plain file name ending in .xml or .yaml"),
             );
+        }
+    }
+    for (shard, files) in &spec.configuration.shard_files {
+        let field = format!("spec.configuration.shardFiles[{shard}]");
+        if shard
+            .parse::<u32>()
+            .map_or(true, |s| s.to_string() != *shard)
+        {
+            errors.add(
+                &field,
+                format!("{shard:?} is not a shard index such as \"0\""),
+            );
+        }
+        for file in files.keys() {
+            let prefix = crate::model::config::server::OPERATOR_FILE_PREFIX;
+            if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
+                errors.add(
+                    &field,
+                    format!("{file:?} must be a plain file name ending in .xml or .yaml"),
+                );
+            } else if file.starts_with(prefix) {
+                errors.add(
+                    &field,
+                    format!("{file:?} is reserved for the operator's own files (prefix {prefix})"),
+                );
+            } else if spec.configuration.files.contains_key(file) {
+                errors.add(
+                    &field,
+                    format!(
+                        "{file:?} is also in spec.configuration.files: one would hide the other"
+                    ),
+                );
+            }
         }
     }
     for key in spec.configuration.settings.keys() {
@@ -938,6 +979,41 @@ mod tests {
                 fields("c1", &s)
             );
         }
+    }
+
+    /// Issue 17: shard files are named by a shard index, plain file names, not the operator's
+    /// and not also common files; Keeper settings are element names.
+    #[test]
+    fn shard_files_and_keeper_settings_are_checked() {
+        let mut s = spec();
+        let file = |name: &str| BTreeMap::from([(name.to_string(), "<clickhouse/>".to_string())]);
+        s.configuration
+            .shard_files
+            .insert("0".into(), file("a.xml"));
+        assert!(fields("c1", &s).is_empty());
+        for (shard, name) in [
+            ("x", "a.xml"),
+            ("01", "a.xml"),
+            ("0", "sub/a.xml"),
+            ("0", "a.txt"),
+            ("0", "00-operator-x.xml"),
+        ] {
+            s.configuration.shard_files = BTreeMap::from([(shard.to_string(), file(name))]);
+            assert_eq!(
+                fields("c1", &s),
+                vec![format!("spec.configuration.shardFiles[{shard}]")],
+                "{shard} {name}"
+            );
+        }
+        s.configuration.shard_files = BTreeMap::from([("0".to_string(), file("a.xml"))]);
+        s.configuration.files = file("a.xml");
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.configuration.shardFiles[0]".to_string()]
+        );
+        s.configuration.files.clear();
+        s.keeper.settings.insert("bad name".into(), "1".into());
+        assert_eq!(fields("c1", &s), vec!["spec.keeper.settings".to_string()]);
     }
 
     /// Issue 15: an unknown profile for the users would make ClickHouse refuse the whole users

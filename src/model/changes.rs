@@ -16,6 +16,8 @@
 //! | `clusterDomain` | [`Need::Refused`] | [`Need::Refused`] |
 //! | `keeper.external` nodes or cluster | [`Need::ConfigReload`] (zookeeper nodes) | — |
 //! | `keeper.external.root` | [`Need::Refused`] | — |
+//! | `keeper.settings` | — | [`Need::RollingRestart`] |
+//! | `configuration.shardFiles` | [`Need::RollingRestart`] of that shard's replicas | — |
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
@@ -251,6 +253,26 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         );
     } else if ox != nx {
         s.add(Need::ConfigReload, "spec.keeper.external (zookeeper nodes)");
+    }
+    let shards: BTreeSet<&String> = old
+        .configuration
+        .shard_files
+        .keys()
+        .chain(new.configuration.shard_files.keys())
+        .collect();
+    for shard in shards {
+        if old.configuration.shard_files.get(shard) != new.configuration.shard_files.get(shard) {
+            s.add(
+                Need::RollingRestart,
+                format!("spec.configuration.shardFiles[{shard}] (that shard's replicas)"),
+            );
+        }
+    }
+    if old.keeper.settings != new.keeper.settings {
+        ch.keeper.add(
+            Need::RollingRestart,
+            "spec.keeper.settings (coordination_settings)",
+        );
     }
     if old.cluster_domain() != new.cluster_domain() {
         let message = "spec.clusterDomain cannot change: every host name the servers and Keeper know each other by would change";
@@ -752,6 +774,36 @@ mod tests {
             ext(json!([{"host": "zk-0"}]), json!("/b")),
             &[Need::Refused],
             &[],
+        );
+    }
+
+    /// Issue 17: a shard's files restart that shard's servers (as built: none for a shard the
+    /// cluster does not have).
+    #[test]
+    fn shard_files_restart_the_servers() {
+        row(
+            json!({"shards": 2}),
+            json!({"shards": 2, "configuration": {"shardFiles": {"1": {"a.xml": "<clickhouse/>"}}}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+        // a shard the cluster does not have: nothing restarts
+        row(
+            json!({}),
+            json!({"configuration": {"shardFiles": {"1": {"a.xml": "<clickhouse/>"}}}}),
+            &[],
+            &[],
+        );
+    }
+
+    /// Issue 17: Keeper's coordination settings restart its members only.
+    #[test]
+    fn keeper_settings_restart_the_members() {
+        row(
+            json!({}),
+            json!({"keeper": {"settings": {"session_timeout_ms": "60000"}}}),
+            &[],
+            &[Need::RollingRestart],
         );
     }
 

@@ -297,7 +297,7 @@ pub fn server(
                 ),
                 ..StatefulSetUpdateStrategy::default()
             }),
-            template: server_pod(c, r, hashes, secret_files)?,
+            template: server_pod(c, r, &with_shard_files(c, r, hashes), secret_files)?,
             volume_claim_templates: Some(vec![data_claim(
                 &spec.storage,
                 "spec.storage.size",
@@ -356,6 +356,20 @@ fn server_pod(
         }),
     };
     with_template(generated, pod, "spec.pod.template", SERVER_CONTAINER)
+}
+
+/// `hashes` plus the hash of the replica's shard files, when its shard has any (so that only
+/// that shard's pods restart when they change).
+fn with_shard_files(c: &Cluster<'_>, r: &ReplicaSpec, hashes: &PodHashes) -> PodHashes {
+    let files = super::config::server::shard_files(c, r.shard);
+    let mut h = hashes.clone();
+    if !files.is_empty() {
+        h.insert(
+            labels::SHARD_FILES_HASH,
+            super::hash::json_hash(&serde_json::to_value(files).expect("strings serialise")),
+        );
+    }
+    h
 }
 
 /// `generated` with the user's `pod.template` merged over it ([`super::pod_template`]).

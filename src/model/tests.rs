@@ -1901,3 +1901,93 @@ fn replicas_of_a_shard_and_keeper_members_are_kept_apart() {
     let keeper = &d.keeper.as_ref().unwrap().statefulset.spec;
     assert!(keeper.template.spec.as_ref().unwrap().affinity.is_none());
 }
+
+/// Issue 17: Keeper's coordination settings from the spec replace the operator's defaults where
+/// they name them and add to them otherwise; without any, the file is as before (so running
+/// ensembles keep their hash); a change restarts the members, not the servers.
+#[test]
+fn keeper_coordination_settings_come_from_the_spec() {
+    let coordination = |d: &Desired| -> Vec<(String, String)> {
+        let file = d.keeper.as_ref().unwrap().config.data.clone().unwrap()
+            [names::KEEPER_CONFIG_FILE]
+            .clone();
+        let doc = parse(&file);
+        doc.descendants()
+            .find(|n| n.has_tag_name("coordination_settings"))
+            .unwrap()
+            .children()
+            .filter(|n| n.is_element())
+            .map(|n| {
+                (
+                    n.tag_name().name().to_string(),
+                    n.text().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let plain = cluster(json!({"keeper": {"replicas": 3}}));
+    let d = build(&plain, &inputs(replicas(1, 1)));
+    assert_eq!(
+        coordination(&d),
+        [
+            ("operation_timeout_ms".to_string(), "10000".to_string()),
+            ("session_timeout_ms".into(), "30000".into()),
+            ("raft_logs_level".into(), "warning".into()),
+        ]
+    );
+    let tuned = cluster(json!({"keeper": {"replicas": 3, "settings": {
+        "session_timeout_ms": "60000", "snapshot_distance": "50000"}}}));
+    let t = build(&tuned, &inputs(replicas(1, 1)));
+    let settings = coordination(&t);
+    assert_eq!(
+        settings,
+        [
+            ("operation_timeout_ms".to_string(), "10000".to_string()),
+            ("session_timeout_ms".into(), "60000".into()),
+            ("raft_logs_level".into(), "warning".into()),
+            ("snapshot_distance".into(), "50000".into()),
+        ]
+    );
+    let keeper_template =
+        |d: &Desired| d.keeper.as_ref().unwrap().statefulset.spec.template.clone();
+    assert_ne!(
+        keeper_template(&d),
+        keeper_template(&t),
+        "the members restart"
+    );
+    assert_eq!(templates(&d), templates(&t), "the servers do not");
+}
+
+/// Issue 17: a shard's own configuration files reach that shard's replicas only (their
+/// ConfigMaps, projected into `config.d`), and a change restarts only them: the other shard's
+/// pod templates are those of a cluster without shard files.
+#[test]
+fn shard_files_reach_that_shards_replicas_only() {
+    let plain = build(
+        &cluster(json!({"shards": 2, "replicas": 2})),
+        &inputs(replicas(2, 2)),
+    );
+    let with = build(
+        &cluster(
+            json!({"shards": 2, "replicas": 2, "configuration": {"shardFiles": {
+            "1": {"disks.xml": "<clickhouse><x>1</x></clickhouse>"}}}}),
+        ),
+        &inputs(replicas(2, 2)),
+    );
+    for (cm, shard) in with.replica_configs.iter().zip([0, 0, 1, 1]) {
+        let data = cm.data.as_ref().unwrap();
+        assert_eq!(
+            data.contains_key("disks.xml"),
+            shard == 1,
+            "{:?}",
+            cm.metadata.name
+        );
+        assert!(data.contains_key(REPLICA_FILE));
+    }
+    let (a, b) = (templates(&plain), templates(&with));
+    assert_eq!(a[0], b[0]);
+    assert_eq!(a[1], b[1]);
+    assert_ne!(a[2], b[2]);
+    assert_ne!(a[3], b[3]);
+    assert!(annotation(&b[2], labels::SHARD_FILES_HASH).is_some());
+}

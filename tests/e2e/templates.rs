@@ -257,3 +257,73 @@ async fn per_replica_services_reach_their_replica_and_go_when_switched_off() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// Issue 17: `configuration.shardFiles` reach that shard's servers only, and a change restarts
+/// only that shard's replicas.
+#[tokio::test]
+async fn shard_files_reach_one_shard_and_a_change_restarts_only_it() {
+    let client = client().await;
+    let ns = namespace(&client, "shardf").await;
+    let op = start_operator(&client, &ns, false).await;
+    let file = |n: u32| {
+        json!({"1": {"merge-tree.xml": format!(
+            "<clickhouse><merge_tree><parts_to_throw_insert>{n}</parts_to_throw_insert></merge_tree></clickhouse>")}})
+    };
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1},
+            "configuration": {"shardFiles": file(1234)}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let by_shard = |c: &clickhouse_operator::api::ClickHouseCluster| {
+        let map = &c.status.as_ref().unwrap().replica_state_map;
+        let mut v: Vec<(i32, String)> = map
+            .iter()
+            .map(|(n, r)| (r.shard, format!("{n}-0")))
+            .collect();
+        v.sort();
+        v
+    };
+    let pods = by_shard(&c);
+    let setting =
+        "SELECT value AS v FROM system.merge_tree_settings WHERE name = 'parts_to_throw_insert'";
+    let values = |pods: Vec<(i32, String)>| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let mut out = Vec::new();
+            for (_, p) in &pods {
+                let ch = sql_client(&client, &ns, "c1", p).await;
+                out.push(query(&ch, setting).await.join(","));
+            }
+            out
+        }
+    };
+    let default = values(vec![pods[0].clone()]).await[0].clone();
+    assert_ne!(default, "1234");
+    assert_eq!(
+        values(pods.clone()).await,
+        [default.clone(), "1234".to_string()]
+    );
+    let selector = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+    let before = pod_ids(&client, &ns, selector).await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"configuration": {"shardFiles": file(2345)}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 2).await;
+    let after = pod_ids(&client, &ns, selector).await;
+    assert_eq!(
+        after[&pods[0].1], before[&pods[0].1],
+        "shard 0 not restarted"
+    );
+    assert_ne!(after[&pods[1].1], before[&pods[1].1], "shard 1 restarted");
+    assert_eq!(values(pods.clone()).await, [default, "2345".to_string()]);
+    finish(&client, &ns, op).await;
+}

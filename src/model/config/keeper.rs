@@ -27,6 +27,29 @@ pub fn keeper_restart_part(c: &Cluster<'_>) -> String {
     keeper_element(c, 0, false).to_document()
 }
 
+/// `coordination_settings`: the operator's defaults (in their order, which the hash of
+/// running ensembles was taken over), each replaced by `spec.keeper.settings` where it names
+/// it, then the other settings of the spec (names that are not element names were refused by
+/// validation and are left out).
+fn coordination_settings(c: &Cluster<'_>) -> Element {
+    let user = &c.spec.keeper.settings;
+    let defaults = [
+        ("operation_timeout_ms", "10000"),
+        ("session_timeout_ms", "30000"),
+        ("raft_logs_level", "warning"),
+    ];
+    let mut out = Element::new("coordination_settings");
+    for (k, v) in defaults {
+        out = out.child(Element::leaf(k, user.get(k).map_or(v, String::as_str)));
+    }
+    for (k, v) in user {
+        if !defaults.iter().any(|(d, _)| d == k) && super::xml::is_element_name(k) {
+            out = out.child(Element::leaf(k, v));
+        }
+    }
+    out
+}
+
 fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Element {
     let data = names::KEEPER_DATA_PATH;
     let servers = (0..members).map(|i| {
@@ -49,12 +72,7 @@ fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Ele
             "snapshot_storage_path",
             format!("{data}/coordination/snapshots"),
         ))
-        .child(
-            Element::new("coordination_settings")
-                .child(Element::leaf("operation_timeout_ms", 10_000))
-                .child(Element::leaf("session_timeout_ms", 30_000))
-                .child(Element::leaf("raft_logs_level", "warning")),
-        );
+        .child(coordination_settings(c));
     if four_letter_words {
         keeper_server = keeper_server.child(Element::leaf(
             "four_letter_word_white_list",

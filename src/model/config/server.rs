@@ -389,12 +389,21 @@ pub fn replica_file(c: &Cluster<'_>, r: &ReplicaSpec) -> String {
 
 /// The per-replica ConfigMap `<sts>`.
 pub fn replica_config_map(c: &Cluster<'_>, r: &ReplicaSpec) -> ConfigMap {
+    let mut data = BTreeMap::from([(REPLICA_FILE.to_string(), replica_file(c, r))]);
+    data.extend(shard_files(c, r.shard).clone());
     ConfigMap {
         metadata: c.meta(names::replica_config(&r.name), labels::replica(c.name, r)),
-        data: Some(BTreeMap::from([(
-            REPLICA_FILE.to_string(),
-            replica_file(c, r),
-        )])),
+        data: Some(data),
         ..ConfigMap::default()
     }
+}
+
+/// The user's files of shard `shard` (`spec.configuration.shardFiles`), empty when it has none.
+pub fn shard_files<'a>(c: &'a Cluster<'_>, shard: i32) -> &'a BTreeMap<String, String> {
+    static NONE: BTreeMap<String, String> = BTreeMap::new();
+    c.spec
+        .configuration
+        .shard_files
+        .get(&shard.to_string())
+        .unwrap_or(&NONE)
 }
