@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a benchmark and prints its figures (benchmarks are not tests: nothing is asserted about
-# time). Usage: hack/bench.sh backup|exporter|scale
+# time). Usage: hack/bench.sh backup|exporter|scale|lifecycle
 #   backup    backup and restore throughput of a table of at least 1 GiB (BENCH_GIB, default 1)
 #             to and from a real S3 server, beside a plain copy of the same parts
 #   exporter  the metrics exporter's scrape time and memory for 2, 20 and 100 hosts (the two
@@ -8,6 +8,8 @@
 #   scale     the operator from its chart in front of N real single-replica clusters
 #             (BENCH_CLUSTERS, default "1 20"): time to ready, idle API requests per minute and
 #             cluster (audit log), CPU, memory, idle pass latency, status lag
+#   lifecycle a 2×2 cluster with 3 Keeper members under the operator from its chart: create, add
+#             a shard, roll every server, scale in (BENCH_ROUNDS, default 1)
 # The local Kubernetes is started and stopped by the benchmark itself (or set CHOP_KUBECONFIG).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,7 +17,8 @@ case "${1:-}" in
   backup) filter=backup::benchmark_backup_and_restore_throughput ;;
   exporter) filter=exporter::benchmark_exporter_scrape_of_20_and_100_hosts ;;
   scale) filter=scale::benchmark_idle_cost_and_status_lag_of_n_clusters ;;
-  *) echo "usage: $0 backup|exporter|scale" >&2; exit 2 ;;
+  lifecycle) filter=scale::benchmark_lifecycle_of_a_two_by_two_cluster ;;
+  *) echo "usage: $0 backup|exporter|scale|lifecycle" >&2; exit 2 ;;
 esac
 bash hack/setup.sh
 cargo build --workspace --quiet

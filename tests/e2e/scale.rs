@@ -159,6 +159,57 @@ async fn status_lag(
     (pod_at.unwrap(), status_at.unwrap())
 }
 
+/// Installs the operator from its chart into `ns` (one replica, watching every namespace, the
+/// locally built image) and waits for its pod: (pod name, pod address).
+async fn install_operator(client: &kube::Client, ns: &str, debug_log: bool) -> (String, String) {
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/clickhouse-operator");
+    helm_run(&[
+        "install",
+        "op",
+        &chart.to_string_lossy(),
+        "-n",
+        ns,
+        "--skip-crds",
+        "--set",
+        "pvcCleaner.enabled=false",
+        "--set",
+        "image.repository=localhost/clickhouse-operator",
+        "--set",
+        "image.tag=dev",
+        // one replica: the one measured is the leader
+        "--set",
+        "replicaCount=1",
+        "--set",
+        if debug_log {
+            "log.level=info\\,clickhouse_operator=debug"
+        } else {
+            "log.level=info"
+        },
+    ]);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for(Duration::from_secs(120), "the operator pod", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
+                .await
+                .ok()?
+                .items
+                .pop()?;
+            let ready = p
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let ip = p.status.as_ref()?.pod_ip.clone()?;
+            ready.then(|| (p.metadata.name.clone().unwrap(), ip))
+        }
+    })
+    .await
+}
+
 /// Benchmark (issue 19): for each N in `BENCH_CLUSTERS` (default "1 20"), the operator from its
 /// chart (one replica, watching every namespace) creates N single-replica clusters, each in a
 /// namespace of its own; printed: the time until all are `ready`, then over
@@ -180,7 +231,6 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             .unwrap_or(60),
     );
     let client = client().await;
-    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/clickhouse-operator");
     // BENCH_OPERATOR_LOG=1: the operator logs at debug level and the end of its log is printed
     // after the status lag is measured
     let show_log = std::env::var("BENCH_OPERATOR_LOG").is_ok();
@@ -193,51 +243,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         for _ in 0..n {
             cluster_namespaces.push(namespace(&client, &format!("scale-n{n}")).await);
         }
-        helm_run(&[
-            "install",
-            "op",
-            &chart.to_string_lossy(),
-            "-n",
-            &ns,
-            "--skip-crds",
-            "--set",
-            "pvcCleaner.enabled=false",
-            "--set",
-            "image.repository=localhost/clickhouse-operator",
-            "--set",
-            "image.tag=dev",
-            // one replica: the one measured is the leader
-            "--set",
-            "replicaCount=1",
-            "--set",
-            if show_log {
-                "log.level=info\\,clickhouse_operator=debug"
-            } else {
-                "log.level=info"
-            },
-        ]);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        let (op_pod, op_ip) = wait_for(Duration::from_secs(120), "the operator pod", || {
-            let pods = pods.clone();
-            async move {
-                let p = pods
-                    .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
-                    .await
-                    .ok()?
-                    .items
-                    .pop()?;
-                let ready = p
-                    .status
-                    .as_ref()?
-                    .conditions
-                    .as_ref()?
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                let ip = p.status.as_ref()?.pod_ip.clone()?;
-                ready.then(|| (p.metadata.name.clone().unwrap(), ip))
-            }
-        })
-        .await;
+        let (op_pod, op_ip) = install_operator(&client, &ns, show_log).await;
         let pid = pid_of("clickhouse-operator", &op_pod, None);
         let user = format!("system:serviceaccount:{ns}:op-clickhouse-operator");
         let started = Instant::now();
@@ -420,4 +426,154 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
     for r in rows {
         println!("{r}");
     }
+}
+
+/// Seconds from `start` until `probe` holds (polled every 100 ms), or a panic after `timeout`.
+async fn seconds_until<F, Fut>(start: Instant, timeout: Duration, what: &str, mut probe: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    loop {
+        if probe().await {
+            return start.elapsed().as_secs_f64();
+        }
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Benchmark (issue 19): the lifecycle of a 2×2 cluster with 3 Keeper members under the
+/// operator from its chart, on real 18.16 servers: create (every pod Ready, then status
+/// `ready`), add a shard, a rolling restart of every server (an environment variable added;
+/// each pod restarted once), scale-in of a replica per shard. Printed: seconds from the change
+/// to the pods and to the status. Run with `hack/bench.sh lifecycle` (`BENCH_ROUNDS`, default 1).
+#[tokio::test]
+#[ignore = "a benchmark: hack/bench.sh lifecycle"]
+async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
+    let client = client().await;
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let op_ns = namespace(&client, "lifeop").await;
+    install_operator(&client, &op_ns, false).await;
+    let mut rows = Vec::new();
+    for round in 0..rounds {
+        let ns = namespace(&client, &format!("life{round}")).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+        let ready_pods = |component: &'static str, want: usize| {
+            let pods = pods.clone();
+            async move {
+                let l = pods
+                    .list(&ListParams::default().labels(&format!(
+                        "clickhouse.com/cluster=c1,app.kubernetes.io/component={component}"
+                    )))
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+                l.len() == want
+                    && l.iter().all(|p| {
+                        p.metadata.deletion_timestamp.is_none()
+                            && p.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|cs| {
+                                    cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                })
+                    })
+            }
+        };
+        let status_ready = |generation: i64| {
+            let clusters = clusters.clone();
+            async move {
+                clusters
+                    .get("c1")
+                    .await
+                    .ok()
+                    .and_then(|c| c.status)
+                    .is_some_and(|s| {
+                        s.state == ClusterState::Ready && s.observed_generation == Some(generation)
+                    })
+            }
+        };
+        let limit = Duration::from_secs(600);
+        // create
+        let t = Instant::now();
+        create_cluster(
+            &client,
+            &ns,
+            "c1",
+            json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+        )
+        .await;
+        let keeper = seconds_until(t, limit, "Keeper Ready", || ready_pods("keeper", 3)).await;
+        let servers = seconds_until(t, limit, "servers Ready", || ready_pods("server", 4)).await;
+        let created = seconds_until(t, limit, "ready", || status_ready(1)).await;
+        // add a shard
+        let t = Instant::now();
+        patch_spec(&client, &ns, "c1", json!({"shards": 3})).await;
+        let shard_pods =
+            seconds_until(t, limit, "new shard Ready", || ready_pods("server", 6)).await;
+        let shard_ready = seconds_until(t, limit, "ready", || status_ready(2)).await;
+        // rolling restart of every server
+        let selector = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+        let before = pod_ids(&client, &ns, selector).await;
+        let t = Instant::now();
+        patch_spec(
+            &client,
+            &ns,
+            "c1",
+            json!({"pod": {"env": [{"name": "BENCH_ROLL", "value": "1"}]}}),
+        )
+        .await;
+        let rolled = seconds_until(t, limit, "ready", || status_ready(3)).await;
+        let after = pod_ids(&client, &ns, selector).await;
+        let restarted = before
+            .iter()
+            .filter(|(n, (uid, _))| after.get(*n).is_some_and(|(u, _)| u != uid))
+            .count();
+        // scale-in: one replica per shard leaves
+        let t = Instant::now();
+        patch_spec(&client, &ns, "c1", json!({"replicas": 1})).await;
+        let scaled = seconds_until(t, limit, "ready", || status_ready(4)).await;
+        let scaled_pods = seconds_until(t, limit, "3 servers", || ready_pods("server", 3)).await;
+        let row = format!(
+            "{round:>5} {keeper:>8.1} {servers:>9.1} {created:>8.1} {shard_pods:>9.1} {shard_ready:>9.1} {rolled:>9.1} {restarted:>4}/6 {scaled_pods:>9.1} {scaled:>9.1}"
+        );
+        println!("{row}");
+        rows.push(row);
+        let _ = clusters.delete("c1", &DeleteParams::default()).await;
+        let _ = seconds_until(Instant::now(), limit, "pods gone", || {
+            let pods = pods.clone();
+            async move {
+                pods.list(&ListParams::default())
+                    .await
+                    .is_ok_and(|l| l.items.is_empty())
+            }
+        })
+        .await;
+    }
+    println!();
+    println!(
+        "operator from its chart (debug build), a 2×2 cluster with 3 Keeper members, real 18.16"
+    );
+    println!(
+        "{:>5} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
+        "round",
+        "keeper s",
+        "servers s",
+        "ready s",
+        "shard pod",
+        "shard rdy",
+        "roll rdy",
+        "once",
+        "in pods",
+        "in ready"
+    );
+    for r in rows {
+        println!("{r}");
+    }
+    helm_run(&["uninstall", "op", "-n", &op_ns, "--wait"]);
 }
