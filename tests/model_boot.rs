@@ -95,7 +95,8 @@ fn cluster() -> ClickHouseCluster {
         "configuration": {
             "settings": {"max_concurrent_queries": "150", "max_connections": "2048"},
             "profiles": {"default": {"max_memory_usage": "1234567890"}},
-            "quotas": {"default": {"duration": "3600", "queries": "0"}}
+            "quotas": {"default": {"duration": "3600", "queries": "0"}},
+            "files": {"users.d/carol.xml": "<yandex><users><carol><password>carol-pw</password><networks><ip>::/0</ip></networks><profile>default</profile><quota>default</quota></carol></users></yandex>"}
         }
     }))
     .unwrap();
@@ -118,6 +119,17 @@ fn inputs() -> Inputs {
         operator_pods: None,
         cluster_password: Some(Password("c1uster-pw".into())),
     }
+}
+
+/// The names of the `users.d` files the users Secret holds.
+fn users_d_files(d: &Desired) -> Vec<String> {
+    d.users_secret
+        .data
+        .as_ref()
+        .unwrap()
+        .keys()
+        .filter_map(|k| Some(k.strip_prefix("users-d.")?.to_string()))
+        .collect()
 }
 
 fn users_file(d: &Desired) -> String {
@@ -156,6 +168,14 @@ fn start(d: &Desired, dir: PathBuf, extra: &str) -> (ServerGuard, u16) {
         &replica.data.as_ref().unwrap()[REPLICA_FILE],
     );
     write(&dir.join("users.d").join(names::USERS_FILE), &users_file(d));
+    // the users.d files of spec.configuration.files, from the users Secret (issue 17)
+    for file in users_d_files(d) {
+        let key = names::users_d_key(&file);
+        write(
+            &dir.join("users.d").join(&file),
+            &String::from_utf8(d.users_secret.data.as_ref().unwrap()[&key].0.clone()).unwrap(),
+        );
+    }
     // remote_servers is in the users Secret, projected into config.d.
     write(
         &dir.join("config.d").join(names::REMOTE_SERVERS_FILE),
@@ -277,6 +297,11 @@ fn generated_config_boots_a_real_server() {
     assert_ne!(code, 200, "a wrong password was accepted: {body}");
     let alice = ("alice", "alice pw & <x>");
     assert_eq!(query(port, Some(alice), "SELECT 1"), (200, "1\n".into()));
+    // a user of a users.d file from spec.configuration.files (issue 17)
+    assert_eq!(
+        query(port, Some(("carol", "carol-pw")), "SELECT 1"),
+        (200, "1\n".into())
+    );
 
     // The users' profile from spec.configuration.profiles is in force.
     let (_, v) = query(

@@ -218,6 +218,25 @@ impl ExternalKeeper {
     }
 }
 
+/// The prefix of `spec.configuration.files` names that go to `users.d`.
+pub const USERS_D_PREFIX: &str = "users.d/";
+
+impl Configuration {
+    /// The files for `config.d` (name → content).
+    pub fn config_d_files(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.files
+            .iter()
+            .filter(|(n, _)| !n.starts_with(USERS_D_PREFIX))
+    }
+
+    /// The files for `users.d` (file name without the prefix → content).
+    pub fn users_d_files(&self) -> impl Iterator<Item = (&str, &String)> {
+        self.files
+            .iter()
+            .filter_map(|(n, c)| Some((n.strip_prefix(USERS_D_PREFIX)?, c)))
+    }
+}
+
 impl ClickHouseClusterSpec {
     /// `clusterDomain`, or `cluster.local`.
     pub fn cluster_domain(&self) -> &str {
@@ -508,7 +527,9 @@ pub struct Configuration {
     /// Quotas: quota name → interval setting → value.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub quotas: BTreeMap<String, BTreeMap<String, String>>,
-    /// Extra configuration files placed in `config.d`: file name → XML content.
+    /// Extra configuration files: file name → XML content, placed in `config.d`; a name
+    /// `users.d/<file>` places it in `users.d` (users, profiles, quotas: reloaded, and kept in
+    /// a Secret as it may hold passwords).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
     /// Extra configuration files of one shard's servers only: shard index (`"0"`, `"1"`, …) →

@@ -504,10 +504,21 @@ fn check_configuration(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
         }
     }
     for file in spec.configuration.files.keys() {
-        if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
+        let plain = file
+            .strip_prefix(crate::api::USERS_D_PREFIX)
+            .unwrap_or(file);
+        let key_chars = plain
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if plain.contains('/')
+            || !key_chars
+            || !(plain.ends_with(".xml") || plain.ends_with(".yaml"))
+        {
             errors.add(
                 "spec.configuration.files",
-                format!("{file:?} must be a plain file name ending in .xml or .yaml"),
+                format!(
+                    "{file:?} must be a plain file name (letters, digits, '-', '_', '.') ending in .xml or .yaml, or users.d/ and such a name"
+                ),
             );
         }
     }

@@ -9,6 +9,7 @@
 //! | image, resources, env, envSecret, affinity, antiAffinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey, `pod.template` | [`Need::RollingRestart`] | the same for `keeper.*` |
 //! | settings ClickHouse reloads ([`crate::model::config::settings::RELOADABLE`]) | [`Need::ConfigReload`] | — |
 //! | other settings, `configuration.files` | [`Need::RollingRestart`] | — |
+//! | `configuration.files` `users.d/…` contents / added or removed | [`Need::ConfigReload`] / [`Need::RollingRestart`] | — |
 //! | profiles, quotas, `users` | [`Need::ConfigReload`] | — |
 //! | TLS / env Secret contents ([`classify_secrets`]) | [`Need::RollingRestart`] | env Secret: [`Need::RollingRestart`] |
 //! | storage size larger, volume scaling on | [`Need::PvcResize`] | the same for `keeper.storage` |
@@ -292,7 +293,27 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
             s.add(need, format!("spec.configuration.settings.{k}"));
         }
     }
-    if oc.files != nc.files {
+    let config_d = |c: &crate::api::Configuration| {
+        c.config_d_files()
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let users_d = |c: &crate::api::Configuration| {
+        c.users_d_files()
+            .map(|(n, v)| (n.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let (ou, nu) = (users_d(oc), users_d(nc));
+    if ou.keys().ne(nu.keys()) {
+        // a file added or removed changes what the pods mount
+        s.add(
+            Need::RollingRestart,
+            "spec.configuration.files (users.d files added or removed)",
+        );
+    } else if ou != nu {
+        s.add(Need::ConfigReload, "spec.configuration.files (users.d)");
+    }
+    if config_d(oc) != config_d(nc) {
         s.add(Need::RollingRestart, "spec.configuration.files");
     }
     if oc.profiles != nc.profiles {
@@ -775,6 +796,20 @@ mod tests {
             &[Need::Refused],
             &[],
         );
+    }
+
+    /// Issue 17: a `users.d` file's contents reload; adding or removing one restarts (the pods
+    /// mount it).
+    #[test]
+    fn users_d_files_reload_and_a_new_one_restarts() {
+        let f = |c: &str| json!({"configuration": {"files": {"users.d/bi.xml": c}}});
+        row(
+            f("<clickhouse/>"),
+            f("<clickhouse><x/></clickhouse>"),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(json!({}), f("<clickhouse/>"), &[Need::RollingRestart], &[]);
     }
 
     /// Issue 17: a shard's files restart that shard's servers (as built: none for a shard the

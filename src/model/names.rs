@@ -165,6 +165,11 @@ pub fn keeper_host(cluster: &str, namespace: &str, domain: &str, ordinal: i32) -
     )
 }
 
+/// Key in `<cluster>-users` of a `users.d` file of `spec.configuration.files`.
+pub fn users_d_key(file: &str) -> String {
+    format!("users-d.{file}")
+}
+
 /// The Service of one replica for clients that pin it (`spec.clientService.perReplica`).
 pub fn replica_client_service(replica: &str) -> String {
     format!("{replica}-client")

@@ -30,6 +30,12 @@ pub fn users_secret(
             ByteString(remote.into_bytes()),
         ),
     ]);
+    for (file, content) in c.spec.configuration.users_d_files() {
+        data.insert(
+            names::users_d_key(file),
+            ByteString(content.clone().into_bytes()),
+        );
+    }
     if let Some(p) = &inputs.interserver_password {
         data.insert(
             names::INTERSERVER_FILE.to_string(),

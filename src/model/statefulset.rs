@@ -480,10 +480,14 @@ fn server_volumes(
         ),
         projected(
             "users-d",
-            vec![secret_file_projection(
+            std::iter::once(secret_file_projection(
                 names::users_secret(c.name),
                 names::USERS_FILE,
-            )],
+            ))
+            .chain(c.spec.configuration.users_d_files().map(|(file, _)| {
+                secret_key_projection(names::users_secret(c.name), &names::users_d_key(file), file)
+            }))
+            .collect(),
         ),
         empty_dir("logs"),
         empty_dir("tmp"),
@@ -527,6 +531,22 @@ fn config_map_projection(name: String) -> VolumeProjection {
         config_map: Some(ConfigMapProjection {
             name,
             ..ConfigMapProjection::default()
+        }),
+        ..VolumeProjection::default()
+    }
+}
+
+/// Key `key` of Secret `name`, as the file `path`.
+fn secret_key_projection(name: String, key: &str, path: &str) -> VolumeProjection {
+    VolumeProjection {
+        secret: Some(SecretProjection {
+            name,
+            items: Some(vec![KeyToPath {
+                key: key.into(),
+                path: path.into(),
+                ..KeyToPath::default()
+            }]),
+            ..SecretProjection::default()
         }),
         ..VolumeProjection::default()
     }

@@ -1991,3 +1991,55 @@ fn shard_files_reach_that_shards_replicas_only() {
     assert_ne!(a[3], b[3]);
     assert!(annotation(&b[2], labels::SHARD_FILES_HASH).is_some());
 }
+
+/// Issue 17: a `users.d/` file of `configuration.files` is kept in `<cluster>-users` and
+/// projected into `users.d` (not in any ConfigMap, as it may hold passwords); the operator's
+/// own names stay reserved there too.
+#[test]
+fn users_d_files_go_to_users_d_through_the_users_secret() {
+    let content =
+        "<clickhouse><profiles><bi><max_threads>2</max_threads></bi></profiles></clickhouse>";
+    let c = cluster(
+        json!({"configuration": {"files": {"users.d/bi.xml": content, "a.xml": "<clickhouse/>"}}}),
+    );
+    let d = build(&c, &inputs(replicas(1, 1)));
+    let data = d.users_secret.data.as_ref().unwrap();
+    assert_eq!(data[&names::users_d_key("bi.xml")].0, content.as_bytes());
+    let common = d.common_config.data.as_ref().unwrap();
+    assert!(common.contains_key("a.xml"));
+    assert!(
+        !common.keys().any(|k| k.contains("bi.xml")),
+        "{:?}",
+        common.keys()
+    );
+    let t = serde_json::to_value(&templates(&d)[0]).unwrap();
+    let users_d = t["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "users-d")
+        .unwrap();
+    let items: Vec<(String, String)> = users_d["projected"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["secret"]["items"].as_array().cloned().unwrap_or_default())
+        .map(|i| {
+            (
+                i["key"].as_str().unwrap().to_string(),
+                i["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        items.contains(&("users-d.bi.xml".to_string(), "bi.xml".to_string())),
+        "{items:?}"
+    );
+    let c = cluster(
+        json!({"configuration": {"files": {"users.d/00-operator-users.xml": "<clickhouse/>"}}}),
+    );
+    assert!(matches!(
+        desired(&Cluster::new(&c).unwrap(), &inputs(replicas(1, 1))),
+        Err(BuildError::ReservedFile(_))
+    ));
+}

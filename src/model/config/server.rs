@@ -81,7 +81,15 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
             effect: Effect::Reload,
         },
     ];
-    for (name, content) in &c.spec.configuration.files {
+    if let Some((name, _)) = c
+        .spec
+        .configuration
+        .users_d_files()
+        .find(|(n, _)| n.starts_with(OPERATOR_FILE_PREFIX))
+    {
+        return Err(BuildError::ReservedFile(format!("users.d/{name}")));
+    }
+    for (name, content) in c.spec.configuration.config_d_files() {
         if name.starts_with(OPERATOR_FILE_PREFIX) {
             return Err(BuildError::ReservedFile(name.clone()));
         }
