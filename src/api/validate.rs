@@ -2,7 +2,7 @@
 //! rules of the CRD first). An invalid spec becomes status `error` with these messages; it never
 //! causes a write to a managed object.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::cluster::{ClickHouseClusterSpec, PodSettings};
@@ -432,19 +432,7 @@ fn check_pod(which: &str, pod: &PodSettings, errors: &mut Errors) {
             );
         }
     }
-    for (key, value) in &pod.labels {
-        if !is_label_key(key) || !is_label_value(value) {
-            errors.add(
-                &format!("{which}.labels"),
-                format!("{key:?}: {value:?} is not a valid label"),
-            );
-        } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
-            errors.add(
-                &format!("{which}.labels"),
-                format!("{key:?} is reserved for the operator"),
-            );
-        }
-    }
+    check_labels(&format!("{which}.labels"), &pod.labels, errors);
     if let Some(key) = &pod.topology_spread_key
         && !is_label_key(key)
     {
@@ -478,17 +466,16 @@ fn check_client_service(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             &cs.load_balancer_source_ranges,
         );
     }
-    for (key, value) in &cs.labels {
+    check_labels("spec.clientService.labels", &cs.labels, errors);
+}
+
+/// User labels at `field`: valid, and none with a prefix the operator reserves.
+fn check_labels(field: &str, labels: &BTreeMap<String, String>, errors: &mut Errors) {
+    for (key, value) in labels {
         if !is_label_key(key) || !is_label_value(value) {
-            errors.add(
-                "spec.clientService.labels",
-                format!("{key:?}: {value:?} is not a valid label"),
-            );
+            errors.add(field, format!("{key:?}: {value:?} is not a valid label"));
         } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
-            errors.add(
-                "spec.clientService.labels",
-                format!("{key:?} is reserved for the operator"),
-            );
+            errors.add(field, format!("{key:?} is reserved for the operator"));
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use clickhouse_operator::api::{ClickHouseCluster, ClusterState, ReplicaState};
+use clickhouse_operator::api::{ClusterState, ReplicaState};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -16,17 +16,6 @@ use crate::support::*;
 async fn server_pods(client: &Client, ns: &str, cluster: &str) -> BTreeMap<String, (String, i32)> {
     let selector = format!("clickhouse.com/cluster={cluster},app.kubernetes.io/component=server");
     pod_ids(client, ns, &selector).await
-}
-
-fn backup_replica(c: &ClickHouseCluster) -> String {
-    c.status
-        .as_ref()
-        .unwrap()
-        .replica_state_map
-        .iter()
-        .find(|(_, r)| r.is_backup_pod)
-        .map(|(n, _)| n.clone())
-        .expect("a backup replica")
 }
 
 /// S0-05, S0-10, S0-19, S0-20, S1-01, S0-21…S0-29, S1-16: scale a shard out 1→3 (the new

@@ -473,16 +473,7 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
                     .await
                     .map(|l| l.items)
                     .unwrap_or_default();
-                l.len() == want
-                    && l.iter().all(|p| {
-                        p.metadata.deletion_timestamp.is_none()
-                            && p.status
-                                .as_ref()
-                                .and_then(|s| s.conditions.as_ref())
-                                .is_some_and(|cs| {
-                                    cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                                })
-                    })
+                l.len() == want && l.iter().all(clickhouse_operator::plan::facts::pod_ready)
             }
         };
         let status_ready = |generation: i64| {

@@ -444,6 +444,18 @@ pub async fn wait_ready(
     .await
 }
 
+/// The backup replica of the only shard (or the first one listed) in the cluster's status.
+pub fn backup_replica(c: &ClickHouseCluster) -> String {
+    c.status
+        .as_ref()
+        .unwrap()
+        .replica_state_map
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .map(|(n, _)| n.clone())
+        .expect("a backup replica")
+}
+
 /// Watches the server pods of `cluster` (`total` of them, `before` as [`pod_ids`] gave them)
 /// until the cluster is ready at `generation`: the pods in the order they were replaced and the
 /// most that were down at once. Fails unless every pod was replaced before ready.
@@ -472,13 +484,7 @@ pub async fn watch_rollout(
         let mut down = total.saturating_sub(list.len());
         for p in &list {
             let name = p.name_any();
-            let ready = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                && p.metadata.deletion_timestamp.is_none();
-            if !ready {
+            if !clickhouse_operator::plan::facts::pod_ready(p) {
                 down += 1;
             }
             if before.get(&name).map(|(uid, _)| uid) != p.uid().as_ref() && !order.contains(&name) {

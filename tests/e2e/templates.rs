@@ -117,15 +117,7 @@ async fn a_pod_template_adds_init_containers_and_volumes_and_a_change_rolls_one_
         most_down <= 1,
         "one server at a time: {most_down} down at once"
     );
-    let backup = c
-        .status
-        .as_ref()
-        .unwrap()
-        .replica_state_map
-        .iter()
-        .find(|(_, r)| r.is_backup_pod)
-        .map(|(n, _)| format!("{n}-0"))
-        .unwrap();
+    let backup = format!("{}-0", backup_replica(&c));
     assert_eq!(
         order.last(),
         Some(&backup),

@@ -29,6 +29,16 @@ pub fn plan(pass: &mut Pass) {
     if let Some(x) = &pass.spec.keeper.external {
         // an external ensemble: the servers start once their root exists in it
         let root = x.root_of(&pass.namespace, &pass.name);
+        if let Some(old) = pass.old.keeper_root.clone().filter(|r| *r != root) {
+            // the servers' replication metadata and DDL queue are under the old root
+            pass.fail_and_halt(
+                FailureReason::InvalidSpec,
+                format!(
+                    "spec.keeper.external.root cannot change: the cluster's Keeper data is under {old}, not {root}; nothing was changed"
+                ),
+            );
+            return;
+        }
         let made = pass.old.keeper_root.as_deref() == Some(root.as_str());
         if !made {
             pass.emit(Action::EnsureKeeperRoot { root });

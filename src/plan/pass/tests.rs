@@ -1468,3 +1468,24 @@ fn an_external_keeper_gets_the_root_before_any_server_starts() {
     let p = sim.plan();
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
+
+/// Issue 17: once the servers keep their data under an external Keeper's root, a spec naming
+/// another root is refused with both named, and nothing is written.
+#[test]
+fn a_changed_external_keeper_root_is_refused_and_nothing_is_written() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2,
+        "keeper": {"replicas": 0, "external": {"nodes": [{"host": "zk-0.zk"}], "root": "/a"}}}));
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.cluster.status);
+    sim.cluster.spec.keeper.external.as_mut().unwrap().root = Some("/b".into());
+    sim.cluster.metadata.generation = Some(2);
+    let p = sim.plan();
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    let f = p.failure.expect("refused");
+    assert_eq!(f.reason, crate::plan::FailureReason::InvalidSpec);
+    assert!(
+        f.message.contains("/a") && f.message.contains("/b"),
+        "{}",
+        f.message
+    );
+}
