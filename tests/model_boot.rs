@@ -6,6 +6,9 @@
 //! paths and the listen address so the server runs unprivileged on 127.0.0.1 with free ports;
 //! nothing else of the generated configuration is changed.
 //!
+//! The generated `storage_configuration` (issue 17: a further disk and a storage policy) is in
+//! the files: 18.16, older than storage policies, boots with it and ignores it.
+//!
 //! What 18.16 cannot show: `getMacro()` does not exist there (the macros are read from
 //! `system.macros` instead); the pod and Keeper hosts do not resolve outside Kubernetes, so
 //! replication is not exercised here (the local kubelet tests do that). Found on 18.16: it
@@ -92,6 +95,10 @@ fn cluster() -> ClickHouseCluster {
         "shards": 2,
         "replicas": 1,
         "users": {"secretName": "c1-app-users"},
+        // 18.16 predates storage policies (19.15): it must boot with them and ignore them
+        "storage": {"size": "10Gi", "disks": [{"name": "cold", "size": "10Gi"}],
+            "policies": {"tiered": {"volumes": [{"name": "hot", "disks": ["default"]},
+                {"name": "cold", "disks": ["cold"]}]}}},
         "configuration": {
             "settings": {"max_concurrent_queries": "150", "max_connections": "2048"},
             "profiles": {"default": {"max_memory_usage": "1234567890"}},
@@ -264,6 +271,12 @@ fn generated_config_boots_a_real_server() {
     let c = cluster();
     let mut i = inputs();
     let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let server_file = &d.common_config.data.as_ref().unwrap()
+        [clickhouse_operator::model::config::server::SERVER_FILE];
+    assert!(
+        server_file.contains("<storage_configuration>"),
+        "{server_file}"
+    );
     let (mut guard, port) = start(&d, fresh_dir("plain"), "");
 
     assert_eq!(query(port, None, "SELECT 1").1.trim(), "1");

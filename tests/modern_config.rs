@@ -1018,3 +1018,64 @@ fn the_servers_own_prometheus_section_loads() {
     let r = run(&layout, &[CLUSTERS]);
     check_clusters(&r.rows(0), "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
 }
+
+/// Issue 17: the disks and storage policy of `spec.storage` load on ClickHouse 26.x and work:
+/// `system.disks` has the further disk, `system.storage_policies` the policy's volumes in the
+/// spec's order with their disks and move factor, and a table of the policy with a `TTL … TO
+/// VOLUME 'cold'` keeps its expired rows on the cold disk and its current rows on the default
+/// one (`system.parts.disk_name`). Test-only: the disk's path is moved into the temporary
+/// folder (the pod mounts its volume at `/var/lib/clickhouse-disks/cold/`, which the model's
+/// unit test checks); the data volume is chDB's own.
+#[test]
+fn disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk() {
+    let (c, i) = c1(serde_json::json!({"storage": {
+        "size": "10Gi",
+        "disks": [{"name": "cold", "size": "100Gi"}],
+        "policies": {"tiered": {"moveFactor": 0.2, "volumes": [
+            {"name": "hot", "disks": ["default"], "maxDataPartSize": "1Gi"},
+            {"name": "cold", "disks": ["cold"]}]}}
+    }}));
+    let d = build(&c, &i);
+    let tag = "storage";
+    let dir = std::env::temp_dir().join(format!("modern-config-{tag}-{}", std::process::id()));
+    let cold = dir.join("disks").join("cold");
+    let extra = format!(
+        "<storage_configuration><disks><cold><path>{}/</path></cold></disks></storage_configuration>",
+        cold.display()
+    );
+    let layout = lay_out(tag, &d, "c1-0-0", &extra);
+    std::fs::create_dir_all(&cold).unwrap();
+    let server =
+        layout.read(&layout.config_d(clickhouse_operator::model::config::server::SERVER_FILE));
+    assert!(
+        server.contains("<path>/var/lib/clickhouse-disks/cold/</path>"),
+        "{server}"
+    );
+    let run = run(
+        &layout,
+        &[
+            "SELECT name FROM system.disks ORDER BY name",
+            "SELECT policy_name, volume_name, volume_priority, arrayStringConcat(disks, ','), \
+             max_data_part_size, move_factor FROM system.storage_policies \
+             WHERE policy_name = 'tiered' ORDER BY volume_priority",
+            "CREATE TABLE default.events (d DateTime, x UInt64) ENGINE = MergeTree ORDER BY x \
+             TTL d + INTERVAL 1 DAY TO VOLUME 'cold' SETTINGS storage_policy = 'tiered'",
+            "INSERT INTO default.events SELECT now() - INTERVAL 10 DAY, number FROM numbers(100)",
+            "INSERT INTO default.events SELECT now(), number FROM numbers(50)",
+            "SELECT disk_name, sum(rows) FROM system.parts WHERE database = 'default' \
+             AND table = 'events' AND active GROUP BY disk_name ORDER BY disk_name",
+        ],
+    );
+    assert_eq!(run.rows(0), ["cold", "default"]);
+    assert_eq!(
+        run.rows(1),
+        [
+            "tiered\thot\t1\tdefault\t1073741824\t0.2",
+            "tiered\tcold\t2\tcold\t0\t0.2"
+        ]
+    );
+    run.rows(2);
+    run.rows(3);
+    run.rows(4);
+    assert_eq!(run.rows(5), ["cold\t100", "default\t50"]);
+}

@@ -45,9 +45,10 @@ pub struct ClickHouseClusterSpec {
     /// Settings of the server pods.
     #[serde(default)]
     pub pod: PodSettings,
-    /// Data volume of every server replica.
+    /// Storage of every server replica: the data volume, further disks with storage policies
+    /// over them, a log volume.
     #[serde(default)]
-    pub storage: StorageSpec,
+    pub storage: ServerStorageSpec,
     /// How storage size changes are applied.
     #[serde(default)]
     pub storage_scaling: StorageScaling,
@@ -485,6 +486,14 @@ pub struct StorageSpec {
     /// What happens to the PVCs when the cluster is deleted.
     #[serde(default)]
     pub reclaim_policy: ReclaimPolicy,
+    /// Labels of the PVCs (besides the operator's own, which win): set on new PVCs and added
+    /// to existing ones (a key removed here stays on existing PVCs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations of the PVCs, for example for a CSI driver or a backup tool: set on new PVCs
+    /// and added to existing ones (a key removed here stays on existing PVCs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 impl Default for StorageSpec {
@@ -493,8 +502,91 @@ impl Default for StorageSpec {
             size: default_storage_size(),
             storage_class_name: None,
             reclaim_policy: ReclaimPolicy::default(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
         }
     }
+}
+
+/// The storage of a server replica. The data volume (`size`, `storageClassName`, …) is
+/// ClickHouse's `default` disk at `/var/lib/clickhouse`; every entry of `disks` is one more
+/// volume, mounted at `/var/lib/clickhouse-disks/<name>/` and declared as the disk `<name>` in
+/// `storage_configuration`; `policies` group the disks into storage policies (ClickHouse 19.15
+/// and later; older servers ignore `storage_configuration`, and a table cannot name a policy
+/// there). Adding a disk recreates the StatefulSets (their pods kept) and restarts the servers
+/// one at a time; a disk cannot be removed (its parts would be lost).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStorageSpec {
+    #[serde(flatten)]
+    pub data: StorageSpec,
+    /// Further disks, a PVC each per replica (the PVC `disk-<name>-<pod>`), in the data
+    /// volume's reclaim policy, labels and annotations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskSpec>,
+    /// Storage policies: policy name → its volumes in order (new parts go to the first, parts
+    /// move on when a volume fills past `moveFactor` or by a table's `TTL … TO VOLUME`). A
+    /// policy named `default` replaces ClickHouse's default policy for tables that name none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub policies: BTreeMap<String, StoragePolicySpec>,
+    /// A volume for the server's logs (`/var/log/clickhouse-server`, the PVC `logs-<pod>`)
+    /// instead of scratch space that is lost with the pod. Adding it restarts the servers one at
+    /// a time; it cannot be removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs: Option<VolumeSpec>,
+}
+
+/// One more disk of every server replica.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskSpec {
+    /// The disk's name in ClickHouse (`system.disks`) and in its PVC's name: lower-case
+    /// letters, digits and `-`, at most 20 characters, not `default`.
+    pub name: String,
+    /// Requested size, a Kubernetes quantity. It never shrinks; it grows in place as the data
+    /// volume does (`spec.storageScaling.enableVolumeScaling`).
+    pub size: String,
+    /// Storage class; the cluster's default class when unset. Fixed once the PVCs exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// A volume of fixed purpose (the log volume).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSpec {
+    /// Requested size, a Kubernetes quantity. It never shrinks.
+    pub size: String,
+    /// Storage class; the cluster's default class when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// A storage policy (`storage_configuration/policies/<name>`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoragePolicySpec {
+    /// The policy's volumes, in order: new parts are written to the first.
+    pub volumes: Vec<PolicyVolumeSpec>,
+    /// When the free space of a volume falls below this share (0 to 1), parts move to the next
+    /// volume (`move_factor`; ClickHouse's default 0.1 when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub move_factor: Option<f64>,
+}
+
+/// A volume of a storage policy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyVolumeSpec {
+    /// The volume's name, as `TTL … TO VOLUME '<name>'` names it.
+    pub name: String,
+    /// Its disks: `default` (the data volume) or names from `spec.storage.disks`; parts are
+    /// spread over them round-robin (JBOD).
+    pub disks: Vec<String>,
+    /// Parts larger than this (a quantity such as `1Gi`) are not written to this volume but to
+    /// the next (`max_data_part_size_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_data_part_size: Option<String>,
 }
 
 /// `Retain` keeps the PVCs of a deleted cluster; `Delete` labels them for the PVC cleaner.

@@ -49,6 +49,21 @@ pub const CLUSTER_RULES: &[Rule] = &[
         message: "spec.storage.size cannot shrink",
     },
     Rule {
+        path: &["spec", "storage"],
+        rule: "!has(oldSelf.disks) || oldSelf.disks.all(d, has(self.disks) && self.disks.exists(e, e.name == d.name))",
+        message: "spec.storage.disks: a disk cannot be removed (the parts on it would be lost)",
+    },
+    Rule {
+        path: &["spec", "storage"],
+        rule: "!has(oldSelf.logs) || has(self.logs)",
+        message: "spec.storage.logs cannot be removed once set",
+    },
+    Rule {
+        path: &["spec", "storage", "disks", "[]", "size"],
+        rule: "isQuantity(self)",
+        message: "spec.storage.disks[].size must be a quantity such as 100Gi",
+    },
+    Rule {
         path: &["spec", "keeper", "storage", "size"],
         rule: "isQuantity(self)",
         message: "spec.keeper.storage.size must be a quantity such as 1Gi",
@@ -111,6 +126,9 @@ const CLUSTER_LIMITS: &[(&[&str], &str, u64)] = &[
     (&["spec", "users", "secretName"], "maxLength", 253),
     (&["spec", "clusterDomain"], "maxLength", 253),
     (&["spec", "storage", "size"], "maxLength", 32),
+    (&["spec", "storage", "disks"], "maxItems", 8),
+    (&["spec", "storage", "disks", "[]", "name"], "maxLength", 20),
+    (&["spec", "storage", "disks", "[]", "size"], "maxLength", 32),
     (&["spec", "keeper", "storage", "size"], "maxLength", 32),
 ];
 

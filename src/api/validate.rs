@@ -203,18 +203,153 @@ fn check_images(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     }
 }
 
-/// The server and Keeper volume sizes: quantities larger than 0.
+/// The server and Keeper volume sizes: quantities larger than 0; PVC labels; the disks, their
+/// storage policies and the log volume.
 fn check_storage(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
-    for (field, size) in [
-        ("spec.storage.size", &spec.storage.size),
-        ("spec.keeper.storage.size", &spec.keeper.storage.size),
-    ] {
+    let st = &spec.storage;
+    let mut sizes = vec![
+        ("spec.storage.size".to_string(), &st.data.size),
+        (
+            "spec.keeper.storage.size".to_string(),
+            &spec.keeper.storage.size,
+        ),
+    ];
+    if let Some(l) = &st.logs {
+        sizes.push(("spec.storage.logs.size".to_string(), &l.size));
+    }
+    for d in &st.disks {
+        sizes.push((format!("spec.storage.disks[{}].size", d.name), &d.size));
+    }
+    for (field, size) in sizes {
         match quantity::parse_bytes(size) {
-            Some(0) => errors.add(field, "must be larger than 0".into()),
+            Some(0) => errors.add(&field, "must be larger than 0".into()),
             Some(_) => {}
-            None => errors.add(field, format!("{size:?} is not a quantity such as 10Gi")),
+            None => errors.add(&field, format!("{size:?} is not a quantity such as 10Gi")),
         }
     }
+    check_labels("spec.storage.labels", &st.data.labels, errors);
+    check_labels(
+        "spec.keeper.storage.labels",
+        &spec.keeper.storage.labels,
+        errors,
+    );
+    for (field, annotations) in [
+        ("spec.storage.annotations", &st.data.annotations),
+        (
+            "spec.keeper.storage.annotations",
+            &spec.keeper.storage.annotations,
+        ),
+    ] {
+        for key in annotations.keys() {
+            if !is_label_key(key) {
+                errors.add(field, format!("{key:?} is not a valid annotation key"));
+            }
+        }
+    }
+    let mut disks = BTreeSet::new();
+    for d in &st.disks {
+        let name = &d.name;
+        if !is_dns_label(name) || name.len() > MAX_DISK_NAME_LEN {
+            errors.add(
+                "spec.storage.disks",
+                format!(
+                    "{name:?} must be lower-case letters, digits and '-', starting with a letter, at most {MAX_DISK_NAME_LEN} characters"
+                ),
+            );
+        } else if name == "default" {
+            errors.add(
+                "spec.storage.disks",
+                "\"default\" is the data volume's disk: name the further disk otherwise".into(),
+            );
+        } else if !disks.insert(name.as_str()) {
+            errors.add(
+                "spec.storage.disks",
+                format!("the disk {name:?} is named twice"),
+            );
+        }
+    }
+    for (policy, p) in &st.policies {
+        let at = format!("spec.storage.policies.{policy}");
+        if !is_xml_name(policy) {
+            errors.add(
+                "spec.storage.policies",
+                format!(
+                    "{policy:?} must be letters, digits and '_', starting with a letter or '_'"
+                ),
+            );
+        }
+        if p.volumes.is_empty() {
+            errors.add(&at, "a policy needs at least one volume".into());
+        }
+        if let Some(f) = p.move_factor
+            && !(0.0..=1.0).contains(&f)
+        {
+            errors.add(
+                &format!("{at}.moveFactor"),
+                format!("{f} is not between 0 and 1"),
+            );
+        }
+        let mut volumes = BTreeSet::new();
+        let mut used = BTreeSet::new();
+        for v in &p.volumes {
+            let vat = format!("{at}.volumes[{}]", v.name);
+            if !is_xml_name(&v.name) {
+                errors.add(
+                    &format!("{at}.volumes"),
+                    format!(
+                        "{:?} must be letters, digits and '_', starting with a letter or '_'",
+                        v.name
+                    ),
+                );
+            } else if !volumes.insert(v.name.as_str()) {
+                errors.add(
+                    &format!("{at}.volumes"),
+                    format!("the volume {:?} is named twice", v.name),
+                );
+            }
+            if v.disks.is_empty() {
+                errors.add(
+                    &format!("{vat}.disks"),
+                    "a volume needs at least one disk".into(),
+                );
+            }
+            for disk in &v.disks {
+                if disk != "default" && !disks.contains(disk.as_str()) {
+                    errors.add(
+                        &format!("{vat}.disks"),
+                        format!("{disk:?} is neither \"default\" nor a disk of spec.storage.disks"),
+                    );
+                } else if !used.insert(disk.as_str()) {
+                    errors.add(
+                        &format!("{vat}.disks"),
+                        format!("the disk {disk:?} is in more than one volume of the policy"),
+                    );
+                }
+            }
+            if let Some(max) = &v.max_data_part_size
+                && quantity::parse_bytes(max).is_none_or(|b| b == 0)
+            {
+                errors.add(
+                    &format!("{vat}.maxDataPartSize"),
+                    format!("{max:?} is not a quantity larger than 0 such as 1Gi"),
+                );
+            }
+        }
+    }
+}
+
+/// Longest disk name: its PVC `disk-<name>-<cluster>-<shard>-<index>-0` stays a DNS name with a
+/// cluster name of up to 40 characters.
+const MAX_DISK_NAME_LEN: usize = 20;
+
+/// A name that is an XML element name and safe in a SQL string: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_xml_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s.len() <= 64
 }
 
 /// The disruption budget must let at least one pod go.
@@ -805,7 +940,7 @@ mod tests {
             ..UsersSpec::default()
         });
         s.tls.enabled = true;
-        s.storage.size = "lots".into();
+        s.storage.data.size = "lots".into();
         s.pod
             .labels
             .insert("clickhouse.com/shard".into(), "x".into());
@@ -839,6 +974,96 @@ mod tests {
         let f = fields("c1", &s);
         assert!(f.contains(&"spec.users.secretName".to_string()), "{f:?}");
         assert!(f.contains(&"spec.pod.envSecret".to_string()), "{f:?}");
+    }
+
+    /// Issue 17: disks, policies and the log volume are checked with the field named: disk
+    /// names (DNS-safe, not `default`, unique), sizes, a policy's volumes and their disks
+    /// (declared ones or `default`, each in one volume), the move factor, PVC labels.
+    #[test]
+    fn disks_and_storage_policies_are_checked_with_the_field_named() {
+        let of = |storage: serde_json::Value| {
+            let mut s = spec();
+            s.storage = serde_json::from_value(storage).unwrap();
+            validate("c1", &s).0
+        };
+        let good = of(serde_json::json!({
+            "disks": [{"name": "cold", "size": "10Gi"}, {"name": "ssd-2", "size": "1Gi"}],
+            "policies": {"tiered": {"moveFactor": 0.1, "volumes": [
+                {"name": "hot", "disks": ["default", "ssd-2"], "maxDataPartSize": "1Gi"},
+                {"name": "cold", "disks": ["cold"]}]}},
+            "logs": {"size": "1Gi"}, "labels": {"team": "a"}}));
+        assert!(good.is_empty(), "{good:?}");
+        let cases = [
+            (
+                serde_json::json!({"disks": [{"name": "Cold", "size": "1Gi"}]}),
+                "spec.storage.disks",
+                "lower-case",
+            ),
+            (
+                serde_json::json!({"disks": [{"name": "default", "size": "1Gi"}]}),
+                "spec.storage.disks",
+                "data volume",
+            ),
+            (
+                serde_json::json!({"disks": [{"name": "a", "size": "1Gi"}, {"name": "a", "size": "1Gi"}]}),
+                "spec.storage.disks",
+                "twice",
+            ),
+            (
+                serde_json::json!({"disks": [{"name": "a", "size": "lots"}]}),
+                "spec.storage.disks[a].size",
+                "quantity",
+            ),
+            (
+                serde_json::json!({"logs": {"size": "0"}}),
+                "spec.storage.logs.size",
+                "larger than 0",
+            ),
+            (
+                serde_json::json!({"policies": {"p": {"volumes": [{"name": "v", "disks": ["nope"]}]}}}),
+                "spec.storage.policies.p.volumes[v].disks",
+                "neither",
+            ),
+            (
+                serde_json::json!({"disks": [{"name": "a", "size": "1Gi"}], "policies": {"p": {"volumes": [{"name": "v", "disks": ["a"]}, {"name": "w", "disks": ["a"]}]}}}),
+                "spec.storage.policies.p.volumes[w].disks",
+                "more than one volume",
+            ),
+            (
+                serde_json::json!({"policies": {"p": {"volumes": []}}}),
+                "spec.storage.policies.p",
+                "at least one volume",
+            ),
+            (
+                serde_json::json!({"policies": {"p": {"moveFactor": 1.5, "volumes": [{"name": "v", "disks": ["default"]}]}}}),
+                "spec.storage.policies.p.moveFactor",
+                "between 0 and 1",
+            ),
+            (
+                serde_json::json!({"policies": {"p-1": {"volumes": [{"name": "v", "disks": ["default"]}]}}}),
+                "spec.storage.policies",
+                "letters, digits and '_'",
+            ),
+            (
+                serde_json::json!({"policies": {"p": {"volumes": [{"name": "v", "disks": ["default"], "maxDataPartSize": "big"}]}}}),
+                "spec.storage.policies.p.volumes[v].maxDataPartSize",
+                "quantity",
+            ),
+            (
+                serde_json::json!({"labels": {"bad key!": "x"}}),
+                "spec.storage.labels",
+                "not a valid label",
+            ),
+        ];
+        for (storage, field, words) in cases {
+            let errors = of(storage.clone());
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.field == field && e.message.contains(words)),
+                "{storage}: want {field} ({words}) in {errors:?}"
+            );
+        }
     }
 
     /// Issue 15: the settings the operator writes itself are refused with the field named,

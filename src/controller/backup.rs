@@ -312,6 +312,15 @@ impl Pass<'_> {
 
     /// `New`: checks, then records the replicas and `Starting`.
     async fn start(&mut self, cluster: &ClickHouseCluster) -> Result<Option<Action>, Error> {
+        if !cluster.spec.storage.disks.is_empty() {
+            // the agent reads the snapshot of the data volume only: parts on the other disks
+            // would be missing from the backup without anyone noticing
+            self.fail(format!(
+                "cluster {} has further disks (spec.storage.disks): backups read the data volume only and would miss the parts on them, so none is taken",
+                cluster.name_any()
+            ));
+            return Ok(None);
+        }
         let Some(d) = destination_of(self.backup, cluster) else {
             self.fail(format!(
                 "no destination: set spec.destination, or spec.backup.destination of cluster {}",

@@ -12,8 +12,11 @@
 //! | `configuration.files` `users.d/…` contents / added or removed | [`Need::ConfigReload`] / [`Need::RollingRestart`] | — |
 //! | profiles, quotas, `users` | [`Need::ConfigReload`] | — |
 //! | TLS / env Secret contents ([`classify_secrets`]) | [`Need::RollingRestart`] | env Secret: [`Need::RollingRestart`] |
-//! | storage size larger, volume scaling on | [`Need::PvcResize`] | the same for `keeper.storage` |
+//! | storage size larger (data volume, a disk, the log volume), volume scaling on | [`Need::PvcResize`] | the same for `keeper.storage` |
 //! | storage smaller, class changed, or larger without volume scaling | [`Need::Refused`] | the same |
+//! | `storage.disks` or `storage.logs` added / removed | [`Need::RollingRestart`] (StatefulSets recreated, pods kept until restarted) / [`Need::Refused`] | — |
+//! | `storage.policies` | [`Need::RollingRestart`] | — |
+//! | `storage.labels`, `storage.annotations` | [`Need::ObjectUpdate`] (StatefulSets recreated with their pods kept, existing PVCs patched) | the same for `keeper.storage` |
 //! | `clusterDomain` | [`Need::Refused`] | [`Need::Refused`] |
 //! | `keeper.external` nodes or cluster | [`Need::ConfigReload`] (zookeeper nodes) | — |
 //! | `keeper.external.root` | [`Need::Refused`] | — |
@@ -29,7 +32,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::api::{ClickHouseCluster, ClickHouseClusterSpec, PodSettings, StorageSpec};
+use crate::api::{
+    ClickHouseCluster, ClickHouseClusterSpec, PodSettings, ServerStorageSpec, StorageSpec,
+};
 use crate::model::config::settings::needs_restart;
 use crate::model::diff::covers;
 use crate::model::hash::PodHashes;
@@ -187,17 +192,37 @@ fn storage(
     new: &StorageSpec,
     volume_scaling: bool,
 ) {
-    if old.storage_class_name != new.storage_class_name {
+    volume(
+        out,
+        field,
+        (&old.size, old.storage_class_name.as_ref()),
+        (&new.size, new.storage_class_name.as_ref()),
+        volume_scaling,
+    );
+    if old.labels != new.labels || old.annotations != new.annotations {
+        out.add(
+            Need::ObjectUpdate,
+            format!("{field}.labels/annotations (StatefulSets recreated with their pods kept; existing PVCs patched)"),
+        );
+    }
+}
+
+/// One volume's size and class, from `old` to `new`.
+fn volume(
+    out: &mut ComponentChanges,
+    field: &str,
+    old: (&String, Option<&String>),
+    new: (&String, Option<&String>),
+    volume_scaling: bool,
+) {
+    if old.1 != new.1 {
         out.add(
             Need::Refused,
             format!("{field}.storageClassName cannot change: the PVCs keep their class"),
         );
     }
-    let (Some(a), Some(b)) = (
-        quantity::parse_bytes(&old.size),
-        quantity::parse_bytes(&new.size),
-    ) else {
-        if old.size != new.size {
+    let (Some(a), Some(b)) = (quantity::parse_bytes(old.0), quantity::parse_bytes(new.0)) else {
+        if old.0 != new.0 {
             out.add(Need::Refused, format!("{field}.size is not a quantity"));
         }
         return;
@@ -205,7 +230,7 @@ fn storage(
     if b < a {
         out.add(
             Need::Refused,
-            format!("{field}.size cannot shrink ({} → {})", old.size, new.size),
+            format!("{field}.size cannot shrink ({} → {})", old.0, new.0),
         );
     } else if b > a {
         if volume_scaling {
@@ -218,6 +243,63 @@ fn storage(
                 ),
             );
         }
+    }
+}
+
+/// The server storage: the data volume, the disks, the log volume, the policies.
+fn server_storage(
+    out: &mut ComponentChanges,
+    old: &ServerStorageSpec,
+    new: &ServerStorageSpec,
+    volume_scaling: bool,
+) {
+    storage(out, "spec.storage", &old.data, &new.data, volume_scaling);
+    for d in &old.disks {
+        let field = format!("spec.storage.disks[{}]", d.name);
+        match new.disks.iter().find(|n| n.name == d.name) {
+            None => out.add(
+                Need::Refused,
+                format!("{field} cannot be removed: the parts on it would be lost"),
+            ),
+            Some(n) => volume(
+                out,
+                &field,
+                (&d.size, d.storage_class_name.as_ref()),
+                (&n.size, n.storage_class_name.as_ref()),
+                volume_scaling,
+            ),
+        }
+    }
+    for d in new
+        .disks
+        .iter()
+        .filter(|n| !old.disks.iter().any(|d| d.name == n.name))
+    {
+        out.add(
+            Need::RollingRestart,
+            format!("spec.storage.disks[{}] (added: StatefulSets recreated, pods restarted to mount it)", d.name),
+        );
+    }
+    match (&old.logs, &new.logs) {
+        (None, None) => {}
+        (None, Some(_)) => out.add(
+            Need::RollingRestart,
+            "spec.storage.logs (added: StatefulSets recreated, pods restarted to mount it)",
+        ),
+        (Some(_), None) => out.add(
+            Need::Refused,
+            "spec.storage.logs cannot be removed: its PVCs would be left behind",
+        ),
+        (Some(o), Some(n)) => volume(
+            out,
+            "spec.storage.logs",
+            (&o.size, o.storage_class_name.as_ref()),
+            (&n.size, n.storage_class_name.as_ref()),
+            volume_scaling,
+        ),
+    }
+    if old.policies != new.policies {
+        out.add(Need::RollingRestart, "spec.storage.policies");
     }
 }
 
@@ -339,9 +421,8 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
             s.add(Need::RollingRestart, "spec.tls.caSecret");
         }
     }
-    storage(
+    server_storage(
         s,
-        "spec.storage",
         &old.storage,
         &new.storage,
         new.storage_scaling.enable_volume_scaling,
@@ -512,6 +593,57 @@ mod tests {
         let ch = classify(&spec(old.clone()), &spec(new.clone()));
         assert_eq!(needs(&ch.server), set(server), "server: {old} → {new}");
         assert_eq!(needs(&ch.keeper), set(keeper), "keeper: {old} → {new}");
+    }
+
+    /// Issue 17: disks, the log volume, policies and PVC labels, classified.
+    #[test]
+    fn disks_logs_policies_and_pvc_labels_are_classified() {
+        let disk = json!({"storage": {"disks": [{"name": "cold", "size": "10Gi"}]}});
+        row(json!({}), disk.clone(), &[Need::RollingRestart], &[]);
+        row(
+            disk.clone(),
+            json!({}),
+            &[Need::Refused, Need::RollingRestart],
+            &[],
+        );
+        row(
+            disk.clone(),
+            json!({"storage": {"disks": [{"name": "cold", "size": "5Gi"}]}}),
+            &[Need::Refused],
+            &[],
+        );
+        row(
+            json!({"storageScaling": {"enableVolumeScaling": true},
+                   "storage": {"disks": [{"name": "cold", "size": "10Gi"}]}}),
+            json!({"storageScaling": {"enableVolumeScaling": true},
+                   "storage": {"disks": [{"name": "cold", "size": "20Gi"}]}}),
+            &[Need::PvcResize],
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"storage": {"logs": {"size": "1Gi"}}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+        row(
+            json!({"storage": {"logs": {"size": "1Gi"}}}),
+            json!({}),
+            &[Need::Refused, Need::RollingRestart],
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"storage": {"policies": {"p": {"volumes": [{"name": "v", "disks": ["default"]}]}}}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+        row(
+            json!({}),
+            json!({"storage": {"labels": {"team": "a"}}, "keeper": {"storage": {"size": "1Gi", "annotations": {"x": "y"}}}}),
+            &[Need::ObjectUpdate],
+            &[Need::ObjectUpdate],
+        );
     }
 
     #[test]

@@ -64,6 +64,10 @@ pub const SERVER_CONFIG_D_PATH: &str = "/etc/clickhouse-server/config.d";
 pub const SERVER_USERS_D_PATH: &str = "/etc/clickhouse-server/users.d";
 /// Where the server writes its log files (an emptyDir: the root filesystem is read-only).
 pub const SERVER_LOG_PATH: &str = "/var/log/clickhouse-server";
+/// Where the further disks of `spec.storage.disks` are mounted, one folder each.
+pub const SERVER_DISKS_PATH: &str = "/var/lib/clickhouse-disks";
+/// The claim template (and pod volume) of the log volume, `spec.storage.logs`.
+pub const LOGS_CLAIM: &str = "logs";
 /// Where the server certificate Secret is mounted (`tls.crt`, `tls.key`).
 pub const SERVER_TLS_PATH: &str = "/etc/clickhouse-server/tls";
 /// Where the CA Secret is mounted (`ca.crt`).
@@ -91,6 +95,17 @@ pub fn replica_pod(replica: &str) -> String {
 /// the StatefulSet's [`DATA_VOLUME`] template for its only pod.
 pub fn data_pvc(replica: &str) -> String {
     format!("{DATA_VOLUME}-{}", replica_pod(replica))
+}
+
+/// The claim template (and pod volume) of the disk `<disk>` of `spec.storage.disks`.
+pub fn disk_claim(disk: &str) -> String {
+    format!("disk-{disk}")
+}
+
+/// Where the disk `<disk>` is mounted, with the trailing `/` that ClickHouse's disk `path`
+/// must have.
+pub fn disk_path(disk: &str) -> String {
+    format!("{SERVER_DISKS_PATH}/{disk}/")
 }
 
 /// Headless Service of all server pods; every server StatefulSet's `serviceName`.

@@ -199,25 +199,48 @@ pub(crate) fn data_claim(
     field: &'static str,
     labels: BTreeMap<String, String>,
 ) -> Result<PersistentVolumeClaim, BuildError> {
-    if quantity::parse_bytes(&storage.size).is_none() {
+    claim(
+        DATA_VOLUME,
+        &storage.size,
+        storage.storage_class_name.as_ref(),
+        field,
+        storage,
+        labels,
+    )
+}
+
+/// A claim template named `name` of `size` in `class`, with the labels and annotations of
+/// `storage` under the operator's `labels` (which win).
+fn claim(
+    name: &str,
+    size: &str,
+    class: Option<&String>,
+    field: &'static str,
+    storage: &StorageSpec,
+    labels: BTreeMap<String, String>,
+) -> Result<PersistentVolumeClaim, BuildError> {
+    if quantity::parse_bytes(size).is_none() {
         return Err(BuildError::InvalidQuantity {
             field,
-            value: storage.size.clone(),
+            value: size.to_string(),
         });
     }
+    let mut all_labels = storage.labels.clone();
+    all_labels.extend(labels);
     Ok(PersistentVolumeClaim {
         metadata: ObjectMeta {
-            name: Some(DATA_VOLUME.into()),
-            labels: Some(labels),
+            name: Some(name.into()),
+            labels: Some(all_labels),
+            annotations: (!storage.annotations.is_empty()).then(|| storage.annotations.clone()),
             ..ObjectMeta::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
-            storage_class_name: storage.storage_class_name.clone(),
+            storage_class_name: class.cloned(),
             resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_string(),
-                    Quantity(storage.size.clone()),
+                    Quantity(size.to_string()),
                 )])),
                 ..VolumeResourceRequirements::default()
             }),
@@ -225,6 +248,42 @@ pub(crate) fn data_claim(
         }),
         ..PersistentVolumeClaim::default()
     })
+}
+
+/// The claim templates of a server replica: the data volume, one per disk of
+/// `spec.storage.disks`, and the log volume when `spec.storage.logs` is set.
+fn server_claims(
+    c: &Cluster<'_>,
+    r: &ReplicaSpec,
+) -> Result<Vec<PersistentVolumeClaim>, BuildError> {
+    let storage = &c.spec.storage;
+    let labels = labels::replica(c.name, r);
+    let mut claims = vec![data_claim(
+        &storage.data,
+        "spec.storage.size",
+        labels.clone(),
+    )?];
+    for d in &storage.disks {
+        claims.push(claim(
+            &names::disk_claim(&d.name),
+            &d.size,
+            d.storage_class_name.as_ref(),
+            "spec.storage.disks[].size",
+            &storage.data,
+            labels.clone(),
+        )?);
+    }
+    if let Some(l) = &storage.logs {
+        claims.push(claim(
+            names::LOGS_CLAIM,
+            &l.size,
+            l.storage_class_name.as_ref(),
+            "spec.storage.logs.size",
+            &storage.data,
+            labels,
+        )?);
+    }
+    Ok(claims)
 }
 
 /// Pod-template annotations: the user's, then the hashes (ours win).
@@ -298,11 +357,7 @@ pub fn server(
                 ..StatefulSetUpdateStrategy::default()
             }),
             template: server_pod(c, r, &with_shard_files(c, r, hashes), secret_files)?,
-            volume_claim_templates: Some(vec![data_claim(
-                &spec.storage,
-                "spec.storage.size",
-                labels::replica(c.name, r),
-            )?]),
+            volume_claim_templates: Some(server_claims(c, r)?),
             ..StatefulSetSpec::default()
         },
         ..StatefulSet::default()
@@ -459,9 +514,15 @@ fn server_volumes(
         mount(DATA_VOLUME, names::SERVER_DATA_PATH),
         mount("config-d", names::SERVER_CONFIG_D_PATH),
         mount("users-d", names::SERVER_USERS_D_PATH),
-        mount("logs", names::SERVER_LOG_PATH),
+        mount(names::LOGS_CLAIM, names::SERVER_LOG_PATH),
         mount("tmp", "/tmp"),
     ];
+    mounts.extend(c.spec.storage.disks.iter().map(|d| {
+        mount(
+            &names::disk_claim(&d.name),
+            names::disk_path(&d.name).trim_end_matches('/'),
+        )
+    }));
     let mut volumes = vec![
         projected(
             "config-d",
@@ -489,9 +550,13 @@ fn server_volumes(
             }))
             .collect(),
         ),
-        empty_dir("logs"),
+        empty_dir(names::LOGS_CLAIM),
         empty_dir("tmp"),
     ];
+    if c.spec.storage.logs.is_some() {
+        // the claim template of that name is the volume
+        volumes.retain(|v| v.name != names::LOGS_CLAIM);
+    }
     if tls.enabled {
         for (volume, secret, path) in [
             ("tls", &tls.server_cert_secret, names::SERVER_TLS_PATH),

@@ -25,6 +25,13 @@ pub enum Action {
     OrphanStatefulSet { name: String },
     /// Grow a PVC in place.
     ResizePvc { name: String, size: String },
+    /// Add the labels and annotations of `spec.storage` to an existing PVC (a merge patch: a
+    /// key removed from the spec stays on the PVC).
+    LabelPvc {
+        name: String,
+        labels: std::collections::BTreeMap<String, String>,
+        annotations: std::collections::BTreeMap<String, String>,
+    },
     /// Take a replica's pod out of the client Service before its restart, so that the other
     /// replicas can fetch its last parts while nothing new is written to it (`serving: false`);
     /// or put it back when it is not restarted after all, say a reverted change (`true`).
@@ -63,6 +70,9 @@ impl Action {
                 format!("delete StatefulSet {name}, its pod kept, to create it again")
             }
             Action::ResizePvc { name, size } => format!("resize PVC {name} to {size}"),
+            Action::LabelPvc { name, .. } => {
+                format!("set the labels and annotations of spec.storage on PVC {name}")
+            }
             Action::SetServing { pod, serving, .. } => {
                 format!(
                     "put pod {pod} {} traffic",

@@ -112,6 +112,9 @@ pub struct PodFacts {
     pub ready_since: Option<Timestamp>,
     /// On its StatefulSet's update revision, and the StatefulSet's status is up to date.
     pub current: bool,
+    /// On an older revision than its StatefulSet's update revision, and the StatefulSet's
+    /// status is up to date (neither `current` nor `outdated` while that status lags).
+    pub outdated: bool,
     /// Why it cannot run, when it cannot (S2-31, S2-39).
     pub failing: Option<String>,
     /// The scheduler's reason while it is not scheduled (S2-39).
@@ -126,6 +129,9 @@ pub struct PvcFacts {
     pub name: String,
     /// The requested size.
     pub size: Option<String>,
+    /// Its labels and annotations.
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
     /// The volume is being expanded (condition `Resizing`).
     pub resizing: bool,
     /// The file system waits for the pod to (re)start to grow (`FileSystemResizePending`).
@@ -143,10 +149,20 @@ pub struct ServerFacts {
     pub deleting: bool,
     /// Its pod template serves HTTPS (it was written with `spec.tls.enabled`).
     pub serves_tls: bool,
-    /// The data PVC size its claim template asks for.
-    pub claim_size: Option<String>,
+    /// Its claim templates by name (`data`, `disk-<name>`, `logs`).
+    pub claims: BTreeMap<String, Claim>,
     pub pod: PodFacts,
-    pub pvc: Option<PvcFacts>,
+    /// The PVCs of its pod, by the name of the claim template they come from.
+    pub pvcs: BTreeMap<String, PvcFacts>,
+}
+
+/// What a claim template asks for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Claim {
+    pub size: Option<String>,
+    pub class: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// One pod of the Keeper ensemble.
@@ -344,14 +360,22 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
     let sts = obs.statefulsets.get(replica);
     let pod = obs.pods.get(&names::replica_pod(replica));
     let json = sts.map(|s| serde_json::to_value(s).expect("Kubernetes objects serialise"));
-    let pvc_name = names::data_pvc(replica);
+    let claims = json.as_ref().map(claims).unwrap_or_default();
+    let pvcs = claims
+        .keys()
+        .filter_map(|template| {
+            let name = format!("{template}-{}", names::replica_pod(replica));
+            let p = obs.pvcs.get(&name)?;
+            Some((template.clone(), pvc_facts(&name, p)))
+        })
+        .collect();
     ServerFacts {
         scale: sts.and_then(|s| s.spec.replicas),
         deleting: sts.is_some_and(|s| s.metadata.deletion_timestamp.is_some()),
         serves_tls: json
             .as_ref()
             .is_some_and(|j| serves_tls(&j["spec"]["template"])),
-        claim_size: json.as_ref().and_then(claim_size),
+        claims,
         statefulset: json,
         pod: match pod {
             None => PodFacts::default(),
@@ -366,21 +390,29 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
                     .is_some_and(|l| l.contains_key(labels::SERVING)),
                 ready_since: ready_since(p),
                 current: sts.is_some_and(|s| pod_current(s, p)),
+                outdated: sts.is_some_and(|s| old_revision(s, p)),
                 failing: pod_failing(p, now),
                 unschedulable: unschedulable(p),
                 address: p.status.as_ref().and_then(|s| s.pod_ip.clone()),
             },
         },
-        pvc: obs.pvcs.get(&pvc_name).map(|p| PvcFacts {
-            name: pvc_name.clone(),
-            size: p
-                .spec
-                .as_ref()
-                .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
-                .map(|q| q.0.clone()),
-            resizing: pvc_condition(p, "Resizing"),
-            file_system_resize_pending: pvc_condition(p, "FileSystemResizePending"),
-        }),
+        pvcs,
+    }
+}
+
+/// The facts of the PVC `name`.
+pub fn pvc_facts(name: &str, p: &PersistentVolumeClaim) -> PvcFacts {
+    PvcFacts {
+        name: name.to_string(),
+        size: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+            .map(|q| q.0.clone()),
+        labels: p.metadata.labels.clone().unwrap_or_default(),
+        annotations: p.metadata.annotations.clone().unwrap_or_default(),
+        resizing: pvc_condition(p, "Resizing"),
+        file_system_resize_pending: pvc_condition(p, "FileSystemResizePending"),
     }
 }
 
@@ -503,9 +535,29 @@ pub fn serves_tls(template: &Value) -> bool {
         })
 }
 
-/// A StatefulSet's data PVC size as requested in its claim template.
-pub fn claim_size(sts: &Value) -> Option<String> {
-    sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
-        .as_str()
-        .map(str::to_string)
+/// A StatefulSet's claim templates (observed or desired, as JSON), by name.
+pub fn claims(sts: &Value) -> BTreeMap<String, Claim> {
+    let map = |v: &Value| -> BTreeMap<String, String> {
+        serde_json::from_value(v.clone()).unwrap_or_default()
+    };
+    sts["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let name = t["metadata"]["name"].as_str()?.to_string();
+            let spec = &t["spec"];
+            Some((
+                name,
+                Claim {
+                    size: spec["resources"]["requests"]["storage"]
+                        .as_str()
+                        .map(str::to_string),
+                    class: spec["storageClassName"].as_str().map(str::to_string),
+                    labels: map(&t["metadata"]["labels"]),
+                    annotations: map(&t["metadata"]["annotations"]),
+                },
+            ))
+        })
+        .collect()
 }

@@ -84,6 +84,29 @@ fn canary_slots(members: &[Member]) -> Option<usize> {
     }
 }
 
+/// The canary's slots: template writes ([`canary_slots`]) and restarts of replicas already
+/// on the new template ([`restart_canary_slots`]).
+struct Canary {
+    writes: Option<usize>,
+    restarts: Option<usize>,
+}
+
+/// How many replicas already on the new template but on an old pod (their StatefulSets
+/// recreated) may start their restart in this pass before one is proven on the new
+/// template: one while none has started (left traffic or restarted), then none until one is
+/// proven, then no limit but the shards' budgets.
+fn restart_canary_slots(members: &[Member]) -> Option<usize> {
+    let proven = members.iter().any(|m| !m.outdated() && m.available);
+    let started = members
+        .iter()
+        .any(|m| m.in_flight() && (!m.serving || !m.pod_outdated));
+    match (proven, started) {
+        (true, _) => None,
+        (false, true) => Some(0),
+        (false, false) => Some(1),
+    }
+}
+
 /// Plans the rollout over `members` (all shards).
 pub fn plan_rollout(
     members: &[Member],
@@ -104,7 +127,10 @@ pub fn plan_rollout(
     let mut shards: Vec<i32> = members.iter().map(|m| m.shard).collect();
     shards.sort();
     shards.dedup();
-    let mut canary = canary_slots(members);
+    let mut canary = Canary {
+        writes: canary_slots(members),
+        restarts: restart_canary_slots(members),
+    };
     for shard in shards {
         let mut group: Vec<&Member> = members.iter().filter(|m| m.shard == shard).collect();
         // Newest first, the backup replica last (decision 6).
@@ -131,7 +157,7 @@ fn plan_shard(
     strategy: UpdateStrategy,
     max_unavailable: i32,
     gates: &Gates,
-    canary: &mut Option<usize>,
+    canary: &mut Canary,
 ) {
     let smart = strategy == UpdateStrategy::SmartUpdate;
     // A pod of the new revision that cannot start stops the rollout (S2-31); a failing pod
@@ -163,13 +189,45 @@ fn plan_shard(
     }
     // Replicas being rolled: on the new template but not yet available on it.
     let in_flight: Vec<&&Member> = group.iter().filter(|m| m.in_flight()).collect();
+    // Several replicas of a shard can be on the new template at once without a template write
+    // by this rollout (their StatefulSets recreated for a new volume): the healthy ones still
+    // go out of traffic and restart `max_unavailable` at a time, in the group's order, counting
+    // the ones already restarted and not yet available again.
+    let mut taken = in_flight
+        .iter()
+        .filter(|m| !m.pod_outdated && !m.available)
+        .count();
     for m in &in_flight {
         if m.pod_outdated && smart {
             let others_available = group.iter().any(|o| o.name != m.name && o.available);
             if !m.ready || group.len() == 1 {
                 // Broken, or alone in its shard: nothing to protect or to drain.
                 plan.restart_pods.push(m.name.clone());
-            } else if !others_available {
+                continue;
+            }
+            if taken >= max_unavailable.max(1) as usize {
+                plan.waiting.push(format!(
+                    "shard {shard}: {} waits its turn to restart ({max_unavailable} at a time)",
+                    m.name
+                ));
+                continue;
+            }
+            if m.serving {
+                // not started yet: the first of the cluster is the canary
+                match &mut canary.restarts {
+                    Some(0) => {
+                        plan.waiting.push(format!(
+                            "shard {shard}: {} waits for the first replica restarted (the canary) to be available",
+                            m.name
+                        ));
+                        continue;
+                    }
+                    Some(n) => *n -= 1,
+                    None => {}
+                }
+            }
+            taken += 1;
+            if !others_available {
                 plan.waiting.push(format!(
                     "shard {shard}: {} waits for another replica to be available before its restart",
                     m.name
@@ -224,7 +282,7 @@ fn plan_shard(
             }
             break;
         }
-        match canary {
+        match &mut canary.writes {
             Some(0) => {
                 plan.waiting.push(format!(
                     "shard {shard}: waiting for the first replica rolled (the canary) to be available on the new template"
@@ -322,6 +380,75 @@ mod tests {
             backup_in_flight: None,
             client_service_ready: true,
         }
+    }
+
+    /// Issue 17: when every replica of a shard is on the new template at once (their
+    /// StatefulSets recreated for a new volume), one healthy replica at a time goes out of
+    /// traffic and restarts, the newest first and the backup replica last: the others wait
+    /// their turn in traffic (both were taken out and restarted together before).
+    #[test]
+    fn replicas_all_on_the_new_template_still_restart_one_at_a_time() {
+        let mut ms = vec![member("a0", 0, 0, true), member("a1", 0, 1, false)];
+        for m in &mut ms {
+            m.template_outdated = false;
+            m.pod_outdated = true;
+        }
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.exclude_pods, ["a1"], "{p:?}");
+        assert!(p.restart_pods.is_empty(), "{p:?}");
+        // a1 out of traffic and drained: restarted; a0 still waits in traffic
+        ms[1].serving = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.restart_pods, ["a1"], "{p:?}");
+        assert!(p.exclude_pods.is_empty(), "{p:?}");
+        // a1 restarted, not Ready yet: a0 waits
+        ms[1].pod_outdated = false;
+        ms[1].ready = false;
+        ms[1].available = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert!(
+            p.restart_pods.is_empty() && p.exclude_pods.is_empty(),
+            "{p:?}"
+        );
+        // a1 back: now a0
+        ms[1].ready = true;
+        ms[1].available = true;
+        ms[1].serving = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.exclude_pods, ["a0"], "{p:?}");
+    }
+
+    /// Issue 17: with every replica of two shards on the new template at once, one replica of
+    /// the whole cluster restarts first (the canary); the other shard waits until it is back.
+    #[test]
+    fn recreated_statefulsets_restart_a_canary_first() {
+        let mut ms = vec![
+            member("a0", 0, 0, true),
+            member("a1", 0, 1, false),
+            member("b2", 1, 2, true),
+            member("b3", 1, 3, false),
+        ];
+        for m in &mut ms {
+            m.template_outdated = false;
+            m.pod_outdated = true;
+        }
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.exclude_pods, ["a1"], "{p:?}");
+        ms[1].serving = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.restart_pods, ["a1"], "{p:?}");
+        assert!(
+            p.exclude_pods.is_empty(),
+            "the other shard waits for the canary: {p:?}"
+        );
+        ms[1].pod_outdated = false;
+        ms[1].serving = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(
+            p.exclude_pods,
+            ["a0", "b3"],
+            "then the shards in parallel: {p:?}"
+        );
     }
 
     /// S2-28 / decision 6: newest first, the backup replica last, one at a time (S0-17).

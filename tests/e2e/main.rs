@@ -13,6 +13,7 @@ mod placement;
 mod plan;
 mod scale;
 mod security;
+mod storage;
 mod support;
 mod templates;
 mod upgrade;

@@ -206,6 +206,23 @@ async fn run(
                 format!("PVC {name} resized to {size}"),
             ))
         }
+        Action::LabelPvc {
+            name,
+            labels,
+            annotations,
+        } => {
+            let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+            ignore_not_found(
+                api::<PersistentVolumeClaim>(ctx, &ns)
+                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await,
+            )?;
+            Ok(normal(
+                "VolumeLabelled",
+                "Label",
+                format!("PVC {name} has the labels and annotations of spec.storage"),
+            ))
+        }
         Action::SetServing { pod, serving, .. } => {
             let value = serving.then_some(labels::TRUE);
             let patch = json!({"metadata": {"labels": {labels::SERVING: value}}});

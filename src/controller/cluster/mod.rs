@@ -222,7 +222,7 @@ async fn ensure_finalizer(
 /// (decision 12); owned objects go through garbage collection.
 async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
-    if cluster.spec.storage.reclaim_policy == ReclaimPolicy::Delete {
+    if cluster.spec.storage.data.reclaim_policy == ReclaimPolicy::Delete {
         let (world, _) = observe::observe(cluster, ctx).await?;
         scale_in::label_pvcs(ctx, &ns, &world, |_| true).await?;
     }

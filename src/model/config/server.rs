@@ -189,6 +189,9 @@ fn server_element(c: &Cluster<'_>) -> Element {
                 .child(Element::leaf("asynchronous_metrics", "true")),
         );
     }
+    if let Some(storage) = storage_configuration(c) {
+        root = root.child(storage);
+    }
     root.child(
         Element::new("logger")
             .child(Element::leaf("level", "information"))
@@ -205,6 +208,43 @@ fn server_element(c: &Cluster<'_>) -> Element {
             .child(Element::leaf("console", 1)),
     )
     .child(Element::new("distributed_ddl").child(Element::leaf("path", DDL_PATH)))
+}
+
+/// `storage_configuration` from `spec.storage.disks` and `spec.storage.policies` (none without
+/// either, so the file of a cluster without them is unchanged): a disk per further volume at
+/// its mount path, the policies' volumes in the spec's order (ClickHouse keeps the order of
+/// the elements), a volume's disks as repeated `disk` elements.
+fn storage_configuration(c: &Cluster<'_>) -> Option<Element> {
+    let st = &c.spec.storage;
+    if st.disks.is_empty() && st.policies.is_empty() {
+        return None;
+    }
+    let disks = st
+        .disks
+        .iter()
+        .map(|d| Element::new(&d.name).child(Element::leaf("path", names::disk_path(&d.name))));
+    let policies = st.policies.iter().map(|(name, p)| {
+        let volumes = p.volumes.iter().map(|v| {
+            Element::new(&v.name)
+                .children(v.disks.iter().map(|d| Element::leaf("disk", d)))
+                .children(
+                    v.max_data_part_size
+                        .as_deref()
+                        .and_then(crate::util::quantity::parse_bytes)
+                        .map(|b| Element::leaf("max_data_part_size_bytes", b)),
+                )
+        });
+        Element::new(name)
+            .child(Element::new("volumes").children(volumes))
+            .children(p.move_factor.map(|f| Element::leaf("move_factor", f)))
+    });
+    Some(
+        Element::new("storage_configuration")
+            .children((!st.disks.is_empty()).then(|| Element::new("disks").children(disks)))
+            .children(
+                (!st.policies.is_empty()).then(|| Element::new("policies").children(policies)),
+            ),
+    )
 }
 
 /// The file with `remote_servers`, kept in the Secret `<cluster>-users` and projected into

@@ -16,7 +16,7 @@ use crate::api::ReplicaState;
 use crate::model::{self, Cluster, ReplicaSpec, names};
 use crate::plan::FailureReason;
 use crate::plan::action::Action;
-use crate::plan::facts::{Kind, MemberView};
+use crate::plan::facts::{Kind, MemberView, claims};
 
 pub fn plan(pass: &mut Pass) {
     let (members, pods) = size_for_this_pass(pass);
@@ -62,6 +62,12 @@ pub fn plan(pass: &mut Pass) {
     {
         statefulset = super::with_template_of(&statefulset, &observed);
     }
+    // claim templates cannot change: the Storage phase recreates the StatefulSet instead
+    let claims_differ = pass
+        .obs
+        .statefulsets
+        .get(&name)
+        .is_some_and(|o| claims(&json_of(o)) != claims(&statefulset));
     let objects = [
         (Kind::ConfigMap, json_of(&k.config)),
         (Kind::Service, json_of(&k.headless_service)),
@@ -69,6 +75,10 @@ pub fn plan(pass: &mut Pass) {
         (Kind::PodDisruptionBudget, json_of(&k.pdb)),
     ];
     for (kind, object) in objects {
+        if kind == Kind::StatefulSet && claims_differ {
+            pass.want(kind, &name);
+            continue;
+        }
         pass.apply(kind, object);
     }
     repair(pass);

@@ -168,7 +168,9 @@ fn member(pass: &Pass, e: &Existing) -> Member {
         index: entry.map_or(0, |r| r.index),
         is_backup: entry.is_some_and(|r| r.is_backup_pod),
         template_outdated: !template_covers(&e.observed, &e.desired),
-        pod_outdated: pod.exists && !pod.current,
+        // known to be on an old revision: a pod whose StatefulSet's status has not caught up
+        // yet (just created, just written) is not restarted on a guess
+        pod_outdated: pod.exists && pod.outdated,
         // Only a Smart Update waits for a restarted replica to catch up (S2-29, S2-33).
         available: pod.ready
             && (pass.spec.update_strategy != UpdateStrategy::SmartUpdate

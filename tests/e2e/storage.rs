@@ -1,0 +1,200 @@
+//! Several volumes per server replica (issue 17) on the local Kubernetes with real ClickHouse
+//! 18.16 servers: further disks and a log volume become PVCs of their own with the labels and
+//! annotations of `spec.storage`, mounted where the generated `storage_configuration` declares
+//! them; a disk added to a running cluster under writes restarts each server once, one at a
+//! time, and loses no acknowledged row; a disk cannot be removed, and the Keeper's volume grows
+//! in place. 18.16 predates storage policies (19.15) and ignores `storage_configuration`, so
+//! parts moving between disks is proven on ClickHouse 26.x by `tests/modern_config.rs`
+//! (`disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk`), not here.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::support::*;
+use crate::workload::Workload;
+use clickhouse_operator::api::{BackupState, ClickHouseBackup, ClickHouseCluster};
+
+const SERVERS: &str = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+
+fn storage(disks: &[&str]) -> serde_json::Value {
+    let disks: Vec<_> = disks
+        .iter()
+        .map(|d| json!({"name": d, "size": "1Gi"}))
+        .collect();
+    json!({"size": "1Gi", "labels": {"team": "db"},
+        "annotations": {"example.com/backup": "skip"},
+        "disks": disks, "logs": {"size": "1Gi"},
+        "policies": {"tiered": {"volumes": [{"name": "hot", "disks": ["default"]},
+            {"name": "cold", "disks": ["cold"]}]}}})
+}
+
+/// Issue 17: a cluster with a further disk and a log volume: every replica has the PVCs
+/// `disk-cold-<pod>` and `logs-<pod>` with the user's labels and annotations; the server writes
+/// its log into the log volume (found in that PVC's folder on the node) and the disk is mounted
+/// at the path `storage_configuration` names. A disk added under writes restarts every server
+/// exactly once, at most one down at a time, every acknowledged row is on every replica after,
+/// and the new PVCs exist; removing a disk is refused by the API server. The Keeper's volume
+/// grows in place with volume scaling, no Keeper pod restarted.
+#[tokio::test]
+async fn disks_and_a_log_volume_get_their_own_pvcs_and_a_disk_added_under_writes_loses_nothing() {
+    let client = client().await;
+    let ns = namespace(&client, "disks").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 2, "keeper": {"replicas": 1}, "storage": storage(&["cold"]),
+            "storageScaling": {"enableVolumeScaling": true}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let servers: Vec<String> = replica_names(&c)
+        .into_iter()
+        .map(|r| format!("{r}-0"))
+        .collect();
+    assert_eq!(servers.len(), 2);
+    for pod in &servers {
+        for claim in ["data", "disk-cold", "logs"] {
+            let p = pvcs.get(&format!("{claim}-{pod}")).await.unwrap();
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels.get("team").map(String::as_str),
+                Some("db"),
+                "{claim}-{pod}"
+            );
+            assert_eq!(
+                labels.get("clickhouse.com/cluster").map(String::as_str),
+                Some("c1")
+            );
+            let annotations = p.metadata.annotations.clone().unwrap_or_default();
+            assert_eq!(
+                annotations.get("example.com/backup").map(String::as_str),
+                Some("skip"),
+                "{claim}-{pod}"
+            );
+        }
+        let log = volume_path(&client, &ns, &format!("logs-{pod}"))
+            .await
+            .join("clickhouse-server.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_else(|e| {
+            panic!("the server's log in its log volume {}: {e}", log.display())
+        });
+        assert!(text.contains("Ready for connections"), "{}", log.display());
+        let spec = pods.get(pod).await.unwrap().spec.unwrap();
+        let mounts = spec.containers[0].volume_mounts.clone().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.name == "disk-cold" && m.mount_path == "/var/lib/clickhouse-disks/cold"),
+            "{mounts:?}"
+        );
+    }
+
+    // a second disk, added while a writer runs
+    let writer = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = pod_ids(&client, &ns, SERVERS).await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"storage": storage(&["cold", "warm"])}),
+    )
+    .await;
+    let (order, most_down) = watch_rollout(&client, &ns, "c1", &before, 2, 2).await;
+    assert!(
+        most_down <= 1,
+        "one server at a time: {most_down} down at once ({order:?})"
+    );
+    let acked = writer.stop_and_check(&client, &ns).await;
+    assert!(acked > 0);
+    for pod in &servers {
+        pvcs.get(&format!("disk-warm-{pod}")).await.unwrap();
+        let spec = pods.get(pod).await.unwrap().spec.unwrap();
+        let mounts = spec.containers[0].volume_mounts.clone().unwrap();
+        assert!(mounts.iter().any(|m| m.name == "disk-warm"), "{mounts:?}");
+    }
+
+    // a disk cannot be removed: the API server refuses the change
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    let err = api
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"storage": storage(&["warm"])}})),
+        )
+        .await
+        .expect_err("removing a disk is refused");
+    assert!(
+        err.to_string().contains("a disk cannot be removed"),
+        "{err}"
+    );
+
+    // a backup would miss the parts on the further disks: refused at once, with the reason
+    let backups: Api<ClickHouseBackup> = Api::namespaced(client.clone(), &ns);
+    let b: ClickHouseBackup = serde_json::from_value(json!({
+        "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseBackup",
+        "metadata": {"name": "b1"}, "spec": {"clusterName": "c1",
+            "destination": {"endpoint": "http://127.0.0.1:1", "bucket": "b", "secretName": "s3"}}}))
+    .unwrap();
+    backups.create(&Default::default(), &b).await.unwrap();
+    let failed = wait_for(Duration::from_secs(60), "the backup refused", || {
+        let backups = backups.clone();
+        async move {
+            let s = backups.get("b1").await.ok()?.status?;
+            (s.state == BackupState::Failed).then_some(s)
+        }
+    })
+    .await;
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("spec.storage.disks"),
+        "{failed:?}"
+    );
+
+    // the Keeper's volume grows in place
+    let keeper_before = pod_ids(
+        &client,
+        &ns,
+        "clickhouse.com/cluster=c1,app.kubernetes.io/component=keeper",
+    )
+    .await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"keeper": {"replicas": 1, "storage": {"size": "2Gi"}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 3).await;
+    wait_for(Duration::from_secs(60), "the Keeper PVC at 2Gi", || {
+        let pvcs = pvcs.clone();
+        async move {
+            let p = pvcs.get("data-c1-keeper-0").await.ok()?;
+            let size = p.spec?.resources?.requests?.get("storage")?.0.clone();
+            (size == "2Gi").then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        pod_ids(
+            &client,
+            &ns,
+            "clickhouse.com/cluster=c1,app.kubernetes.io/component=keeper"
+        )
+        .await,
+        keeper_before,
+        "no Keeper pod restarted"
+    );
+    finish(&client, &ns, op).await;
+}
