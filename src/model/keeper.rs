@@ -133,7 +133,7 @@ fn keeper_pod(
             pod,
             keeper_container(c),
             volumes,
-            selector.clone(),
+            vec![selector.clone()],
             selector,
         )),
     };

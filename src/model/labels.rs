@@ -162,6 +162,13 @@ pub fn spread_selector(cluster: &str) -> BTreeMap<String, String> {
     l
 }
 
+/// Label selector of the per-shard topology spread: the shard's pods that still count in it.
+pub fn shard_spread_selector(cluster: &str, shard: i32) -> BTreeMap<String, String> {
+    let mut l = shard_selector(cluster, shard);
+    l.insert(SPREAD.into(), TRUE.into());
+    l
+}
+
 fn pairs(p: &[(&str, &str)]) -> BTreeMap<String, String> {
     p.iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

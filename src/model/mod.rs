@@ -251,15 +251,16 @@ fn is_default_apart(term: &serde_json::Value) -> bool {
             || labels[labels::COMPONENT] == labels::Component::Keeper.as_str())
 }
 
-/// `template` without the default anti-affinity terms ([`is_default_apart`]) that `kept` (the
-/// observed template) does not have; `None` removes them all. Emptied containers go too, so a
-/// template written without the term hashes and compares as before it existed.
+/// `template` without the default anti-affinity terms ([`is_default_apart`]) and the shard
+/// spread constraints ([`is_shard_spread`]) that `kept` (the observed template) does not have;
+/// `None` removes them all. Emptied containers go too, so a template written without them
+/// hashes and compares as before they existed.
 pub fn without_default_apart(
     template: &serde_json::Value,
     kept: Option<&serde_json::Value>,
 ) -> serde_json::Value {
     const PREFERRED: &str = "preferredDuringSchedulingIgnoredDuringExecution";
-    let mut t = template.clone();
+    let mut t = without_shard_spread(template.clone(), kept);
     let observed_terms: Vec<serde_json::Value> = kept
         .and_then(|k| {
             k["spec"]["affinity"]["podAntiAffinity"][PREFERRED]
@@ -285,6 +286,34 @@ pub fn without_default_apart(
     }
     if affinity.as_object().is_some_and(|o| o.is_empty()) {
         t["spec"].as_object_mut().map(|o| o.remove("affinity"));
+    }
+    t
+}
+
+/// Is `c` (an item of `topologySpreadConstraints`) the spread of one shard's replicas that
+/// `topologySpreadKey` adds beside the cluster-wide one? Like [`is_default_apart`], it came
+/// after clusters already ran without it and reaches their pods at their next restart.
+fn is_shard_spread(c: &serde_json::Value) -> bool {
+    c["labelSelector"]["matchLabels"]
+        .get(labels::SHARD)
+        .is_some()
+        && c["whenUnsatisfiable"] == "ScheduleAnyway"
+}
+
+/// `template` without the shard spread constraints ([`is_shard_spread`]) that `kept` (the
+/// observed template) does not have; `None` removes them all.
+fn without_shard_spread(
+    mut t: serde_json::Value,
+    kept: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    let observed: Vec<serde_json::Value> = kept
+        .and_then(|k| k["spec"]["topologySpreadConstraints"].as_array().cloned())
+        .unwrap_or_default();
+    if let Some(list) = t["spec"]
+        .get_mut("topologySpreadConstraints")
+        .and_then(|l| l.as_array_mut())
+    {
+        list.retain(|c| !is_shard_spread(c) || observed.contains(c));
     }
     t
 }

@@ -109,19 +109,22 @@ pub(crate) fn env(vars: Vec<EnvVar>) -> Option<Vec<EnvVar>> {
 /// A topology spread over `key` (maxSkew 1, ScheduleAnyway) among pods matching `selector`.
 fn spread(
     key: Option<&String>,
-    selector: BTreeMap<String, String>,
+    selectors: Vec<BTreeMap<String, String>>,
 ) -> Option<Vec<TopologySpreadConstraint>> {
     key.map(|key| {
-        vec![TopologySpreadConstraint {
-            max_skew: 1,
-            topology_key: key.clone(),
-            when_unsatisfiable: "ScheduleAnyway".into(),
-            label_selector: Some(LabelSelector {
-                match_labels: Some(selector),
-                ..LabelSelector::default()
-            }),
-            ..TopologySpreadConstraint::default()
-        }]
+        selectors
+            .into_iter()
+            .map(|selector| TopologySpreadConstraint {
+                max_skew: 1,
+                topology_key: key.clone(),
+                when_unsatisfiable: "ScheduleAnyway".into(),
+                label_selector: Some(LabelSelector {
+                    match_labels: Some(selector),
+                    ..LabelSelector::default()
+                }),
+                ..TopologySpreadConstraint::default()
+            })
+            .collect()
     })
 }
 
@@ -168,13 +171,15 @@ pub const DEFAULT_APART_WEIGHT: i32 = 100;
 
 /// A pod spec: `main`, then the user's sidecars; `volumes`; the locked-down
 /// [`pod_security`]; the user's affinity, tolerations and node selector; the spread over the
-/// user's topology key among pods matching `spread_selector`; no service links, and no
+/// user's topology key among the pods matching each of `spread_selectors` (for servers: all of
+/// the cluster's, and each shard's own, so that a shard does not sit in one zone); no service
+/// links, and no
 /// ServiceAccount token (ClickHouse and Keeper never call the Kubernetes API; issue 15).
 pub(crate) fn pod_spec(
     pod: &PodSettings,
     main: Container,
     volumes: Vec<Volume>,
-    spread_selector: BTreeMap<String, String>,
+    spread_selectors: Vec<BTreeMap<String, String>>,
     apart: BTreeMap<String, String>,
 ) -> PodSpec {
     let mut containers = vec![main];
@@ -186,7 +191,7 @@ pub(crate) fn pod_spec(
         affinity: affinity(pod, apart),
         tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
         node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
-        topology_spread_constraints: spread(pod.topology_spread_key.as_ref(), spread_selector),
+        topology_spread_constraints: spread(pod.topology_spread_key.as_ref(), spread_selectors),
         enable_service_links: Some(false),
         automount_service_account_token: Some(false),
         ..PodSpec::default()
@@ -405,7 +410,10 @@ fn server_pod(
                 pod,
                 server_container(c, mounts),
                 volumes,
-                labels::spread_selector(c.name),
+                vec![
+                    labels::spread_selector(c.name),
+                    labels::shard_spread_selector(c.name, r.shard),
+                ],
                 labels::shard_selector(c.name, r.shard),
             )
         }),

@@ -2147,3 +2147,91 @@ fn keeper_pvcs_carry_the_labels_of_keeper_storage() {
     let claim = &k.statefulset.spec.volume_claim_templates.as_ref().unwrap()[0];
     assert_eq!(claim.metadata.labels.as_ref().unwrap()["team"], "k");
 }
+
+/// Issue 17 and invariant 9: `topologySpreadKey` spreads each shard's replicas over the
+/// topology (a constraint selecting the shard's pods) besides the whole cluster's, so that with
+/// two zones no shard sits in one; a StatefulSet written before the shard constraint existed
+/// (only the cluster-wide one, its hash taken without the other) is not rolled for it, while a
+/// real change still rolls and then writes both. Keeper members get the one spread only.
+#[test]
+fn each_shard_is_spread_over_the_topology_and_an_older_template_is_not_rolled_for_it() {
+    use crate::model::changes::pod_template_changed;
+    let zone = "topology.kubernetes.io/zone";
+    let c = cluster(json!({"shards": 2, "replicas": 2,
+        "pod": {"topologySpreadKey": zone}, "keeper": {"replicas": 3,
+            "pod": {"topologySpreadKey": zone}}}));
+    let d = build(&c, &inputs(replicas(2, 2)));
+    for sts in &d.server_statefulsets {
+        let shard = sts
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap()[labels::SHARD]
+            .clone();
+        let spread = sts
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .topology_spread_constraints
+            .clone()
+            .unwrap();
+        assert_eq!(spread.len(), 2, "{spread:?}");
+        for s in &spread {
+            assert_eq!(s.topology_key, zone);
+            assert_eq!(s.max_skew, 1);
+        }
+        let selectors: Vec<_> = spread
+            .iter()
+            .map(|s| s.label_selector.clone().unwrap().match_labels.unwrap())
+            .collect();
+        assert_eq!(
+            selectors[0].get(labels::SHARD),
+            None,
+            "the cluster-wide one"
+        );
+        assert_eq!(
+            selectors[1].get(labels::SHARD),
+            Some(&shard),
+            "the shard's own"
+        );
+        assert_eq!(selectors[1][labels::CLUSTER], "c1");
+
+        let desired = serde_json::to_value(sts).unwrap();
+        let mut older = desired.clone();
+        older["spec"]["template"]["spec"]["topologySpreadConstraints"]
+            .as_array_mut()
+            .unwrap()
+            .truncate(1);
+        older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
+            serde_json::Value::String(template_hash(&older["spec"]["template"]));
+        assert!(
+            !pod_template_changed(&older, &desired),
+            "{} would restart on an operator upgrade",
+            sts.metadata.name.as_deref().unwrap()
+        );
+        let mut other = desired.clone();
+        other["spec"]["template"]["spec"]["containers"][0]["image"] = json!("clickhouse:99");
+        other["metadata"]["annotations"][labels::TEMPLATE_HASH] =
+            serde_json::Value::String(template_hash(&other["spec"]["template"]));
+        assert!(pod_template_changed(&older, &other));
+        assert!(!pod_template_changed(&other, &other));
+    }
+    let keeper = d.keeper.as_ref().unwrap();
+    let spread = keeper
+        .statefulset
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .topology_spread_constraints
+        .clone()
+        .unwrap();
+    assert_eq!(spread.len(), 1);
+}
