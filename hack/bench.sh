@@ -5,11 +5,15 @@
 #             to and from a real S3 server, beside a plain copy of the same parts
 #   exporter  the metrics exporter's scrape time and memory for 2, 20 and 100 hosts (the two
 #             servers of a real cluster, asked several times each)
-#   scale     the operator from its chart in front of N real single-replica clusters
-#             (BENCH_CLUSTERS, default "1 20"): time to ready, idle API requests per minute and
-#             cluster (audit log), CPU, memory, idle pass latency, status lag
+#   scale     the operator from its chart in front of N single-replica clusters
+#             (BENCH_CLUSTERS, default "1 20"; the first BENCH_REAL, default 50, real 18.16
+#             servers, the rest hollow servers of the local kubelet's light mode): time to
+#             ready, idle API requests per minute and cluster (audit log), CPU, memory, idle pass
+#             latency, status lag
 #   lifecycle a 2×2 cluster with 3 Keeper members under the operator from its chart: create, add
 #             a shard, roll every server, scale in (BENCH_ROUNDS, default 1)
+# BENCH_RELEASE=1 runs the operator and the local kubelet as release builds (the figures a user
+# sees); the default is the debug builds the tests use.
 # The local Kubernetes is started and stopped by the benchmark itself (or set CHOP_KUBECONFIG).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,5 +26,11 @@ case "${1:-}" in
 esac
 bash hack/setup.sh
 cargo build --workspace --quiet
+if [ "${BENCH_RELEASE:-}" = 1 ]; then
+  cargo build --release --quiet -p clickhouse-operator -p local-kubelet
+  target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+  export CLICKHOUSE_OPERATOR_BIN="$target/release/clickhouse-operator"
+  export LOCAL_KUBELET_BIN="$target/release/local-kubelet"
+fi
 cargo test --test e2e "$filter" -- --ignored --nocapture --exact 2>&1 \
   | grep -vE '^\s*$|DEBUG|INFO' 

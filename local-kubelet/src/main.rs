@@ -6,6 +6,7 @@
 //! Images are mapped to programs installed on this machine (see `images.rs`); any other image is
 //! reported as not runnable (`ErrImagePull`), never as a fake Running container.
 
+mod hollow;
 mod hosts;
 mod images;
 mod keeper;
@@ -136,8 +137,31 @@ where
     reader
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("hollow-server") {
+        // a light process of its own: no runtime, no threads but one per connection
+        let arg = |name: &str| {
+            argv.iter()
+                .position(|a| a == name)
+                .and_then(|i| argv.get(i + 1))
+                .cloned()
+        };
+        hollow::run(
+            arg("--version").unwrap_or_else(|| "24.8.1.1".into()),
+            arg("--config-dir")
+                .unwrap_or_else(|| "/etc/clickhouse-server/config.d".into())
+                .into(),
+            arg("--port").and_then(|p| p.parse().ok()).unwrap_or(8123),
+        );
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(agent())
+}
+
+async fn agent() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

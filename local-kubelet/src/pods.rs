@@ -255,7 +255,12 @@ async fn pod_worker(ctx: SharedCtx, pod: Arc<Pod>, mut rx: watch::Receiver<Ctl>)
             break;
         }
         let cur = env.pod();
-        let _ = hosts::write_in_place(&hosts_path, &hosts::render(&ctx, &cur, &ip.to_string()));
+        // a hollow server resolves no name: its hosts file is written once, not every second
+        // (rendering every pod's names for a thousand hollow pods each second would be the
+        // agent's whole load)
+        if !crate::hollow::is_hollow(&cur) || !hosts_path.exists() {
+            let _ = hosts::write_in_place(&hosts_path, &hosts::render(&ctx, &cur, &ip.to_string()));
+        }
         match vols.sync(&ctx, &cur, &dir).await {
             Ok(()) => {
                 volumes_ready = true;
@@ -639,6 +644,9 @@ async fn run_container(
                 continue;
             }
         };
+        if starts == 0 {
+            pulled(&env, &pod, &c);
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -848,6 +856,56 @@ fn termination_message(cdir: &Path, c: &Container, code: i32, log: &Path) -> Opt
 }
 
 /// A core/v1 Event about the pod, as the kubelet records them (fire and forget).
+/// What a kubelet records when it has a container's image: the programs of this machine are
+/// always "present", so `Pulled` names the image and the pod's pull secrets it would have used;
+/// a pull secret that does not exist gets the kubelet's own warning
+/// (`FailedToRetrieveImagePullSecret`) and, as there, the container still starts.
+fn pulled(env: &PodEnv, pod: &Pod, c: &Container) {
+    let names: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.image_pull_secrets.iter().flatten())
+        .map(|r| r.name.clone())
+        .collect();
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            env.ctx
+                .secrets
+                .get(&ObjectRef::<k8s_openapi::api::core::v1::Secret>::new(n).within(&env.ns))
+                .is_none()
+        })
+        .collect();
+    if !missing.is_empty() {
+        let list: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        event(
+            env,
+            "Warning",
+            "FailedToRetrieveImagePullSecret",
+            Some(&c.name),
+            format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                list.join(", ")
+            ),
+        );
+    }
+    let with = if names.is_empty() {
+        String::new()
+    } else {
+        format!(" (image pull secrets: {})", names.join(", "))
+    };
+    event(
+        env,
+        "Normal",
+        "Pulled",
+        Some(&c.name),
+        format!(
+            "Container image {:?} already present on machine{with}",
+            c.image.clone().unwrap_or_default()
+        ),
+    );
+}
+
 fn event(env: &PodEnv, kind: &str, reason: &str, container: Option<&str>, message: String) {
     let ctx = env.ctx.clone();
     let ns = env.ns.clone();
@@ -1305,11 +1363,25 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
             if !mounted("/var/log/clickhouse-server") {
                 private_dir("/var/log/clickhouse-server", cdir.join("log"), &mut private);
             }
-            argv = vec![
-                "/usr/sbin/clickhouse-server".into(),
-                "--config-file=/etc/clickhouse-server/config.xml".into(),
-            ];
-            program = "clickhouse-server".into();
+            if crate::hollow::is_hollow(pod) {
+                let me = std::env::current_exe()
+                    .map_err(|e| PrepErr::Config(format!("the agent's own binary: {e}")))?;
+                argv = vec![
+                    me.display().to_string(),
+                    "hollow-server".into(),
+                    "--version".into(),
+                    crate::hollow::version_of_tag(&image),
+                    "--config-dir".into(),
+                    "/etc/clickhouse-server/config.d".into(),
+                ];
+                program = "hollow-server".into();
+            } else {
+                argv = vec![
+                    "/usr/sbin/clickhouse-server".into(),
+                    "--config-file=/etc/clickhouse-server/config.xml".into(),
+                ];
+                program = "clickhouse-server".into();
+            }
         }
         Kind::Keeper => {
             // merge the Keeper XML files the pod mounts under /etc/clickhouse-keeper

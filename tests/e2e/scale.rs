@@ -15,6 +15,9 @@ use serde_json::json;
 
 use crate::support::*;
 
+/// The pod annotation of the local kubelet's light mode (`local-kubelet/src/hollow.rs`).
+const HOLLOW: &str = "local-kubelet.clickhouse.com/hollow";
+
 /// (resident MiB, CPU seconds) of a process.
 fn usage(pid: i32) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -234,8 +237,15 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
     // BENCH_OPERATOR_LOG=1: the operator logs at debug level and the end of its log is printed
     // after the status lag is measured
     let show_log = std::env::var("BENCH_OPERATOR_LOG").is_ok();
+    // BENCH_REAL: how many of the clusters run real ClickHouse servers (the first ones); the
+    // others are hollow servers of the local kubelet's light mode
+    let real_max: usize = std::env::var("BENCH_REAL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
     let mut rows = Vec::new();
     for n in counts {
+        let real = n.min(real_max);
         // the operator in a namespace of its own, watching every namespace (a ClusterRole); one
         // cluster per namespace (decision 18)
         let ns = namespace(&client, "scale").await;
@@ -248,13 +258,14 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         let user = format!("system:serviceaccount:{ns}:op-clickhouse-operator");
         let started = Instant::now();
         for (i, cns) in cluster_namespaces.iter().enumerate() {
-            create_cluster(
-                &client,
-                cns,
-                &format!("c{i}"),
-                json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0}, "storage": {"size": "1Gi"}}),
-            )
-            .await;
+            let mut spec = json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0},
+                "storage": {"size": "1Gi"}});
+            if i >= real {
+                // a hollow server of version 24.8 (local-kubelet/src/hollow.rs)
+                spec["image"] = json!("clickhouse/clickhouse-server:24.8");
+                spec["pod"] = json!({"annotations": {HOLLOW: "true"}});
+            }
+            create_cluster(&client, cns, &format!("c{i}"), spec).await;
         }
         let all_clusters: Api<ClickHouseCluster> = Api::all(client.clone());
         let ours = |c: &ClickHouseCluster| {
@@ -365,7 +376,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             println!("lag: pod down {p_down:?} status {s_down:?}; pod up {p_up:?} status {s_up:?}");
         }
         let row = format!(
-            "{n:>5} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
+            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
             ready_after.as_secs_f64(),
             reads as f64 / minutes / n as f64,
             writes as f64 / minutes / n as f64,
@@ -376,6 +387,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             quantile(&before, &after, 0.99),
             format!("{:.2} s", s_down.as_secs_f64() - p_down.as_secs_f64()),
             format!("{:.2} s", s_up.as_secs_f64() - p_up.as_secs_f64()),
+            real = n - real,
         );
         println!("{row}");
         rows.push(row);
@@ -407,11 +419,13 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
     }
     println!();
     println!(
-        "operator from its chart (debug build), real single-replica 18.16 clusters, idle {idle:?}"
+        "operator from its chart, single-replica clusters: the first {real_max} real 18.16 \
+         servers, the rest hollow (local kubelet light mode); idle {idle:?}"
     );
     println!(
-        "{:>5} {:>9} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "N",
+        "hollow",
         "ready s",
         "reads/m/c",
         "writes/m/c",

@@ -1,5 +1,5 @@
 //! Pod templates (issue 17) on the local Kubernetes with real ClickHouse 18.16 servers: what the
-//! user's template adds runs in the pods, a change to it rolls them one at a time, and a
+//! user's template adds runs in the pods (a pull secret is recorded by the node agent), a change to it rolls them one at a time, and a
 //! template that sets what the operator owns is refused without touching a pod.
 
 use k8s_openapi::api::core::v1::Pod;
@@ -95,6 +95,34 @@ async fn a_pod_template_adds_init_containers_and_volumes_and_a_change_rolls_one_
         let done = init.state.as_ref().and_then(|s| s.terminated.as_ref());
         assert_eq!(done.map(|t| t.exit_code), Some(0), "{name}: {init:?}");
     }
+    // the node agent recorded the pull secret it was given (it does not exist: the kubelet's
+    // own warning, and the container still starts, its image being on the machine)
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let recorded = wait_for(
+        std::time::Duration::from_secs(30),
+        "the pull events",
+        || {
+            let (events, pod) = (events.clone(), servers[0].clone());
+            async move {
+                let list = events.list(&Default::default()).await.ok()?.items;
+                let of = |reason: &str| {
+                    list.iter()
+                        .find(|e| {
+                            e.involved_object.name.as_deref() == Some(pod.as_str())
+                                && e.reason.as_deref() == Some(reason)
+                        })
+                        .and_then(|e| e.message.clone())
+                };
+                Some((of("Pulled")?, of("FailedToRetrieveImagePullSecret")?))
+            }
+        },
+    )
+    .await;
+    assert!(
+        recorded.0.contains("image pull secrets: registry"),
+        "{recorded:?}"
+    );
+    assert!(recorded.1.contains("(registry)"), "{recorded:?}");
     let keeper = pods_api.get("c1-keeper-0").await.unwrap();
     assert_eq!(
         keeper.spec.unwrap().image_pull_secrets.unwrap()[0].name,
