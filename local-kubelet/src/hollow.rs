@@ -251,8 +251,8 @@ fn connection(stream: TcpStream, version: &str, config_d: &Path) -> std::io::Res
             head.push_str(&format!("X-ClickHouse-Exception-Code: {c}\r\n"));
         }
         head.push_str("\r\n");
+        head.push_str(&text);
         out.write_all(head.as_bytes())?;
-        out.write_all(text.as_bytes())?;
         out.flush()?;
     }
 }
@@ -345,9 +345,14 @@ mod tests {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut text = String::new();
         let mut buf = [0u8; 256];
-        let n = s.read(&mut buf).unwrap();
-        let text = String::from_utf8_lossy(&buf[..n]);
+        while !text.ends_with("\r\n\r\nOk.\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed after {text:?}");
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
         assert!(
             text.starts_with("HTTP/1.1 200") && text.ends_with("Ok.\n"),
             "{text}"
