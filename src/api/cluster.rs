@@ -631,6 +631,12 @@ pub struct Configuration {
     /// that shard's replicas, one at a time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub shard_files: BTreeMap<String, BTreeMap<String, String>>,
+    /// Extra configuration files of one replica's server only: replica name (its StatefulSet,
+    /// `<cluster>-<shard>-<index>` as `status.replicaStateMap` lists it) → file name → XML
+    /// content, placed in `config.d` beside the common and the shard's files. A change restarts
+    /// that replica only; a name that is no current replica is not used.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replica_files: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// Users whose passwords live in a Secret: each key of the Secret is a user name, its value the

@@ -71,7 +71,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     ] {
         check_pod(which, pod, &mut errors);
     }
-    check_configuration(spec, &mut errors);
+    check_configuration(name, spec, &mut errors);
     check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
     (errors.0, warnings(spec))
@@ -616,7 +616,7 @@ fn check_labels(field: &str, labels: &BTreeMap<String, String>, errors: &mut Err
 }
 
 /// Configuration: plain `.xml`/`.yaml` file names, settings as element paths.
-fn check_configuration(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for name in spec.keeper.settings.keys() {
         if !crate::model::config::xml::is_element_name(name) {
             errors.add(
@@ -642,6 +642,50 @@ fn check_configuration(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
                     "{file:?} must be a plain file name (letters, digits, '-', '_', '.') ending in .xml or .yaml, or users.d/ and such a name"
                 ),
             );
+        }
+    }
+    for (replica, files) in &spec.configuration.replica_files {
+        let field = format!("spec.configuration.replicaFiles[{replica}]");
+        let shard = replica
+            .strip_prefix(&format!("{name}-"))
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(s, i)| {
+                s.parse::<u32>().is_ok_and(|n| n.to_string() == *s)
+                    && i.parse::<u64>().is_ok_and(|n| n.to_string() == *i)
+            })
+            .map(|(s, _)| s.to_string());
+        let Some(shard) = shard else {
+            errors.add(
+                &field,
+                format!("{replica:?} is not a replica name such as \"{name}-0-1\" (<cluster>-<shard>-<index>)"),
+            );
+            continue;
+        };
+        for file in files.keys() {
+            let prefix = crate::model::config::server::OPERATOR_FILE_PREFIX;
+            let in_shard = spec
+                .configuration
+                .shard_files
+                .get(&shard)
+                .is_some_and(|f| f.contains_key(file));
+            if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
+                errors.add(
+                    &field,
+                    format!("{file:?} must be a plain file name ending in .xml or .yaml"),
+                );
+            } else if file.starts_with(prefix) {
+                errors.add(
+                    &field,
+                    format!("{file:?} is reserved for the operator's own files (prefix {prefix})"),
+                );
+            } else if spec.configuration.files.contains_key(file) || in_shard {
+                errors.add(
+                    &field,
+                    format!(
+                        "{file:?} is also in spec.configuration.files or the shard's shardFiles: one would hide the other"
+                    ),
+                );
+            }
         }
     }
     for (shard, files) in &spec.configuration.shard_files {
@@ -974,6 +1018,59 @@ mod tests {
         let f = fields("c1", &s);
         assert!(f.contains(&"spec.users.secretName".to_string()), "{f:?}");
         assert!(f.contains(&"spec.pod.envSecret".to_string()), "{f:?}");
+    }
+
+    /// Issue 17: `replicaFiles` keys are replica names of this cluster and their files follow
+    /// the rules of `shardFiles`, without hiding a common or a shard file.
+    #[test]
+    fn replica_files_are_checked_with_the_field_named() {
+        let of = |files: serde_json::Value| {
+            let mut s = spec();
+            s.configuration = serde_json::from_value(files).unwrap();
+            validate("c1", &s).0
+        };
+        let good = of(serde_json::json!({"replicaFiles": {"c1-0-7": {"a.xml": "<clickhouse/>"}}}));
+        assert!(good.is_empty(), "{good:?}");
+        for (files, field, words) in [
+            (
+                serde_json::json!({"replicaFiles": {"c2-0-7": {"a.xml": ""}}}),
+                "spec.configuration.replicaFiles[c2-0-7]",
+                "not a replica name",
+            ),
+            (
+                serde_json::json!({"replicaFiles": {"c1-0-x": {"a.xml": ""}}}),
+                "spec.configuration.replicaFiles[c1-0-x]",
+                "not a replica name",
+            ),
+            (
+                serde_json::json!({"replicaFiles": {"c1-0-1": {"../a.xml": ""}}}),
+                "spec.configuration.replicaFiles[c1-0-1]",
+                "plain file name",
+            ),
+            (
+                serde_json::json!({"replicaFiles": {"c1-0-1": {"00-operator-x.xml": ""}}}),
+                "spec.configuration.replicaFiles[c1-0-1]",
+                "reserved",
+            ),
+            (
+                serde_json::json!({"files": {"a.xml": ""}, "replicaFiles": {"c1-0-1": {"a.xml": ""}}}),
+                "spec.configuration.replicaFiles[c1-0-1]",
+                "hide",
+            ),
+            (
+                serde_json::json!({"shardFiles": {"0": {"b.xml": ""}}, "replicaFiles": {"c1-0-1": {"b.xml": ""}}}),
+                "spec.configuration.replicaFiles[c1-0-1]",
+                "hide",
+            ),
+        ] {
+            let errors = of(files.clone());
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.field == field && e.message.contains(words)),
+                "{files}: want {field} ({words}) in {errors:?}"
+            );
+        }
     }
 
     /// Issue 17: disks, policies and the log volume are checked with the field named: disk

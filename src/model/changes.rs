@@ -22,6 +22,7 @@
 //! | `keeper.external.root` | [`Need::Refused`] | — |
 //! | `keeper.settings` | — | [`Need::RollingRestart`] |
 //! | `configuration.shardFiles` | [`Need::RollingRestart`] of that shard's replicas | — |
+//! | `configuration.replicaFiles` | [`Need::RollingRestart`] of that replica | — |
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
@@ -351,6 +352,22 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
             );
         }
     }
+    let replicas: BTreeSet<&String> = old
+        .configuration
+        .replica_files
+        .keys()
+        .chain(new.configuration.replica_files.keys())
+        .collect();
+    for replica in replicas {
+        if old.configuration.replica_files.get(replica)
+            != new.configuration.replica_files.get(replica)
+        {
+            s.add(
+                Need::RollingRestart,
+                format!("spec.configuration.replicaFiles[{replica}] (that replica)"),
+            );
+        }
+    }
     if old.keeper.settings != new.keeper.settings {
         ch.keeper.add(
             Need::RollingRestart,
@@ -593,6 +610,25 @@ mod tests {
         let ch = classify(&spec(old.clone()), &spec(new.clone()));
         assert_eq!(needs(&ch.server), set(server), "server: {old} → {new}");
         assert_eq!(needs(&ch.keeper), set(keeper), "keeper: {old} → {new}");
+    }
+
+    /// Issue 17: a replica's own files restart that replica.
+    #[test]
+    fn replica_files_restart_that_replica() {
+        let ch = classify(
+            &spec(json!({})),
+            &spec(
+                json!({"configuration": {"replicaFiles": {"c-0-1": {"a.xml": "<clickhouse/>"}}}}),
+            ),
+        );
+        assert_eq!(needs(&ch.server), set(&[Need::RollingRestart]));
+        assert!(
+            ch.server
+                .reasons()
+                .any(|r| r.field.contains("replicaFiles[c-0-1]")),
+            "{:?}",
+            ch.server
+        );
     }
 
     /// Issue 17: disks, the log volume, policies and PVC labels, classified.

@@ -48,6 +48,8 @@ pub const CONFIG_HASH: &str = "clickhouse.com/config-hash";
 /// Hash of a shard's own configuration files (`spec.configuration.shardFiles`), on the pods of
 /// that shard when it has any.
 pub const SHARD_FILES_HASH: &str = "clickhouse.com/shard-files-hash";
+/// Pod-template annotation: hash of the replica's own files (`configuration.replicaFiles`).
+pub const REPLICA_FILES_HASH: &str = "clickhouse.com/replica-files-hash";
 /// Annotation of every built object: a hash of what the operator wants in it, so that a field
 /// it stops setting (a node selector removed, a ConfigMap key gone) is noticed too (decision 22).
 pub const OBJECT_HASH: &str = "clickhouse.com/object-hash";

@@ -421,8 +421,8 @@ fn server_pod(
     with_template(generated, pod, "spec.pod.template", SERVER_CONTAINER)
 }
 
-/// `hashes` plus the hash of the replica's shard files, when its shard has any (so that only
-/// that shard's pods restart when they change).
+/// `hashes` plus the hash of the replica's shard files, when its shard has any, and of its own
+/// files, when it has any (so that only those pods restart when they change).
 fn with_shard_files(c: &Cluster<'_>, r: &ReplicaSpec, hashes: &PodHashes) -> PodHashes {
     let files = super::config::server::shard_files(c, r.shard);
     let mut h = hashes.clone();
@@ -430,6 +430,13 @@ fn with_shard_files(c: &Cluster<'_>, r: &ReplicaSpec, hashes: &PodHashes) -> Pod
         h.insert(
             labels::SHARD_FILES_HASH,
             super::hash::json_hash(&serde_json::to_value(files).expect("strings serialise")),
+        );
+    }
+    let own = super::config::server::replica_files(c, &r.name);
+    if !own.is_empty() {
+        h.insert(
+            labels::REPLICA_FILES_HASH,
+            super::hash::json_hash(&serde_json::to_value(own).expect("strings serialise")),
         );
     }
     h

@@ -1992,6 +1992,46 @@ fn shard_files_reach_that_shards_replicas_only() {
     assert!(annotation(&b[2], labels::SHARD_FILES_HASH).is_some());
 }
 
+/// Issue 17: a replica's own configuration files (`configuration.replicaFiles`, keyed by the
+/// replica's name) reach that replica only (its ConfigMap, projected into `config.d`), and a
+/// change restarts only it: every other pod template is that of a cluster without them.
+#[test]
+fn replica_files_reach_that_replica_only() {
+    let plain = build(
+        &cluster(json!({"shards": 2, "replicas": 2})),
+        &inputs(replicas(2, 2)),
+    );
+    let with = build(
+        &cluster(
+            json!({"shards": 2, "replicas": 2, "configuration": {"replicaFiles": {
+            "c1-1-3": {"pinned.xml": "<clickhouse><x>1</x></clickhouse>"},
+            "c1-9-99": {"gone.xml": "<clickhouse/>"}}}}),
+        ),
+        &inputs(replicas(2, 2)),
+    );
+    let names: Vec<String> = with
+        .replica_configs
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["c1-0-0", "c1-0-1", "c1-1-2", "c1-1-3"]);
+    for cm in &with.replica_configs {
+        let data = cm.data.as_ref().unwrap();
+        let mine = cm.metadata.name.as_deref() == Some("c1-1-3");
+        assert_eq!(
+            data.contains_key("pinned.xml"),
+            mine,
+            "{:?}",
+            cm.metadata.name
+        );
+        assert!(!data.contains_key("gone.xml"));
+    }
+    let (a, b) = (templates(&plain), templates(&with));
+    assert_eq!(a[..3], b[..3]);
+    assert_ne!(a[3], b[3]);
+    assert!(annotation(&b[3], labels::REPLICA_FILES_HASH).is_some());
+}
+
 /// Issue 17: a `users.d/` file of `configuration.files` is kept in `<cluster>-users` and
 /// projected into `users.d` (not in any ConfigMap, as it may hold passwords); the operator's
 /// own names stay reserved there too.

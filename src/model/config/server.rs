@@ -439,11 +439,23 @@ pub fn replica_file(c: &Cluster<'_>, r: &ReplicaSpec) -> String {
 pub fn replica_config_map(c: &Cluster<'_>, r: &ReplicaSpec) -> ConfigMap {
     let mut data = BTreeMap::from([(REPLICA_FILE.to_string(), replica_file(c, r))]);
     data.extend(shard_files(c, r.shard).clone());
+    data.extend(replica_files(c, &r.name).clone());
     ConfigMap {
         metadata: c.meta(names::replica_config(&r.name), labels::replica(c.name, r)),
         data: Some(data),
         ..ConfigMap::default()
     }
+}
+
+/// The user's files of replica `replica` (`spec.configuration.replicaFiles`), empty when it has
+/// none.
+pub fn replica_files<'a>(c: &'a Cluster<'_>, replica: &str) -> &'a BTreeMap<String, String> {
+    static NONE: BTreeMap<String, String> = BTreeMap::new();
+    c.spec
+        .configuration
+        .replica_files
+        .get(replica)
+        .unwrap_or(&NONE)
 }
 
 /// The user's files of shard `shard` (`spec.configuration.shardFiles`), empty when it has none.
