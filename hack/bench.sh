@@ -25,6 +25,8 @@ case "${1:-}" in
   *) echo "usage: $0 backup|exporter|scale|lifecycle" >&2; exit 2 ;;
 esac
 bash hack/setup.sh
+# room for a thousand pods on the local kubelet's one node (a kubelet's default is 110)
+export LOCAL_KUBELET_MAX_PODS="${LOCAL_KUBELET_MAX_PODS:-2500}"
 cargo build --workspace --quiet
 if [ "${BENCH_RELEASE:-}" = 1 ]; then
   cargo build --release --quiet -p clickhouse-operator -p local-kubelet

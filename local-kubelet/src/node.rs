@@ -29,7 +29,14 @@ fn status(ctx: &SharedCtx) -> serde_json::Value {
         .unwrap_or_else(|_| "local".into())
         .trim()
         .to_string();
-    let cap = json!({"cpu": "2", "memory": "24Gi", "pods": "110", "ephemeral-storage": "100Gi"});
+    // a kubelet's default pod capacity, unless LOCAL_KUBELET_MAX_PODS says otherwise (the
+    // scale benchmark runs a thousand pods)
+    let pods = std::env::var("LOCAL_KUBELET_MAX_PODS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(110)
+        .to_string();
+    let cap = json!({"cpu": "2", "memory": "24Gi", "pods": pods, "ephemeral-storage": "100Gi"});
     json!({"status": {
         "capacity": cap, "allocatable": cap,
         "conditions": [
