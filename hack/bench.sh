@@ -9,7 +9,7 @@
 #             (BENCH_CLUSTERS, default "1 20"; the first BENCH_REAL, default 50, real 18.16
 #             servers, the rest hollow servers of the local kubelet's light mode): time to
 #             ready, idle API requests per minute and cluster (audit log), CPU, memory, idle pass
-#             latency, status lag
+#             latency, status lag; BENCH_CONCURRENCY sets the chart's maxConcurrentReconciles
 #   lifecycle a 2×2 cluster with 3 Keeper members under the operator from its chart: create, add
 #             a shard, roll every server, scale in (BENCH_ROUNDS, default 1)
 # BENCH_RELEASE=1 runs the operator and the local kubelet as release builds (the figures a user

@@ -182,6 +182,12 @@ async fn install_operator(client: &kube::Client, ns: &str, debug_log: bool) -> (
         // one replica: the one measured is the leader
         "--set",
         "replicaCount=1",
+        // BENCH_CONCURRENCY: passes run at once (the chart's maxConcurrentReconciles, default 1)
+        "--set",
+        &format!(
+            "maxConcurrentReconciles={}",
+            std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "1".into())
+        ),
         "--set",
         if debug_log {
             "log.level=info\\,clickhouse_operator=debug"
@@ -419,8 +425,10 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
     }
     println!();
     println!(
-        "operator from its chart, single-replica clusters: the first {real_max} real 18.16 \
-         servers, the rest hollow (local kubelet light mode); idle {idle:?}"
+        "operator from its chart (maxConcurrentReconciles {}), single-replica clusters: the \
+         first {real_max} real 18.16 servers, the rest hollow (local kubelet light mode); idle \
+         {idle:?}",
+        std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "1".into())
     );
     println!(
         "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
