@@ -338,6 +338,28 @@ fn check_storage(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     }
 }
 
+/// A file of `shardFiles` or `replicaFiles` at `field`: a plain `.xml`/`.yaml` name, not the
+/// operator's prefix, and not also in `hidden_by` (where one would hide the other).
+fn check_extra_file(field: &str, file: &str, hidden_by: Option<&str>, errors: &mut Errors) {
+    let prefix = crate::model::config::server::OPERATOR_FILE_PREFIX;
+    if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
+        errors.add(
+            field,
+            format!("{file:?} must be a plain file name ending in .xml or .yaml"),
+        );
+    } else if file.starts_with(prefix) {
+        errors.add(
+            field,
+            format!("{file:?} is reserved for the operator's own files (prefix {prefix})"),
+        );
+    } else if let Some(other) = hidden_by {
+        errors.add(
+            field,
+            format!("{file:?} is also in {other}: one would hide the other"),
+        );
+    }
+}
+
 /// Longest disk name: its PVC `disk-<name>-<cluster>-<shard>-<index>-0` stays a DNS name with a
 /// cluster name of up to 40 characters.
 const MAX_DISK_NAME_LEN: usize = 20;
@@ -662,30 +684,14 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             continue;
         };
         for file in files.keys() {
-            let prefix = crate::model::config::server::OPERATOR_FILE_PREFIX;
             let in_shard = spec
                 .configuration
                 .shard_files
                 .get(&shard)
                 .is_some_and(|f| f.contains_key(file));
-            if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
-                errors.add(
-                    &field,
-                    format!("{file:?} must be a plain file name ending in .xml or .yaml"),
-                );
-            } else if file.starts_with(prefix) {
-                errors.add(
-                    &field,
-                    format!("{file:?} is reserved for the operator's own files (prefix {prefix})"),
-                );
-            } else if spec.configuration.files.contains_key(file) || in_shard {
-                errors.add(
-                    &field,
-                    format!(
-                        "{file:?} is also in spec.configuration.files or the shard's shardFiles: one would hide the other"
-                    ),
-                );
-            }
+            let hidden = (spec.configuration.files.contains_key(file) || in_shard)
+                .then_some("spec.configuration.files or the shard's shardFiles");
+            check_extra_file(&field, file, hidden, errors);
         }
     }
     for (shard, files) in &spec.configuration.shard_files {
@@ -700,25 +706,12 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             );
         }
         for file in files.keys() {
-            let prefix = crate::model::config::server::OPERATOR_FILE_PREFIX;
-            if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
-                errors.add(
-                    &field,
-                    format!("{file:?} must be a plain file name ending in .xml or .yaml"),
-                );
-            } else if file.starts_with(prefix) {
-                errors.add(
-                    &field,
-                    format!("{file:?} is reserved for the operator's own files (prefix {prefix})"),
-                );
-            } else if spec.configuration.files.contains_key(file) {
-                errors.add(
-                    &field,
-                    format!(
-                        "{file:?} is also in spec.configuration.files: one would hide the other"
-                    ),
-                );
-            }
+            let hidden = spec
+                .configuration
+                .files
+                .contains_key(file)
+                .then_some("spec.configuration.files");
+            check_extra_file(&field, file, hidden, errors);
         }
     }
     for key in spec.configuration.settings.keys() {
@@ -898,6 +891,16 @@ mod tests {
         serde_json::from_value(serde_json::json!({})).unwrap()
     }
 
+    /// `errors` name `field` with a message containing `words` (for the input `what`).
+    fn assert_error(errors: &[FieldError], what: &serde_json::Value, field: &str, words: &str) {
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.field == field && e.message.contains(words)),
+            "{what}: want {field} ({words}) in {errors:?}"
+        );
+    }
+
     fn fields(name: &str, s: &ClickHouseClusterSpec) -> Vec<String> {
         validate(name, s).0.into_iter().map(|e| e.field).collect()
     }
@@ -1063,13 +1066,7 @@ mod tests {
                 "hide",
             ),
         ] {
-            let errors = of(files.clone());
-            assert!(
-                errors
-                    .iter()
-                    .any(|e| e.field == field && e.message.contains(words)),
-                "{files}: want {field} ({words}) in {errors:?}"
-            );
+            assert_error(&of(files.clone()), &files, field, words);
         }
     }
 
@@ -1153,13 +1150,7 @@ mod tests {
             ),
         ];
         for (storage, field, words) in cases {
-            let errors = of(storage.clone());
-            assert!(
-                errors
-                    .iter()
-                    .any(|e| e.field == field && e.message.contains(words)),
-                "{storage}: want {field} ({words}) in {errors:?}"
-            );
+            assert_error(&of(storage.clone()), &storage, field, words);
         }
     }
 

@@ -1379,6 +1379,18 @@ fn replication_is_authenticated_with_a_generated_password() {
     }
 }
 
+/// A StatefulSet written as `older` still rolls for a change of the cluster's own (a new image
+/// over `desired`), and the changed one does not roll again for itself.
+fn assert_a_real_change_rolls(older: &serde_json::Value, desired: &serde_json::Value) {
+    use crate::model::changes::pod_template_changed;
+    let mut other = desired.clone();
+    other["spec"]["template"]["spec"]["containers"][0]["image"] = json!("clickhouse:99");
+    other["metadata"]["annotations"][labels::TEMPLATE_HASH] =
+        serde_json::Value::String(template_hash(&other["spec"]["template"]));
+    assert!(pod_template_changed(older, &other));
+    assert!(!pod_template_changed(&other, &other));
+}
+
 /// Issue 15, issue 17 and invariant 9: ClickHouse and Keeper pods mount no ServiceAccount token
 /// and keep a shard's replicas (the Keeper members) apart; a StatefulSet written by an operator
 /// version that did not say so (its template lacks both, its template hash was taken without
@@ -1411,12 +1423,7 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             "{} would restart on an operator upgrade",
             sts.metadata.name.as_deref().unwrap()
         );
-        // a change of the cluster's own still rolls
-        let mut other = desired.clone();
-        other["spec"]["template"]["spec"]["containers"][0]["image"] = json!("clickhouse:99");
-        other["metadata"]["annotations"][labels::TEMPLATE_HASH] =
-            serde_json::Value::String(template_hash(&other["spec"]["template"]));
-        assert!(pod_template_changed(&older, &other));
+        assert_a_real_change_rolls(&older, &desired);
     }
 }
 
@@ -2255,12 +2262,7 @@ fn each_shard_is_spread_over_the_topology_and_an_older_template_is_not_rolled_fo
             "{} would restart on an operator upgrade",
             sts.metadata.name.as_deref().unwrap()
         );
-        let mut other = desired.clone();
-        other["spec"]["template"]["spec"]["containers"][0]["image"] = json!("clickhouse:99");
-        other["metadata"]["annotations"][labels::TEMPLATE_HASH] =
-            serde_json::Value::String(template_hash(&other["spec"]["template"]));
-        assert!(pod_template_changed(&older, &other));
-        assert!(!pod_template_changed(&other, &other));
+        assert_a_real_change_rolls(&older, &desired);
     }
     let keeper = d.keeper.as_ref().unwrap();
     let spread = keeper

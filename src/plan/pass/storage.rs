@@ -39,7 +39,6 @@ struct Volumes {
     /// Its pods' PVCs, with the claim template each comes from.
     pvcs: Vec<(String, PvcFacts)>,
     deleting: bool,
-    exists: bool,
 }
 
 pub fn plan(pass: &mut Pass) {
@@ -47,18 +46,17 @@ pub fn plan(pass: &mut Pass) {
         .desired()
         .server_statefulsets
         .iter()
-        .map(|s| {
+        .filter_map(|s| {
             let sts = s.metadata.name.clone().unwrap_or_default();
             let f = pass.facts.server(&sts);
-            Volumes {
+            f.statefulset.is_some().then(|| Volumes {
                 want: claims(&json_of(s)),
                 have: f.claims.clone(),
                 pvcs: f.pvcs.iter().map(|(t, p)| (t.clone(), p.clone())).collect(),
                 deleting: f.deleting,
                 at: "spec.storage",
-                exists: f.statefulset.is_some(),
                 sts,
-            }
+            })
         })
         .collect();
     if let Some(k) = &pass.desired().keeper {
@@ -80,12 +78,11 @@ pub fn plan(pass: &mut Pass) {
                 pvcs,
                 deleting: observed.metadata.deletion_timestamp.is_some(),
                 at: "spec.keeper.storage",
-                exists: true,
                 sts,
             });
         }
     }
-    for v in all.drain(..).filter(|v| v.exists) {
+    for v in all {
         statefulset(pass, v);
     }
     if !pass.gates.storage_busy.is_empty() {

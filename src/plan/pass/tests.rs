@@ -1163,6 +1163,47 @@ fn pvc_labels_reach_existing_pvcs_without_a_restart() {
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
+/// Issue 17: `spec.keeper.storage.labels` reach every Keeper member's PVC (patched) and the
+/// Keeper's claim template (its StatefulSet recreated, no member restarted).
+#[test]
+fn keeper_pvc_labels_reach_every_member_without_a_restart() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
+    sim.converge(20);
+    let keeper = model::names::keeper("c1");
+    let pods_before: Vec<_> = (0..3)
+        .map(|i| sim.obs.pods[&format!("{keeper}-{i}")].clone())
+        .collect();
+    sim.cluster
+        .spec
+        .keeper
+        .storage
+        .labels
+        .insert("team".into(), "coordination".into());
+    sim.converge(20);
+    for i in 0..3 {
+        let m = &sim.obs.pvcs[&format!("data-{keeper}-{i}")].metadata;
+        assert_eq!(
+            m.labels.as_ref().unwrap()["team"],
+            "coordination",
+            "member {i}"
+        );
+    }
+    let template = &sim.obs.statefulsets[&keeper]
+        .spec
+        .volume_claim_templates
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        template.metadata.labels.as_ref().unwrap()["team"],
+        "coordination"
+    );
+    let pods_after: Vec<_> = (0..3)
+        .map(|i| sim.obs.pods[&format!("{keeper}-{i}")].clone())
+        .collect();
+    assert_eq!(pods_before, pods_after, "no member restarts");
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
+
 /// The Keeper's volumes grow in place as the servers' do: every member's PVC is resized, the
 /// Keeper StatefulSet (whose claim template cannot change) is recreated with its pods kept,
 /// and no member restarts.
