@@ -125,6 +125,8 @@ fn inputs() -> Inputs {
         operator_networks: vec!["10.244.0.0/16".into()],
         operator_pods: None,
         cluster_password: Some(Password("c1uster-pw".into())),
+        cluster_secret: Some(Password("c1uster-secret".into())),
+        server_version: None,
     }
 }
 
@@ -413,4 +415,63 @@ fn generated_tls_config_serves_https() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+}
+
+/// Issue 15: why the cluster `<secret>` waits for every server to report 20.10 or later. The
+/// files as written for such servers (the secret in `remote_servers`, `<grants>` for the
+/// operator's account) on 18.16: the server starts and every account logs in (it ignores
+/// `<grants>`), but it refuses the `remote_servers` with the secret (Code 137, "Unknown element
+/// in config: secret", when `system.clusters` or a Distributed query loads the clusters);
+/// written for the version the servers report, the same configuration has neither.
+#[test]
+fn the_cluster_secret_is_refused_by_18_16_and_grants_are_ignored() {
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let c = cluster();
+    let mut i = inputs();
+    i.server_version = Some("24.8.4.13".parse().unwrap());
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let remote = String::from_utf8(
+        d.users_secret.data.as_ref().unwrap()[names::REMOTE_SERVERS_FILE]
+            .0
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        remote.contains("<secret>c1uster-secret</secret>"),
+        "{remote}"
+    );
+    assert!(users_file(&d).contains("<grants>"));
+    let (guard, port) = start(&d, fresh_dir("secret"), "");
+    let op = (names::OPERATOR_USER, "op3rator-pw");
+    assert_eq!(query(port, Some(op), "SELECT 1"), (200, "1\n".into()));
+    assert_eq!(
+        query(port, Some(("alice", "alice pw & <x>")), "SELECT 1"),
+        (200, "1\n".into())
+    );
+    // 18.16 reads remote_servers when system.clusters is first read, and refuses it
+    let (code, body) = query(
+        port,
+        None,
+        "SELECT count() FROM system.clusters WHERE cluster = 'c1'",
+    );
+    assert_ne!(code, 200, "18.16 accepted the cluster secret: {body}");
+    assert!(
+        body.contains("Code: 137") && body.contains("Unknown element in config: secret"),
+        "{body}"
+    );
+    drop(guard);
+    // the same cluster, written for the version the servers report (18.16): no secret
+    i.server_version = Some("18.16.1".parse().unwrap());
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    assert!(!users_file(&d).contains("<grants>"));
+    let (_guard, port) = start(&d, fresh_dir("no-secret"), "");
+    let (_, body) = query(
+        port,
+        None,
+        "SELECT count() FROM system.clusters WHERE cluster = 'c1'",
+    );
+    assert!(!body.contains("Unknown element"), "{body}");
 }

@@ -7,8 +7,9 @@
 //!
 //! - `GET /ping` (the probes) and `GET /`: `Ok.`;
 //! - `SELECT version()`: the version named by the image tag (`24.8` → `24.8.1.1`);
-//! - `SELECT count() … FROM system.clusters WHERE cluster = '<c>'`: the hosts of `<c>` in the
-//!   `remote_servers` of the pod's `config.d/` files, read at each query (so a reload is seen);
+//! - `SELECT count() …, version() … FROM system.clusters WHERE cluster = '<c>'`: the hosts of
+//!   `<c>` in the `remote_servers` of the pod's `config.d/` files, read at each query (so a
+//!   reload is seen), and that version;
 //! - `SELECT count() … FROM cluster('<c>', system.one)`: its shards (every one answers), or
 //!   ClickHouse's error 170 when the cluster is not configured;
 //! - `SELECT 1`: 1; `SYSTEM DROP DNS CACHE`: an empty success (it resolves nothing).
@@ -121,13 +122,21 @@ pub fn answer(sql: &str, version: &str, config_d: &Path) -> (u16, String, Option
         let len = s[start..].find('\'')?;
         Some(s[start..start + len].to_string())
     };
-    if lower.starts_with("select count() as n from system.clusters where cluster = ") {
+    if lower
+        .starts_with("select count() as n, version() as v from system.clusters where cluster = ")
+    {
         let cluster = quoted().unwrap_or_default();
         let hosts: usize = clusters(config_d)
             .get(&cluster)
             .map(|shards| shards.iter().sum())
             .unwrap_or(0);
-        return one("n", "UInt64", format!("\"{hosts}\""));
+        return (
+            200,
+            format!(
+                "{{\"meta\":[{{\"name\":\"n\",\"type\":\"UInt64\"}},{{\"name\":\"v\",\"type\":\"String\"}}],\"data\":[[\"{hosts}\",\"{version}\"]],\"rows\":1}}\n"
+            ),
+            None,
+        );
     }
     if lower.starts_with("select count() as n from cluster(") {
         let cluster = quoted().unwrap_or_default();
@@ -281,7 +290,9 @@ mod tests {
     /// for a cluster it does not have, and `/ping`.
     #[tokio::test]
     async fn the_operators_client_reads_version_hosts_and_shards_from_a_hollow_server() {
-        use clickhouse_operator::clickhouse::replica::{cluster_host_count, shards_answering};
+        use clickhouse_operator::clickhouse::replica::{
+            cluster_host_count, cluster_hosts_and_version, shards_answering,
+        };
         use clickhouse_operator::clickhouse::sql::ClusterName;
         use clickhouse_operator::clickhouse::{Client, ClientConfig, Credentials, Endpoint};
         let dir = std::env::temp_dir().join(format!("hollow-{}", std::process::id()));
@@ -328,6 +339,10 @@ mod tests {
         assert_eq!(version.unwrap().to_string(), "24.8.1.1");
         let c1 = ClusterName("c1".into());
         assert_eq!(cluster_host_count(&client, &c1).await.unwrap(), 5);
+        assert_eq!(
+            cluster_hosts_and_version(&client, &c1).await.unwrap(),
+            (5, "24.8.1.1".to_string())
+        );
         assert_eq!(shards_answering(&client, &c1).await.unwrap(), 3);
         let missing = shards_answering(&client, &ClusterName("other".into())).await;
         assert!(

@@ -903,6 +903,10 @@ pub struct ClickHouseClusterStatus {
     /// Automatic upgrades (`spec.upgradeOptions`): the last check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
+    /// The lowest ClickHouse version the servers report (`SELECT version()`), once every one
+    /// has answered; what version-dependent configuration relies on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -264,7 +264,21 @@ impl ReplicationLag {
 /// How many hosts the server has loaded for `cluster` from `remote_servers`
 /// (`system.clusters`): a reloaded configuration shows here.
 pub async fn cluster_host_count(client: &Client, cluster: &ClusterName) -> Result<u64, Error> {
-    count(client, &sql::cluster_host_count(cluster)).await
+    Ok(cluster_hosts_and_version(client, cluster).await?.0)
+}
+
+/// How many hosts the server lists in `cluster` (see [`cluster_host_count`]) and the version it
+/// reports, as it reports it (`18.16.1`, `24.8.4.13`).
+pub async fn cluster_hosts_and_version(
+    client: &Client,
+    cluster: &ClusterName,
+) -> Result<(u64, String), Error> {
+    let statement = sql::cluster_host_count(cluster);
+    let rows = client.query(&statement, &QueryOptions::new()).await?;
+    let found = rows.decode(client.endpoint(), &statement, |r| {
+        Ok((r.u64("n")?, r.str("v")?.to_string()))
+    })?;
+    Ok(found.into_iter().next().unwrap_or_default())
 }
 
 /// The column `n` of the first row of a statement's answer.

@@ -104,6 +104,11 @@ pub enum Capability {
     DatabaseEngineFull,
     /// `SYSTEM SYNC REPLICA db.t LIGHTWEIGHT`.
     SyncReplicaLightweight,
+    /// A cluster `<secret>` in `remote_servers`: the servers authenticate each other with it
+    /// and a Distributed query runs on the remote shards as the user who started it.
+    ClusterSecret,
+    /// `<grants>` of a user defined in the users file (SQL privileges for XML users).
+    UserGrantsInUsersFile,
 }
 
 /// The one table of version thresholds, from ClickHouse's changelog and the pull requests it
@@ -145,6 +150,13 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // PR #48085 "More options for SYSTEM SYNC REPLICA" (LIGHTWEIGHT and PULL), opened
     // 2023-03-27 after the 23.3 branch: v23.4 (2023-04-26).
     (Capability::SyncReplicaLightweight, Version::new(23, 4)),
+    // v20.10.2.20-stable changelog, New Feature: "Secure inter-cluster query execution (with
+    // initial_user as current query user) #13156" (the cluster `<secret>`); 18.16 refuses the
+    // element (Code 137, "Unknown element in config: secret", `tests/model_boot.rs`).
+    (Capability::ClusterSecret, Version::new(20, 10)),
+    // PR #49381 "Specify grants for users in users.xml", opened 2023-05-02 after the 23.4
+    // release; its first release is not pinned (23.5 or 23.6), so 23.6.
+    (Capability::UserGrantsInUsersFile, Version::new(23, 6)),
 ];
 
 impl Capability {
@@ -226,6 +238,8 @@ mod tests {
             Capability::Backup,
             Capability::DatabaseEngineFull,
             Capability::SyncReplicaLightweight,
+            Capability::ClusterSecret,
+            Capability::UserGrantsInUsersFile,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

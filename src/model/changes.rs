@@ -547,6 +547,8 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
         operator_networks: Vec::new(),
         operator_pods: None,
         cluster_password: Some(Password("c1uster-pw".into())),
+        cluster_secret: Some(Password("c1uster-secret".into())),
+        server_version: None,
     };
     desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }

@@ -102,6 +102,12 @@ pub struct Inputs {
     /// The password of ClickHouse's Keeper identity, from the same Secret (none for a cluster
     /// created before it existed, until it is added there).
     pub keeper_password: Option<Password>,
+    /// The cluster's `<secret>`, from the same Secret (none for a cluster created before it
+    /// existed, until it is added there); written only where `server_version` has it.
+    pub cluster_secret: Option<Password>,
+    /// The lowest version the cluster's servers run, as far as the operator knows (see
+    /// [`crate::plan::fleet`]); `None`: unknown, and nothing version-dependent is written.
+    pub server_version: Option<crate::clickhouse::Version>,
 }
 
 /// Why the desired state cannot be built; each names the field the user can fix.

@@ -38,6 +38,10 @@ pub const CLUSTER_USER: &str = "clickhouse_cluster";
 /// Key of [`CLUSTER_USER`]'s password in `<cluster>-operator`; clusters created before it
 /// existed have none (their servers reach each other as the operator) until it is added.
 pub const CLUSTER_PASSWORD_KEY: &str = "cluster-password";
+/// Key of the cluster's `<secret>` in `<cluster>-operator`: once every server reports a version
+/// that has it (20.10), `remote_servers` carries it instead of an account, and a Distributed
+/// query runs on the remote shards as the user who started it.
+pub const CLUSTER_SECRET_KEY: &str = "cluster-secret";
 /// Key of the password ClickHouse authenticates to Keeper with (digest identity
 /// [`KEEPER_USER`]`:<password>`) in `<cluster>-operator`. The znodes ClickHouse creates carry an
 /// ACL for that identity only, so it must never change once a cluster runs with it.

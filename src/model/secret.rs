@@ -21,8 +21,12 @@ pub fn users_secret(
     listed: &[crate::model::ReplicaSpec],
 ) -> Result<Secret, BuildError> {
     let file = users_file(c, inputs)?;
-    let remote =
-        crate::model::config::server::remote_servers_file(c, listed, remote_account(inputs))?;
+    let remote = crate::model::config::server::remote_servers_file(
+        c,
+        listed,
+        remote_account(inputs),
+        cluster_secret(inputs),
+    )?;
     let mut data = BTreeMap::from([
         (names::USERS_FILE.to_string(), ByteString(file.into_bytes())),
         (
@@ -82,6 +86,16 @@ pub fn remote_account(inputs: &crate::model::Inputs) -> (&'static str, &Password
     }
 }
 
+/// The cluster's `<secret>` where it is written: the cluster has one and every server runs a
+/// version that has it (18.16 refuses the element and with it the whole `remote_servers`).
+pub fn cluster_secret(inputs: &crate::model::Inputs) -> Option<&Password> {
+    inputs.cluster_secret.as_ref().filter(|_| {
+        inputs
+            .server_version
+            .is_some_and(|v| v.supports(crate::clickhouse::Capability::ClusterSecret))
+    })
+}
+
 /// The files of `<cluster>-users` besides `remote_servers` that the server pods project into
 /// `config.d/`: those the cluster's passwords in `inputs` make.
 pub fn config_files(inputs: &crate::model::Inputs) -> Vec<&'static str> {
@@ -105,6 +119,8 @@ pub struct Generated {
     pub keeper: Password,
     /// The account the servers reach each other with.
     pub cluster: Password,
+    /// The cluster's `<secret>` in `remote_servers`.
+    pub cluster_secret: Password,
 }
 
 /// `<cluster>-operator` with the operator's password under [`names::OPERATOR_PASSWORD_KEY`],
@@ -133,6 +149,10 @@ pub fn operator_secret(c: &Cluster<'_>, passwords: &Generated) -> Secret {
             (
                 names::CLUSTER_PASSWORD_KEY.to_string(),
                 ByteString(passwords.cluster.0.clone().into_bytes()),
+            ),
+            (
+                names::CLUSTER_SECRET_KEY.to_string(),
+                ByteString(passwords.cluster_secret.0.clone().into_bytes()),
             ),
         ])),
         ..Secret::default()

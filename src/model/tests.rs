@@ -44,6 +44,8 @@ fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
         operator_networks: vec!["10.244.0.0/16".into()],
         operator_pods: None,
         cluster_password: Some(Password("c1uster-pw".into())),
+        cluster_secret: Some(Password("c1uster-secret".into())),
+        server_version: None,
     }
 }
 
@@ -232,6 +234,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
             interserver: i.interserver_password.clone().unwrap(),
             keeper: i.keeper_password.clone().unwrap(),
             cluster: i.cluster_password.clone().unwrap(),
+            cluster_secret: Password("cluster-secret-value".into()),
         },
     );
     let data = op.data.unwrap();
@@ -241,6 +244,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         b"interserver-secret-pw"
     );
     assert_eq!(data[names::KEEPER_PASSWORD_KEY].0, b"keeper-secret-pw");
+    assert_eq!(data[names::CLUSTER_SECRET_KEY].0, b"cluster-secret-value");
     assert!(!format!("{:?}", i.operator_password).contains("operator-secret-pw"));
 }
 
@@ -535,6 +539,7 @@ fn every_object_has_the_labels_and_an_owner_reference() {
                     interserver: Password("y".into()),
                     keeper: Password("z".into()),
                     cluster: Password("w".into()),
+                    cluster_secret: Password("v".into()),
                 },
             )
             .metadata,

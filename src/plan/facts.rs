@@ -59,6 +59,10 @@ pub struct Observed {
     /// (`system.clusters`), `None` when it could not say. The cluster is ready only once every
     /// server has loaded the current list.
     pub cluster_hosts: BTreeMap<String, Option<u64>>,
+    /// Per Ready replica that answered: the version its server reports (`SELECT version()`).
+    /// What the configuration may rely on is decided from these, never from the image tag
+    /// alone (see [`crate::plan::fleet`]).
+    pub server_versions: BTreeMap<String, String>,
     /// Per replica whose pod was taken out of traffic for a restart: how many parts the other
     /// Ready replicas of its shard still have to fetch from it (`None`: could not tell).
     pub pending_fetches: BTreeMap<String, Option<u64>>,

@@ -4,6 +4,7 @@
 
 pub mod action;
 pub mod facts;
+pub mod fleet;
 pub mod pass;
 pub mod replicas;
 pub mod report;

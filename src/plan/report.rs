@@ -49,6 +49,7 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     };
     status.keeper = ComponentStatus::new(keeper_size, keeper_serving, keeper_ready);
     status.host = client_host(pass);
+    status.version = pass.recorded_version.map(|v| v.to_string());
     let (state, message) = state(pass, &status, ready_servers, keeper_ready);
     status.state = state;
     status.message = message;

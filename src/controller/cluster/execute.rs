@@ -294,6 +294,7 @@ async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> R
             interserver: Password(random_password()),
             keeper: Password(random_password()),
             cluster: Password(random_password()),
+            cluster_secret: Password(random_password()),
         },
     );
     match api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())

@@ -312,6 +312,7 @@ async fn build(
     o.inputs.interserver_password = generated(names::INTERSERVER_PASSWORD_KEY);
     o.inputs.keeper_password = generated(names::KEEPER_PASSWORD_KEY);
     o.inputs.cluster_password = generated(names::CLUSTER_PASSWORD_KEY);
+    o.inputs.cluster_secret = generated(names::CLUSTER_SECRET_KEY);
     o.inputs.operator_networks = operator.networks;
     o.inputs.operator_pods = operator.pods;
     o.keeper_identity_in_use = lists
@@ -387,11 +388,20 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
             world.observed.cluster_hosts.insert(r, None);
             continue;
         };
-        let seen = chreplica::cluster_host_count(&c, &name)
+        let seen = chreplica::cluster_hosts_and_version(&c, &name)
             .await
             .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
             .ok();
-        world.observed.cluster_hosts.insert(r.clone(), seen);
+        if let Some((_, version)) = &seen {
+            world
+                .observed
+                .server_versions
+                .insert(r.clone(), version.clone());
+        }
+        world
+            .observed
+            .cluster_hosts
+            .insert(r.clone(), seen.map(|(n, _)| n));
         if probe {
             let reached = chreplica::shards_answering(&c, &name).await;
             world

@@ -248,16 +248,17 @@ fn storage_configuration(c: &Cluster<'_>) -> Option<Element> {
 }
 
 /// The file with `remote_servers`, kept in the Secret `<cluster>-users` and projected into
-/// `config.d/`: servers connect to each other as the operator's user, whose password must be
-/// written in plain text there, so it never goes into a ConfigMap. ClickHouse reloads it at
-/// runtime.
+/// `config.d/`: servers connect to each other with the cluster's `secret` or, without one, as
+/// `account`, whose password must be written in plain text there, so it never goes into a
+/// ConfigMap. ClickHouse reloads it at runtime.
 pub fn remote_servers_file(
     c: &Cluster<'_>,
     replicas: &[ReplicaSpec],
     account: (&str, &Password),
+    secret: Option<&Password>,
 ) -> Result<String, BuildError> {
     Ok(Element::new(ROOT)
-        .child(remote_servers(c, replicas, account)?)
+        .child(remote_servers(c, replicas, account, secret)?)
         .to_document())
 }
 
@@ -308,12 +309,17 @@ pub fn keeper_identity_of(file: &str) -> Option<&str> {
 }
 
 /// `remote_servers` with one cluster named like the ClickHouseCluster: every shard that has a
-/// replica in `replicas`, in shard order, and its replicas by creation index, reached as the
-/// operator's user. It replaces the example clusters of the image's `config.xml`.
+/// replica in `replicas`, in shard order, and its replicas by creation index. With a `secret`
+/// (20.10 and later, see [`crate::plan::fleet`]) the cluster carries it and no replica names an
+/// account: the servers prove to each other that they belong to the cluster, and a
+/// Distributed query or `ON CLUSTER` statement runs on every shard as the user who started it,
+/// with that user's rights. Without one, every replica is reached as `user`. It replaces the
+/// example clusters of the image's `config.xml`.
 pub fn remote_servers(
     c: &Cluster<'_>,
     replicas: &[ReplicaSpec],
     (user, password): (&str, &Password),
+    secret: Option<&Password>,
 ) -> Result<Element, BuildError> {
     let mut by_shard: BTreeMap<i32, Vec<&ReplicaSpec>> = BTreeMap::new();
     for r in replicas {
@@ -330,14 +336,17 @@ pub fn remote_servers(
         Element::new("shard")
             .child(Element::leaf("internal_replication", "true"))
             .children(rs.into_iter().map(|r| {
-                let e = Element::new("replica")
+                let mut e = Element::new("replica")
                     .child(Element::leaf(
                         "host",
                         names::replica_host(c.name, c.namespace, c.spec.cluster_domain(), &r.name),
                     ))
-                    .child(Element::leaf("port", port))
-                    .child(Element::leaf("user", user))
-                    .child(Element::leaf("password", &password.0));
+                    .child(Element::leaf("port", port));
+                if secret.is_none() {
+                    e = e
+                        .child(Element::leaf("user", user))
+                        .child(Element::leaf("password", &password.0));
+                }
                 if tls {
                     e.child(Element::leaf("secure", 1))
                 } else {
@@ -347,7 +356,11 @@ pub fn remote_servers(
     });
     Ok(Element::new("remote_servers")
         .attr("replace", "replace")
-        .child(Element::checked(c.name, "metadata.name")?.children(shards)))
+        .child(
+            Element::checked(c.name, "metadata.name")?
+                .children(secret.map(|s| Element::leaf("secret", &s.0)))
+                .children(shards),
+        ))
 }
 
 /// The Keeper nodes of an external ensemble (`spec.keeper.external`) as (host, port): its

@@ -25,6 +25,38 @@ struct Account<'a> {
     profile: &'a str,
     quota: &'a str,
     databases: &'a [String],
+    /// SQL privileges (`<grants>`, 23.6 and later); none: the version's default (all).
+    grants: Vec<String>,
+}
+
+/// The privileges of the operator's account where the servers have SQL privileges for users of
+/// the users file (23.6 and later, [`crate::clickhouse::Capability::UserGrantsInUsersFile`]):
+/// what its statements, its backup agents and the exporter need, and nothing else. Reading
+/// every table and writing into one are needed: a copied view must be able to read its
+/// sources, a materialized view to write into its target, a restored part is attached with
+/// `INSERT`; `SET DEFINER` on `definers` lets it copy a view whose definer is one of them. It
+/// has no access management (no `CREATE USER`, `GRANT`), no mutations or `TRUNCATE`, no
+/// `SYSTEM` statement beyond the three it sends, no file, URL or other table functions beyond
+/// `remote`/`cluster` and S3 (backups). Each statement kind the operator sends is run under
+/// these grants on the 26.x engine in `tests/modern_config.rs`.
+pub fn operator_grants(definers: &[&str]) -> Vec<String> {
+    let mut grants = vec![
+        "GRANT SELECT, INSERT, SHOW ON *.*".to_string(),
+        "GRANT CREATE DATABASE, CREATE TABLE, CREATE VIEW, CREATE DICTIONARY, CREATE FUNCTION ON *.*".into(),
+        "GRANT DROP DATABASE, DROP TABLE, DROP VIEW, DROP DICTIONARY ON *.*".into(),
+        "GRANT SYSTEM SYNC REPLICA, SYSTEM DROP REPLICA, SYSTEM DROP DNS CACHE ON *.*".into(),
+        "GRANT ALTER FREEZE PARTITION ON *.*".into(),
+        "GRANT BACKUP ON *.*".into(),
+        "GRANT REMOTE, S3 ON *.*".into(),
+    ];
+    // one statement per user: `SET DEFINER ON a, b` is refused (seen on 26.x)
+    grants.extend(definers.iter().map(|d| {
+        format!(
+            "GRANT SET DEFINER ON `{}`",
+            d.replace('\\', "\\\\").replace('`', "\\`")
+        )
+    }));
+    grants
 }
 
 fn user(
@@ -41,6 +73,12 @@ fn user(
         .child(account.networks)
         .child(Element::leaf("profile", account.profile))
         .child(Element::leaf("quota", account.quota));
+    if !account.grants.is_empty() {
+        e = e.child(
+            Element::new("grants")
+                .children(account.grants.iter().map(|g| Element::leaf("query", g))),
+        );
+    }
     if !account.databases.is_empty() {
         e = e.child(
             Element::new("allow_databases").children(
@@ -141,6 +179,21 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         Some(_) => &[],
         None => replicas,
     };
+    let grants = if inputs
+        .server_version
+        .is_some_and(|v| v.supports(crate::clickhouse::Capability::UserGrantsInUsersFile))
+    {
+        let mut definers: Vec<&str> = vec![DEFAULT_USER, names::OPERATOR_USER];
+        definers.extend(
+            users
+                .keys()
+                .map(String::as_str)
+                .filter(|u| *u != DEFAULT_USER && *u != names::OPERATOR_USER),
+        );
+        operator_grants(&definers)
+    } else {
+        Vec::new()
+    };
     let mut list = Element::new("users").child(user(
         names::OPERATOR_USER,
         "operator user",
@@ -150,6 +203,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
             profile: DEFAULT_PROFILE,
             quota: DEFAULT_QUOTA,
             databases: &[],
+            grants,
         },
     )?);
     if let Some(p) = &inputs.cluster_password {
@@ -162,6 +216,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 profile: DEFAULT_PROFILE,
                 quota: DEFAULT_QUOTA,
                 databases: &[],
+                grants: Vec::new(),
             },
         )?);
     }
@@ -197,6 +252,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 profile: profile_of,
                 quota: quota_of,
                 databases: account.map(|a| a.databases.as_slice()).unwrap_or(&[]),
+                grants: Vec::new(),
             },
         )?);
     }

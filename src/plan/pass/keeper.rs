@@ -239,6 +239,7 @@ fn build_desired(pass: &mut Pass) -> bool {
     let mut inputs = pass.obs.inputs.clone();
     inputs.listed = Some(listed);
     inputs.replicas = live;
+    inputs.server_version = pass.server_version;
     let built = Cluster::new(&stepped).and_then(|c| model::desired(&c, &inputs));
     match built {
         Ok(d) => {

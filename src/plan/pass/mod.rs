@@ -122,6 +122,11 @@ pub struct Pass<'a> {
     pub desired: Option<Desired>,
     /// Hosts listed in `remote_servers`.
     pub listed: u64,
+    /// The lowest version the servers report (see [`crate::plan::fleet::recorded_version`]).
+    pub recorded_version: Option<crate::clickhouse::Version>,
+    /// The version the generated configuration may rely on
+    /// ([`crate::plan::fleet::usable_version`]).
+    pub server_version: Option<crate::clickhouse::Version>,
     /// Per server StatefulSet: its observed pod template covers the desired one.
     pub template_current: BTreeMap<String, bool>,
     /// Server replicas whose StatefulSet exists (set by the Rollout phase).
@@ -155,7 +160,22 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
 impl<'a> Pass<'a> {
     fn new(cluster: &'a ClickHouseCluster, obs: &'a Observed, now: Timestamp) -> Self {
         let old = cluster.status.clone().unwrap_or_default();
+        let live: Vec<&String> = old
+            .replica_state_map
+            .iter()
+            .filter(|(_, r)| r.state != ReplicaState::Condemned)
+            .map(|(n, _)| n)
+            .collect();
+        let recorded_version = crate::plan::fleet::recorded_version(
+            old.version.as_deref(),
+            &obs.server_versions,
+            &live,
+        );
+        let server_version =
+            crate::plan::fleet::usable_version(recorded_version, &cluster.spec.image);
         Pass {
+            recorded_version,
+            server_version,
             cluster,
             spec: &cluster.spec,
             name: cluster.metadata.name.clone().unwrap_or_default(),

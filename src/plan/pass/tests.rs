@@ -37,6 +37,8 @@ struct Sim {
     ensemble: Vec<u32>,
     /// The leader applies no membership change (a member list not yet loaded).
     ensemble_frozen: bool,
+    /// The version every Ready server reports (`SELECT version()`); `None`: none answers it.
+    server_version: Option<String>,
 }
 
 fn revision(template: &Value) -> String {
@@ -99,6 +101,7 @@ impl Sim {
             bad_image: None,
             ensemble: Vec::new(),
             ensemble_frozen: false,
+            server_version: None,
         }
     }
 
@@ -154,6 +157,13 @@ impl Sim {
                     if !serving && !pod.contains("keeper") {
                         obs.pending_fetches
                             .insert(pod.strip_suffix("-0").unwrap_or(pod).to_string(), Some(0));
+                    }
+                    if let Some(v) = &self.server_version
+                        && !pod.contains("keeper")
+                        && crate::plan::facts::pod_ready(p)
+                    {
+                        obs.server_versions
+                            .insert(pod.strip_suffix("-0").unwrap_or(pod).to_string(), v.clone());
                     }
                     if pod.contains("keeper") && crate::plan::facts::pod_ready(p) {
                         obs.keeper_views.insert(
@@ -1765,4 +1775,107 @@ fn a_changed_external_keeper_root_is_refused_and_nothing_is_written() {
         "{}",
         f.message
     );
+}
+
+/// A file of the applied users Secret `c1-users`.
+fn users_secret_file(sim: &Sim, key: &str) -> String {
+    let object = sim
+        .obs
+        .objects
+        .get(&(Kind::Secret, "c1-users".into()))
+        .expect("the users Secret is applied");
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(object.clone()).unwrap();
+    String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
+}
+
+/// Issue 15: the cluster `<secret>` and the operator's grants are written only once every
+/// server has reported a version that has them (the image tag says 24.8 throughout, as the
+/// local kubelet's 18.16 pods do); the version is in the status; a server restarting keeps
+/// them; an image whose tag names an older version takes them away in the pass that changes
+/// the image, before any pod restarts on it.
+#[test]
+fn the_cluster_secret_and_grants_follow_the_versions_the_servers_report() {
+    use crate::model::names::{REMOTE_SERVERS_FILE, USERS_FILE};
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2,
+        "image": "clickhouse/clickhouse-server:24.8"}));
+    sim.obs.inputs.cluster_password = Some(model::Password("cluster-pw".into()));
+    sim.obs.inputs.cluster_secret = Some(model::Password("the-cluster-secret".into()));
+    // servers that do not answer the version: nothing version-dependent
+    sim.converge(30);
+    let remote = users_secret_file(&sim, REMOTE_SERVERS_FILE);
+    assert!(!remote.contains("<secret>") && remote.contains("<user>clickhouse_cluster</user>"));
+    assert_eq!(sim.cluster.status.as_ref().unwrap().version, None);
+    // 18.16 everywhere, whatever the tag says: still nothing
+    sim.server_version = Some("18.16.1".into());
+    sim.converge(10);
+    let remote = users_secret_file(&sim, REMOTE_SERVERS_FILE);
+    assert!(!remote.contains("<secret>"), "{remote}");
+    assert!(!users_secret_file(&sim, USERS_FILE).contains("<grants>"));
+    assert_eq!(
+        sim.cluster.status.as_ref().unwrap().version.as_deref(),
+        Some("18.16.1.0")
+    );
+    // every server on 24.8: the secret replaces the account, the operator gets its grants
+    sim.server_version = Some("24.8.4.13".into());
+    let restarts_before = sim.log.iter().filter(|l| l.contains("restart")).count();
+    sim.converge(10);
+    let remote = users_secret_file(&sim, REMOTE_SERVERS_FILE);
+    assert!(
+        remote.contains("<secret>the-cluster-secret</secret>"),
+        "{remote}"
+    );
+    assert!(
+        !remote.contains("<user>") && !remote.contains("<password>"),
+        "{remote}"
+    );
+    assert_eq!(remote.matches("<replica>").count(), 4);
+    let users = users_secret_file(&sim, USERS_FILE);
+    assert!(
+        users.contains("<query>GRANT SELECT, INSERT, SHOW ON *.*</query>"),
+        "{users}"
+    );
+    assert_eq!(
+        sim.cluster.status.as_ref().unwrap().version.as_deref(),
+        Some("24.8.4.13")
+    );
+    assert_eq!(
+        sim.log.iter().filter(|l| l.contains("restart")).count(),
+        restarts_before,
+        "a runtime-reloaded file: no server restarts for it"
+    );
+    // a server not answering (restarting) keeps them
+    sim.server_version = None;
+    assert!(
+        sim.plan_caught_up().actions.is_empty(),
+        "nothing is rewritten while a version is unknown"
+    );
+    sim.server_version = Some("24.8.4.13".into());
+    // an older image: gone in the pass that changes the image, before the first restart
+    sim.cluster.spec.image = "clickhouse/clickhouse-server:20.3".into();
+    sim.cluster.metadata.generation = Some(2);
+    let p = sim.plan_caught_up();
+    let secret_at = p
+        .actions
+        .iter()
+        .position(
+            |a| matches!(a, Action::Apply { kind: Kind::Secret, name, .. } if name == "c1-users"),
+        )
+        .expect("the users Secret is rewritten");
+    assert!(
+        p.actions[..secret_at].iter().all(|a| !matches!(
+            a,
+            Action::RestartPod { .. }
+                | Action::Apply {
+                    kind: Kind::StatefulSet,
+                    ..
+                }
+        )),
+        "{:?}",
+        p.actions
+    );
+    sim.act(&p);
+    let remote = users_secret_file(&sim, REMOTE_SERVERS_FILE);
+    assert!(!remote.contains("<secret>") && remote.contains("<user>clickhouse_cluster</user>"));
+    assert!(!users_secret_file(&sim, USERS_FILE).contains("<grants>"));
 }
