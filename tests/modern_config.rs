@@ -1299,3 +1299,41 @@ fn the_operators_grants_allow_its_statements_and_nothing_else() {
         assert!(r.results[n].is_ok(), "{}: {:?}", queries[n], r.results[n]);
     }
 }
+
+/// Issue 15: with `spec.keeper.tls` the servers' `zookeeper` section names every member on the
+/// secure client port with `secure` set; the 26.x engine loads it and tries exactly those
+/// members (the hosts do not resolve here, so the log naming them is the proof). Keeper's own
+/// side (`tcp_port_secure`, raft `secure`, its `openSSL`) is configuration only: chDB runs no
+/// Keeper and the test stand-in refuses it (`src/model/tests.rs`, `local-kubelet`).
+#[test]
+fn servers_reach_a_tls_keeper_on_its_secure_port() {
+    let (c, i) = c1(serde_json::json!({
+        "keeper": {"replicas": 3, "tls": true},
+        "tls": {"enabled": true, "serverCertSecret": "c1-tls", "caSecret": "c1-ca"}
+    }));
+    let d = build(&c, &i);
+    let layout = lay_out("keeper-tls", &d, "c1-1-3", "");
+    let r = run(
+        &layout,
+        &[
+            "SELECT count() FROM system.zookeeper_connection",
+            "CREATE TABLE rmt (x Int32) ENGINE = ReplicatedMergeTree('/t/{cluster}/{shard}', \
+             '{replica}') ORDER BY x",
+        ],
+    );
+    r.loaded();
+    let e = r.error(1);
+    assert!(e.contains("ZooKeeper") || e.contains("Keeper"), "{e}");
+    for m in 0..3 {
+        let host = format!(
+            "c1-keeper-{m}.c1-keeper-headless.t1.svc.cluster.local:{}",
+            names::KEEPER_SECURE_CLIENT_PORT
+        );
+        assert!(
+            r.log.contains(&host),
+            "the log does not name {host}:\n{}",
+            r.log
+        );
+    }
+    assert!(!r.log.contains(":9181"), "a member on the plain port");
+}

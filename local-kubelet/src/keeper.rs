@@ -54,6 +54,16 @@ pub fn merge(cfg: &mut KeeperConfig, xml: &str) -> Result<()> {
     if let Some(p) = child(ks, "tcp_port") {
         cfg.tcp_port = Some(text(p).parse().context("keeper_server/tcp_port")?);
     }
+    // Keeper over TLS (the operator's `spec.keeper.tls`) is configuration only here: the
+    // stand-in refuses it rather than serve in clear what the configuration asks to encrypt.
+    let raft_secure = child(ks, "raft_configuration")
+        .and_then(|rc| child(rc, "secure"))
+        .is_some_and(|s| matches!(text(s).as_str(), "true" | "1"));
+    if child(ks, "tcp_port_secure").is_some() || raft_secure {
+        anyhow::bail!(
+            "the ZooKeeper stand-in does not run Keeper over TLS (keeper_server/tcp_port_secure, raft_configuration/secure)"
+        );
+    }
     if let Some(id) = child(ks, "server_id") {
         if let Some(env) = id.attribute("from_env") {
             cfg.server_id_env = Some(env.to_string());
@@ -307,6 +317,20 @@ mod tests {
           <server><id>2</id><hostname>k-1.k.ns.svc.cluster.local</hostname><port>9234</port></server>
           <server><id>3</id><hostname>k-2.k.ns.svc.cluster.local</hostname><port>9234</port></server>
         </raft_configuration></keeper_server></clickhouse>"#;
+
+    #[test]
+    fn keeper_over_tls_is_refused_by_the_stand_in() {
+        for xml in [
+            "<clickhouse><keeper_server><tcp_port>9181</tcp_port><tcp_port_secure>9281</tcp_port_secure></keeper_server></clickhouse>",
+            "<clickhouse><keeper_server><raft_configuration><secure>true</secure><server><id>1</id><hostname>a</hostname></server></raft_configuration></keeper_server></clickhouse>",
+        ] {
+            let e = merge(&mut KeeperConfig::default(), xml).unwrap_err();
+            assert!(
+                e.to_string().contains("does not run Keeper over TLS"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn translate() {

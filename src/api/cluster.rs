@@ -166,6 +166,14 @@ pub struct KeeperSpec {
     /// and removes when the cluster is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalKeeper>,
+    /// Client and raft traffic of the cluster's own Keeper over TLS, with the cluster's
+    /// certificate and CA (`spec.tls.serverCertSecret`, `spec.tls.caSecret`; the certificate
+    /// must also name the members, `*.<cluster>-keeper-headless.<namespace>.svc.<domain>`): the
+    /// members verify each other, the servers connect to the secure client port and verify the
+    /// member. Needs `spec.tls.enabled` and Keeper and ClickHouse 22.3 or later; cannot change
+    /// once the cluster exists (the members cannot switch raft to TLS one at a time).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
 }
 
 /// An existing Keeper ensemble (`spec.keeper.external`).
@@ -289,6 +297,7 @@ impl Default for KeeperSpec {
             pod: PodSettings::default(),
             settings: BTreeMap::new(),
             external: None,
+            tls: false,
         }
     }
 }

@@ -94,6 +94,11 @@ pub const CLUSTER_RULES: &[Rule] = &[
         message: "spec.backup.schedules names must be unique",
     },
     Rule {
+        path: &["spec", "keeper"],
+        rule: "(has(self.tls) && self.tls) == (has(oldSelf.tls) && oldSelf.tls)",
+        message: "spec.keeper.tls cannot change once the cluster exists",
+    },
+    Rule {
         path: &["spec", "clusterDomain"],
         rule: "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",
         message: "spec.clusterDomain must be a DNS name such as cluster.local",

@@ -456,6 +456,40 @@ fn check_tls(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
                 .into(),
         );
     }
+    if spec.keeper.tls {
+        if !spec.tls.enabled {
+            errors.add("spec.keeper.tls", "needs spec.tls.enabled: true".into());
+        } else if spec.tls.ca_secret.is_none() {
+            errors.add(
+                "spec.tls.caSecret",
+                "is required when spec.keeper.tls is true (the Keeper members and the servers verify each other with it)"
+                    .into(),
+            );
+        }
+        if spec.keeper.replicas == 0 {
+            errors.add(
+                "spec.keeper.tls",
+                "applies to the cluster's own Keeper: needs spec.keeper.replicas > 0".into(),
+            );
+        }
+        let since = crate::clickhouse::Capability::KeeperTls.since();
+        for (field, image) in [
+            ("spec.image", &spec.image),
+            ("spec.keeper.image", &spec.keeper.image),
+        ] {
+            if let Some((_, v)) = crate::plan::upgrade::image_version(image)
+                && v < since
+            {
+                errors.add(
+                    field,
+                    format!(
+                        "{image:?} is older than {}.{}, the first version with Keeper over TLS (spec.keeper.tls)",
+                        since.major, since.minor
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// `spec.upgradeOptions`: a known `apply`, a valid cron, one version source when enabled.
@@ -1353,6 +1387,35 @@ mod tests {
         assert_eq!(fields("c1", &s), vec!["spec.tls.caSecret".to_string()]);
         s.tls.ca_secret = Some("ca".into());
         assert!(fields("c1", &s).is_empty());
+    }
+
+    /// Issue 15: Keeper over TLS needs the cluster's TLS with a CA, the cluster's own Keeper,
+    /// and images that do not name a version older than 22.3; each refused with its field.
+    #[test]
+    fn keeper_tls_needs_cluster_tls_a_ca_an_own_ensemble_and_new_enough_images() {
+        let mut s = spec();
+        s.keeper.tls = true;
+        assert_eq!(fields("c1", &s), vec!["spec.keeper.tls".to_string()]);
+        s.tls = TlsSpec {
+            enabled: true,
+            server_cert_secret: Some("tls".into()),
+            ca_secret: None,
+            required: false,
+        };
+        assert_eq!(fields("c1", &s), vec!["spec.tls.caSecret".to_string()]);
+        s.tls.ca_secret = Some("ca".into());
+        assert!(fields("c1", &s).is_empty(), "{:?}", fields("c1", &s));
+        s.image = "clickhouse/clickhouse-server:21.8".into();
+        s.keeper.image = "clickhouse/clickhouse-keeper:21.12".into();
+        assert_eq!(
+            fields("c1", &s),
+            vec!["spec.image".to_string(), "spec.keeper.image".to_string()]
+        );
+        s.image = "clickhouse/clickhouse-server:latest".into();
+        s.keeper.image = "clickhouse/clickhouse-keeper:22.3".into();
+        assert!(fields("c1", &s).is_empty());
+        s.keeper.replicas = 0;
+        assert!(fields("c1", &s).contains(&"spec.keeper.tls".to_string()));
     }
 
     /// Issue 15: the users' networks and per-user accounts are checked before ClickHouse sees

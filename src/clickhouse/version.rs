@@ -109,6 +109,9 @@ pub enum Capability {
     ClusterSecret,
     /// `<grants>` of a user defined in the users file (SQL privileges for XML users).
     UserGrantsInUsersFile,
+    /// Keeper over TLS: `keeper_server/tcp_port_secure`, `raft_configuration/secure`, and a
+    /// server's `zookeeper/node/secure`.
+    KeeperTls,
 }
 
 /// The one table of version thresholds, from ClickHouse's changelog and the pull requests it
@@ -157,6 +160,10 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // PR #49381 "Specify grants for users in users.xml", opened 2023-05-02 after the 23.4
     // release; its first release is not pinned (23.5 or 23.6), so 23.6.
     (Capability::UserGrantsInUsersFile, Version::new(23, 6)),
+    // ClickHouse Keeper (with `tcp_port_secure` and raft `secure`) came with 21.8 and was
+    // declared ready for production in 22.3, by which a server's `zookeeper/node/secure`
+    // (PR #18184, 21.1) existed too: 22.3 for both.
+    (Capability::KeeperTls, Version::new(22, 3)),
 ];
 
 impl Capability {
@@ -240,6 +247,7 @@ mod tests {
             Capability::SyncReplicaLightweight,
             Capability::ClusterSecret,
             Capability::UserGrantsInUsersFile,
+            Capability::KeeperTls,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

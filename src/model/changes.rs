@@ -17,7 +17,7 @@
 //! | `storage.disks` or `storage.logs` added / removed | [`Need::RollingRestart`] (StatefulSets recreated, pods kept until restarted) / [`Need::Refused`] | — |
 //! | `storage.policies` | [`Need::RollingRestart`] | — |
 //! | `storage.labels`, `storage.annotations` | [`Need::ObjectUpdate`] (StatefulSets recreated with their pods kept, existing PVCs patched) | the same for `keeper.storage` |
-//! | `clusterDomain` | [`Need::Refused`] | [`Need::Refused`] |
+//! | `clusterDomain`, `keeper.tls` | [`Need::Refused`] | [`Need::Refused`] |
 //! | `keeper.external` nodes or cluster | [`Need::ConfigReload`] (zookeeper nodes) | — |
 //! | `keeper.external.root` | [`Need::Refused`] | — |
 //! | `keeper.settings` | — | [`Need::RollingRestart`] |
@@ -373,6 +373,13 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
             Need::RollingRestart,
             "spec.keeper.settings (coordination_settings)",
         );
+    }
+    if old.keeper.tls != new.keeper.tls {
+        // also refused by the CRD's transition rule
+        let message =
+            "spec.keeper.tls cannot change: the members cannot switch raft to TLS one at a time";
+        s.add(Need::Refused, message);
+        ch.keeper.add(Need::Refused, message);
     }
     if old.cluster_domain() != new.cluster_domain() {
         let message = "spec.clusterDomain cannot change: every host name the servers and Keeper know each other by would change";
@@ -1027,6 +1034,20 @@ mod tests {
             json!({"clusterDomain": "cluster.local"}),
             &[],
             &[],
+        );
+    }
+
+    /// Issue 15: Keeper over TLS is fixed once the cluster exists (the API server refuses the
+    /// change too).
+    #[test]
+    fn keeper_tls_cannot_change() {
+        let tls = json!({"enabled": true, "serverCertSecret": "t", "caSecret": "ca"});
+        row(
+            json!({"tls": tls}),
+            json!({"tls": tls, "keeper": {"tls": true}}),
+            &[Need::Refused],
+            // the members' template would change too; the refusal stops the change
+            &[Need::Refused, Need::RollingRestart],
         );
     }
 

@@ -124,6 +124,17 @@ pub fn keeper_hashes(c: &Cluster<'_>, secrets: &BTreeMap<String, SecretData>) ->
     let mut h = Sha256::new();
     feed(&mut h, keeper_restart_part(c).as_bytes());
     let mut out = BTreeMap::from([(labels::CONFIG_HASH, hex::encode(h.finalize()))]);
+    if c.spec.keeper.tls {
+        // the certificate is read at startup: a new one restarts the members one at a time
+        for (label, secret) in [
+            (labels::TLS_SECRET_HASH, &c.spec.tls.server_cert_secret),
+            (labels::CA_SECRET_HASH, &c.spec.tls.ca_secret),
+        ] {
+            if let Some(name) = secret {
+                out.insert(label, secret_hash(secrets.get(name)));
+            }
+        }
+    }
     env_secret(&c.spec.keeper.pod, secrets, &mut out);
     PodHashes(out)
 }

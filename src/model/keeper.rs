@@ -111,7 +111,7 @@ fn keeper_pod(
     let pod = &c.spec.keeper.pod;
     let mut pod_labels = pod.labels.clone();
     pod_labels.extend(labels::common(c.name, Component::Keeper));
-    let volumes = vec![
+    let mut volumes = vec![
         Volume {
             name: "config".into(),
             config_map: Some(ConfigMapVolumeSource {
@@ -123,6 +123,18 @@ fn keeper_pod(
         empty_dir("logs"),
         empty_dir("tmp"),
     ];
+    volumes.extend(
+        keeper_tls_secrets(c)
+            .into_iter()
+            .map(|(volume, secret, _)| Volume {
+                name: volume.into(),
+                secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+                    secret_name: Some(secret.to_string()),
+                    ..Default::default()
+                }),
+                ..Volume::default()
+            }),
+    );
     let generated = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(pod_labels),
@@ -140,6 +152,22 @@ fn keeper_pod(
     super::statefulset::with_template(generated, pod, "spec.keeper.pod.template", KEEPER_CONTAINER)
 }
 
+/// With `spec.keeper.tls`: the volumes of the cluster's certificate and CA Secrets, and where
+/// Keeper reads them.
+fn keeper_tls_secrets<'a>(c: &'a Cluster<'_>) -> Vec<(&'static str, &'a str, &'static str)> {
+    if !c.spec.keeper.tls {
+        return Vec::new();
+    }
+    let tls = &c.spec.tls;
+    [
+        ("tls", &tls.server_cert_secret, names::KEEPER_TLS_PATH),
+        ("ca", &tls.ca_secret, names::KEEPER_CA_PATH),
+    ]
+    .into_iter()
+    .filter_map(|(v, s, p)| Some((v, s.as_deref()?, p)))
+    .collect()
+}
+
 /// The Keeper container: [`keeper_command`], the client and raft ports, the user's
 /// environment; ready once it serves with a quorum, alive while its client port answers.
 /// Default `startupSeconds` of a Keeper member.
@@ -152,19 +180,34 @@ fn keeper_container(c: &Cluster<'_>) -> Container {
         name: KEEPER_CONTAINER.into(),
         image: Some(k.image.clone()),
         command: Some(keeper_command()),
-        ports: Some(vec![
-            port("client", names::KEEPER_CLIENT_PORT),
-            port("raft", names::KEEPER_RAFT_PORT),
-        ]),
+        ports: Some({
+            let mut ports = vec![
+                port("client", names::KEEPER_CLIENT_PORT),
+                port("raft", names::KEEPER_RAFT_PORT),
+            ];
+            if k.tls {
+                ports.push(port("client-tls", names::KEEPER_SECURE_CLIENT_PORT));
+            }
+            ports
+        }),
         env: env(pod.env.clone()),
         env_from: env_from(pod),
         resources: pod.resources.clone(),
-        volume_mounts: Some(vec![
-            mount(DATA_VOLUME, names::KEEPER_DATA_PATH),
-            mount("config", names::KEEPER_CONFIG_PATH),
-            mount("logs", names::KEEPER_LOG_PATH),
-            mount("tmp", "/tmp"),
-        ]),
+        volume_mounts: Some(
+            [
+                mount(DATA_VOLUME, names::KEEPER_DATA_PATH),
+                mount("config", names::KEEPER_CONFIG_PATH),
+                mount("logs", names::KEEPER_LOG_PATH),
+                mount("tmp", "/tmp"),
+            ]
+            .into_iter()
+            .chain(
+                keeper_tls_secrets(c)
+                    .into_iter()
+                    .map(|(volume, _, path)| mount(volume, path)),
+            )
+            .collect(),
+        ),
         // Ready means serving: a member answers `srvr` with its Mode only once the ensemble
         // has a quorum (listening alone is not enough: servers that meet a Keeper without
         // quorum fail their first requests).
@@ -227,10 +270,16 @@ pub fn objects(
                 cluster_ip: Some("None".into()),
                 publish_not_ready_addresses: Some(true),
                 selector: Some(selector.clone()),
-                ports: Some(vec![
-                    service_port("client", names::KEEPER_CLIENT_PORT),
-                    service_port("raft", names::KEEPER_RAFT_PORT),
-                ]),
+                ports: Some({
+                    let mut ports = vec![
+                        service_port("client", names::KEEPER_CLIENT_PORT),
+                        service_port("raft", names::KEEPER_RAFT_PORT),
+                    ];
+                    if c.spec.keeper.tls {
+                        ports.push(service_port("client-tls", names::KEEPER_SECURE_CLIENT_PORT));
+                    }
+                    ports
+                }),
                 ..ServiceSpec::default()
             }),
             ..Service::default()

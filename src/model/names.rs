@@ -19,6 +19,11 @@ pub const INTERSERVER_HTTPS_PORT: i32 = 9010;
 pub const KEEPER_CLIENT_PORT: i32 = 9181;
 /// Raft port of ClickHouse Keeper: members talk to each other here.
 pub const KEEPER_RAFT_PORT: i32 = 9234;
+/// Keeper's secure client port (`spec.keeper.tls`).
+pub const KEEPER_SECURE_CLIENT_PORT: i32 = 9281;
+/// Where Keeper pods mount the cluster's certificate and CA (`spec.keeper.tls`).
+pub const KEEPER_TLS_PATH: &str = "/etc/clickhouse-keeper/tls";
+pub const KEEPER_CA_PATH: &str = "/etc/clickhouse-keeper/ca";
 
 /// The operator's own ClickHouse user.
 pub const OPERATOR_USER: &str = "clickhouse_operator";

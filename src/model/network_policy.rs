@@ -172,7 +172,11 @@ pub fn policies(c: &Cluster<'_>, inputs: &Inputs) -> Vec<NetworkPolicy> {
                 },
                 NetworkPolicyIngressRule {
                     from: Some(clients),
-                    ports: ports(&[names::KEEPER_CLIENT_PORT]),
+                    ports: ports(if c.spec.keeper.tls {
+                        &[names::KEEPER_CLIENT_PORT, names::KEEPER_SECURE_CLIENT_PORT]
+                    } else {
+                        &[names::KEEPER_CLIENT_PORT]
+                    }),
                 },
             ],
         ));

@@ -2282,3 +2282,109 @@ fn each_shard_is_spread_over_the_topology_and_an_older_template_is_not_rolled_fo
         .unwrap();
     assert_eq!(spread.len(), 1);
 }
+
+/// Issue 15: `spec.keeper.tls` (configuration only: the ZooKeeper stand-in refuses it): Keeper
+/// serves a secure client port besides the plain one (its probes, the operator's own sessions
+/// and clusters on `keeper.external.clusterRef` use that), raft over TLS, an `openSSL` with the
+/// cluster's certificate verified against its CA, both mounted into the members; the servers
+/// reach every member on the secure port; the Keeper NetworkPolicy admits it; a new
+/// certificate restarts the members (its hash is in their template). Without it none of this
+/// is there.
+#[test]
+fn keeper_tls_secures_client_and_raft_traffic_with_the_clusters_certificate() {
+    let tls = json!({"enabled": true, "serverCertSecret": "c1-tls", "caSecret": "c1-ca"});
+    let c = cluster(json!({"keeper": {"replicas": 3, "tls": true}, "tls": tls}));
+    let d = build(&c, &inputs(replicas(1, 2)));
+    let k = d.keeper.as_ref().unwrap();
+    let xml = &k.config.data.as_ref().unwrap()[names::KEEPER_CONFIG_FILE];
+    for want in [
+        "<tcp_port>9181</tcp_port>",
+        "<tcp_port_secure>9281</tcp_port_secure>",
+        "<raft_configuration>\n            <secure>true</secure>",
+        "<certificateFile>/etc/clickhouse-keeper/tls/tls.crt</certificateFile>",
+        "<privateKeyFile>/etc/clickhouse-keeper/tls/tls.key</privateKeyFile>",
+        "<caConfig>/etc/clickhouse-keeper/ca/ca.crt</caConfig>",
+        "<verificationMode>relaxed</verificationMode>",
+        "<name>RejectCertificateHandler</name>",
+    ] {
+        assert!(xml.contains(want), "{want} not in\n{xml}");
+    }
+    let pod = k.statefulset.spec.template.spec.as_ref().unwrap();
+    let volumes: Vec<(String, Option<String>)> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| {
+            (
+                v.name.clone(),
+                v.secret.as_ref().and_then(|s| s.secret_name.clone()),
+            )
+        })
+        .collect();
+    assert!(volumes.contains(&("tls".into(), Some("c1-tls".into()))));
+    assert!(volumes.contains(&("ca".into(), Some("c1-ca".into()))));
+    let container = &pod.containers[0];
+    let mounts: Vec<&str> = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    assert!(mounts.contains(&names::KEEPER_TLS_PATH) && mounts.contains(&names::KEEPER_CA_PATH));
+    assert!(
+        container
+            .ports
+            .iter()
+            .flatten()
+            .any(|p| p.container_port == names::KEEPER_SECURE_CLIENT_PORT)
+    );
+    let annotations = k
+        .statefulset
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .clone()
+        .unwrap();
+    assert!(
+        annotations.contains_key(labels::TLS_SECRET_HASH),
+        "{annotations:?}"
+    );
+    let runtime = &d.common_config.data.as_ref().unwrap()[config::server::RUNTIME_FILE];
+    assert_eq!(runtime.matches("<port>9281</port>").count(), 3, "{runtime}");
+    assert_eq!(
+        runtime.matches("<secure>1</secure>").count(),
+        3,
+        "{runtime}"
+    );
+    let policy = serde_json::to_value(
+        d.network_policies
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some("c1-keeper"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(policy.to_string().contains("9281"), "{policy}");
+
+    // without it: nothing of the above, in the same cluster with TLS
+    let plain = cluster(json!({"keeper": {"replicas": 3}, "tls": tls}));
+    let d = build(&plain, &inputs(replicas(1, 2)));
+    let k = d.keeper.as_ref().unwrap();
+    let xml = &k.config.data.as_ref().unwrap()[names::KEEPER_CONFIG_FILE];
+    assert!(!xml.contains("secure") && !xml.contains("openSSL"), "{xml}");
+    let runtime = &d.common_config.data.as_ref().unwrap()[config::server::RUNTIME_FILE];
+    assert!(
+        !runtime.contains("9281") && !runtime.contains("<secure>"),
+        "{runtime}"
+    );
+    let template = k.statefulset.spec.template.metadata.as_ref().unwrap();
+    assert!(
+        !template
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key(labels::TLS_SECRET_HASH)
+    );
+}

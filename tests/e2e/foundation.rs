@@ -156,6 +156,28 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
             "{name} → {domain}: {err}"
         );
     }
+    // Transition rule: Keeper over TLS is set at creation and stays (issue 15)
+    for (name, tls) in [("ok", true), ("domain-ok", true)] {
+        let err = api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"keeper": {"tls": tls}}})),
+            )
+            .await
+            .expect_err("switching Keeper TLS on is refused");
+        assert!(
+            err.to_string().contains("keeper.tls cannot change"),
+            "{name}: {err}"
+        );
+    }
+    api.patch(
+        "ok",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"keeper": {"tls": false}}})),
+    )
+    .await
+    .expect("writing the value it has is accepted");
     // schemaPolicy is free-form (S1-26): any value is accepted by the API server.
     api.create(
         &PostParams::default(),

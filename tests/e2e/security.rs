@@ -359,7 +359,24 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
                "networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"app": "bi"}}}]}}),
     )
     .await;
-    let replicas = replica_names(&wait_ready(&client, &ns, "c1", 1).await);
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&ready);
+    // the version is the one the servers report, not the image tag's (24.8 by default): so
+    // no cluster secret, which 18.16 refuses, although the cluster has one
+    assert_eq!(
+        ready.status.as_ref().unwrap().version.as_deref(),
+        Some("18.16.1.0")
+    );
+    assert!(ready.spec.image.ends_with(":24.8"), "{}", ready.spec.image);
+    let users_secret = secrets.get("c1-users").await.unwrap().data.unwrap();
+    let remote = users_secret[clickhouse_operator::model::names::REMOTE_SERVERS_FILE]
+        .0
+        .clone();
+    let remote = String::from_utf8(remote).unwrap();
+    assert!(
+        !remote.contains("<secret>") && remote.contains("<user>clickhouse_cluster</user>"),
+        "{remote}"
+    );
     let first = format!("{}-0", replicas[0]);
     let ch = sql_client(&client, &ns, "c1", &first).await;
     // the servers reach each other as the cluster's account (by their pods' DNS names)

@@ -61,8 +61,10 @@ fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Ele
             ))
             .child(Element::leaf("port", names::KEEPER_RAFT_PORT))
     });
+    let tls = c.spec.keeper.tls;
     let mut keeper_server = Element::new("keeper_server")
         .child(Element::leaf("tcp_port", names::KEEPER_CLIENT_PORT))
+        .children(tls.then(|| Element::leaf("tcp_port_secure", names::KEEPER_SECURE_CLIENT_PORT)))
         .child(Element::new("server_id").attr("from_env", SERVER_ID_ENV))
         .child(Element::leaf(
             "log_storage_path",
@@ -80,7 +82,11 @@ fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Ele
         ));
     }
     if members > 0 {
-        keeper_server = keeper_server.child(Element::new("raft_configuration").children(servers));
+        keeper_server = keeper_server.child(
+            Element::new("raft_configuration")
+                .children(tls.then(|| Element::leaf("secure", "true")))
+                .children(servers),
+        );
     }
     Element::new(ROOT)
         .child(
@@ -103,4 +109,44 @@ fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Ele
         .child(Element::leaf("listen_try", 1))
         .child(Element::leaf("path", data))
         .child(keeper_server)
+        .children(tls.then(open_ssl))
+}
+
+/// Keeper's `openSSL` with `spec.keeper.tls`: the cluster's certificate for the secure client
+/// port and for raft, where every member is server and client of the others; both sides verify
+/// the peer's certificate against the cluster's CA (`relaxed`: a chain to that CA, the client
+/// side also refusing any other certificate).
+fn open_ssl() -> Element {
+    let common = |e: Element| {
+        e.child(Element::leaf(
+            "caConfig",
+            format!("{}/ca.crt", names::KEEPER_CA_PATH),
+        ))
+        .child(Element::leaf("loadDefaultCAFile", "false"))
+        .child(Element::leaf("cacheSessions", "true"))
+        .child(Element::leaf(
+            "disableProtocols",
+            "sslv2,sslv3,tlsv1,tlsv1_1",
+        ))
+        .child(Element::leaf("preferServerCiphers", "true"))
+    };
+    let cert = |e: Element| {
+        e.child(Element::leaf(
+            "certificateFile",
+            format!("{}/tls.crt", names::KEEPER_TLS_PATH),
+        ))
+        .child(Element::leaf(
+            "privateKeyFile",
+            format!("{}/tls.key", names::KEEPER_TLS_PATH),
+        ))
+        .child(Element::leaf("verificationMode", "relaxed"))
+    };
+    Element::new("openSSL")
+        .child(common(cert(Element::new("server"))))
+        .child(
+            common(cert(Element::new("client"))).child(
+                Element::new("invalidCertificateHandler")
+                    .child(Element::leaf("name", "RejectCertificateHandler")),
+            ),
+        )
 }

@@ -399,6 +399,7 @@ fn zookeeper(c: &Cluster<'_>) -> Option<Element> {
         );
     }
     let n = c.spec.keeper.replicas;
+    let tls = c.spec.keeper.tls;
     (n > 0).then(|| {
         Element::new("zookeeper")
             .attr("replace", "replace")
@@ -408,7 +409,15 @@ fn zookeeper(c: &Cluster<'_>) -> Option<Element> {
                         "host",
                         names::keeper_host(c.name, c.namespace, c.spec.cluster_domain(), i),
                     ))
-                    .child(Element::leaf("port", names::KEEPER_CLIENT_PORT))
+                    .child(Element::leaf(
+                        "port",
+                        if tls {
+                            names::KEEPER_SECURE_CLIENT_PORT
+                        } else {
+                            names::KEEPER_CLIENT_PORT
+                        },
+                    ))
+                    .children(tls.then(|| Element::leaf("secure", 1)))
             }))
     })
 }
