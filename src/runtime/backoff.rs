@@ -91,3 +91,134 @@ mod tests {
         assert_eq!(b.failed("t2/c1"), Duration::from_millis(10));
     }
 }
+
+/// The longest an idle `ready` cluster waits for its next health check, however many clusters
+/// share the operator.
+pub const MAX_IDLE_RECHECK: Duration = Duration::from_secs(60);
+
+/// How long an idle `ready` cluster waits for its next health check (issue 19): [`RECHECK`],
+/// or longer when `clusters` idle checks of `mean_pass` each would otherwise take more than
+/// half of the time of the `concurrency` pass slots (about half: the spread below), so that a new or changed cluster always finds a slot
+/// (with one slot, 5 s re-checks of 20 ms passes fill it at 250 clusters and new clusters wait
+/// behind them); at most [`MAX_IDLE_RECHECK`]. Spread by `spread` (0..1, from the cluster's
+/// name) over ±10 % so that clusters created together do not check together for good.
+pub fn idle_recheck(
+    clusters: usize,
+    mean_pass: Duration,
+    concurrency: u16,
+    spread: f64,
+) -> Duration {
+    let busy = mean_pass.as_secs_f64() * clusters as f64 * 2.0 / f64::from(concurrency.max(1));
+    let base = busy
+        .max(RECHECK.as_secs_f64())
+        .min(MAX_IDLE_RECHECK.as_secs_f64());
+    Duration::from_secs_f64(base * (0.9 + 0.2 * spread.clamp(0.0, 1.0)))
+}
+
+/// The mean duration of idle passes (an exponentially weighted mean) and the number of
+/// clusters, read at most once a second, for [`idle_recheck`].
+#[derive(Default)]
+pub struct Pacer {
+    state: Mutex<PacerState>,
+}
+
+#[derive(Default)]
+struct PacerState {
+    mean_secs: f64,
+    clusters: usize,
+    counted: Option<std::time::Instant>,
+}
+
+impl Pacer {
+    /// Records an idle pass that took `took` and returns when the cluster should be checked
+    /// next; `count` says how many clusters there are (called at most once a second).
+    pub fn idle_pass(
+        &self,
+        took: Duration,
+        concurrency: u16,
+        spread: f64,
+        count: impl FnOnce() -> usize,
+    ) -> Duration {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let t = took.as_secs_f64();
+        s.mean_secs = if s.mean_secs == 0.0 {
+            t
+        } else {
+            0.95 * s.mean_secs + 0.05 * t
+        };
+        if s.counted
+            .is_none_or(|c| c.elapsed() >= Duration::from_secs(1))
+        {
+            s.clusters = count();
+            s.counted = Some(std::time::Instant::now());
+        }
+        idle_recheck(
+            s.clusters,
+            Duration::from_secs_f64(s.mean_secs),
+            concurrency,
+            spread,
+        )
+    }
+}
+
+/// A number in 0..1 from `key`, the same for the same key.
+pub fn spread_of(key: &str) -> f64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % 1000) as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod pacing_tests {
+    use super::*;
+
+    /// Issue 19: few clusters are checked every 5 s; beyond what half the pass slots can
+    /// check every 5 s, the period grows so that they use at most half; never beyond a minute.
+    fn close(a: Duration, b: Duration) -> bool {
+        a.abs_diff(b) < Duration::from_millis(1)
+    }
+
+    #[test]
+    fn idle_rechecks_leave_half_the_pass_slots_free() {
+        let pass = Duration::from_millis(20);
+        let mid = 0.5;
+        assert!(close(idle_recheck(1, pass, 1, mid), RECHECK));
+        assert!(close(idle_recheck(100, pass, 1, mid), RECHECK));
+        // 1000 clusters × 20 ms × 2 on one slot: 40 s; on 16 slots the 5 s floor
+        assert!(close(
+            idle_recheck(1000, pass, 1, mid),
+            Duration::from_secs(40)
+        ));
+        assert!(close(idle_recheck(1000, pass, 16, mid), RECHECK));
+        assert!(close(idle_recheck(100_000, pass, 1, mid), MAX_IDLE_RECHECK));
+        // the checks take at most half of the slots' time
+        for (n, c) in [(250, 1), (1000, 1), (1000, 4), (5000, 16)] {
+            let period = idle_recheck(n, pass, c, mid).as_secs_f64();
+            let load = n as f64 * pass.as_secs_f64() / period / f64::from(c);
+            assert!(load <= 0.5 + 1e-9, "{n} clusters on {c} slots: {load}");
+        }
+        // spread over ±10 %
+        assert!(close(
+            idle_recheck(1, pass, 1, 0.0),
+            Duration::from_millis(4500)
+        ));
+        assert!(close(
+            idle_recheck(1, pass, 1, 1.0),
+            Duration::from_millis(5500)
+        ));
+        let a = spread_of("ns/a");
+        assert_eq!(a, spread_of("ns/a"));
+        assert!((0.0..1.0).contains(&a));
+    }
+
+    #[test]
+    fn the_pacer_follows_the_mean_idle_pass() {
+        let p = Pacer::default();
+        let d = p.idle_pass(Duration::from_millis(20), 1, 0.5, || 1000);
+        assert!(close(d, Duration::from_secs(40)));
+        // the count is read at most once a second
+        let d = p.idle_pass(Duration::from_millis(20), 1, 0.5, || unreachable!());
+        assert!(close(d, Duration::from_secs(40)));
+    }
+}
