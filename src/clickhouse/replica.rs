@@ -261,14 +261,9 @@ impl ReplicationLag {
     }
 }
 
-/// How many hosts the server has loaded for `cluster` from `remote_servers`
-/// (`system.clusters`): a reloaded configuration shows here.
-pub async fn cluster_host_count(client: &Client, cluster: &ClusterName) -> Result<u64, Error> {
-    Ok(cluster_hosts_and_version(client, cluster).await?.0)
-}
-
-/// How many hosts the server lists in `cluster` (see [`cluster_host_count`]) and the version it
-/// reports, as it reports it (`18.16.1`, `24.8.4.13`).
+/// How many hosts the server lists in the cluster `cluster` of its `remote_servers` (see
+/// [`sql::cluster_host_count`]) and the version it reports, as it reports it (`18.16.1`,
+/// `24.8.4.13`).
 pub async fn cluster_hosts_and_version(
     client: &Client,
     cluster: &ClusterName,
