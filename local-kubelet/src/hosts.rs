@@ -2,7 +2,10 @@
 
 use crate::SharedCtx;
 use k8s_openapi::api::core::v1::Pod;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 const DOMAIN: &str = "svc.cluster.local";
 
@@ -43,6 +46,145 @@ fn names_for(host: &str, sub: &str, ns: &str, same_ns: bool) -> Vec<String> {
     v
 }
 
+/// One name's line of the hosts files: the address, the names every pod gets, the short name
+/// the pods of the same namespace get too, and the pod it belongs to (left out of its own file).
+struct Line {
+    ip: String,
+    names: String,
+    short: String,
+    uid: Option<String>,
+}
+
+/// The lines of every pod with hostname + subdomain and every Service, by namespace and name,
+/// with each namespace's part already written as the pods of other namespaces see it. Built
+/// once for what [`world_fingerprint`] saw, shared by every pod's file (building it per pod
+/// was the agent's main load at a thousand clusters).
+struct Table {
+    print: u64,
+    by_ns: BTreeMap<String, (BTreeMap<String, Line>, String)>,
+}
+
+fn build_table(ctx: &SharedCtx, print: u64) -> Table {
+    let mut by_ns: BTreeMap<String, BTreeMap<String, Line>> = BTreeMap::new();
+    // pods with hostname + subdomain
+    for p in ctx.pods.state() {
+        let Some(spec) = &p.spec else { continue };
+        let Some(sub) = spec.subdomain.clone().filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let Some(pip) = p
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .filter(|s| !s.is_empty())
+        else {
+            continue;
+        };
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        let h = pod_hostname(&p);
+        let names = names_for(&h, &sub, &ns, false);
+        by_ns.entry(ns).or_default().insert(
+            names[0].clone(),
+            Line {
+                ip: pip,
+                names: names.join(" "),
+                short: format!("{h}.{sub}"),
+                uid: p.metadata.uid.clone(),
+            },
+        );
+    }
+    // the ready addresses of each headless service, from one walk over the EndpointSlices (a
+    // walk per service made a render quadratic)
+    let mut ready: HashMap<(String, String), Vec<String>> = HashMap::new();
+    for sl in ctx.slices.state() {
+        let Some(owner) = sl
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("kubernetes.io/service-name"))
+        else {
+            continue;
+        };
+        if sl.address_type != "IPv4" {
+            continue;
+        }
+        let ips = ready
+            .entry((
+                sl.metadata.namespace.clone().unwrap_or_default(),
+                owner.clone(),
+            ))
+            .or_default();
+        for ep in sl.endpoints.iter().flatten() {
+            if ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true) {
+                ips.extend(ep.addresses.iter().cloned());
+            }
+        }
+    }
+    // services: ClusterIP, or the ready endpoints of a headless service
+    for svc in ctx.services.state() {
+        let ns = svc.metadata.namespace.clone().unwrap_or_default();
+        let name = svc.metadata.name.clone().unwrap_or_default();
+        let names = [
+            format!("{name}.{ns}.{DOMAIN}"),
+            format!("{name}.{ns}.svc"),
+            format!("{name}.{ns}"),
+        ];
+        let cip = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.clone())
+            .unwrap_or_default();
+        let mut ips = Vec::new();
+        if cip == "None" {
+            if let Some(a) = ready.remove(&(ns.clone(), name.clone())) {
+                ips = a;
+            }
+            ips.sort();
+            ips.dedup();
+        } else if !cip.is_empty() {
+            ips.push(cip);
+        }
+        let lines = by_ns.entry(ns.clone()).or_default();
+        for (i, a) in ips.into_iter().enumerate() {
+            lines.insert(
+                format!("~svc {} {i}", names[0]),
+                Line {
+                    ip: a,
+                    names: names.join(" "),
+                    short: name.clone(),
+                    uid: None,
+                },
+            );
+        }
+    }
+    let by_ns = by_ns
+        .into_iter()
+        .map(|(ns, lines)| {
+            let mut text = String::new();
+            for l in lines.values() {
+                text.push_str(&format!("{}\t{}\n", l.ip, l.names));
+            }
+            (ns, (lines, text))
+        })
+        .collect();
+    Table { print, by_ns }
+}
+
+/// The table for what the stores hold now (built again only when that changed).
+fn table(ctx: &SharedCtx) -> std::sync::Arc<Table> {
+    static TABLE: Mutex<Option<std::sync::Arc<Table>>> = Mutex::new(None);
+    let print = world_fingerprint(ctx);
+    let mut t = TABLE.lock().unwrap();
+    match &*t {
+        Some(table) if table.print == print => table.clone(),
+        _ => {
+            let table = std::sync::Arc::new(build_table(ctx, print));
+            *t = Some(table.clone());
+            table
+        }
+    }
+}
+
 pub fn render(ctx: &SharedCtx, pod: &Pod, ip: &str) -> String {
     let my_ns = pod.metadata.namespace.clone().unwrap_or_default();
     let mut out = String::from(
@@ -73,83 +215,95 @@ pub fn render(ctx: &SharedCtx, pod: &Pod, ip: &str) -> String {
             out.push_str(&format!("{}\t{}\n", ha.ip, names.join(" ")));
         }
     }
-    // other pods with hostname + subdomain
-    let mut lines: BTreeMap<String, String> = BTreeMap::new();
-    for p in ctx.pods.state() {
-        if p.metadata.uid == pod.metadata.uid {
+    let table = table(ctx);
+    out.reserve(table.by_ns.values().map(|(_, t)| t.len()).sum());
+    for (ns, (lines, text)) in &table.by_ns {
+        if *ns != my_ns {
+            out.push_str(text);
             continue;
         }
-        let Some(spec) = &p.spec else { continue };
-        let Some(sub) = spec.subdomain.clone().filter(|s| !s.is_empty()) else {
-            continue;
-        };
-        let Some(pip) = p
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.clone())
-            .filter(|s| !s.is_empty())
-        else {
-            continue;
-        };
-        let ns = p.metadata.namespace.clone().unwrap_or_default();
-        let h = pod_hostname(&p);
-        let names = names_for(&h, &sub, &ns, ns == my_ns);
-        lines.insert(names[0].clone(), format!("{pip}\t{}\n", names.join(" ")));
-    }
-    // services: ClusterIP, or the ready endpoints of a headless service
-    for svc in ctx.services.state() {
-        let ns = svc.metadata.namespace.clone().unwrap_or_default();
-        let name = svc.metadata.name.clone().unwrap_or_default();
-        let mut names = vec![
-            format!("{name}.{ns}.{DOMAIN}"),
-            format!("{name}.{ns}.svc"),
-            format!("{name}.{ns}"),
-        ];
-        if ns == my_ns {
-            names.push(name.clone());
-        }
-        let cip = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.cluster_ip.clone())
-            .unwrap_or_default();
-        let mut ips = Vec::new();
-        if cip == "None" {
-            for sl in ctx.slices.state() {
-                let owner = sl
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("kubernetes.io/service-name"));
-                if sl.metadata.namespace.as_deref() != Some(ns.as_str())
-                    || owner != Some(&name)
-                    || sl.address_type != "IPv4"
-                {
-                    continue;
-                }
-                for ep in sl.endpoints.iter().flatten() {
-                    let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
-                    if ready {
-                        ips.extend(ep.addresses.iter().cloned());
-                    }
-                }
+        // the pod's own namespace: short names too, and not the pod itself
+        for l in lines.values() {
+            if l.uid.is_some() && l.uid == pod.metadata.uid {
+                continue;
             }
-            ips.sort();
-            ips.dedup();
-        } else if !cip.is_empty() {
-            ips.push(cip);
+            out.push_str(&format!("{}\t{} {}\n", l.ip, l.names, l.short));
         }
-        for (i, a) in ips.iter().enumerate() {
-            lines.insert(
-                format!("~svc {} {i}", names[0]),
-                format!("{a}\t{}\n", names.join(" ")),
-            );
-        }
-    }
-    for l in lines.values() {
-        out.push_str(l);
     }
     out
+}
+
+/// A fingerprint of everything the hosts files are made of (pods with a subdomain and their
+/// addresses, Services and their addresses, EndpointSlices), at most half a second old: a pod's
+/// file is rendered again only when it or this changed (rendering and comparing every pod's
+/// file each second, with every Service of a thousand clusters in it, was the agent's main
+/// load).
+pub fn world_fingerprint(ctx: &SharedCtx) -> u64 {
+    static LAST: Mutex<Option<(Instant, u64)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap();
+    if let Some((at, f)) = *last
+        && at.elapsed() < Duration::from_millis(500)
+    {
+        return f;
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in ctx.pods.state() {
+        let sub = p.spec.as_ref().and_then(|s| s.subdomain.as_deref());
+        if sub.is_none_or(str::is_empty) {
+            continue;
+        }
+        (
+            &p.metadata.uid,
+            &p.metadata.namespace,
+            sub,
+            p.spec.as_ref().and_then(|s| s.hostname.as_deref()),
+            p.metadata.name.as_deref(),
+            p.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
+        )
+            .hash(&mut h);
+    }
+    for svc in ctx.services.state() {
+        (
+            &svc.metadata.namespace,
+            &svc.metadata.name,
+            svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()),
+        )
+            .hash(&mut h);
+    }
+    for sl in ctx.slices.state() {
+        (
+            &sl.metadata.namespace,
+            &sl.metadata.name,
+            &sl.metadata.resource_version,
+        )
+            .hash(&mut h);
+    }
+    let f = h.finish();
+    *last = Some((Instant::now(), f));
+    f
+}
+
+/// A fingerprint of what a pod's own lines depend on (its names, address and host aliases).
+pub fn own_fingerprint(pod: &Pod, ip: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let spec = pod.spec.as_ref();
+    (
+        &pod.metadata.uid,
+        &pod.metadata.namespace,
+        &pod.metadata.name,
+        spec.and_then(|s| s.hostname.as_deref()),
+        spec.and_then(|s| s.subdomain.as_deref()),
+        ip,
+    )
+        .hash(&mut h);
+    for ha in spec
+        .and_then(|s| s.host_aliases.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        (&ha.ip, &ha.hostnames).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Rewrites the file in place (same inode: it is bind-mounted into the pod) when it changed.

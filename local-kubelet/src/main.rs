@@ -22,7 +22,9 @@ mod volumes;
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -52,6 +54,8 @@ pub struct Ctx {
     pub slices: Store<EndpointSlice>,
     pub configmaps: Store<ConfigMap>,
     pub secrets: Store<Secret>,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub pvs: Store<PersistentVolume>,
     pub ipam: Mutex<net::Ipam>,
     pub shutting_down: std::sync::atomic::AtomicBool,
 }
@@ -219,6 +223,11 @@ async fn agent() -> Result<()> {
         slices: start_reflector(Api::<EndpointSlice>::all(client.clone()), all.clone()),
         configmaps: start_reflector(Api::<ConfigMap>::all(client.clone()), all.clone()),
         secrets: start_reflector(Api::<Secret>::all(client.clone()), all.clone()),
+        pvcs: start_reflector(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            all.clone(),
+        ),
+        pvs: start_reflector(Api::<PersistentVolume>::all(client.clone()), all.clone()),
         client,
         node: args.node_name,
         data_dir,
@@ -241,6 +250,14 @@ async fn agent() -> Result<()> {
             ctx.configmaps.wait_until_ready().await.is_ok(),
         ),
         ("secrets", ctx.secrets.wait_until_ready().await.is_ok()),
+        (
+            "persistentvolumeclaims",
+            ctx.pvcs.wait_until_ready().await.is_ok(),
+        ),
+        (
+            "persistentvolumes",
+            ctx.pvs.wait_until_ready().await.is_ok(),
+        ),
     ] {
         if !ready {
             bail!("watch of {name} failed");
@@ -250,7 +267,7 @@ async fn agent() -> Result<()> {
     node::register(&ctx).await?;
     tokio::spawn(node::heartbeat(ctx.clone()));
     tokio::spawn(storage::run(ctx.clone()));
-    tokio::spawn(services::run(ctx.clone()));
+    services::start(ctx.clone());
     if let (Some(cert), Some(key)) = (args.tls_cert.clone(), args.tls_key.clone()) {
         tokio::spawn(kubelet_api::run(
             ctx.clone(),

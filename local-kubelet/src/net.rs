@@ -177,7 +177,34 @@ pub async fn setup_bridge() -> Result<()> {
         run("ip", &["addr", "add", &addr, "dev", br]).await?;
     }
     run("ip", &["link", "set", br, "up"]).await?;
+    raise_neighbour_limits();
     Ok(())
+}
+
+/// The neighbour (ARP) table's limits, as nodes of large clusters raise them: the table is one
+/// for the whole machine, every network namespace's entries count against it, and each pod
+/// here adds several (the pod's entry on the machine for probes and proxying, the machine's in
+/// the pod, the pod's in the operator's pod). At the default hard limit of 1024 entries a few
+/// hundred pods fill it: the kernel logs "neighbor table overflow", new connections to pods
+/// fail at random, probes time out and passes wait for servers that are up. Only raised, never
+/// lowered.
+fn raise_neighbour_limits() {
+    for (name, want) in [
+        ("gc_thresh1", 16384u64),
+        ("gc_thresh2", 32768),
+        ("gc_thresh3", 65536),
+    ] {
+        let path = format!("/proc/sys/net/ipv4/neigh/default/{name}");
+        let now: u64 = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if now < want
+            && let Err(e) = std::fs::write(&path, want.to_string())
+        {
+            tracing::warn!("{path}: {e} (a few hundred pods may overflow the neighbour table)");
+        }
+    }
 }
 
 pub async fn setup_pod(ip: Ipv4Addr) -> Result<String> {

@@ -243,6 +243,7 @@ async fn pod_worker(ctx: SharedCtx, pod: Arc<Pod>, mut rx: watch::Receiver<Ctl>)
     let mut main_runners: Vec<Runner> = Vec::new();
     let mut last_status = Value::Null;
     let hosts_path = dir.join("hosts");
+    let mut hosts_written: Option<((u64, u64), Instant)> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(1000));
     let mut ctl = *rx.borrow();
     while ctl == Ctl::Run {
@@ -258,8 +259,20 @@ async fn pod_worker(ctx: SharedCtx, pod: Arc<Pod>, mut rx: watch::Receiver<Ctl>)
         // a hollow server resolves no name: its hosts file is written once, not every second
         // (rendering every pod's names for a thousand hollow pods each second would be the
         // agent's whole load)
+        // the others' files are rendered again only when what they are made of changed (and
+        // at least once a minute, should the file have been changed behind the agent's back)
         if !crate::hollow::is_hollow(&cur) || !hosts_path.exists() {
-            let _ = hosts::write_in_place(&hosts_path, &hosts::render(&ctx, &cur, &ip.to_string()));
+            let ip = ip.to_string();
+            let print = (
+                hosts::world_fingerprint(&ctx),
+                hosts::own_fingerprint(&cur, &ip),
+            );
+            if hosts_written
+                .is_none_or(|(p, at)| p != print || at.elapsed() >= Duration::from_secs(60))
+                && hosts::write_in_place(&hosts_path, &hosts::render(&ctx, &cur, &ip)).is_ok()
+            {
+                hosts_written = Some((print, Instant::now()));
+            }
         }
         match vols.sync(&ctx, &cur, &dir).await {
             Ok(()) => {
@@ -1438,9 +1451,18 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 "-Dzookeeper.DigestAuthenticationProvider.superDigest={}",
                 keeper::SUPER_DIGEST
             );
+            // Keeper's election: a member that finds no leader retries within its election
+            // timeout (1–2 s). ZooKeeper's own doubles its wait up to a minute, so a member
+            // that started before its peers could sit out most of a minute; bounded here to
+            // Keeper's timing. The JVM flags keep the start cheap on a small machine (one GC
+            // thread, the quick compiler only), as Keeper's native start is.
             argv = [
                 "/usr/bin/java",
                 "-Xmx512m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Dzookeeper.fastleader.maxNotificationInterval=2000",
+                "-Dzookeeper.cnxTimeout=2000",
                 super_digest.as_str(),
                 "-Dzookeeper.log.dir=/var/lib/clickhouse-keeper",
                 "-Dzookeeper.root.logger=INFO,CONSOLE",

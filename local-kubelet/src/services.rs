@@ -127,7 +127,30 @@ fn desired(ctx: &SharedCtx) -> HashMap<(String, u16), Key> {
     m
 }
 
-pub async fn run(ctx: SharedCtx) {
+/// Runs the proxy on threads of its own: the API server is reached through it by every pod
+/// (the operator's requests and its leader Lease among them), and on the agent's runtime its
+/// connections waited behind the work of a thousand pods (a Lease not renewed within its 10 s
+/// deadline stops the operator, as it should when the API server is out of reach).
+pub fn start(ctx: SharedCtx) {
+    let spawned = std::thread::Builder::new()
+        .name("service-proxy".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("service-proxy")
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt.block_on(run(ctx)),
+                Err(e) => tracing::error!("service proxy runtime: {e}"),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!("service proxy thread: {e}");
+    }
+}
+
+async fn run(ctx: SharedCtx) {
     let mut keys: HashMap<(String, u16), Key> = HashMap::new();
     loop {
         let want = desired(&ctx);

@@ -7,9 +7,11 @@ use anyhow::Result;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
@@ -60,12 +62,20 @@ fn quantity_bytes(q: &str) -> Option<u128> {
     Some((n * m) as u128)
 }
 
-async fn sync_once(ctx: &SharedCtx) -> Result<()> {
-    let pvcs: Api<PersistentVolumeClaim> = Api::all(ctx.client.clone());
+/// One round of the provisioner over the watch-fed caches of claims and volumes (listing both
+/// from the API server every second was, at a thousand claims, a large part of the machine's
+/// load). `created` holds the volumes this agent created that the cache may not show yet.
+async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()> {
     let pvs: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let claims = pvcs.list(&ListParams::default()).await?;
-    let volumes = pvs.list(&ListParams::default()).await?;
-    for pvc in &claims.items {
+    let claims = ctx.pvcs.state();
+    let volumes: HashMap<String, Arc<PersistentVolume>> = ctx
+        .pvs
+        .state()
+        .into_iter()
+        .map(|v| (v.metadata.name.clone().unwrap_or_default(), v))
+        .collect();
+    created.retain(|n| !volumes.contains_key(n));
+    for pvc in &claims {
         let Some(spec) = &pvc.spec else { continue };
         let ns = pvc.metadata.namespace.clone().unwrap_or_default();
         let name = pvc.metadata.name.clone().unwrap_or_default();
@@ -92,11 +102,7 @@ async fn sync_once(ctx: &SharedCtx) -> Result<()> {
             && selected.as_deref() == Some(ctx.node.as_str())
         {
             let pv_name = format!("pvc-{uid}");
-            if !volumes
-                .items
-                .iter()
-                .any(|v| v.metadata.name.as_deref() == Some(&pv_name))
-            {
+            if !volumes.contains_key(&pv_name) && !created.contains(&pv_name) {
                 let dir = pv_root(ctx).join(&pv_name);
                 std::fs::create_dir_all(&dir)?;
                 let pv: PersistentVolume = serde_json::from_value(json!({
@@ -118,17 +124,20 @@ async fn sync_once(ctx: &SharedCtx) -> Result<()> {
                     }
                 }))?;
                 match pvs.create(&PostParams::default(), &pv).await {
-                    Ok(_) => tracing::info!("provisioned {pv_name} for {ns}/{name} ({request})"),
+                    Ok(_) => {
+                        tracing::info!("provisioned {pv_name} for {ns}/{name} ({request})");
+                        created.insert(pv_name);
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        created.insert(pv_name);
+                    }
                     Err(e) => tracing::warn!("creating {pv_name}: {e}"),
                 }
             }
         }
         // expansion
         if let Some(pv_name) = &bound_to
-            && let Some(pv) = volumes
-                .items
-                .iter()
-                .find(|v| v.metadata.name.as_deref() == Some(pv_name))
+            && let Some(pv) = volumes.get(pv_name)
             && is_ours(pv)
         {
             let cap = pv
@@ -170,7 +179,7 @@ async fn sync_once(ctx: &SharedCtx) -> Result<()> {
         }
     }
     // released volumes with reclaim policy Delete
-    for pv in &volumes.items {
+    for pv in volumes.values() {
         if !is_ours(pv) {
             continue;
         }
@@ -192,6 +201,8 @@ async fn sync_once(ctx: &SharedCtx) -> Result<()> {
             }
             match pvs.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => tracing::info!("deleted released {name} and its folder"),
+                // already gone; the cache has not seen it yet
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => tracing::warn!("deleting {name}: {e}"),
             }
         }
@@ -210,13 +221,14 @@ fn is_ours(pv: &PersistentVolume) -> bool {
 
 pub async fn run(ctx: SharedCtx) {
     let mut n = 0u64;
+    let mut created = HashSet::new();
     loop {
         if n.is_multiple_of(30)
             && let Err(e) = ensure_class(&ctx).await
         {
             tracing::warn!("storage class: {e}");
         }
-        if let Err(e) = sync_once(&ctx).await {
+        if let Err(e) = sync_once(&ctx, &mut created).await {
             tracing::warn!("provisioner: {e}");
         }
         n += 1;

@@ -40,7 +40,15 @@ type TokenKey = (String, Vec<String>, i64);
 pub struct VolumeState {
     pub vols: HashMap<String, Vol>,
     tokens: HashMap<TokenKey, (String, Instant, i64)>,
+    /// per generated volume folder: what was last written there and when
+    written: HashMap<PathBuf, (u64, Instant)>,
 }
+
+/// How often a generated volume whose content did not change is compared with its files on
+/// disk anyway (something else changed or removed them): the sync runs every second for every
+/// pod, and reading every file of every pod each second was most of the agent's work at a
+/// thousand pods.
+const RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
 
 type Files = BTreeMap<String, (Vec<u8>, u32)>;
 
@@ -241,6 +249,31 @@ fn downward_files(
 }
 
 impl VolumeState {
+    /// Writes a generated volume's files unless the same content was written to the same
+    /// folder within [`RESYNC`].
+    fn write(
+        &mut self,
+        dir: &Path,
+        files: &Files,
+        fs_group: Option<u32>,
+        keep: &[String],
+    ) -> Result<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (files, fs_group, keep).hash(&mut h);
+        let hash = h.finish();
+        if let Some((last, at)) = self.written.get(dir)
+            && *last == hash
+            && at.elapsed() < RESYNC
+        {
+            return Ok(());
+        }
+        write_files(dir, files, fs_group, keep)?;
+        self.written
+            .insert(dir.to_path_buf(), (hash, Instant::now()));
+        Ok(())
+    }
+
     async fn token(
         &mut self,
         ctx: &SharedCtx,
@@ -302,7 +335,7 @@ impl VolumeState {
                     cm.optional.unwrap_or(false),
                     &mut files,
                 )?;
-                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
+                self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -320,7 +353,7 @@ impl VolumeState {
                     s.optional.unwrap_or(false),
                     &mut files,
                 )?;
-                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
+                self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -334,7 +367,7 @@ impl VolumeState {
                     mode,
                     &mut files,
                 )?;
-                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
+                self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -385,7 +418,7 @@ impl VolumeState {
                         )?;
                     }
                 }
-                write_files(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
+                self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
@@ -579,6 +612,35 @@ fn remove_unwanted(root: &Path, dir: &Path, files: &Files, keep: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A generated volume is written when its content changes, not read back from disk every
+    /// second while it does not, and compared with the disk again after [`RESYNC`] (a file
+    /// removed behind the agent's back comes back then).
+    #[test]
+    fn generated_volumes_are_written_on_change_and_resynced_periodically() {
+        let dir = std::env::temp_dir().join(format!("lk-vol-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut st = VolumeState::default();
+        let mut files = Files::new();
+        files.insert("a.xml".into(), (b"one".to_vec(), 0o644));
+        st.write(&dir, &files, None, &[]).unwrap();
+        assert_eq!(std::fs::read(dir.join("a.xml")).unwrap(), b"one");
+        std::fs::remove_file(dir.join("a.xml")).unwrap();
+        st.write(&dir, &files, None, &[]).unwrap();
+        assert!(
+            !dir.join("a.xml").exists(),
+            "unchanged content is not rewritten"
+        );
+        files.insert("a.xml".into(), (b"two".to_vec(), 0o644));
+        st.write(&dir, &files, None, &[]).unwrap();
+        assert_eq!(std::fs::read(dir.join("a.xml")).unwrap(), b"two");
+        std::fs::remove_file(dir.join("a.xml")).unwrap();
+        let aged = Instant::now().checked_sub(RESYNC * 2).unwrap();
+        st.written.get_mut(&dir).unwrap().1 = aged;
+        st.write(&dir, &files, None, &[]).unwrap();
+        assert_eq!(std::fs::read(dir.join("a.xml")).unwrap(), b"two");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// Mount points of other volumes inside a volume, through a subPath too, with the folders
     /// above them; nothing for a volume with none inside.
