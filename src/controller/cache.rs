@@ -23,6 +23,7 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::ClickHouseBackup;
@@ -30,37 +31,36 @@ use crate::model::labels;
 
 type Key = (String, String);
 
+/// An object as the caches keep it: its JSON, without managed fields. Deserialized objects are
+/// many times larger than their JSON (k8s-openapi keeps every optional field inline: a `Volume`
+/// is over 3 KiB, a `Container` over 2 KiB), and a thousand clusters' pods and StatefulSets
+/// held that way were most of the operator's memory; a pass reads only its own cluster's few
+/// objects back.
+type Stored = Arc<[u8]>;
+
+/// An object of a relist: its group, its key and the object as stored.
+type Listed = (Option<String>, Key, Stored);
+
 /// The objects of one watch, by (namespace, name) and by (namespace, group): the group is the
 /// cluster an object belongs to (its `clickhouse.com/cluster` label, or the cluster a backup
 /// names).
 pub struct Index<K> {
     group_of: fn(&K) -> Option<String>,
-    inner: RwLock<Inner<K>>,
+    inner: RwLock<Inner>,
     /// Objects of a relist (after `Init`), swapped in at `InitDone`.
-    relist: Mutex<Option<Vec<K>>>,
+    relist: Mutex<Option<Vec<Listed>>>,
     synced: AtomicBool,
 }
 
-struct Inner<K> {
-    objects: HashMap<Key, (Option<String>, Arc<K>)>,
-    groups: HashMap<Key, BTreeMap<String, Arc<K>>>,
+#[derive(Default)]
+struct Inner {
+    objects: HashMap<Key, (Option<String>, Stored)>,
+    groups: HashMap<Key, BTreeMap<String, Stored>>,
 }
 
-impl<K> Default for Inner<K> {
-    fn default() -> Self {
-        Inner {
-            objects: HashMap::new(),
-            groups: HashMap::new(),
-        }
-    }
-}
-
-impl<K: Resource> Inner<K> {
-    fn insert(&mut self, group: Option<String>, o: K) {
-        let ns = o.meta().namespace.clone().unwrap_or_default();
-        let name = o.meta().name.clone().unwrap_or_default();
+impl Inner {
+    fn insert(&mut self, group: Option<String>, (ns, name): Key, o: Stored) {
         self.remove(&ns, &name);
-        let o = Arc::new(o);
         if let Some(g) = &group {
             self.groups
                 .entry((ns.clone(), g.clone()))
@@ -90,7 +90,7 @@ fn trim<K: Resource>(mut o: K) -> K {
     o
 }
 
-impl<K: Resource + Clone> Index<K> {
+impl<K: Resource + Clone + Serialize + DeserializeOwned> Index<K> {
     pub fn new(group_of: fn(&K) -> Option<String>) -> Arc<Self> {
         Arc::new(Index {
             group_of,
@@ -100,28 +100,44 @@ impl<K: Resource + Clone> Index<K> {
         })
     }
 
+    /// The group, key and stored form of an object.
+    fn store(&self, o: &K) -> Listed {
+        let key = (
+            o.meta().namespace.clone().unwrap_or_default(),
+            o.meta().name.clone().unwrap_or_default(),
+        );
+        let json = serde_json::to_vec(&trim(o.clone())).unwrap_or_default();
+        ((self.group_of)(o), key, json.into())
+    }
+
+    fn load(stored: &[u8]) -> Option<K> {
+        serde_json::from_slice(stored).ok()
+    }
+
     /// Applies one watch event.
     pub fn apply(&self, event: &Event<K>) {
         match event {
             Event::Init => *self.relist.lock().unwrap() = Some(Vec::new()),
-            Event::InitApply(o) => self
-                .relist
-                .lock()
-                .unwrap()
-                .get_or_insert_with(Vec::new)
-                .push(trim(o.clone())),
+            Event::InitApply(o) => {
+                let stored = self.store(o);
+                self.relist
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(Vec::new)
+                    .push(stored);
+            }
             Event::InitDone => {
                 let listed = self.relist.lock().unwrap().take().unwrap_or_default();
                 let mut fresh = Inner::default();
-                for o in listed {
-                    fresh.insert((self.group_of)(&o), o);
+                for (group, key, o) in listed {
+                    fresh.insert(group, key, o);
                 }
                 *self.inner.write().unwrap() = fresh;
                 self.synced.store(true, Ordering::Release);
             }
             Event::Apply(o) => {
-                let group = (self.group_of)(o);
-                self.inner.write().unwrap().insert(group, trim(o.clone()));
+                let (group, key, stored) = self.store(o);
+                self.inner.write().unwrap().insert(group, key, stored);
             }
             Event::Delete(o) => self.inner.write().unwrap().remove(
                 o.meta().namespace.as_deref().unwrap_or_default(),
@@ -130,29 +146,35 @@ impl<K: Resource + Clone> Index<K> {
         }
     }
 
-    /// Whether the first list has been received.
-    pub fn synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
-    }
-
     /// The objects of cluster `group` in `ns`, by name.
     pub fn group(&self, ns: &str, group: &str) -> Vec<K> {
-        self.inner
+        let stored: Vec<Stored> = self
+            .inner
             .read()
             .unwrap()
             .groups
             .get(&(ns.to_string(), group.to_string()))
-            .map(|m| m.values().map(|o| (**o).clone()).collect())
-            .unwrap_or_default()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default();
+        stored.iter().filter_map(|o| Self::load(o)).collect()
     }
 
     pub fn get(&self, ns: &str, name: &str) -> Option<Arc<K>> {
-        self.inner
+        let stored = self
+            .inner
             .read()
             .unwrap()
             .objects
             .get(&(ns.to_string(), name.to_string()))
-            .map(|(_, o)| o.clone())
+            .map(|(_, o)| o.clone())?;
+        Self::load(&stored).map(Arc::new)
+    }
+}
+
+impl<K> Index<K> {
+    /// Whether the first list has been received.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
     }
 
     /// How many objects are cached.
@@ -178,7 +200,7 @@ pub fn feed<K>(
     config: watcher::Config,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Clone + Serialize + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     kube::runtime::watcher(api, config)
         .default_backoff()
@@ -215,7 +237,11 @@ fn all_synced<K: Resource + Clone>(list: &[Arc<Index<K>>]) -> bool {
     !list.is_empty() && list.iter().all(|i| i.synced())
 }
 
-pub fn group<K: Resource + Clone>(list: &[Arc<Index<K>>], ns: &str, name: &str) -> Vec<K> {
+pub fn group<K: Resource + Clone + Serialize + DeserializeOwned>(
+    list: &[Arc<Index<K>>],
+    ns: &str,
+    name: &str,
+) -> Vec<K> {
     list.iter().flat_map(|i| i.group(ns, name)).collect()
 }
 

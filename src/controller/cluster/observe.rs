@@ -91,7 +91,7 @@ fn versions<K: Resource>(objects: &[K]) -> std::collections::BTreeSet<(String, S
 fn caches_hold(cluster: &ClickHouseCluster, caches: &Caches, lists: &Lists) -> bool {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    fn same<K: Resource + Clone>(
+    fn same<K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned>(
         index: &[std::sync::Arc<cache::Index<K>>],
         ns: &str,
         name: &str,
