@@ -40,13 +40,25 @@ fn usage(pid: i32) -> (f64, f64) {
 }
 
 /// Requests of `user` received since `since` (RFC 3339), as (verb, resource) → count, from the
-/// API server's audit log.
+/// API server's audit log (the current file and the one rotated away, `audit-<time>.log`: a
+/// thousand clusters' creation fills a file).
 fn audit(user: &str, since: &str, until: &str) -> BTreeMap<(String, String), usize> {
-    let path = kubeconfig().parent().unwrap().join("audit.log");
+    let dir = kubeconfig().parent().unwrap().to_path_buf();
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap_or_default().to_string_lossy();
+            n.starts_with("audit") && n.ends_with(".log")
+        })
+        .collect();
     let mut seen = std::collections::HashSet::new();
     let mut out = BTreeMap::new();
-    let f = std::fs::File::open(&path).unwrap();
-    for line in std::io::BufReader::new(f).lines() {
+    let lines = files
+        .iter()
+        .flat_map(|path| std::io::BufReader::new(std::fs::File::open(path).unwrap()).lines());
+    for line in lines {
         let Ok(line) = line else { continue };
         if !line.contains(user) {
             continue;
@@ -531,8 +543,34 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         let shard_pods =
             seconds_until(t, limit, "new shard Ready", || ready_pods("server", 6)).await;
         let shard_ready = seconds_until(t, limit, "ready", || status_ready(2)).await;
-        // rolling restart of every server
+        // one server pod's restart on its own (deleted, then Ready again): the unit of the
+        // roll's target, 1.2 × replicas per shard × this
         let selector = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+        let mut names: Vec<String> = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        names.sort();
+        let victim = names.pop().expect("server pods");
+        let victim = victim.as_str();
+        let old_uid = pods.get(victim).await.unwrap().metadata.uid;
+        let t = Instant::now();
+        pods.delete(victim, &DeleteParams::default()).await.unwrap();
+        let one_pod = seconds_until(t, limit, "the deleted pod Ready again", || {
+            let (pods, old_uid) = (pods.clone(), old_uid.clone());
+            async move {
+                pods.get_opt(victim).await.ok().flatten().is_some_and(|p| {
+                    p.metadata.uid != old_uid && clickhouse_operator::plan::facts::pod_ready(&p)
+                })
+            }
+        })
+        .await;
+        let _ = seconds_until(Instant::now(), limit, "ready again", || status_ready(2)).await;
+        // rolling restart of every server
         let before = pod_ids(&client, &ns, selector).await;
         let t = Instant::now();
         patch_spec(
@@ -553,8 +591,10 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         patch_spec(&client, &ns, "c1", json!({"replicas": 1})).await;
         let scaled = seconds_until(t, limit, "ready", || status_ready(4)).await;
         let scaled_pods = seconds_until(t, limit, "3 servers", || ready_pods("server", 3)).await;
+        // the roll's target: 1.2 × R (2 replicas per shard) × one pod's restart
+        let roll_ratio = rolled / (2.0 * one_pod);
         let row = format!(
-            "{round:>5} {keeper:>8.1} {servers:>9.1} {created:>8.1} {shard_pods:>9.1} {shard_ready:>9.1} {rolled:>9.1} {restarted:>4}/6 {scaled_pods:>9.1} {scaled:>9.1}"
+            "{round:>5} {keeper:>8.1} {servers:>9.1} {created:>8.1} {shard_pods:>9.1} {shard_ready:>9.1} {one_pod:>7.1} {rolled:>9.1} {roll_ratio:>7.2} {restarted:>4}/6 {scaled_pods:>9.1} {scaled:>9.1}"
         );
         println!("{row}");
         rows.push(row);
@@ -571,17 +611,25 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
     }
     println!();
     println!(
-        "operator from its chart (debug build), a 2×2 cluster with 3 Keeper members, real 18.16"
+        "operator from its chart ({} build), a 2×2 cluster with 3 Keeper members, real 18.16; \
+         pod s: one server pod deleted until Ready again; roll/2p: roll rdy ÷ (2 replicas × pod s)",
+        if std::env::var("BENCH_RELEASE").is_ok_and(|v| v == "1") {
+            "release"
+        } else {
+            "debug"
+        }
     );
     println!(
-        "{:>5} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}",
+        "{:>5} {:>8} {:>9} {:>8} {:>9} {:>9} {:>7} {:>9} {:>7} {:>6} {:>9} {:>9}",
         "round",
         "keeper s",
         "servers s",
         "ready s",
         "shard pod",
         "shard rdy",
+        "pod s",
         "roll rdy",
+        "roll/2p",
         "once",
         "in pods",
         "in ready"

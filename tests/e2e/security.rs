@@ -549,12 +549,18 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
     // run through a server as a user, the operator gets the new password accepted and the old
     // one refused, the cluster is ready again, and not one query failed
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let load = {
-        let (stop, url) = (stop.clone(), format!("http://{server_ip}:8123/"));
+        let (stop, answered, url) = (
+            stop.clone(),
+            answered.clone(),
+            format!("http://{server_ip}:8123/"),
+        );
         tokio::spawn(async move {
             let http = reqwest::Client::new();
             let (mut ok, mut failed) = (0u32, Vec::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                answered.store(ok, std::sync::atomic::Ordering::Relaxed);
                 let r = http
                     .post(&url)
                     .basic_auth("alice", Some("alice-pw"))
@@ -603,6 +609,17 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
         Duration::from_secs(120),
         "ready after the rotation",
         |s| s.state == clickhouse_operator::api::ClusterState::Ready,
+    )
+    .await;
+    // the load goes on until it has answered a few more queries than a quick rotation leaves
+    // time for, so that it spans the rotation and what follows it
+    wait_for(
+        Duration::from_secs(60),
+        "queries after the rotation",
+        || {
+            let answered = answered.clone();
+            async move { (answered.load(std::sync::atomic::Ordering::Relaxed) > 10).then_some(()) }
+        },
     )
     .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
