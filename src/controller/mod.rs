@@ -45,6 +45,9 @@ pub struct Context {
     /// taken in the order the passes become due (see [`run_with`]).
     pub cluster_permits: Semaphore,
     pub backup_permits: Semaphore,
+    /// Taken before [`Context::cluster_permits`] by idle health checks only, so that a pass a
+    /// change triggers queues behind at most [`crate::runtime::backoff::idle_slots`] of them.
+    pub idle_permits: Semaphore,
     /// The last status write of each cluster (see [`cluster::LastWrites`]).
     pub last_writes: cluster::LastWrites,
     /// Faults injected by tests (decision 24); none in the operator binary.
@@ -226,6 +229,9 @@ pub async fn run_with(
         },
         cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+        idle_permits: Semaphore::new(crate::runtime::backoff::idle_slots(
+            settings.max_concurrent_reconciles,
+        )),
         last_writes: cluster::LastWrites::default(),
         faults,
         operator_image: settings.operator_image.clone(),

@@ -120,6 +120,26 @@ pub fn idle_recheck(
 #[derive(Default)]
 pub struct Pacer {
     state: Mutex<PacerState>,
+    /// When each idle cluster's next health check is due, as its last pass asked.
+    due: Mutex<std::collections::HashMap<String, std::time::Instant>>,
+}
+
+/// How close to its due time a pass counts as the idle health check it was scheduled as
+/// (kube-runtime does not say why a pass runs: a change triggers it earlier than due).
+pub const DUE_SLACK: Duration = Duration::from_millis(250);
+
+/// Whether a pass starting at `now` is the idle health check due at `due` (and not one a
+/// change triggered before then).
+pub fn is_idle_check(due: Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    due.is_some_and(|d| now + DUE_SLACK >= d)
+}
+
+/// How many idle health checks may hold or wait for a pass slot at once: half the slots (at
+/// least one), so that a pass a change triggers never queues behind more than that many of
+/// them (issue 19: at 1000 clusters the checks queued ahead of a pod's change delayed the
+/// status by over a second).
+pub fn idle_slots(concurrency: u16) -> usize {
+    usize::from(concurrency.max(2) / 2)
 }
 
 #[derive(Default)]
@@ -158,6 +178,25 @@ impl Pacer {
             concurrency,
             spread,
         )
+    }
+
+    /// Records that `key`'s next pass is its idle health check, due in `after`.
+    pub fn schedule(&self, key: &str, after: Duration) {
+        self.due
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), std::time::Instant::now() + after);
+    }
+
+    /// Whether the pass of `key` starting now is its idle health check; forgets the schedule
+    /// either way (a pass that is not idle schedules nothing).
+    pub fn take_idle(&self, key: &str) -> bool {
+        let due = self
+            .due
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        is_idle_check(due, std::time::Instant::now())
     }
 }
 
@@ -210,6 +249,35 @@ mod pacing_tests {
         let a = spread_of("ns/a");
         assert_eq!(a, spread_of("ns/a"));
         assert!((0.0..1.0).contains(&a));
+    }
+
+    /// Issue 19: a pass that starts when its cluster's idle check is due counts as that check
+    /// (and waits for an idle slot); one that starts earlier was triggered by a change, as is
+    /// any pass of a cluster with nothing scheduled; the schedule is used once. Idle checks
+    /// get half the slots, at least one.
+    #[test]
+    fn passes_a_change_triggers_are_told_from_idle_checks() {
+        let now = std::time::Instant::now();
+        assert!(!is_idle_check(None, now));
+        assert!(is_idle_check(Some(now), now));
+        assert!(is_idle_check(Some(now + DUE_SLACK / 2), now));
+        assert!(!is_idle_check(Some(now + Duration::from_secs(3)), now));
+        let p = Pacer::default();
+        assert!(!p.take_idle("ns/a"), "nothing scheduled");
+        p.schedule("ns/a", Duration::ZERO);
+        p.schedule("ns/b", Duration::from_secs(30));
+        assert!(p.take_idle("ns/a"));
+        assert!(!p.take_idle("ns/a"), "a schedule is used once");
+        assert!(
+            !p.take_idle("ns/b"),
+            "before its time: a change triggered it"
+        );
+        assert!(!p.take_idle("ns/b"));
+        assert_eq!(
+            [1, 2, 3, 4, 16].map(idle_slots),
+            [1, 1, 1, 2, 8],
+            "half the slots, at least one"
+        );
     }
 
     #[test]

@@ -338,6 +338,18 @@ pub async fn reconcile(
     cluster: Arc<ClickHouseCluster>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    // an idle health check waits for one of the idle slots first, so that it never queues
+    // ahead of more than a few passes a change triggered (issue 19)
+    let _idle_permit = if ctx.pacer.take_idle(&key(&cluster)) {
+        Some(
+            ctx.idle_permits
+                .acquire()
+                .await
+                .expect("the semaphore is never closed"),
+        )
+    } else {
+        None
+    };
     let _permit = ctx
         .cluster_permits
         .acquire()
@@ -390,6 +402,7 @@ pub async fn reconcile(
             crate::runtime::backoff::spread_of(&key),
             || ctx.clusters.iter().map(|s| s.state().len()).sum(),
         );
+        ctx.pacer.schedule(&key, next);
         return Ok(Action::requeue(next));
     }
     Ok(Action::requeue(RECHECK))
