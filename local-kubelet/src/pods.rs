@@ -256,11 +256,9 @@ async fn pod_worker(ctx: SharedCtx, pod: Arc<Pod>, mut rx: watch::Receiver<Ctl>)
             break;
         }
         let cur = env.pod();
-        // a hollow server resolves no name: its hosts file is written once, not every second
-        // (rendering every pod's names for a thousand hollow pods each second would be the
-        // agent's whole load)
-        // the others' files are rendered again only when what they are made of changed (and
-        // at least once a minute, should the file have been changed behind the agent's back)
+        // a hollow server resolves no name: its hosts file is written once; the others' are
+        // rendered again when what they are made of changed (and at least once a minute,
+        // should the file have been changed behind the agent's back)
         if !crate::hollow::is_hollow(&cur) || !hosts_path.exists() {
             let ip = ip.to_string();
             let print = (

@@ -46,8 +46,7 @@ pub struct VolumeState {
 
 /// How often a generated volume whose content did not change is compared with its files on
 /// disk anyway (something else changed or removed them): the sync runs every second for every
-/// pod, and reading every file of every pod each second was most of the agent's work at a
-/// thousand pods.
+/// pod, and reading back every file of a thousand pods each second is needless work.
 const RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
 
 type Files = BTreeMap<String, (Vec<u8>, u32)>;

@@ -611,6 +611,8 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
         |s| s.state == clickhouse_operator::api::ClusterState::Ready,
     )
     .await;
+    let during = answered.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(during > 0, "no query answered while the password rotated");
     // the load goes on until it has answered a few more queries than a quick rotation leaves
     // time for, so that it spans the rotation and what follows it
     wait_for(
