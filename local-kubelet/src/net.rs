@@ -176,6 +176,13 @@ pub async fn setup_bridge() -> Result<()> {
     if !addrs.contains(&addr) {
         run("ip", &["addr", "add", &addr, "dev", br]).await?;
     }
+    // The bridge's MAC address is set, not left to the kernel: a bridge without one takes the
+    // lowest MAC of its ports and changes it when that port leaves or a lower one joins. Every
+    // pod then held a wrong entry for its gateway and lost its traffic to the machine (the API
+    // server, ClusterIPs, probe answers) until the entry went stale and was probed again, 20 to
+    // 45 s: after a cluster's pods were deleted, the operator's pod could not renew its Lease.
+    let gw: Ipv4Addr = gateway().parse().context("gateway address")?;
+    run("ip", &["link", "set", br, "address", &mac_of(gw)]).await?;
     run("ip", &["link", "set", br, "up"]).await?;
     raise_neighbour_limits();
     Ok(())

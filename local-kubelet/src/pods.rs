@@ -595,6 +595,12 @@ struct Launch {
     membership: Option<keeper::MembershipWatch>,
 }
 
+/// ZooKeeper's classpath: Debian's `zookeeper.jar` (its manifest lists its dependencies), one
+/// SLF4J binding (log4j 1.2, configured by the member's `log4j.properties`) and the
+/// configuration folder. Not `/usr/share/java/*`: that holds six SLF4J bindings, of which the
+/// no-op one won, and the members logged nothing.
+const ZOOKEEPER_CLASSPATH: &str = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar:/etc/zookeeper/conf";
+
 const BACKOFF_START: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -1438,6 +1444,13 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                  log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n\
                  log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} [myid:%X{myid}] - %-5p [%t:%C{1}@%L] - %m%n\n",
             );
+            // The JDK's own security file caches failed name lookups for 10 s: a member that
+            // looked a peer up before the peer's pod had an address could not reach it for 10 s
+            // more, and sat out the election. Keeper resolves again at each connection attempt.
+            let _ = std::fs::write(
+                conf.join("dns.security"),
+                "networkaddress.cache.ttl=1\nnetworkaddress.cache.negative.ttl=0\n",
+            );
             let _ = std::fs::write(data_host.join("myid"), format!("{myid}\n"));
             util::chown(&data_host.join("myid"), Some(uid), Some(gid));
             private.push(Mount {
@@ -1464,10 +1477,9 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 super_digest.as_str(),
                 "-Dzookeeper.log.dir=/var/lib/clickhouse-keeper",
                 "-Dzookeeper.root.logger=INFO,CONSOLE",
-                "-Dsun.net.inetaddr.ttl=1",
-                "-Dsun.net.inetaddr.negative.ttl=1",
+                "-Djava.security.properties=/etc/zookeeper/conf/dns.security",
                 "-cp",
-                "/usr/share/java/*:/etc/zookeeper/conf",
+                ZOOKEEPER_CLASSPATH,
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                 "/etc/zookeeper/conf/zoo.cfg",
             ]

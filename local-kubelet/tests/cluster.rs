@@ -321,6 +321,52 @@ fn pod_deleted_keeps_data_and_sigkill_restarts(c: &Cluster) -> Result<()> {
     let rows = query_retry(&a2, "SELECT sum(x) FROM keep", Duration::from_secs(20))?;
     assert_eq!(rows.trim(), "6", "rows after re-creation");
 
+    // The gateway's MAC address does not follow the bridge's ports: a port with a MAC lower
+    // than any other joins and leaves (as a pod's veth does), and the bridge keeps its address,
+    // so the pods' entries for their gateway stay right (a bridge left to the kernel takes its
+    // lowest port's MAC, and its pods lost their traffic to the machine for 20-45 s)
+    let bridge = network_value(&c.dir, "BRIDGE");
+    let before = link_mac(&bridge);
+    let low = "lkt-lowmac";
+    let _ = Command::new("ip").args(["link", "del", low]).status();
+    let st = Command::new("ip")
+        .args([
+            "link",
+            "add",
+            low,
+            "address",
+            "00:00:5e:00:53:01",
+            "type",
+            "veth",
+        ])
+        .args(["peer", "name", "lkt-lowpeer"])
+        .status()?;
+    assert!(st.success(), "ip link add {low}");
+    let st = Command::new("ip")
+        .args(["link", "set", low, "master", &bridge, "up"])
+        .status()?;
+    let joined = link_mac(&bridge);
+    let _ = Command::new("ip").args(["link", "del", low]).status();
+    assert!(st.success(), "{low} joins {bridge}");
+    let left = link_mac(&bridge);
+    assert_eq!(
+        (joined.as_str(), left.as_str()),
+        (before.as_str(), before.as_str()),
+        "{bridge}'s MAC address changed with its ports"
+    );
+    let neigh = Command::new("ip")
+        .args(["-n", &peer, "neigh", "show", "dev", "eth0"])
+        .output()?;
+    let neigh = String::from_utf8_lossy(&neigh.stdout).to_string();
+    let gateway = network_value(&c.dir, "GATEWAY");
+    assert!(
+        neigh
+            .lines()
+            .filter(|l| l.starts_with(&format!("{gateway} ")))
+            .all(|l| l.contains(&before)),
+        "ch-1's entry for its gateway {gateway} is not the bridge's MAC {before}: {neigh}"
+    );
+
     // SIGKILL of the server process of ch-1: same pod object, restartCount grows
     let uid1 = c.get(ns, "pod/ch-1", "{.metadata.uid}");
     let netns = netns_of(&b);
@@ -366,6 +412,36 @@ fn pod_deleted_keeps_data_and_sigkill_restarts(c: &Cluster) -> Result<()> {
 fn netns_of(ip: &str) -> String {
     let o: Vec<&str> = ip.split('.').collect();
     format!("lk-{}-{}", o[2], o[3])
+}
+
+/// A value of the cluster's `network` file (`BRIDGE`, `GATEWAY`, …).
+fn network_value(dir: &Path, key: &str) -> String {
+    let net = std::fs::read_to_string(dir.join("network")).unwrap_or_default();
+    let v = net
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !v.is_empty(),
+        "no {key} in {}/network: {net}",
+        dir.display()
+    );
+    v
+}
+
+/// The MAC address of a link of the machine.
+fn link_mac(name: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show", name])
+        .output()
+        .expect("ip link show");
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    out.split_whitespace()
+        .skip_while(|w| *w != "link/ether")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no MAC address in {out}"))
+        .to_string()
 }
 
 /// The MAC address of the eth0 of the pod at `ip`.
@@ -549,6 +625,17 @@ fn keeper_quorum_and_replication(c: &Cluster) -> Result<()> {
         .map(|ip| four_letter(ip, "mntr"))
         .collect::<String>();
     assert!(mntr.contains("zk_synced_followers\t2"), "mntr: {mntr}");
+    // the members log through one SLF4J binding: each one's log tells its part in the election
+    // (with the whole of /usr/share/java on the classpath the no-op binding won: no log at all)
+    for i in 0..3 {
+        let log = c.kubectl(&["-n", ns, "logs", &format!("keeper-{i}")], None)?;
+        assert!(
+            log.contains(" - LEADING") || log.contains(" - FOLLOWING"),
+            "keeper-{i} logged no election: {}",
+            &log[..log.len().min(2000)]
+        );
+        assert!(!log.contains("NOPLoggerFactory"), "keeper-{i}: {log}");
+    }
 
     c.apply(ns, &replicas_yaml(ns))?;
     let a = c.wait_ready(ns, "chr-0", Duration::from_secs(120))?;
