@@ -311,6 +311,18 @@ pub fn write_in_place(path: &std::path::Path, content: &str) -> std::io::Result<
     if std::fs::read_to_string(path).ok().as_deref() == Some(content) {
         return Ok(false);
     }
-    std::fs::write(path, content)?;
+    // Overwritten from the start and cut to length afterwards, never truncated first: a
+    // container reads this file while it is rewritten, and an empty file made a name lookup
+    // fail now and then. Keeper (the stand-in's ZooKeeper) keeps the address it got at start,
+    // so one failed lookup of its own name left a member leading and failing over and over.
+    use std::io::{Seek, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    f.seek(std::io::SeekFrom::Start(0))?;
+    f.write_all(content.as_bytes())?;
+    f.set_len(content.len() as u64)?;
     Ok(true)
 }
