@@ -641,6 +641,8 @@ fn settings_profiles_quotas_and_users_are_in_force() {
             "app\treadonly\t1",
             "default\tmax_execution_time\t60",
             "default\tmax_memory_usage\t1234567890",
+            // the operator's own: a stopping server waits at most 1 s for an idle connection
+            "default\tpoll_interval\t1",
             "readonly\treadonly\t1",
         ]
     );

@@ -248,6 +248,49 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
     assert!(!format!("{:?}", i.operator_password).contains("operator-secret-pw"));
 }
 
+/// Issue 19 (a roll restarts each server promptly): the default profile, the servers' global
+/// settings, has `poll_interval` 1 s, so an idle connection to a stopping server (a peer's
+/// Distributed pool, a client's pool) holds it for about a second, not ClickHouse's 10 s; the
+/// user's own value and the user's other settings of that profile stay, other profiles get
+/// nothing. The users file is reloaded at runtime: no pod template changes with it.
+#[test]
+fn the_default_profile_checks_for_shutdown_every_second_unless_the_user_says_otherwise() {
+    let poll = |xml: &str, profile: &str| -> Option<String> {
+        let doc = parse(xml);
+        let profiles = doc
+            .descendants()
+            .find(|n| n.has_tag_name("profiles"))
+            .expect("profiles");
+        let p = profiles.children().find(|n| n.has_tag_name(profile))?;
+        p.children()
+            .find(|n| n.has_tag_name("poll_interval"))
+            .and_then(|n| n.text())
+            .map(str::to_string)
+    };
+    let plain = build(&cluster(json!({})), &inputs(replicas(1, 1)));
+    assert_eq!(poll(&users_file(&plain), "default").as_deref(), Some("1"));
+    let with_others = cluster(json!({"configuration": {"profiles": {
+        "default": {"max_memory_usage": "1000"}, "ro": {"readonly": "1"}}}}));
+    let d = build(&with_others, &inputs(replicas(1, 1)));
+    let users = users_file(&d);
+    assert_eq!(poll(&users, "default").as_deref(), Some("1"));
+    assert!(
+        users.contains("<max_memory_usage>1000</max_memory_usage>"),
+        "{users}"
+    );
+    assert_eq!(poll(&users, "ro"), None, "{users}");
+    let own = cluster(json!({"configuration": {"profiles": {"default": {"poll_interval": "10"}}}}));
+    let own = build(&own, &inputs(replicas(1, 1)));
+    let users = users_file(&own);
+    assert_eq!(poll(&users, "default").as_deref(), Some("10"));
+    assert_eq!(users.matches("<poll_interval>").count(), 1, "{users}");
+    assert_eq!(
+        templates(&own),
+        templates(&plain),
+        "poll_interval restarts no pod"
+    );
+}
+
 /// S2-16 / S2-17: runtime-reloaded configuration (profiles, quotas, users, passwords,
 /// reloadable settings, another replica, Keeper members) changes no server pod template.
 #[test]
