@@ -344,6 +344,13 @@ pub async fn targets(
                         let mut config =
                             replica_config(&c, &host.replica, ip, password, ca.clone());
                         config.timeout = HOST_TIMEOUT;
+                        // one attempt per scrape: `clickhouse_up` says how the server answered
+                        // now; retried, a server killed and restarted at once within the
+                        // host's timeout was reported up
+                        config.retry = crate::clickhouse::RetryPolicy {
+                            attempts: 1,
+                            ..crate::clickhouse::RetryPolicy::default()
+                        };
                         config
                     });
                     out.push(Target::Server { host, config });

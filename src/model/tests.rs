@@ -1071,7 +1071,8 @@ fn the_passwordless_default_user_is_restricted_to_the_cluster() {
     i.user_passwords
         .insert("default".into(), Password("pw".into()));
     let users = users_file(&build(&c, &i));
-    assert_eq!(users.matches("<default").count(), 1, "{users}");
+    let list = &users[users.find("<users>").expect("users")..];
+    assert_eq!(list.matches("<default").count(), 1, "{users}");
     assert!(users.contains("<default replace=\"replace\">"), "{users}");
     assert_eq!(
         user_networks(&users, "default"),
