@@ -432,22 +432,18 @@ fn network_value(dir: &Path, key: &str) -> String {
 
 /// The MAC address of a link of the machine.
 fn link_mac(name: &str) -> String {
-    let out = Command::new("ip")
-        .args(["-o", "link", "show", name])
-        .output()
-        .expect("ip link show");
-    let out = String::from_utf8_lossy(&out.stdout).to_string();
-    out.split_whitespace()
-        .skip_while(|w| *w != "link/ether")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no MAC address in {out}"))
-        .to_string()
+    mac_of_link(&["-o", "link", "show", name])
 }
 
 /// The MAC address of the eth0 of the pod at `ip`.
 fn pod_mac(ip: &str) -> String {
+    mac_of_link(&["-n", &netns_of(ip), "-o", "link", "show", "eth0"])
+}
+
+/// The `link/ether` address that `ip <args>` prints.
+fn mac_of_link(args: &[&str]) -> String {
     let out = Command::new("ip")
-        .args(["-n", &netns_of(ip), "-o", "link", "show", "eth0"])
+        .args(args)
         .output()
         .expect("ip link show");
     let out = String::from_utf8_lossy(&out.stdout).to_string();

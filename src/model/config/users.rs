@@ -164,27 +164,17 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
     let configuration = &c.spec.configuration;
     let profile = c.spec.users.as_ref().and_then(|u| u.profile.as_deref());
     let mut profiles = Element::new("profiles");
-    let no_settings = std::collections::BTreeMap::new();
-    let default_profile = configuration
-        .profiles
-        .get(DEFAULT_PROFILE)
-        .unwrap_or(&no_settings);
-    let named = std::iter::once((DEFAULT_PROFILE, default_profile)).chain(
-        configuration
-            .profiles
-            .iter()
-            .filter(|(name, _)| *name != DEFAULT_PROFILE)
-            .map(|(name, settings)| (name.as_str(), settings)),
-    );
-    for (name, settings) in named {
-        let (key, value) = DEFAULT_POLL_INTERVAL;
-        let poll = (name == DEFAULT_PROFILE && !settings.contains_key(key)).then_some((key, value));
+    let mut named = configuration.profiles.clone();
+    let (key, value) = DEFAULT_POLL_INTERVAL;
+    named
+        .entry(DEFAULT_PROFILE.into())
+        .or_default()
+        .entry(key.into())
+        .or_insert_with(|| value.into());
+    for (name, settings) in &named {
         profiles = profiles.child(
             Element::checked(name, "spec.configuration.profiles")?.children(Element::from_paths(
-                settings
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .chain(poll),
+                settings.iter().map(|(k, v)| (k.as_str(), v.as_str())),
                 &format!("spec.configuration.profiles.{name}"),
             )?),
         );
