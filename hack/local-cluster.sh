@@ -152,14 +152,28 @@ ensure_packages() {
 }
 
 PICKED=" "
-pick_port() {
+# the ports that other live local clusters have recorded (called under the slot lock)
+reserve_others_ports() {
+  local k f owner p
+  for ((k = 0; k < SLOTS; k++)); do
+    f="$(lock_file "$k")"
+    [ -f "$f" ] && slot_busy "$k" || continue
+    owner="$(sed -n 1p "$f" 2>/dev/null)"
+    [ -n "$owner" ] && [ -f "$owner/ports" ] || continue
+    for p in $(cut -d= -f2 "$owner/ports"); do PICKED="$PICKED$p "; done
+  done
+}
+# a port that nothing listens on and no other local cluster has picked: picked under the slot
+# lock and recorded before it is released, so that two `up`s starting together (tests run
+# several clusters at once) cannot both pick a port that neither binds until seconds later
+pick_port() { # variable: sets it (not `$(pick_port)`: a subshell would not keep PICKED)
   local p
   while :; do
-    p=$((20000 + RANDOM % 12000)) # below the ephemeral port range (32768-)
+    p=$((20000 + RANDOM % 10000)) # below the NodePort (30000-) and ephemeral (32768-) ranges
     case "$PICKED" in *" $p "*) continue ;; esac
     if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then
       PICKED="$PICKED$p "
-      echo "$p"
+      printf -v "$1" '%s' "$p"
       return
     fi
   done
@@ -244,6 +258,12 @@ do_up() {
     die "all $SLOTS node networks are in use by other local clusters ($(cat /run/local-cluster.owner* 2>/dev/null | grep / | tr '\n' ' '))"
   fi
   printf '%s\n%s\n' "$DIR" "$$" >"$(lock_file "$SLOT")"
+  local ETCD_PORT ETCD_PEER API_PORT KCM_PORT SCHED_PORT
+  reserve_others_ports
+  pick_port ETCD_PORT; pick_port ETCD_PEER; pick_port API_PORT
+  pick_port KCM_PORT; pick_port SCHED_PORT
+  printf 'etcd=%s\netcd-peer=%s\napiserver=%s\nkube-controller-manager=%s\nkube-scheduler=%s\n' \
+    "$ETCD_PORT" "$ETCD_PEER" "$API_PORT" "$KCM_PORT" "$SCHED_PORT" >"$DIR/ports"
   flock -u 8
   exec 8>&-
   echo "$SLOT" >"$DIR/slot"
@@ -257,11 +277,6 @@ do_up() {
   echo "$kubelet" >"$DIR/agent.bin"
   trap 'fail_up "interrupted"' INT TERM
 
-  local ETCD_PORT ETCD_PEER API_PORT KCM_PORT SCHED_PORT
-  ETCD_PORT=$(pick_port); ETCD_PEER=$(pick_port); API_PORT=$(pick_port)
-  KCM_PORT=$(pick_port); SCHED_PORT=$(pick_port)
-  printf 'etcd=%s\netcd-peer=%s\napiserver=%s\nkube-controller-manager=%s\nkube-scheduler=%s\n' \
-    "$ETCD_PORT" "$ETCD_PEER" "$API_PORT" "$KCM_PORT" "$SCHED_PORT" >"$DIR/ports"
 
   # certificates: a CA, the apiserver serving certificate, the service-account key pair
   local P="$DIR/pki"
