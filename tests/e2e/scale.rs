@@ -492,7 +492,8 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     let op_ns = namespace(&client, "lifeop").await;
-    install_operator(&client, &op_ns, false).await;
+    // BENCH_DEBUG_LOG=1: the operator's debug log, to see where a step's time goes
+    install_operator(&client, &op_ns, std::env::var("BENCH_DEBUG_LOG").is_ok()).await;
     let mut rows = Vec::new();
     for round in 0..rounds {
         let ns = namespace(&client, &format!("life{round}")).await;

@@ -214,22 +214,47 @@ async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists,
         let found = secrets.get_opt(&secret).await?;
         referenced.push((field, secret, found));
     }
-    let backups = Api::<ClickHouseBackup>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
+    // the lists at once: a pass that reads the API server waits for one round trip, not nine
+    let all = ListParams::default();
+    let (backups, statefulsets, pods, pvcs, configmaps, services, pdbs, network_policies, owned) =
+        tokio::try_join!(
+            list::<ClickHouseBackup>(client, &ns, &all),
+            list(client, &ns, &lp),
+            list(client, &ns, &lp),
+            list(client, &ns, &lp),
+            list(client, &ns, &lp),
+            list(client, &ns, &lp),
+            list(client, &ns, &lp),
+            list(client, &ns, &lp),
+            list::<Secret>(client, &ns, &lp),
+        )?;
     Ok(Lists {
-        statefulsets: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
-        pods: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
-        pvcs: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
-        configmaps: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
-        services: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
-        pdbs: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
-        network_policies: Api::namespaced(client.clone(), &ns).list(&lp).await?.items,
-        owned_secrets: secrets.list(&lp).await?.items,
+        statefulsets,
+        pods,
+        pvcs,
+        configmaps,
+        services,
+        pdbs,
+        network_policies,
+        owned_secrets: owned,
         referenced,
         backup_in_flight: running_backup(&name, &backups),
     })
+}
+
+/// The objects of one kind in `ns` that `lp` selects.
+async fn list<K>(client: &Client, ns: &str, lp: &ListParams) -> Result<Vec<K>, kube::Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Ok(Api::<K>::namespaced(client.clone(), ns)
+        .list(lp)
+        .await?
+        .items)
 }
 
 async fn from_caches(
@@ -383,15 +408,31 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
         .cloned()
         .collect();
     let name = ClusterName(cluster.name_any());
-    for r in ready {
-        let Ok(c) = ch_client(cluster, world, &r) else {
+    // every server at once: a pass waits for the slowest server, not for their sum
+    let asks = ready.into_iter().map(|r| {
+        let client = ch_client(cluster, world, &r);
+        let name = &name;
+        async move {
+            let Ok(c) = client else {
+                return (r, None, None);
+            };
+            let seen = chreplica::cluster_hosts_and_version(&c, name)
+                .await
+                .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
+                .ok();
+            let reached = if probe {
+                Some(chreplica::shards_answering(&c, name).await)
+            } else {
+                None
+            };
+            (r, Some(seen), reached)
+        }
+    });
+    for (r, seen, reached) in futures::future::join_all(asks).await {
+        let Some(seen) = seen else {
             world.observed.cluster_hosts.insert(r, None);
             continue;
         };
-        let seen = chreplica::cluster_hosts_and_version(&c, &name)
-            .await
-            .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
-            .ok();
         if let Some((_, version)) = &seen {
             world
                 .observed
@@ -402,8 +443,7 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
             .observed
             .cluster_hosts
             .insert(r.clone(), seen.map(|(n, _)| n));
-        if probe {
-            let reached = chreplica::shards_answering(&c, &name).await;
+        if let Some(reached) = reached {
             world
                 .observed
                 .distributed
@@ -486,40 +526,57 @@ async fn read_pending_fetches(cluster: &ClickHouseCluster, world: &mut World) {
         })
         .map(|(n, r)| (n.clone(), r.shard))
         .collect();
-    for (replica, shard) in excluded {
-        let mut pending = Some(0);
+    // every (excluded replica, Ready peer) pair at once
+    let mut asks = Vec::new();
+    for (replica, shard) in &excluded {
         for (peer, _) in map.iter().filter(|(n, r)| {
-            r.shard == shard && **n != replica && r.state != ReplicaState::Condemned
+            r.shard == *shard && *n != replica && r.state != ReplicaState::Condemned
         }) {
             if !pods.get(&names::replica_pod(peer)).is_some_and(pod_ready) {
                 continue;
             }
-            let n = match ch_client(cluster, world, peer) {
-                Ok(c) => chreplica::fetches_from(&c, &ReplicaMacro(replica.clone()))
-                    .await
-                    .ok(),
-                Err(_) => None,
-            };
-            pending = pending.zip(n).map(|(a, b)| a + b);
+            let client = ch_client(cluster, world, peer);
+            asks.push(async move {
+                let n = match client {
+                    Ok(c) => chreplica::fetches_from(&c, &ReplicaMacro(replica.clone()))
+                        .await
+                        .ok(),
+                    Err(_) => None,
+                };
+                (replica.clone(), n)
+            });
         }
+    }
+    let answers = futures::future::join_all(asks).await;
+    for (replica, _) in excluded {
+        let pending = answers
+            .iter()
+            .filter(|(r, _)| *r == replica)
+            .try_fold(0, |sum, (_, n)| n.map(|n| sum + n));
         world.observed.pending_fetches.insert(replica, pending);
     }
 }
 
 /// Reads the replication lag of `replicas` into the world (the rollout's catch-up check).
 pub async fn read_lag(cluster: &ClickHouseCluster, world: &mut World, replicas: &[String]) {
-    for r in replicas {
-        let caught_up = match ch_client(cluster, world, r) {
-            Ok(c) => match chreplica::replication_lag(&c).await {
-                Ok(lag) => lag.is_synced(),
-                Err(e) => {
-                    debug!(replica = %r, error = %e, "cannot read replication lag");
-                    false
-                }
-            },
-            Err(_) => false,
-        };
-        world.observed.caught_up.insert(r.clone(), caught_up);
+    let asks = replicas.iter().map(|r| {
+        let client = ch_client(cluster, world, r);
+        async move {
+            let caught_up = match client {
+                Ok(c) => match chreplica::replication_lag(&c).await {
+                    Ok(lag) => lag.is_synced(),
+                    Err(e) => {
+                        debug!(replica = %r, error = %e, "cannot read replication lag");
+                        false
+                    }
+                },
+                Err(_) => false,
+            };
+            (r.clone(), caught_up)
+        }
+    });
+    for (r, caught_up) in futures::future::join_all(asks).await {
+        world.observed.caught_up.insert(r, caught_up);
     }
 }
 
