@@ -11,7 +11,8 @@
 #             ready, idle API requests per minute and cluster (audit log), CPU, memory, idle pass
 #             latency, status lag; BENCH_CONCURRENCY sets the chart's maxConcurrentReconciles
 #   lifecycle a 2×2 cluster with 3 Keeper members under the operator from its chart: create, add
-#             a shard, roll every server, scale in (BENCH_ROUNDS, default 1)
+#             a shard, roll every server, scale in (BENCH_ROUNDS, default 1; BENCH_DEBUG_LOG=1
+#             keeps the operator's debug log, in target/e2e-cluster-<pid>/logs/pods)
 # BENCH_RELEASE=1 runs the operator and the local kubelet as release builds (the figures a user
 # sees); the default is the debug builds the tests use.
 # The local Kubernetes is started and stopped by the benchmark itself (or set CHOP_KUBECONFIG).
