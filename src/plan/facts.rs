@@ -110,6 +110,8 @@ pub struct PodFacts {
     pub uid: Option<String>,
     /// Ready (and not being deleted).
     pub ready: bool,
+    /// Being deleted: a restart asked for is under way.
+    pub terminating: bool,
     /// In the client Service's traffic (label `clickhouse.com/serving`).
     pub serving: bool,
     /// When it last became Ready.
@@ -175,6 +177,8 @@ pub struct KeeperMember {
     pub pod: String,
     pub uid: Option<String>,
     pub ready: bool,
+    /// Being deleted: a restart asked for is under way.
+    pub terminating: bool,
     /// On the StatefulSet's current revision.
     pub current: bool,
     /// On a revision older than the StatefulSet's current one (its status is up to date).
@@ -312,6 +316,7 @@ impl Facts {
                         let member = KeeperMember {
                             uid: p.metadata.uid.clone(),
                             ready: pod_ready(p),
+                            terminating: p.metadata.deletion_timestamp.is_some(),
                             current: pod_current(k, p),
                             old_revision: old_revision(k, p),
                             view: obs.keeper_views.get(&pod).cloned().unwrap_or_default(),
@@ -387,6 +392,7 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
                 exists: true,
                 uid: p.metadata.uid.clone(),
                 ready: pod_ready(p),
+                terminating: p.metadata.deletion_timestamp.is_some(),
                 serving: p
                     .metadata
                     .labels

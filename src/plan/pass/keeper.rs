@@ -94,7 +94,7 @@ fn repair(pass: &mut Pass) {
         .keeper
         .members
         .values()
-        .filter(|m| !m.ready && m.old_revision)
+        .filter(|m| !m.ready && m.old_revision && !m.terminating)
         .map(|m| (m.pod.clone(), m.uid.clone()))
         .collect();
     for (pod, uid) in broken {

@@ -79,6 +79,12 @@ pub fn plan(pass: &mut Pass) {
     }
     for n in &decision.restart_pods {
         let pod = names::replica_pod(n);
+        if pass.facts.server(n).pod.terminating {
+            // deleted by an earlier pass and still stopping: not deleted (nor announced) again
+            pass.waits
+                .push(format!("{pod} is stopping for its restart"));
+            continue;
+        }
         pass.emit(Action::RestartPod {
             replica: n.clone(),
             pod: pod.clone(),

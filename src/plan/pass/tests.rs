@@ -1334,7 +1334,8 @@ fn reverting_a_bad_image_heals_the_broken_replica() {
 }
 
 /// Decision 5 for Keeper: a member stuck on a bad revision (the StatefulSet's own rolling
-/// update never replaces a pod that is not Ready) is replaced once the spec is reverted.
+/// update never replaces a pod that is not Ready) is replaced once the spec is reverted, and
+/// deleted once, not again while it stops.
 #[test]
 fn reverting_a_bad_keeper_image_replaces_the_stuck_member() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
@@ -1358,6 +1359,19 @@ fn reverting_a_bad_keeper_image_replaces_the_stuck_member() {
             .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-2")),
         "{:?}",
         p.actions
+    );
+    // while the deleted member still stops, it is not deleted again
+    let mut stopping = sim.obs.pods["c1-keeper-2"].clone();
+    stopping.metadata.deletion_timestamp = Some(Time(now()));
+    sim.obs.pods.insert("c1-keeper-2".into(), stopping);
+    let again = sim.plan();
+    assert!(
+        !again
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-2")),
+        "{:?}",
+        again.actions
     );
     sim.act(&p);
     sim.converge(20);
@@ -1878,4 +1892,53 @@ fn the_cluster_secret_and_grants_follow_the_versions_the_servers_report() {
     let remote = users_secret_file(&sim, REMOTE_SERVERS_FILE);
     assert!(!remote.contains("<secret>") && remote.contains("<user>clickhouse_cluster</user>"));
     assert!(!users_secret_file(&sim, USERS_FILE).contains("<grants>"));
+}
+
+/// A pod a pass deleted for its restart is not deleted again, nor its restart announced
+/// again, while it is still stopping (the passes its own deletion triggers came while its
+/// server shut down: each deleted it again and published another `RestartPod` event).
+#[test]
+fn a_pod_deleted_for_its_restart_is_not_deleted_again_while_it_stops() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
+    let restarts = |p: &Plan| -> Vec<String> {
+        p.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::RestartPod { pod, .. } => Some(pod.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut first = None;
+    for _ in 0..10 {
+        let p = sim.plan_caught_up();
+        if let Some(pod) = restarts(&p).into_iter().next() {
+            assert!(
+                p.events.iter().any(|e| e.reason == "RestartPod"),
+                "{:?}",
+                p.events
+            );
+            first = Some(pod);
+            break;
+        }
+        sim.act(&p);
+    }
+    let pod = first.expect("a server pod is restarted");
+    // deleted, still stopping: no longer Ready, its deletion under way
+    let p = sim.obs.pods.get_mut(&pod).unwrap();
+    p.metadata.deletion_timestamp = Some(Time(now()));
+    p.status = Some(PodStatus::default());
+    let again = sim.plan_caught_up();
+    assert!(restarts(&again).is_empty(), "{:?}", again.actions);
+    assert!(
+        !again.events.iter().any(|e| e.reason == "RestartPod"),
+        "{:?}",
+        again.events
+    );
+    // once it is gone the rollout goes on to the end
+    sim.obs.pods.remove(&pod);
+    sim.converge(40);
+    assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.log);
 }
