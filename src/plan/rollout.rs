@@ -24,6 +24,10 @@ pub struct Member {
     pub template_outdated: bool,
     /// The pod runs an older revision than its StatefulSet's current one.
     pub pod_outdated: bool,
+    /// The StatefulSet controller has seen the StatefulSet's last write (or there is no pod
+    /// to compare): until then whether the pod is outdated is not known, so a replica whose
+    /// template was just written is neither proven on it nor out of the rollout.
+    pub settled: bool,
     /// The pod exists, is Ready, and has caught up with replication.
     pub available: bool,
     /// The pod is Ready (it may still be catching up).
@@ -44,7 +48,12 @@ impl Member {
 
     /// On the new template but not (yet) available on it: being rolled.
     fn in_flight(&self) -> bool {
-        !self.template_outdated && (self.pod_outdated || !self.available)
+        !self.template_outdated && (self.pod_outdated || !self.available || !self.settled)
+    }
+
+    /// Available on the new template, as far as the StatefulSet controller has seen it.
+    fn proven(&self) -> bool {
+        !self.outdated() && self.available && self.settled
     }
 }
 
@@ -75,7 +84,7 @@ pub struct Gates {
 /// How many replicas of the whole cluster may still start rolling in this pass before one is
 /// proven on the new template: `None` once one is (no limit but the shards' budgets).
 fn canary_slots(members: &[Member]) -> Option<usize> {
-    let proven = members.iter().any(|m| !m.outdated() && m.available);
+    let proven = members.iter().any(Member::proven);
     let rolling = members.iter().any(Member::in_flight);
     match (proven, rolling) {
         (true, _) => None,
@@ -96,7 +105,7 @@ struct Canary {
 /// template: one while none has started (left traffic or restarted), then none until one is
 /// proven, then no limit but the shards' budgets.
 fn restart_canary_slots(members: &[Member]) -> Option<usize> {
-    let proven = members.iter().any(|m| !m.outdated() && m.available);
+    let proven = members.iter().any(Member::proven);
     let started = members
         .iter()
         .any(|m| m.in_flight() && (!m.serving || !m.pod_outdated));
@@ -367,6 +376,7 @@ mod tests {
             is_backup: backup,
             template_outdated: true,
             pod_outdated: false,
+            settled: true,
             available: true,
             ready: true,
             serving: true,

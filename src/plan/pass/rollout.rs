@@ -67,7 +67,7 @@ pub fn plan(pass: &mut Pass) {
     let back: Vec<String> = pass
         .members
         .iter()
-        .filter(|m| m.ready && !m.serving && !m.template_outdated && !m.pod_outdated)
+        .filter(|m| m.ready && !m.serving && !m.template_outdated && !m.pod_outdated && m.settled)
         .map(|m| m.name.clone())
         .collect();
     for n in back {
@@ -177,6 +177,7 @@ fn member(pass: &Pass, e: &Existing) -> Member {
         // known to be on an old revision: a pod whose StatefulSet's status has not caught up
         // yet (just created, just written) is not restarted on a guess
         pod_outdated: pod.exists && pod.outdated,
+        settled: !pod.exists || pod.current || pod.outdated,
         // Only a Smart Update waits for a restarted replica to catch up (S2-29, S2-33).
         available: pod.ready
             && (pass.spec.update_strategy != UpdateStrategy::SmartUpdate

@@ -1942,3 +1942,54 @@ fn a_pod_deleted_for_its_restart_is_not_deleted_again_while_it_stops() {
     sim.converge(40);
     assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.log);
 }
+
+/// Decision 5: the canary is proven only by a replica restarted on the new template. A pass
+/// that comes between the canary's template write and the StatefulSet controller's status for
+/// it (the replica still Ready on its old pod, its revision not known yet) writes no other
+/// replica's template.
+#[test]
+fn a_canary_whose_statefulset_status_lags_proves_nothing() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2}));
+    sim.converge(20);
+    sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
+    let p = sim.plan_caught_up();
+    let written: Vec<String> = statefulsets_applied(&p).into_iter().cloned().collect();
+    assert_eq!(written.len(), 1, "one canary: {:?}", p.actions);
+    sim.act(&p);
+    // the StatefulSet controller has not seen the new template yet
+    let canary = &written[0];
+    let sts = sim.obs.statefulsets.get_mut(canary).unwrap();
+    let status = sts.status.as_mut().unwrap();
+    status.observed_generation = sts.metadata.generation.map(|g| g - 1);
+    for _ in 0..3 {
+        let p = sim.plan_caught_up();
+        let others: Vec<&String> = statefulsets_applied(&p)
+            .into_iter()
+            .filter(|n| *n != canary)
+            .collect();
+        assert!(others.is_empty(), "{:?}", p.actions);
+        sim.act(&p);
+        let sts = sim.obs.statefulsets.get_mut(canary).unwrap();
+        let status = sts.status.as_mut().unwrap();
+        status.observed_generation = sts.metadata.generation.map(|g| g - 1);
+    }
+    // the controller catches up: the canary restarts, then the shards roll
+    let sts = sim.obs.statefulsets.get_mut(canary).unwrap();
+    sts.status.as_mut().unwrap().observed_generation = sts.metadata.generation;
+    sim.log.clear();
+    sim.converge(40);
+    let restarts = server_restarts(&sim.log);
+    assert_eq!(
+        restarts.first(),
+        Some(&&format!("restart pod {canary}-0")),
+        "{:?}",
+        sim.log
+    );
+    assert_eq!(
+        restarts.len(),
+        4,
+        "each server restarts once: {:?}",
+        sim.log
+    );
+    assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.log);
+}
