@@ -302,6 +302,16 @@ fn plan_shard(
             None => {}
         }
         plan.write_templates.push(m.name.clone());
+        // A Smart Update restarts it next: it leaves traffic with the template write, so the
+        // drain starts one pass sooner (the restart still waits for the drain and for the
+        // StatefulSet controller to show its pod outdated).
+        if smart
+            && m.serving
+            && group.len() > 1
+            && group.iter().any(|o| o.name != m.name && o.available)
+        {
+            plan.exclude_pods.push(m.name.clone());
+        }
         budget -= 1;
     }
 }
@@ -615,18 +625,12 @@ mod tests {
         ];
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
         assert_eq!(p.write_templates, ["a1"]);
+        assert_eq!(p.exclude_pods, ["a1"], "it leaves traffic with its write");
         assert!(p.waiting.iter().any(|w| w.contains("canary")), "{p:?}");
-        ms[1].serving = true;
-        // The canary leaves traffic, then restarts: still nothing else moves.
+        // The canary restarts once drained: still nothing else moves.
+        ms[1].serving = false;
         ms[1].template_outdated = false;
         ms[1].pod_outdated = true;
-        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
-        assert_eq!(p.exclude_pods, ["a1"]);
-        assert!(
-            p.write_templates.is_empty() && p.restart_pods.is_empty(),
-            "{p:?}"
-        );
-        ms[1].serving = false;
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
         assert_eq!(p.restart_pods, ["a1"]);
         assert!(p.write_templates.is_empty(), "{p:?}");
@@ -663,6 +667,49 @@ mod tests {
         ms[1].drained = true;
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
         assert_eq!(p.restart_pods, ["r1"]);
+    }
+
+    /// Decision 21: a healthy replica leaves traffic in the pass that writes its template, so
+    /// its drain starts at once; it restarts only once the StatefulSet controller shows its pod
+    /// outdated and the other replicas of its shard fetched its last parts. Alone in its shard,
+    /// or with no other replica available, it stays in traffic until its restart.
+    #[test]
+    fn a_replica_leaves_traffic_with_its_template_write_and_restarts_once_settled() {
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.write_templates, ["r1"], "{p:?}");
+        assert_eq!(p.exclude_pods, ["r1"], "{p:?}");
+        assert!(p.restart_pods.is_empty(), "{p:?}");
+        // written and out of traffic, the StatefulSet controller has not seen the write yet
+        ms[1].template_outdated = false;
+        ms[1].serving = false;
+        ms[1].settled = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert!(
+            p.restart_pods.is_empty() && p.write_templates.is_empty() && p.exclude_pods.is_empty(),
+            "{p:?}"
+        );
+        // seen: the pod is outdated, and drained
+        ms[1].settled = true;
+        ms[1].pod_outdated = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.restart_pods, ["r1"], "{p:?}");
+        // RollingUpdate: the StatefulSet controller restarts it; no exclusion
+        let ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        let p = plan_rollout(&ms, UpdateStrategy::RollingUpdate, 1, &gates());
+        assert_eq!(p.write_templates, ["r1"], "{p:?}");
+        assert!(p.exclude_pods.is_empty(), "{p:?}");
+        // alone in its shard: nothing to drain
+        let ms = vec![member("s0", 0, 0, false)];
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.write_templates, ["s0"], "{p:?}");
+        assert!(p.exclude_pods.is_empty(), "{p:?}");
+        // its only peer unavailable (max 2 unavailable): it keeps serving
+        let mut ms = vec![member("t0", 0, 0, true), member("t1", 0, 1, false)];
+        ms[0].available = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 2, &gates());
+        assert_eq!(p.write_templates, ["t1"], "{p:?}");
+        assert!(p.exclude_pods.is_empty(), "{p:?}");
     }
 
     /// Nothing outdated: nothing to do.
