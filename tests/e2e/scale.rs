@@ -133,6 +133,12 @@ fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> String {
     format!("≤ {le} s")
 }
 
+/// How many passes finished between two snapshots of the histogram.
+fn passes(before: &[(f64, f64)], after: &[(f64, f64)]) -> f64 {
+    let total = |b: &[(f64, f64)]| b.last().map_or(0.0, |(_, n)| *n);
+    total(after) - total(before)
+}
+
 /// Polls, every 20 ms, until `pod_ready(pod)` becomes `want` and then until the cluster's status
 /// says so (`clickhouse.ready` 1 or 0): the status lag.
 async fn status_lag(
@@ -235,8 +241,9 @@ async fn install_operator(client: &kube::Client, ns: &str, debug_log: bool) -> (
 /// chart (one replica, watching every namespace) creates N single-replica clusters, each in a
 /// namespace of its own; printed: the time until all are `ready`, then over
 /// one idle minute the operator's API requests (beyond its leader Lease) per minute and per
-/// cluster, its CPU seconds and resident memory, the p50/p99 of the idle passes, and the status
-/// lag when one server pod becomes unready and Ready again.
+/// cluster, its CPU seconds and resident memory, the idle passes (health checks) per cluster and
+/// minute and the operator's CPU per pass, the p50/p99 of the idle passes, and the status lag
+/// when one server pod becomes unready and Ready again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: hack/bench.sh scale"]
 async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
@@ -394,13 +401,21 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             }
             println!("lag: pod down {p_down:?} status {s_down:?}; pod up {p_up:?} status {s_up:?}");
         }
+        // the idle health checks: how often a cluster was passed, and the CPU of one pass
+        let idle_passes = passes(&before, &after);
         let row = format!(
-            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
+            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>9.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
             ready_after.as_secs_f64(),
             reads as f64 / minutes / n as f64,
             writes as f64 / minutes / n as f64,
             lease,
             cpu1 - cpu0,
+            idle_passes / minutes / n as f64,
+            if idle_passes > 0.0 {
+                (cpu1 - cpu0) * 1000.0 / idle_passes
+            } else {
+                0.0
+            },
             rss,
             quantile(&before, &after, 0.5),
             quantile(&before, &after, 0.99),
@@ -444,7 +459,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "1".into())
     );
     println!(
-        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "N",
         "hollow",
         "ready s",
@@ -452,6 +467,8 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         "writes/m/c",
         "lease",
         "cpu s",
+        "passes/m/c",
+        "ms/pass",
         "RSS MiB",
         "pass p50",
         "pass p99",
