@@ -488,10 +488,14 @@ impl Client {
     /// Builds a client; fails only on an unusable CA certificate.
     pub fn new(config: ClientConfig) -> Result<Client, Error> {
         let endpoint = config.endpoint.clone();
+        // No built-in roots: a server is verified against the cluster's CA only (or not at
+        // all), and loading the system's roots (a file read and the parse of every
+        // certificate) took most of the CPU of a pass, which builds a client per server.
         let mut builder = reqwest::Client::builder()
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
             .timeout(config.timeout)
-            .pool_idle_timeout(Duration::from_secs(2));
+            .pool_idle_timeout(Duration::from_secs(2))
+            .tls_built_in_root_certs(false);
         let scheme = match &config.tls_ca_pem {
             Some(pem) => {
                 let config_error = |detail: String| Error::Config {
@@ -505,10 +509,7 @@ impl Client {
                         "the CA bundle holds no PEM certificate".into(),
                     ));
                 }
-                builder = builder
-                    .use_rustls_tls()
-                    .tls_built_in_root_certs(false)
-                    .https_only(true);
+                builder = builder.use_rustls_tls().https_only(true);
                 for ca in cas {
                     builder = builder.add_root_certificate(ca);
                 }
