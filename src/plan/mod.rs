@@ -138,6 +138,10 @@ pub struct Plan {
     /// The server replicas the rollout looked at: what `plan` needs to show the whole rollout
     /// order with the rollout's own decision function.
     pub members: Vec<rollout::Member>,
+    /// The pass waits for the servers to get somewhere no Kubernetes event announces (loading
+    /// the new remote_servers, Distributed queries reaching every shard): pass again in
+    /// [`crate::runtime::backoff::SERVER_RECHECK`], not at the idle re-check.
+    pub recheck_soon: bool,
 }
 
 impl Plan {
@@ -158,6 +162,7 @@ impl Plan {
             failure: Some(failure),
             manage,
             members: Vec::new(),
+            recheck_soon: false,
         }
     }
 }
@@ -276,6 +281,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         failure: pass.failure,
         manage: true,
         members: pass.members,
+        recheck_soon: pass.recheck_soon,
     }
 }
 

@@ -93,6 +93,43 @@ fn client_host(pass: &Pass) -> Option<String> {
     }
 }
 
+/// The wanted servers that are Ready but have not loaded the current remote_servers yet (it is
+/// reloaded, not restarted).
+fn lagging_hosts<'a>(pass: &Pass, wanted: &[&'a String]) -> Vec<&'a str> {
+    wanted
+        .iter()
+        .filter(|n| pass.facts.server(n).pod.ready)
+        .filter(|n| {
+            pass.obs
+                .cluster_hosts
+                .get(n.as_str())
+                .is_some_and(|seen| *seen != Some(pass.listed))
+        })
+        .map(|n| n.as_str())
+        .collect()
+}
+
+/// The wanted servers through which a Distributed query does not reach every shard yet, with
+/// why.
+fn unreachable_shards(pass: &Pass, wanted: &[&String]) -> Vec<String> {
+    wanted
+        .iter()
+        .filter_map(|n| {
+            let e = pass.obs.distributed.get(n.as_str())?.as_ref()?;
+            Some(format!("{n} ({e})"))
+        })
+        .collect()
+}
+
+/// Whether the pass waits for something in the servers that no Kubernetes event announces: a
+/// server loading the new remote_servers (ClickHouse reloads its configuration every few
+/// seconds), or Distributed queries reaching every shard. Such a wait is checked again soon,
+/// not at the idle re-check.
+pub fn waits_on_servers(pass: &Pass) -> bool {
+    let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
+    !lagging_hosts(pass, &wanted).is_empty() || !unreachable_shards(pass, &wanted).is_empty()
+}
+
 /// The state and its message.
 fn state(
     pass: &Pass,
@@ -109,18 +146,7 @@ fn state(
         .map(|(n, _)| n.as_str())
         .collect();
     let mut waits = pass.waits.clone();
-    // Every server has loaded the current remote_servers (it is reloaded, not restarted).
-    let lagging: Vec<&str> = wanted
-        .iter()
-        .filter(|n| pass.facts.server(n).pod.ready)
-        .filter(|n| {
-            pass.obs
-                .cluster_hosts
-                .get(n.as_str())
-                .is_some_and(|seen| *seen != Some(pass.listed))
-        })
-        .map(|n| n.as_str())
-        .collect();
+    let lagging = lagging_hosts(pass, &wanted);
     if !lagging.is_empty() {
         waits.push(format!(
             "waiting for {} to load the cluster's {} hosts",
@@ -128,13 +154,7 @@ fn state(
             pass.listed
         ));
     }
-    let unreachable: Vec<String> = wanted
-        .iter()
-        .filter_map(|n| {
-            let e = pass.obs.distributed.get(n.as_str())?.as_ref()?;
-            Some(format!("{n} ({e})"))
-        })
-        .collect();
+    let unreachable = unreachable_shards(pass, &wanted);
     if !unreachable.is_empty() {
         waits.push(format!(
             "waiting for queries through {} to reach every shard",

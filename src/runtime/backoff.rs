@@ -9,6 +9,10 @@ use std::time::Duration;
 
 /// Re-check interval after a successful pass.
 pub const RECHECK: Duration = Duration::from_secs(5);
+
+/// How soon a cluster is passed again while it waits for its servers to get somewhere no
+/// Kubernetes event announces (see [`crate::plan::Plan::recheck_soon`]).
+pub const SERVER_RECHECK: Duration = Duration::from_secs(1);
 /// Delay after the first failure.
 pub const FIRST_RETRY: Duration = Duration::from_millis(5);
 /// Upper bound of the backoff.

@@ -27,7 +27,7 @@ use super::{Context, MANAGER, PassTimer, api};
 use crate::api::{ClickHouseCluster, ClickHouseClusterStatus, ReclaimPolicy};
 use crate::plan::facts::Kind;
 use crate::plan::{self, EventType, Failure, FailureReason, Plan, PlannedEvent, World};
-use crate::runtime::backoff::RECHECK;
+use crate::runtime::backoff::{RECHECK, SERVER_RECHECK};
 use crate::runtime::metrics::{KindLabels, ObjectLabels};
 
 pub const KIND: &str = "ClickHouseCluster";
@@ -279,16 +279,17 @@ async fn fresh(
 }
 
 /// One pass: observe, decide, act, report; again right away while the plan asks for it.
-/// Returns the cluster as written and whether anything was written to Kubernetes but the
-/// status.
+/// Returns the cluster as written, whether anything was written to Kubernetes but the
+/// status, and whether the last plan waits for the servers (`Plan::recheck_soon`).
 async fn pass(
     mut current: ClickHouseCluster,
     ctx: &Context,
-) -> Result<(ClickHouseCluster, bool), Error> {
+) -> Result<(ClickHouseCluster, bool, bool), Error> {
     let ns = current.namespace().unwrap_or_default();
     let name = current.name_any();
     let mut wrote = false;
     let mut caught_up = false;
+    let mut soon = false;
     for _ in 0..PASSES_PER_RECONCILE {
         let (mut world, fresh) = observe::observe(&current, ctx).await?;
         caught_up = fresh;
@@ -297,6 +298,7 @@ async fn pass(
             observe::read_lag(&current, &mut world, &plan.lag_checks).await;
             plan = plan::decide(&current, &world, Timestamp::now());
         }
+        soon = plan.recheck_soon;
         if plan.manage {
             current = ensure_finalizer(&current, ctx).await?;
         }
@@ -331,7 +333,7 @@ async fn pass(
         // nothing written, and the caches have seen everything this pass saw
         ctx.caches.set_dirty(&ns, &name, false);
     }
-    Ok((current, wrote))
+    Ok((current, wrote, soon))
 }
 
 pub async fn reconcile(
@@ -379,7 +381,7 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     };
     let started = std::time::Instant::now();
-    let (current, wrote) = pass(current, &ctx).await?;
+    let (current, wrote, soon) = pass(current, &ctx).await?;
     ctx.cluster_backoff.succeeded(&key);
     ctx.metrics
         .last_success
@@ -404,6 +406,10 @@ pub async fn reconcile(
         );
         ctx.pacer.schedule(&key, next);
         return Ok(Action::requeue(next));
+    }
+    if soon {
+        // a server loading its configuration, or a shard becoming reachable: no event says so
+        return Ok(Action::requeue(SERVER_RECHECK));
     }
     Ok(Action::requeue(RECHECK))
 }

@@ -97,6 +97,8 @@ pub struct PassPlan {
     pub again: bool,
     /// The rollout's members (see [`crate::plan::Plan::members`]).
     pub members: Vec<Member>,
+    /// See [`crate::plan::Plan::recheck_soon`].
+    pub recheck_soon: bool,
 }
 
 /// A pass being planned: the inputs every phase reads and what the phases emitted so far.
@@ -210,6 +212,7 @@ impl<'a> Pass<'a> {
     fn finish(mut self) -> PassPlan {
         self.out.status = super::report::pass_status(&self);
         self.out.members = self.members.clone();
+        self.out.recheck_soon = !self.gates.halted && super::report::waits_on_servers(&self);
         self.out.again |= self.gates.map_first && self.out.failure.is_none();
         self.out
     }

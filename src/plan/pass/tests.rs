@@ -1993,3 +1993,37 @@ fn a_canary_whose_statefulset_status_lags_proves_nothing() {
     );
     assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.log);
 }
+
+/// A server that has not loaded the current remote_servers yet, or a Distributed query that
+/// does not reach every shard, is something no Kubernetes event announces: the plan asks to be
+/// passed again soon (not at the 5 s re-check), and not once every server has loaded it.
+#[test]
+fn a_server_loading_the_new_hosts_is_checked_again_soon() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2}));
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.cluster.status);
+    let p = sim.plan();
+    assert!(!p.recheck_soon, "settled: {:?}", p.status.message);
+    // c1-0-0 still lists the hosts of before a scale-in
+    sim.obs.cluster_hosts.insert("c1-0-0".into(), Some(6));
+    let p = sim.plan();
+    assert!(p.recheck_soon);
+    assert_ne!(p.status.state, ClusterState::Ready);
+    assert!(
+        p.status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("c1-0-0 to load")),
+        "{:?}",
+        p.status.message
+    );
+    sim.obs.cluster_hosts.insert("c1-0-0".into(), Some(4));
+    let p = sim.plan();
+    assert!(!p.recheck_soon, "{:?}", p.status.message);
+    assert_eq!(p.status.state, ClusterState::Ready);
+    // a shard not reached through a Distributed query yet
+    sim.obs
+        .distributed
+        .insert("c1-1-2".into(), Some("shard 0 not reached".into()));
+    assert!(sim.plan().recheck_soon);
+}
