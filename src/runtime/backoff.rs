@@ -81,6 +81,19 @@ mod tests {
         }
     }
 
+    /// A cluster waiting for its servers is checked again in 1 s, ten passes in a row at most,
+    /// then every 5 s; a pass that does not wait starts the count again.
+    #[test]
+    fn a_wait_for_the_servers_is_checked_soon_ten_times_then_at_the_recheck() {
+        let p = Pacer::default();
+        let got: Vec<Duration> = (0..12).map(|_| p.recheck("t/c", true)).collect();
+        assert!(got[..10].iter().all(|d| *d == SERVER_RECHECK), "{got:?}");
+        assert_eq!(got[10..], [RECHECK, RECHECK]);
+        assert_eq!(p.recheck("t/other", true), SERVER_RECHECK);
+        assert_eq!(p.recheck("t/c", false), RECHECK);
+        assert_eq!(p.recheck("t/c", true), SERVER_RECHECK);
+    }
+
     /// S2-05: only a success resets the sequence, and only for that object.
     #[test]
     fn success_resets_only_its_own_object() {
@@ -126,7 +139,14 @@ pub struct Pacer {
     state: Mutex<PacerState>,
     /// When each idle cluster's next health check is due, as its last pass asked.
     due: Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// How many passes in a row of each cluster asked to be checked again soon.
+    soon: Mutex<std::collections::HashMap<String, u32>>,
 }
+
+/// How many passes in a row a cluster is checked again in [`SERVER_RECHECK`] before it falls
+/// back to [`RECHECK`]: a server reloads its configuration within a few seconds, and one that
+/// never does (a file it refuses) is not asked every second for good.
+pub const SOON_RECHECKS: u32 = 10;
 
 /// How close to its due time a pass counts as the idle health check it was scheduled as
 /// (kube-runtime does not say why a pass runs: a change triggers it earlier than due).
@@ -154,6 +174,24 @@ struct PacerState {
 }
 
 impl Pacer {
+    /// When a pass of `key` that is not idle should be followed by the next: in
+    /// [`SERVER_RECHECK`] while it waits for its servers (`soon`), for at most
+    /// [`SOON_RECHECKS`] passes in a row, else in [`RECHECK`].
+    pub fn recheck(&self, key: &str, soon: bool) -> Duration {
+        let mut m = self.soon.lock().unwrap_or_else(|e| e.into_inner());
+        if !soon {
+            m.remove(key);
+            return RECHECK;
+        }
+        let n = m.entry(key.to_string()).or_default();
+        *n = n.saturating_add(1);
+        if *n <= SOON_RECHECKS {
+            SERVER_RECHECK
+        } else {
+            RECHECK
+        }
+    }
+
     /// Records an idle pass that took `took` and returns when the cluster should be checked
     /// next; `count` says how many clusters there are (called at most once a second).
     pub fn idle_pass(

@@ -27,7 +27,7 @@ use super::{Context, MANAGER, PassTimer, api};
 use crate::api::{ClickHouseCluster, ClickHouseClusterStatus, ReclaimPolicy};
 use crate::plan::facts::Kind;
 use crate::plan::{self, EventType, Failure, FailureReason, Plan, PlannedEvent, World};
-use crate::runtime::backoff::{RECHECK, SERVER_RECHECK};
+use crate::runtime::backoff::RECHECK;
 use crate::runtime::metrics::{KindLabels, ObjectLabels};
 
 pub const KIND: &str = "ClickHouseCluster";
@@ -392,6 +392,8 @@ pub async fn reconcile(
         })
         .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
     debug!(cluster = %key, state = %current.status.as_ref().map(|s| s.state).unwrap_or_default(), "pass done");
+    // a server loading its configuration, or a shard becoming reachable: no event says so
+    let next = ctx.pacer.recheck(&key, soon);
     let settled = current
         .status
         .as_ref()
@@ -407,11 +409,7 @@ pub async fn reconcile(
         ctx.pacer.schedule(&key, next);
         return Ok(Action::requeue(next));
     }
-    if soon {
-        // a server loading its configuration, or a shard becoming reachable: no event says so
-        return Ok(Action::requeue(SERVER_RECHECK));
-    }
-    Ok(Action::requeue(RECHECK))
+    Ok(Action::requeue(next))
 }
 
 pub fn error_policy(cluster: Arc<ClickHouseCluster>, error: &Error, ctx: Arc<Context>) -> Action {
