@@ -159,6 +159,11 @@ pub fn plan_rollout(
     plan
 }
 
+/// Another replica of `m`'s shard is available (so `m` can leave traffic).
+fn others_available(group: &[&Member], m: &Member) -> bool {
+    group.iter().any(|o| o.name != m.name && o.available)
+}
+
 fn plan_shard(
     plan: &mut RolloutPlan,
     shard: i32,
@@ -208,7 +213,7 @@ fn plan_shard(
         .count();
     for m in &in_flight {
         if m.pod_outdated && smart {
-            let others_available = group.iter().any(|o| o.name != m.name && o.available);
+            let others_available = others_available(group, m);
             if !m.ready || group.len() == 1 {
                 // Broken, or alone in its shard: nothing to protect or to drain.
                 plan.restart_pods.push(m.name.clone());
@@ -305,11 +310,7 @@ fn plan_shard(
         // A Smart Update restarts it next: it leaves traffic with the template write, so the
         // drain starts one pass sooner (the restart still waits for the drain and for the
         // StatefulSet controller to show its pod outdated).
-        if smart
-            && m.serving
-            && group.len() > 1
-            && group.iter().any(|o| o.name != m.name && o.available)
-        {
+        if smart && m.serving && others_available(group, m) {
             plan.exclude_pods.push(m.name.clone());
         }
         budget -= 1;

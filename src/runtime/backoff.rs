@@ -92,6 +92,12 @@ mod tests {
         assert_eq!(p.recheck("t/other", true), SERVER_RECHECK);
         assert_eq!(p.recheck("t/c", false), RECHECK);
         assert_eq!(p.recheck("t/c", true), SERVER_RECHECK);
+        // a deleted cluster is forgotten: a new one of the name starts afresh
+        for _ in 0..12 {
+            p.recheck("t/d", true);
+        }
+        p.forget("t/d");
+        assert_eq!(p.recheck("t/d", true), SERVER_RECHECK);
     }
 
     /// S2-05: only a success resets the sequence, and only for that object.
@@ -174,6 +180,18 @@ struct PacerState {
 }
 
 impl Pacer {
+    /// Forgets a deleted cluster.
+    pub fn forget(&self, key: &str) {
+        self.due
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.soon
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
     /// When a pass of `key` that is not idle should be followed by the next: in
     /// [`SERVER_RECHECK`] while it waits for its servers (`soon`), for at most
     /// [`SOON_RECHECKS`] passes in a row, else in [`RECHECK`].

@@ -255,6 +255,7 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
     ctx.last_writes.set(&key(cluster), None);
     ctx.metrics.forget_cluster(&ns, &cluster.name_any());
     ctx.caches.forget(&ns, &cluster.name_any());
+    ctx.pacer.forget(&key(cluster));
     info!(cluster = %cluster.name_any(), "deleted");
     Ok(Action::await_change())
 }
@@ -393,7 +394,7 @@ pub async fn reconcile(
         .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
     debug!(cluster = %key, state = %current.status.as_ref().map(|s| s.state).unwrap_or_default(), "pass done");
     // a server loading its configuration, or a shard becoming reachable: no event says so
-    let next = ctx.pacer.recheck(&key, soon);
+    let recheck = ctx.pacer.recheck(&key, soon);
     let settled = current
         .status
         .as_ref()
@@ -409,7 +410,7 @@ pub async fn reconcile(
         ctx.pacer.schedule(&key, next);
         return Ok(Action::requeue(next));
     }
-    Ok(Action::requeue(next))
+    Ok(Action::requeue(recheck))
 }
 
 pub fn error_policy(cluster: Arc<ClickHouseCluster>, error: &Error, ctx: Arc<Context>) -> Action {
