@@ -750,18 +750,25 @@ pub struct BackupScheduleSpec {
     /// Where backups of this cluster go unless a backup names another destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<S3Destination>,
+    /// Further destinations a ClickHouseBackup or ClickHouseRestore of this cluster may name in
+    /// its own `destination` (each field the same); no other is used. Whoever may create backups
+    /// of the cluster can copy its data to these and read their Secrets' keys through them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_destinations: Vec<S3Destination>,
     /// Backups taken on a schedule, as ClickHouseBackup objects owned by the cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<BackupSchedule>,
 }
 
 /// An S3-compatible bucket (AWS S3, MinIO, SeaweedFS, …). The access key and secret key are
-/// read from a Secret, never from the resource.
+/// read from a Secret, never from the resource; the Secret must carry the label
+/// `clickhouse.com/s3-credentials: "true"` to be used for them.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct S3Destination {
-    /// `https://s3.eu-west-1.amazonaws.com`, `http://minio.backups:9000`, …
+    /// `https://s3.eu-west-1.amazonaws.com`, or `http://minio.backups:9000` with `insecure`.
     pub endpoint: String,
+    /// The bucket's name.
     pub bucket: String,
     /// Folder in the bucket under which this cluster's backups are kept (default: the
     /// namespace and the cluster's name).
@@ -778,6 +785,10 @@ pub struct S3Destination {
     /// Key of the secret access key in the Secret (default `secretAccessKey`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_access_key_key: Option<String>,
+    /// Allow an `http://` endpoint: the data and the signed requests then cross the network in
+    /// clear (default: only `https://`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -36,6 +36,12 @@ pub struct ClickHouseRestoreSpec {
     /// default: such tables are refused.
     #[serde(default)]
     pub into_non_empty_tables: bool,
+    /// Restore tables, views and dictionaries that reach outside the cluster (engines such as
+    /// `URL`, `S3`, `MySQL`, `Kafka`; table functions such as `url()`, `remote()`; dictionary
+    /// sources). Default: a backup holding one is refused before anything is restored, since
+    /// its definitions come from the bucket.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_external_sources: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

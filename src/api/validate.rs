@@ -542,6 +542,9 @@ fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if let Some(d) = &spec.backup.destination {
         check_destination("spec.backup.destination", d, errors);
     }
+    for (i, d) in spec.backup.allowed_destinations.iter().enumerate() {
+        check_destination(&format!("spec.backup.allowedDestinations[{i}]"), d, errors);
+    }
     let mut schedule_names = BTreeSet::new();
     for (i, s) in spec.backup.schedules.iter().enumerate() {
         let f = |leaf: &str| format!("spec.backup.schedules[{i}].{leaf}");
@@ -569,10 +572,23 @@ pub fn destination_errors(at: &str, d: &super::S3Destination) -> Vec<FieldError>
 
 /// An S3 destination: an http(s) endpoint, a bucket name S3 accepts, a Secret name.
 fn check_destination(at: &str, d: &super::S3Destination, errors: &mut Errors) {
-    if !(d.endpoint.starts_with("http://") || d.endpoint.starts_with("https://")) {
+    if d.endpoint.starts_with("http://") {
+        if !d.insecure {
+            errors.add(
+                &format!("{at}.endpoint"),
+                format!(
+                    "{:?} is plain HTTP: use https://, or set insecure: true to send backups and signed requests in clear",
+                    d.endpoint
+                ),
+            );
+        }
+    } else if !d.endpoint.starts_with("https://") {
         errors.add(
             &format!("{at}.endpoint"),
-            format!("{:?} must start with http:// or https://", d.endpoint),
+            format!(
+                "{:?} must start with https:// (or http:// with insecure)",
+                d.endpoint
+            ),
         );
     }
     let b = &d.bucket;
@@ -1516,6 +1532,7 @@ mod tests {
             endpoint: "http://s3:8333".into(),
             bucket: "backups".into(),
             secret_name: "s3".into(),
+            insecure: true,
             ..Default::default()
         });
         let sched = |name: &str, cron: &str, keep| BackupSchedule {
@@ -1560,6 +1577,40 @@ mod tests {
                 "spec.backup.destination.prefix",
             ]
         );
+    }
+
+    /// Issue 31 (S-3): a plain-HTTP endpoint only with `insecure`, for the cluster's destination
+    /// and every destination it allows.
+    #[test]
+    fn plain_http_destinations_need_insecure() {
+        let mut s = spec();
+        let d = |endpoint: &str, insecure| crate::api::S3Destination {
+            endpoint: endpoint.into(),
+            bucket: "backups".into(),
+            secret_name: "s3".into(),
+            insecure,
+            ..Default::default()
+        };
+        s.backup.destination = Some(d("http://minio:9000", false));
+        s.backup.allowed_destinations =
+            vec![d("https://s3.example.com", false), d("http://x", false)];
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.backup.destination.endpoint",
+                "spec.backup.allowedDestinations[1].endpoint"
+            ]
+        );
+        assert!(
+            errors[0].message.contains("insecure: true"),
+            "{}",
+            errors[0].message
+        );
+        s.backup.destination = Some(d("http://minio:9000", true));
+        s.backup.allowed_destinations = vec![d("https://s3.example.com", false)];
+        assert!(validate("c1", &s).0.is_empty());
     }
 
     /// S2-25: a resource newer than the operator is refused with a message to upgrade.

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
+use super::checks;
 use super::manifest::{self, Part, PartSource, ShardManifest, Table};
 use super::store::Bucket;
 use crate::clickhouse::backup as sql;
@@ -70,7 +70,7 @@ fn in_scope(scope: &[String], database: &str, table: &str) -> bool {
 fn part_checksum(dir: &Path) -> Result<String, String> {
     let data = std::fs::read(dir.join("checksums.txt"))
         .map_err(|e| format!("{}: {e}", dir.join("checksums.txt").display()))?;
-    Ok(hex::encode(&Sha256::digest(&data)[..8]))
+    Ok(manifest::checksum_of(&data))
 }
 
 /// Every file under `dir`, relative, with its size.
@@ -129,13 +129,23 @@ impl BackupJob {
                 let key = manifest::shard_manifest_key(b, self.shard);
                 let data = self
                     .bucket
-                    .get(&key)
+                    .get(&key, checks::limits::SHARD_MANIFEST_BYTES)
                     .await
                     .map_err(|e| e.to_string())?
                     .ok_or_else(|| {
                         format!("the base backup {b} has no {}", self.bucket.url(&key))
                     })?;
-                Some(serde_json::from_slice(&data).map_err(|e| format!("{key}: {e}"))?)
+                let m: ShardManifest =
+                    serde_json::from_slice(&data).map_err(|e| format!("{key}: {e}"))?;
+                // the base comes from the bucket too: its part keys are reused only once its
+                // manifest keeps every rule a restore would hold it to
+                let external = checks::Allow { external: true };
+                checks::check_shard(&m, b, self.shard, external).map_err(|r| {
+                    format!(
+                        "the manifest of base backup {b} breaks a rule ({r}): take a full backup"
+                    )
+                })?;
+                Some(m)
             }
         };
         let databases = sql::databases(&self.server)
@@ -430,100 +440,178 @@ pub struct RestoreJob {
     pub credentials: (String, String),
     /// Restore into tables that already hold rows (their rows stay, the backup's are added).
     pub into_non_empty: bool,
+    /// What the restore allows beyond the cluster (engines, table functions, dictionaries).
+    pub allow: checks::Allow,
 }
 
 impl RestoreJob {
+    /// Reads and checks the shard's manifest and what the bucket holds for it, refuses tables
+    /// that hold rows, and only then creates the schema on every replica and attaches the parts
+    /// on the backup replica: a manifest that breaks a rule changes nothing anywhere.
     pub async fn run(&self) -> Result<Report, String> {
         let key = manifest::shard_manifest_key(&self.backup, self.shard);
         let data = self
             .bucket
-            .get(&key)
+            .get(&key, checks::limits::SHARD_MANIFEST_BYTES)
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("backup {} has no {}", self.backup, self.bucket.url(&key)))?;
-        let m: ShardManifest = serde_json::from_slice(&data).map_err(|e| format!("{key}: {e}"))?;
+        let m: ShardManifest = serde_json::from_slice(&data)
+            .map_err(|e| format!("{} is not a shard manifest: {e}", self.bucket.url(&key)))?;
+        let checked =
+            checks::check_shard(&m, &self.backup, self.shard, self.allow).map_err(|r| {
+                format!(
+                    "the manifest of shard {} breaks a rule, nothing was restored: {r}",
+                    self.shard
+                )
+            })?;
+        self.verify_bucket(&checked).await?;
         let backup_replica = self.servers.first().ok_or("no replica to restore into")?;
-        // refuse before creating anything: tables that exist and hold rows
-        let existing = sql::tables(backup_replica)
-            .await
-            .map_err(|e| e.to_string())?;
         if !self.into_non_empty {
-            for t in m.tables.iter().filter(|t| !t.parts.is_empty()) {
-                if existing
+            self.refuse_non_empty(backup_replica, &checked).await?;
+        }
+        let mut report = Report::default();
+        for server in &self.servers {
+            for d in &checked.databases {
+                server
+                    .exec(&d.statement, &QueryOptions::new().retry(true))
+                    .await
+                    .map_err(|e| format!("creating database {}: {e}", d.name))?;
+            }
+            for t in &checked.tables {
+                server
+                    .exec(&t.statement, &QueryOptions::new().retry(true))
+                    .await
+                    .map_err(|e| format!("creating {}: {e}", t.object()))?;
+            }
+        }
+        if let Some(dir) = &checked.native {
+            report.bytes_downloaded = self.restore_native(backup_replica, &checked, dir).await?;
+        } else {
+            self.attach_parts(backup_replica, &checked, &mut report)
+                .await?;
+        }
+        report.ok = true;
+        Ok(report)
+    }
+
+    /// Every file the manifest lists is in the bucket with its size, and every part's
+    /// `checksums.txt` is the one the manifest hashed.
+    async fn verify_bucket(&self, shard: &checks::CheckedShard) -> Result<(), String> {
+        let mut stored = BTreeMap::new();
+        for folder in shard.parts_by_folder().keys() {
+            stored.extend(
+                self.bucket
+                    .list_sizes(folder)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let refused = |r: checks::Refusal| {
+            format!(
+                "the manifest of shard {} does not match the bucket, nothing was restored: {r}",
+                self.shard
+            )
+        };
+        checks::verify_stored(shard, &stored).map_err(refused)?;
+        let found: Vec<Result<(), String>> = futures::stream::iter(
+            shard
+                .tables
+                .iter()
+                .flat_map(|t| t.parts.iter().map(move |p| (t, p))),
+        )
+        .map(|(t, p)| async move {
+            let size = p.files["checksums.txt"];
+            let key = format!("{}/checksums.txt", p.key);
+            let data = self
+                .bucket
+                .get(&key, size)
+                .await
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default();
+            checks::verify_checksum(t, p, &data).map_err(refused)
+        })
+        .buffer_unordered(PARALLEL_FILES * 2)
+        .collect()
+        .await;
+        found.into_iter().collect()
+    }
+
+    async fn refuse_non_empty(
+        &self,
+        server: &Client,
+        shard: &checks::CheckedShard,
+    ) -> Result<(), String> {
+        let existing = sql::tables(server).await.map_err(|e| e.to_string())?;
+        for t in shard
+            .tables
+            .iter()
+            .filter(|t| !t.parts.is_empty() || shard.native.is_some())
+        {
+            if t.kind != checks::Kind::Table
+                || !existing
                     .iter()
                     .any(|e| e.database == t.database && e.name == t.name)
-                {
-                    let n = sql::count(backup_replica, &t.database, &t.name)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if n > 0 {
-                        return Err(format!(
-                            "table {}.{} already holds {n} rows: drop it first, or restore with intoNonEmptyTables",
-                            t.database, t.name
-                        ));
-                    }
-                }
+            {
+                continue;
+            }
+            let n = sql::count(server, &t.database, &t.name)
+                .await
+                .map_err(|e| e.to_string())?;
+            if n > 0 {
+                return Err(format!(
+                    "table {} already holds {n} rows: drop it first, or restore with intoNonEmptyTables",
+                    t.object()
+                ));
             }
         }
-        let mut tables: Vec<&Table> = m.tables.iter().collect();
-        tables.sort_by_key(|t| sql::create_rank(&t.engine));
-        let mut report = Report::default();
-        let schema_on: &[Client] = match &m.native {
-            // the server restores schema and data itself; the other replicas get the schema
-            Some(dir) => {
-                let (access, secret) = &self.credentials;
-                let source =
-                    sql::s3_target(&format!("{}/", self.bucket.http_url(dir)), access, secret);
-                let names: Vec<String> = m.databases.keys().cloned().collect();
-                let started = backup_replica
-                    .query(
-                        &sql::restore_sql(&names, &source, self.into_non_empty),
-                        &QueryOptions::new(),
-                    )
-                    .await
-                    .map_err(|e| format!("RESTORE: {e}"))?;
-                let id = started
-                    .decode(backup_replica.endpoint(), "RESTORE", |r| {
-                        Ok(r.str("id")?.to_string())
-                    })
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .next()
-                    .ok_or("RESTORE returned no id")?;
-                report.bytes_downloaded = follow(backup_replica, &id).await?;
-                &self.servers[1..]
-            }
-            None => &self.servers,
-        };
-        for server in schema_on {
-            for create in m.databases.values() {
-                server
-                    .exec(create, &QueryOptions::new().retry(true))
-                    .await
-                    .map_err(|e| format!("{}: {e}", server.endpoint()))?;
-            }
-            for t in &tables {
-                server
-                    .exec(
-                        &sql::create_if_not_exists(&t.create),
-                        &QueryOptions::new().retry(true),
-                    )
-                    .await
-                    .map_err(|e| format!("creating {}.{}: {e}", t.database, t.name))?;
-            }
-        }
-        if m.native.is_some() {
-            report.ok = true;
-            return Ok(report);
-        }
-        let now = sql::tables(backup_replica)
+        Ok(())
+    }
+
+    /// A server with `BACKUP` restores the data of the tables the agent created from checked
+    /// statements (`create_table = 0`: the server creates none of its own).
+    async fn restore_native(
+        &self,
+        server: &Client,
+        shard: &checks::CheckedShard,
+        dir: &str,
+    ) -> Result<u64, String> {
+        let (access, secret) = &self.credentials;
+        let source = sql::s3_target(&format!("{}/", self.bucket.http_url(dir)), access, secret);
+        let names: Vec<String> = shard.databases.iter().map(|d| d.name.clone()).collect();
+        let started = server
+            .query(
+                &sql::restore_sql(&names, &source, self.into_non_empty),
+                &QueryOptions::new(),
+            )
             .await
-            .map_err(|e| e.to_string())?;
-        for t in tables.iter().filter(|t| !t.parts.is_empty()) {
+            .map_err(|e| format!("RESTORE: {e}"))?;
+        let id = started
+            .decode(server.endpoint(), "RESTORE", |r| {
+                Ok(r.str("id")?.to_string())
+            })
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .next()
+            .ok_or("RESTORE returned no id")?;
+        follow(server, &id).await
+    }
+
+    /// Each part downloaded into its table's `detached/` folder on the backup replica (the
+    /// folder found from the server's own table, names from the checked manifest) and attached;
+    /// a part that fails is removed from `detached/`.
+    async fn attach_parts(
+        &self,
+        server: &Client,
+        shard: &checks::CheckedShard,
+        report: &mut Report,
+    ) -> Result<(), String> {
+        let now = sql::tables(server).await.map_err(|e| e.to_string())?;
+        for t in shard.tables.iter().filter(|t| !t.parts.is_empty()) {
             let live = now
                 .iter()
                 .find(|e| e.database == t.database && e.name == t.name)
-                .ok_or_else(|| format!("{}.{} was not created", t.database, t.name))?;
+                .ok_or_else(|| format!("{} was not created", t.object()))?;
             let detached = self
                 .data_dir
                 .join(relative_data_path(&live.data_path)?)
@@ -531,22 +619,26 @@ impl RestoreJob {
             for p in &t.parts {
                 let into = detached.join(&p.name);
                 let _ = std::fs::remove_dir_all(&into);
-                self.download(&p.key, &into, &p.files).await?;
-                backup_replica
-                    .exec(
-                        &sql::attach_part_sql(&t.database, &t.name, &p.name),
-                        &QueryOptions::new(),
-                    )
-                    .await
-                    .map_err(|e| {
-                        format!("attaching {} to {}.{}: {e}", p.name, t.database, t.name)
-                    })?;
+                let attached = async {
+                    self.download(&p.key, &into, &p.files).await?;
+                    server
+                        .exec(
+                            &sql::attach_part_sql(&t.database, &t.name, &p.name),
+                            &QueryOptions::new(),
+                        )
+                        .await
+                        .map_err(|e| format!("attaching {} to {}: {e}", p.name, t.object()))
+                }
+                .await;
+                if let Err(e) = attached {
+                    let _ = std::fs::remove_dir_all(&into);
+                    return Err(e);
+                }
                 report.parts_attached += 1;
                 report.bytes_downloaded += p.bytes();
             }
         }
-        report.ok = true;
-        Ok(report)
+        Ok(())
     }
 
     async fn download(
@@ -562,8 +654,8 @@ impl RestoreJob {
             }
         }
         each_file(files, |f| {
-            let (object, path) = (format!("{key}/{f}"), into.join(f));
-            async move { self.bucket.get_file(&object, &path).await }
+            let (object, path, size) = (format!("{key}/{f}"), into.join(f), files[f]);
+            async move { self.bucket.get_file(&object, &path, size).await }
         })
         .await
     }
@@ -574,9 +666,11 @@ const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// `clickhouse-operator backup-agent`: reads its configuration from the environment the Job
 /// sets ([`super::job::AgentJob`]), runs, and writes its [`Report`] to the termination log.
-/// The exit code is 0 only when the work is complete.
+/// The exit code is 0 only when the work is complete. The report's error has every secret the
+/// agent holds (the servers' password, the S3 keys) hidden: it reaches the pod's status, the
+/// resource's status and an Event.
 pub async fn main_from_env() -> i32 {
-    let report = match run_from_env().await {
+    let mut report = match run_from_env().await {
         Ok(r) => r,
         Err(e) => Report {
             ok: false,
@@ -584,6 +678,11 @@ pub async fn main_from_env() -> i32 {
             ..Report::default()
         },
     };
+    let redactor = secrets_from_env();
+    if let Some(e) = report.error.as_mut() {
+        // the termination message holds 4096 bytes
+        *e = redactor.scrub(e).chars().take(3000).collect();
+    }
     let text = serde_json::to_string(&report).unwrap_or_default();
     println!("{text}");
     let path = std::env::var("TERMINATION_LOG").unwrap_or_else(|_| TERMINATION_LOG.into());
@@ -591,6 +690,17 @@ pub async fn main_from_env() -> i32 {
         eprintln!("cannot write the report to {path}: {e}");
     }
     if report.ok { 0 } else { 1 }
+}
+
+/// The secrets the agent is given, to hide in what it reports.
+fn secrets_from_env() -> crate::util::redact::Redactor {
+    let mut r = crate::util::redact::Redactor::new();
+    for name in ["CH_PASSWORD", "S3_ACCESS_KEY_ID", "S3_SECRET_ACCESS_KEY"] {
+        if let Ok(v) = std::env::var(name) {
+            r.add(&v);
+        }
+    }
+    r
 }
 
 async fn run_from_env() -> Result<Report, String> {
@@ -669,6 +779,9 @@ async fn run_from_env() -> Result<Report, String> {
                 bucket,
                 credentials,
                 into_non_empty: opt("INTO_NON_EMPTY").is_some_and(|v| v == "true"),
+                allow: checks::Allow {
+                    external: opt("ALLOW_EXTERNAL_SOURCES").is_some_and(|v| v == "true"),
+                },
             }
             .run()
             .await

@@ -67,6 +67,8 @@ pub struct AgentJob {
     pub base: Option<String>,
     pub tables: Vec<String>,
     pub into_non_empty: bool,
+    /// Restore: tables, views and dictionaries reaching outside the cluster are allowed.
+    pub allow_external: bool,
     /// How the agent talks to the servers, as the operator does.
     pub tls: AgentTls,
 }
@@ -266,6 +268,9 @@ impl AgentJob {
         if self.into_non_empty {
             envs.push(env("INTO_NON_EMPTY", "true"));
         }
+        if self.allow_external {
+            envs.push(env("ALLOW_EXTERNAL_SOURCES", "true"));
+        }
         let container = Container {
             name: AGENT_CONTAINER.into(),
             image: Some(self.image.clone()),
@@ -363,6 +368,7 @@ mod tests {
             base: None,
             tables: vec![],
             into_non_empty: false,
+            allow_external: false,
             tls: AgentTls::Off,
         }
     }

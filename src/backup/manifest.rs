@@ -50,7 +50,7 @@ pub fn part_dir(backup: &str, shard: i32, database: &str, table: &str, part: &st
 }
 
 /// A name as one path segment: alphanumerics, `_`, `-`, `.` kept, the rest `%XX`.
-fn escape(name: &str) -> String {
+pub(crate) fn escape(name: &str) -> String {
     let mut out = String::new();
     for b in name.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.') {
@@ -60,6 +60,14 @@ fn escape(name: &str) -> String {
         }
     }
     out
+}
+
+/// The checksum a manifest lists for a part: the first 8 bytes of the SHA-256 of its
+/// `checksums.txt`, in hexadecimal (ClickHouse checks every other file against that file when
+/// it attaches the part).
+pub fn checksum_of(checksums_txt: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(checksums_txt)[..8])
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

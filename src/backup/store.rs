@@ -1,6 +1,7 @@
 //! The bucket a backup goes to: an S3-compatible store through `object_store` (request signing,
 //! retries and multipart uploads are that crate's), every key under the destination's prefix.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +62,8 @@ pub struct Bucket {
     bucket: String,
     secret: String,
     prefix: String,
+    /// The credentials, hidden in every error (an S3 server's answer may quote them).
+    redactor: crate::util::redact::Redactor,
 }
 
 impl Bucket {
@@ -96,7 +99,14 @@ impl Bucket {
                 ..RetryConfig::default()
             })
             .build()
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+            .map_err(|e| {
+                Error::Invalid(
+                    crate::util::redact::Redactor::new()
+                        .with(access_key_id)
+                        .with(secret_access_key)
+                        .scrub(&e.to_string()),
+                )
+            })?;
         let prefix = d
             .prefix
             .clone()
@@ -109,6 +119,9 @@ impl Bucket {
             bucket: d.bucket.clone(),
             secret: d.secret_name.clone(),
             prefix,
+            redactor: crate::util::redact::Redactor::new()
+                .with(access_key_id)
+                .with(secret_access_key),
         })
     }
 
@@ -136,7 +149,7 @@ impl Bucket {
     }
 
     fn error(&self, e: object_store::Error) -> Error {
-        let detail = e.to_string();
+        let detail = self.redactor.scrub(&e.to_string());
         let has = |s: &str| detail.contains(s);
         match &e {
             _ if has("NoSuchBucket") => Error::NoBucket {
@@ -231,30 +244,112 @@ impl Bucket {
         Ok(size)
     }
 
-    /// The object at `key`, or `None` when there is none.
-    pub async fn get(&self, key: &str) -> Result<Option<Bytes>, Error> {
-        match self.store.get(&self.path(key)).await {
-            Ok(r) => Ok(Some(r.bytes().await.map_err(|e| self.error(e))?)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.error(e)),
+    /// The object at `key`, or `None` when there is none; an object over `max` bytes is
+    /// refused before it is read (a bucket is not trusted to hold what it should).
+    pub async fn get(&self, key: &str, max: u64) -> Result<Option<Bytes>, Error> {
+        let r = match self.store.get(&self.path(key)).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.error(e)),
+        };
+        if r.meta.size > max {
+            return Err(self.too_large(key, r.meta.size, max));
+        }
+        let mut out = Vec::with_capacity(r.meta.size as usize);
+        let mut stream = r.into_stream();
+        while let Some(chunk) = stream.try_next().await.map_err(|e| self.error(e))? {
+            if (out.len() + chunk.len()) as u64 > max {
+                return Err(self.too_large(key, (out.len() + chunk.len()) as u64, max));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Some(Bytes::from(out)))
+    }
+
+    fn too_large(&self, key: &str, size: u64, max: u64) -> Error {
+        Error::Other {
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            detail: format!(
+                "{} holds {size} bytes or more, more than the {max} expected",
+                self.url(key)
+            ),
         }
     }
 
-    /// Downloads `key` into `file`.
-    pub async fn get_file(&self, key: &str, file: &std::path::Path) -> Result<u64, Error> {
-        let data = self.get(key).await?.ok_or_else(|| Error::Other {
+    /// Downloads `key` into `file`, which must come to exactly `size` bytes: a larger object is
+    /// refused as soon as it passes `size`, and nothing beyond it is written.
+    pub async fn get_file(
+        &self,
+        key: &str,
+        file: &std::path::Path,
+        size: u64,
+    ) -> Result<u64, Error> {
+        use tokio::io::AsyncWriteExt;
+        let io = |e: std::io::Error| Error::Other {
             endpoint: self.endpoint.clone(),
             bucket: self.bucket.clone(),
-            detail: format!("{} is missing", self.url(key)),
-        })?;
-        tokio::fs::write(file, &data)
+            detail: format!("writing {}: {e}", file.display()),
+        };
+        let r = match self.store.get(&self.path(key)).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(Error::Other {
+                    endpoint: self.endpoint.clone(),
+                    bucket: self.bucket.clone(),
+                    detail: format!("{} is missing", self.url(key)),
+                });
+            }
+            Err(e) => return Err(self.error(e)),
+        };
+        if r.meta.size != size {
+            return Err(self.wrong_size(key, r.meta.size, size));
+        }
+        let mut out = tokio::fs::File::create(file).await.map_err(io)?;
+        let mut written = 0u64;
+        let mut stream = r.into_stream();
+        while let Some(chunk) = stream.try_next().await.map_err(|e| self.error(e))? {
+            written += chunk.len() as u64;
+            if written > size {
+                return Err(self.wrong_size(key, written, size));
+            }
+            out.write_all(&chunk).await.map_err(io)?;
+        }
+        out.flush().await.map_err(io)?;
+        if written != size {
+            return Err(self.wrong_size(key, written, size));
+        }
+        Ok(written)
+    }
+
+    fn wrong_size(&self, key: &str, found: u64, expected: u64) -> Error {
+        Error::Other {
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            detail: format!(
+                "{} holds {found} bytes, its manifest says {expected}",
+                self.url(key)
+            ),
+        }
+    }
+
+    /// Keys (relative to the prefix) under `dir` with their sizes.
+    pub async fn list_sizes(&self, dir: &str) -> Result<BTreeMap<String, u64>, Error> {
+        let base = format!("{}/", self.path(""));
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&self.path(dir)))
+            .try_collect()
             .await
-            .map_err(|e| Error::Other {
-                endpoint: self.endpoint.clone(),
-                bucket: self.bucket.clone(),
-                detail: format!("writing {}: {e}", file.display()),
-            })?;
-        Ok(data.len() as u64)
+            .map_err(|e| self.error(e))?;
+        Ok(objects
+            .into_iter()
+            .map(|o| {
+                let full = o.location.to_string();
+                let key = full.strip_prefix(&base).unwrap_or(&full).to_string();
+                (key, o.size)
+            })
+            .collect())
     }
 
     /// Keys (relative to the prefix) under `dir`.

@@ -68,19 +68,6 @@ pub fn create_database_sql(db: &Database) -> String {
     }
 }
 
-/// A stored `CREATE TABLE|VIEW|MATERIALIZED VIEW …` made idempotent (`IF NOT EXISTS`).
-pub fn create_if_not_exists(create: &str) -> String {
-    let trimmed = create.trim_start();
-    for head in ["CREATE TABLE ", "CREATE VIEW ", "CREATE MATERIALIZED VIEW "] {
-        if let Some(rest) = trimmed.strip_prefix(head)
-            && !rest.starts_with("IF NOT EXISTS ")
-        {
-            return format!("{head}IF NOT EXISTS {rest}");
-        }
-    }
-    trimmed.to_string()
-}
-
 /// A hard-linked snapshot of every part of a table under the server's `shadow/` folder.
 pub fn freeze_sql(database: &str, table: &str) -> String {
     format!("ALTER TABLE {}.{} FREEZE", ident(database), ident(table))
@@ -152,20 +139,24 @@ pub fn backup_status_sql(id: &str) -> String {
     )
 }
 
-/// The server's own restore of whole databases from `source`; tables that already hold rows
-/// are refused unless `into_non_empty`.
+/// The server's own restore of the data of whole databases from `source` into the tables the
+/// backup agent created beforehand from checked statements: `create_table = 0` and
+/// `create_database = 0` (the server's "must exist"), so no statement written in the backup's
+/// own metadata runs. Tables that already hold rows are refused unless `into_non_empty`.
 pub fn restore_sql(databases: &[String], source: &str, into_non_empty: bool) -> String {
     let what = databases
         .iter()
         .map(|d| format!("DATABASE {}", ident(d)))
         .collect::<Vec<_>>()
         .join(", ");
-    let settings = if into_non_empty {
-        " SETTINGS allow_non_empty_tables = true"
+    let non_empty = if into_non_empty {
+        ", allow_non_empty_tables = true"
     } else {
         ""
     };
-    format!("RESTORE {what} FROM {source}{settings} ASYNC")
+    format!(
+        "RESTORE {what} FROM {source} SETTINGS create_table = 0, create_database = 0{non_empty} ASYNC"
+    )
 }
 
 /// Every statement of backups and restores in its modern form, for a parser to check (the
@@ -245,24 +236,8 @@ mod tests {
         assert_eq!(
             restore_sql(&["db".into(), "e".into()], &t, true),
             format!(
-                "RESTORE DATABASE `db`, DATABASE `e` FROM {t} SETTINGS allow_non_empty_tables = true ASYNC"
+                "RESTORE DATABASE `db`, DATABASE `e` FROM {t} SETTINGS create_table = 0, create_database = 0, allow_non_empty_tables = true ASYNC"
             )
-        );
-    }
-
-    #[test]
-    fn stored_creates_become_idempotent() {
-        assert_eq!(
-            create_if_not_exists("CREATE TABLE default.t (x UInt8) ENGINE = Memory"),
-            "CREATE TABLE IF NOT EXISTS default.t (x UInt8) ENGINE = Memory"
-        );
-        assert_eq!(
-            create_if_not_exists("CREATE MATERIALIZED VIEW default.v TO default.t AS SELECT 1"),
-            "CREATE MATERIALIZED VIEW IF NOT EXISTS default.v TO default.t AS SELECT 1"
-        );
-        assert_eq!(
-            create_if_not_exists("CREATE TABLE IF NOT EXISTS a.b (x UInt8) ENGINE = Log"),
-            "CREATE TABLE IF NOT EXISTS a.b (x UInt8) ENGINE = Log"
         );
     }
 }

@@ -8,14 +8,21 @@
 //! code path for all versions and lets errors keep ClickHouse's own code and message.
 //!
 //! Every call has a timeout; every statement is logged at debug level before it is sent
-//! (Altinity's `SetLogQueries`); [`QueryOptions::retry`] retries failures that may pass on
-//! their own with exponential backoff (`SetRetry`).
+//! (Altinity's `SetLogQueries`), its string literals masked; [`QueryOptions::retry`] retries
+//! failures that may pass on their own with exponential backoff (`SetRetry`).
+//!
+//! Errors name a statement by its [`summary`] (its leading words and names, never a string
+//! literal), and a server's message has the statement's literals hidden: literals are where
+//! credentials are (an S3 key in `BACKUP … TO S3(…)`, a password in a MySQL engine), and an
+//! error reaches statuses, Events and logs.
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
+
+use super::lexer::{hide_literals_of, mask_literals, summary};
 
 /// Where a replica answers HTTP: the address as the operator observes it (the pod IP, or a
 /// host name) and the HTTP(S) port.
@@ -210,9 +217,9 @@ pub enum Error {
         code: Option<ErrorCode>,
         /// The HTTP status.
         status: u16,
-        /// ClickHouse's message, as sent.
+        /// ClickHouse's message, the statement's string literals hidden.
         message: String,
-        /// The statement, for the status message (S1-06).
+        /// What the statement was, for the status message (S1-06): its [`summary`].
         statement: String,
     },
     /// The replica could not be reached or did not answer in time.
@@ -222,7 +229,7 @@ pub enum Error {
         endpoint: Endpoint,
         /// What reqwest reported.
         source: reqwest::Error,
-        /// The statement.
+        /// What the statement was: its [`summary`].
         statement: String,
     },
     /// The answer could not be read as the expected rows.
@@ -232,7 +239,7 @@ pub enum Error {
         endpoint: Endpoint,
         /// What did not fit.
         detail: String,
-        /// The statement.
+        /// What the statement was: its [`summary`].
         statement: String,
     },
     /// The client could not be built (e.g. an invalid CA certificate).
@@ -394,7 +401,7 @@ impl Rows {
             .map_err(|detail| Error::Decode {
                 endpoint: endpoint.clone(),
                 detail,
-                statement: statement.to_string(),
+                statement: summary(statement),
             })
     }
 }
@@ -560,7 +567,7 @@ impl Client {
         Rows::from_json_compact(&body).map_err(|detail| Error::Decode {
             endpoint: self.endpoint.clone(),
             detail,
-            statement: sql.to_string(),
+            statement: summary(sql),
         })
     }
 
@@ -584,7 +591,7 @@ impl Client {
         let decode = |detail: String| Error::Decode {
             endpoint: self.endpoint.clone(),
             detail,
-            statement: super::sql::select_version().to_string(),
+            statement: summary(super::sql::select_version()),
         };
         let raw = raw.ok_or_else(|| decode("no version in the answer".into()))?;
         let version = raw
@@ -619,7 +626,7 @@ impl Client {
     }
 
     async fn once(&self, sql: &str, options: &QueryOptions, rows: bool) -> Result<String, Error> {
-        tracing::debug!(endpoint = %self.endpoint, statement = sql, settings = ?options.settings, "ClickHouse statement");
+        tracing::debug!(endpoint = %self.endpoint, statement = %mask_literals(sql), settings = ?options.settings, "ClickHouse statement");
         let mut params: Vec<(&str, &str)> = options
             .settings
             .iter()
@@ -631,7 +638,7 @@ impl Client {
         let transport = |source: reqwest::Error| Error::Transport {
             endpoint: self.endpoint.clone(),
             source,
-            statement: sql.to_string(),
+            statement: summary(sql),
         };
         let response = self
             .http
@@ -659,8 +666,8 @@ impl Client {
             endpoint: self.endpoint.clone(),
             code: header_code.or_else(|| parse_error_code(&body)),
             status: status.as_u16(),
-            message: body.trim().to_string(),
-            statement: sql.to_string(),
+            message: hide_literals_of(sql, body.trim()),
+            statement: summary(sql),
         })
     }
 }

@@ -4,6 +4,8 @@
 //!
 //! - [`client`]: [`Client`] talks to one replica over HTTP; errors keep ClickHouse's code.
 //! - [`keeper`]: a small ZooKeeper-protocol client of one Keeper member (its membership).
+//! - [`lexer`]: tokens of statements the operator did not write (restores), and summaries of
+//!   statements that hold no string literal (errors and logs).
 //! - [`version`]: [`Version`] and the one table of [`version::CAPABILITIES`].
 //! - [`sql`]: every statement, built from typed names, per version.
 //! - [`schemer`]: [`schemer::migrate_new_host`] copies the schema onto a new host.
@@ -13,6 +15,7 @@
 pub mod backup;
 pub mod client;
 pub mod keeper;
+pub mod lexer;
 pub mod replica;
 pub mod schemer;
 pub mod sql;

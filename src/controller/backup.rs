@@ -27,8 +27,9 @@ use crate::api::{
 use crate::backup::agent::Report;
 use crate::backup::job::{AgentJob, Mode, Placement, job_name, server_changed};
 use crate::backup::manifest::{self, Manifest};
-use crate::backup::store::{ACCESS_KEY_ID, Bucket, Patience, SECRET_ACCESS_KEY};
+use crate::backup::store::{Bucket, Patience};
 use crate::model::names;
+use crate::plan::backup::destination;
 use crate::runtime::backoff::RECHECK;
 
 pub const KIND: &str = "ClickHouseBackup";
@@ -44,12 +45,10 @@ pub enum Error {
     Bucket(#[from] crate::backup::store::Error),
 }
 
-/// The prefix under which a cluster's backups go when the destination names none.
-pub fn default_prefix(namespace: &str, cluster: &str) -> String {
-    format!("{namespace}/{cluster}")
-}
+pub use crate::plan::backup::destination::default_prefix;
 
-/// The destination of a backup: its own, else its cluster's.
+/// The destination of a backup: its own, else its cluster's (whether the cluster allows it is
+/// [`destination::choose`]'s to say).
 pub fn destination_of(
     backup: &ClickHouseBackup,
     cluster: &ClickHouseCluster,
@@ -321,19 +320,14 @@ impl Pass<'_> {
             ));
             return Ok(None);
         }
-        let Some(d) = destination_of(self.backup, cluster) else {
-            self.fail(format!(
-                "no destination: set spec.destination, or spec.backup.destination of cluster {}",
-                cluster.name_any()
-            ));
-            return Ok(None);
+        let d = match destination::choose(self.backup.spec.destination.as_ref(), cluster, &self.ns)
+        {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail(e.to_string());
+                return Ok(None);
+            }
         };
-        let problems = crate::api::validate::destination_errors("spec.destination", &d);
-        if !problems.is_empty() {
-            let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-            self.fail(format!("invalid destination: {}", text.join("; ")));
-            return Ok(None);
-        }
         if cluster.spec.pause {
             self.fail(format!(
                 "cluster {} is paused: nothing runs to back up",
@@ -366,9 +360,7 @@ impl Pass<'_> {
             self.status.message = Some(message);
             return Ok(Some(Action::requeue(RECHECK * 2)));
         }
-        let bucket = match open_bucket(self.ctx, &self.ns, &d, &cluster.name_any(), Patience::Quick)
-            .await?
-        {
+        let bucket = match open_bucket(self.ctx, &self.ns, &d, cluster, Patience::Quick).await? {
             Ok(b) => b,
             Err(e) => {
                 self.fail(e);
@@ -449,7 +441,14 @@ impl Pass<'_> {
             .collect();
         done.sort();
         for (_, name) in done.into_iter().rev() {
-            if bucket.get(&manifest::manifest_key(&name)).await?.is_some() {
+            if bucket
+                .get(
+                    &manifest::manifest_key(&name),
+                    crate::backup::checks::limits::MANIFEST_BYTES,
+                )
+                .await?
+                .is_some()
+            {
                 return Ok(Some(name));
             }
         }
@@ -458,9 +457,13 @@ impl Pass<'_> {
 
     /// `Starting` / `Running`: one Job per shard; their outcomes; the manifest last.
     async fn follow(&mut self, cluster: &ClickHouseCluster) -> Result<Option<Action>, Error> {
-        let Some(d) = destination_of(self.backup, cluster) else {
-            self.fail("the destination was removed during the backup".into());
-            return Ok(None);
+        let d = match destination::choose(self.backup.spec.destination.as_ref(), cluster, &self.ns)
+        {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail(format!("the destination changed during the backup: {e}"));
+                return Ok(None);
+            }
         };
         let map = cluster
             .status
@@ -518,6 +521,7 @@ impl Pass<'_> {
                         base: self.status.base.clone(),
                         tables: self.backup.spec.tables.clone(),
                         into_non_empty: false,
+                        allow_external: false,
                         tls: AgentJob::tls_of(cluster),
                     };
                     jobs.create(&PostParams::default(), &agent.build()).await?;
@@ -546,15 +550,7 @@ impl Pass<'_> {
             return Ok(Some(Action::requeue(RECHECK)));
         }
         // every shard is done: the manifest goes last
-        let bucket = match open_bucket(
-            self.ctx,
-            &self.ns,
-            &d,
-            &cluster.name_any(),
-            Patience::Patient,
-        )
-        .await?
-        {
+        let bucket = match open_bucket(self.ctx, &self.ns, &d, cluster, Patience::Patient).await? {
             Ok(b) => b,
             Err(e) => {
                 self.fail(e);
@@ -661,42 +657,27 @@ pub async fn reconcile(backup: Arc<ClickHouseBackup>, ctx: Arc<Context>) -> Resu
     Ok(next.unwrap_or_else(Action::await_change))
 }
 
-/// The bucket of destination `d` with the credentials of its Secret; `Err` says what is wrong
-/// with the Secret or the destination.
+/// The bucket of destination `d` with the credentials of its Secret (only a Secret that opts
+/// in, see [`destination::credentials`]); `Err` says what is wrong with the Secret or the
+/// destination.
 pub(super) async fn open_bucket(
     ctx: &Context,
     ns: &str,
     d: &S3Destination,
-    cluster: &str,
+    cluster: &ClickHouseCluster,
     patience: Patience,
 ) -> Result<Result<Bucket, String>, Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(secret) = secrets.get_opt(&d.secret_name).await? else {
-        return Ok(Err(format!(
-            "Secret {} (the destination's credentials) does not exist in namespace {ns}",
-            d.secret_name
-        )));
-    };
-    let data = secret.data.unwrap_or_default();
-    let key = |k: &Option<String>, default: &str| {
-        let k = k.clone().unwrap_or_else(|| default.to_string());
-        data.get(&k)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-            .ok_or_else(|| format!("Secret {} has no key {k}", d.secret_name))
-    };
-    let access = match key(&d.access_key_id_key, ACCESS_KEY_ID) {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
-    };
-    let secret_key = match key(&d.secret_access_key_key, SECRET_ACCESS_KEY) {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(e)),
+    let secret = secrets.get_opt(&d.secret_name).await?;
+    let (access, secret_key) = match destination::credentials(d, secret.as_ref(), cluster, ns) {
+        Ok(keys) => keys,
+        Err(e) => return Ok(Err(e.to_string())),
     };
     Ok(Bucket::open(
         d,
         &access,
         &secret_key,
-        &default_prefix(ns, cluster),
+        &default_prefix(ns, &cluster.name_any()),
         patience,
     )
     .map_err(|e| e.to_string()))

@@ -25,10 +25,12 @@ use crate::api::{
     BackupState, ClickHouseBackup, ClickHouseCluster, ClickHouseRestore, ClickHouseRestoreStatus,
     ReplicaState, RestoreState, S3Destination, ShardRestoreStatus,
 };
+use crate::backup::checks;
 use crate::backup::job::{AgentJob, Mode, Placement, job_name};
 use crate::backup::manifest::{self, Manifest};
 use crate::backup::store::Patience;
 use crate::model::names;
+use crate::plan::backup::destination;
 use crate::runtime::backoff::RECHECK;
 
 pub const KIND: &str = "ClickHouseRestore";
@@ -61,29 +63,44 @@ impl Pass<'_> {
         self.status.message = Some(message);
     }
 
-    /// Where the backup is, and the cluster whose prefix it was written under.
+    /// Where the backup is (its prefix written out: the folder of the cluster it was taken
+    /// of), if the cluster restored into names that place (see
+    /// [`destination::choose_for_restore`]); `Err` says why not.
     async fn source(
         &self,
         cluster: &ClickHouseCluster,
-    ) -> Result<Option<(S3Destination, String)>, Error> {
-        if let Some(d) = &self.restore.spec.destination {
-            return Ok(Some((d.clone(), cluster.name_any())));
-        }
+    ) -> Result<Result<S3Destination, String>, Error> {
         let backups: Api<ClickHouseBackup> = Api::namespaced(self.ctx.client.clone(), &self.ns);
-        if let Some(b) = backups.get_opt(&self.restore.spec.backup_name).await? {
-            let d = b
-                .spec
-                .destination
-                .clone()
-                .or_else(|| cluster.spec.backup.destination.clone());
-            return Ok(d.map(|d| (d, b.spec.cluster_name.clone())));
+        let found = match &self.restore.spec.destination {
+            Some(d) => Some((d.clone(), cluster.name_any())),
+            None => match backups.get_opt(&self.restore.spec.backup_name).await? {
+                Some(b) => {
+                    let of = self.ctx.cluster(&self.ns, &b.spec.cluster_name);
+                    b.spec
+                        .destination
+                        .clone()
+                        .or_else(|| of?.spec.backup.destination.clone())
+                        .or_else(|| cluster.spec.backup.destination.clone())
+                        .map(|d| (d, b.spec.cluster_name.clone()))
+                }
+                None => cluster
+                    .spec
+                    .backup
+                    .destination
+                    .clone()
+                    .map(|d| (d, cluster.name_any())),
+            },
+        };
+        let Some((mut d, source_cluster)) = found else {
+            return Ok(Err(format!(
+                "no destination: backup {} is not a ClickHouseBackup here; set spec.destination",
+                self.restore.spec.backup_name
+            )));
+        };
+        if d.prefix.is_none() {
+            d.prefix = Some(default_prefix(&self.ns, &source_cluster));
         }
-        Ok(cluster
-            .spec
-            .backup
-            .destination
-            .clone()
-            .map(|d| (d, cluster.name_any())))
+        Ok(destination::choose_for_restore(&d, cluster, &self.ns).map_err(|e| e.to_string()))
     }
 
     async fn start(&mut self, cluster: &ClickHouseCluster) -> Result<Option<Action>, Error> {
@@ -106,24 +123,33 @@ impl Pass<'_> {
                 }
             }
         }
-        let Some((d, source_cluster)) = self.source(cluster).await? else {
-            self.fail(format!(
-                "no destination: backup {backup} is not a ClickHouseBackup here; set spec.destination"
-            ));
-            return Ok(None);
+        let d = match self.source(cluster).await? {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail(e);
+                return Ok(None);
+            }
         };
-        let bucket =
-            match open_bucket(self.ctx, &self.ns, &d, &source_cluster, Patience::Quick).await? {
-                Ok(b) => b,
-                Err(e) => {
-                    self.fail(e);
-                    return Ok(None);
-                }
-            };
+        let bucket = match open_bucket(self.ctx, &self.ns, &d, cluster, Patience::Quick).await? {
+            Ok(b) => b,
+            Err(e) => {
+                self.fail(e);
+                return Ok(None);
+            }
+        };
         let key = manifest::manifest_key(&backup);
-        let m: Manifest = match bucket.get(&key).await {
-            Ok(Some(data)) => match serde_json::from_slice(&data) {
-                Ok(m) => m,
+        let m: Manifest = match bucket.get(&key, checks::limits::MANIFEST_BYTES).await {
+            Ok(Some(data)) => match serde_json::from_slice::<Manifest>(&data) {
+                Ok(m) => match checks::check_manifest(&m, &backup) {
+                    Ok(()) => m,
+                    Err(r) => {
+                        self.fail(format!(
+                            "{} breaks a rule, nothing was restored: {r}",
+                            bucket.url(&key)
+                        ));
+                        return Ok(None);
+                    }
+                },
                 Err(e) => {
                     self.fail(format!(
                         "{} is not a backup manifest: {e}",
@@ -183,9 +209,14 @@ impl Pass<'_> {
     }
 
     async fn follow(&mut self, cluster: &ClickHouseCluster) -> Result<Option<Action>, Error> {
-        let Some((d, source_cluster)) = self.source(cluster).await? else {
-            self.fail("the destination of the backup is gone".into());
-            return Ok(None);
+        let d = match self.source(cluster).await? {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail(format!(
+                    "the backup's destination changed during the restore: {e}"
+                ));
+                return Ok(None);
+            }
         };
         let map = cluster
             .status
@@ -241,13 +272,11 @@ impl Pass<'_> {
                         placement: Placement::beside(&server),
                         image: self.ctx.operator_image.clone(),
                         destination: d.clone(),
-                        prefix: d
-                            .prefix
-                            .clone()
-                            .unwrap_or_else(|| default_prefix(&self.ns, &source_cluster)),
+                        prefix: d.prefix.clone().unwrap_or_default(),
                         base: None,
                         tables: Vec::new(),
                         into_non_empty: self.restore.spec.into_non_empty_tables,
+                        allow_external: self.restore.spec.allow_external_sources,
                         tls: AgentJob::tls_of(cluster),
                     };
                     jobs.create(&PostParams::default(), &agent.build()).await?;

@@ -157,8 +157,7 @@ async fn remove_backup(
     let ns = cluster.namespace().unwrap_or_default();
     let name = backup.name_any();
     if let Some(d) = destination_of(backup, cluster) {
-        let bucket = match open_bucket(ctx, &ns, &d, &cluster.name_any(), Patience::Patient).await?
-        {
+        let bucket = match open_bucket(ctx, &ns, &d, cluster, Patience::Patient).await? {
             Ok(b) => b,
             Err(e) => {
                 warn!(backup = %name, error = %e, "cannot remove the backup's data yet");
@@ -175,7 +174,9 @@ async fn remove_backup(
                 .is_some_and(|f| f.starts_with("shard-") && f.ends_with(".json"));
             if is_shard_manifest
                 && !key.starts_with(&dir)
-                && let Some(data) = bucket.get(&key).await?
+                && let Some(data) = bucket
+                    .get(&key, crate::backup::checks::limits::SHARD_MANIFEST_BYTES)
+                    .await?
                 && let Ok(m) = serde_json::from_slice::<ShardManifest>(&data)
             {
                 others.push(m);

@@ -3,6 +3,7 @@
 //! failed. It performs no I/O, so every rule here is tested with plain data.
 
 pub mod action;
+pub mod backup;
 pub mod facts;
 pub mod fleet;
 pub mod pass;

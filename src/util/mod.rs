@@ -3,3 +3,4 @@ pub mod cron;
 pub mod names;
 pub mod networks;
 pub mod quantity;
+pub mod redact;

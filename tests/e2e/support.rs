@@ -83,7 +83,7 @@ pub fn kubeconfig() -> PathBuf {
 /// operator's logs to the test's output (shown for failed tests).
 pub async fn client() -> Client {
     let _ = tracing_subscriber::fmt()
-        .with_test_writer()
+        .with_writer(|| LogTee)
         .with_env_filter(
             std::env::var("RUST_LOG")
                 .unwrap_or_else(|_| "info,kube=warn,clickhouse_operator=debug".into()),
@@ -97,6 +97,55 @@ pub async fn client() -> Client {
     let client = Client::try_from(config).expect("a client");
     install_crds(&client).await;
     client
+}
+
+/// Secret values no log line of the in-process operators may hold (see [`watch_for_secrets`]),
+/// and the lines that held one.
+static WATCHED: std::sync::Mutex<(Vec<String>, Vec<String>)> =
+    std::sync::Mutex::new((Vec::new(), Vec::new()));
+
+/// The operators' log writer: the test's output (shown for failed tests), each line also
+/// checked for the secret values registered with [`watch_for_secrets`].
+struct LogTee;
+
+impl std::io::Write for LogTee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let line = String::from_utf8_lossy(buf);
+        let mut watched = WATCHED.lock().unwrap();
+        let (secrets, hits) = &mut *watched;
+        if secrets.iter().any(|s| line.contains(s.as_str())) {
+            hits.push(line.chars().take(300).collect());
+        }
+        drop(watched);
+        tracing_subscriber::fmt::TestWriter::new().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// From now on, a log line of any in-process operator that holds one of `secrets` is recorded
+/// (see [`logged_secrets`]).
+pub fn watch_for_secrets(secrets: &[&str]) {
+    let mut watched = WATCHED.lock().unwrap();
+    for s in secrets {
+        if !s.is_empty() && !watched.0.iter().any(|w| w == s) {
+            watched.0.push(s.to_string());
+        }
+    }
+}
+
+/// The log lines that held a watched secret (the secret's value included: they are for a
+/// failing test's message, on this machine).
+pub fn logged_secrets() -> Vec<String> {
+    WATCHED.lock().unwrap().1.clone()
+}
+
+/// Where the local kubelet keeps container logs: `<dir>/<ns>_<pod>_<uid8>/<container>.log`,
+/// kept after the pod is gone.
+pub fn pod_log_dir() -> PathBuf {
+    kubeconfig().with_file_name("logs").join("pods")
 }
 
 async fn install_crds(client: &Client) {

@@ -1,0 +1,423 @@
+//! Who may send what where (issue 31, S-3): which bucket a backup or restore of a cluster uses,
+//! and which Secret keys become its S3 credentials. PURE.
+//!
+//! - A backup or restore uses its cluster's `spec.backup.destination`, or a destination of its
+//!   own only when it is that one or one of the cluster's `spec.backup.allowedDestinations`,
+//!   field for field: whoever may create a ClickHouseBackup cannot send the cluster's data, or
+//!   a Secret's keys (SigV4 sends the access key id in clear), anywhere the cluster did not name.
+//! - A Secret is read for S3 credentials only when it carries [`CREDENTIALS_LABEL`], and never
+//!   when it is one of the cluster's own (the operator's and users' Secrets, those the cluster
+//!   spec reads).
+//! - A plain-HTTP endpoint needs `insecure: true` (checked with the rest of the destination).
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::api::{ClickHouseCluster, S3Destination};
+use crate::backup::store::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
+use crate::util::names;
+
+/// The label a Secret carries, with the value `"true"`, to be used for S3 credentials.
+pub const CREDENTIALS_LABEL: &str = "clickhouse.com/s3-credentials";
+
+/// Why a backup or restore may not use a destination.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DestinationRefusal {
+    #[error(
+        "no destination: set spec.destination, or spec.backup.destination of cluster {cluster}"
+    )]
+    Missing { cluster: String },
+    #[error(
+        "destination {endpoint}, bucket {bucket} is neither cluster {cluster}'s spec.backup.destination nor one of its spec.backup.allowedDestinations (every field the same): a backup or restore uses only the destinations its cluster names"
+    )]
+    NotAllowed {
+        cluster: String,
+        endpoint: String,
+        bucket: String,
+    },
+    #[error("invalid destination: {0}")]
+    Invalid(String),
+}
+
+/// Why a Secret's keys may not be used as S3 credentials.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialRefusal {
+    #[error(
+        "Secret {secret} (the destination's credentials) does not exist in namespace {namespace}"
+    )]
+    Missing { secret: String, namespace: String },
+    #[error(
+        "Secret {secret} does not carry the label {CREDENTIALS_LABEL}: \"true\": only Secrets that opt in are read for S3 credentials"
+    )]
+    NotOptedIn { secret: String },
+    #[error(
+        "Secret {secret} is one of cluster {cluster}'s own ({why}): it is never used for S3 credentials"
+    )]
+    Reserved {
+        secret: String,
+        cluster: String,
+        why: &'static str,
+    },
+    #[error("Secret {secret} has no key {key}")]
+    NoKey { secret: String, key: String },
+}
+
+/// `d` with every default filled in, so that two ways of writing one destination compare equal.
+fn normalized(d: &S3Destination, default_prefix: &str) -> S3Destination {
+    S3Destination {
+        endpoint: d.endpoint.trim_end_matches('/').to_string(),
+        bucket: d.bucket.clone(),
+        prefix: Some(
+            d.prefix
+                .clone()
+                .unwrap_or_else(|| default_prefix.to_string())
+                .trim_matches('/')
+                .to_string(),
+        ),
+        region: Some(d.region.clone().unwrap_or_else(|| "us-east-1".into())),
+        secret_name: d.secret_name.clone(),
+        access_key_id_key: Some(
+            d.access_key_id_key
+                .clone()
+                .unwrap_or_else(|| ACCESS_KEY_ID.into()),
+        ),
+        secret_access_key_key: Some(
+            d.secret_access_key_key
+                .clone()
+                .unwrap_or_else(|| SECRET_ACCESS_KEY.into()),
+        ),
+        insecure: d.insecure,
+    }
+}
+
+/// The prefix under which a cluster's backups go when the destination names none.
+pub fn default_prefix(namespace: &str, cluster: &str) -> String {
+    format!("{namespace}/{cluster}")
+}
+
+/// The destination a backup or restore of `cluster` uses: `requested` (its own `destination`)
+/// when the cluster names it, else the cluster's.
+pub fn choose(
+    requested: Option<&S3Destination>,
+    cluster: &ClickHouseCluster,
+    namespace: &str,
+) -> Result<S3Destination, DestinationRefusal> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let own = &cluster.spec.backup;
+    let chosen = match requested {
+        None => own.destination.clone().ok_or(DestinationRefusal::Missing {
+            cluster: name.clone(),
+        })?,
+        Some(d) => {
+            let prefix = default_prefix(namespace, &name);
+            let wanted = normalized(d, &prefix);
+            let named = own
+                .destination
+                .iter()
+                .chain(&own.allowed_destinations)
+                .any(|n| normalized(n, &prefix) == wanted);
+            if !named {
+                return Err(DestinationRefusal::NotAllowed {
+                    cluster: name,
+                    endpoint: d.endpoint.clone(),
+                    bucket: d.bucket.clone(),
+                });
+            }
+            d.clone()
+        }
+    };
+    let problems = crate::api::validate::destination_errors("destination", &chosen);
+    if !problems.is_empty() {
+        let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        return Err(DestinationRefusal::Invalid(text.join("; ")));
+    }
+    Ok(chosen)
+}
+
+/// The destination a restore into `cluster` reads `requested` from: as [`choose`], but the
+/// prefix may also be another cluster's of the same namespace (`<namespace>/<cluster>`, the
+/// folder of a backup of a cluster that is gone) when the destination the cluster names sets no
+/// prefix of its own.
+pub fn choose_for_restore(
+    requested: &S3Destination,
+    cluster: &ClickHouseCluster,
+    namespace: &str,
+) -> Result<S3Destination, DestinationRefusal> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let own = &cluster.spec.backup;
+    let sibling_prefix = |p: &str| {
+        p.trim_matches('/')
+            .strip_prefix(&format!("{namespace}/"))
+            .is_some_and(|c| !c.is_empty() && !c.contains('/'))
+    };
+    let without_prefix = |d: &S3Destination| {
+        let mut n = normalized(d, "");
+        n.prefix = None;
+        n
+    };
+    let wanted = without_prefix(requested);
+    let named = own
+        .destination
+        .iter()
+        .chain(&own.allowed_destinations)
+        .any(|n| {
+            without_prefix(n) == wanted
+                && match (&n.prefix, &requested.prefix) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => a.trim_matches('/') == b.trim_matches('/'),
+                    (None, Some(b)) => sibling_prefix(b),
+                    (Some(_), None) => false,
+                }
+        });
+    if !named {
+        return Err(DestinationRefusal::NotAllowed {
+            cluster: name,
+            endpoint: requested.endpoint.clone(),
+            bucket: requested.bucket.clone(),
+        });
+    }
+    choose(None, &with_destination(cluster, requested), namespace)
+}
+
+/// `cluster` with `d` as its destination, to check `d` the same way.
+fn with_destination(cluster: &ClickHouseCluster, d: &S3Destination) -> ClickHouseCluster {
+    let mut c = cluster.clone();
+    c.spec.backup.destination = Some(d.clone());
+    c
+}
+
+/// The access key id and secret key of `d` from `secret` (the Secret it names, if it exists).
+pub fn credentials(
+    d: &S3Destination,
+    secret: Option<&Secret>,
+    cluster: &ClickHouseCluster,
+    namespace: &str,
+) -> Result<(String, String), CredentialRefusal> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let reserved = if d.secret_name == names::operator_secret(&name) {
+        Some("the operator's credentials")
+    } else if d.secret_name == names::users_secret(&name) {
+        Some("the servers' users")
+    } else if cluster
+        .spec
+        .referenced_secrets()
+        .iter()
+        .any(|(_, s)| *s == d.secret_name)
+    {
+        Some("read by the cluster's spec")
+    } else {
+        None
+    };
+    if let Some(why) = reserved {
+        return Err(CredentialRefusal::Reserved {
+            secret: d.secret_name.clone(),
+            cluster: name,
+            why,
+        });
+    }
+    let Some(secret) = secret else {
+        return Err(CredentialRefusal::Missing {
+            secret: d.secret_name.clone(),
+            namespace: namespace.into(),
+        });
+    };
+    let opted_in = secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CREDENTIALS_LABEL))
+        .is_some_and(|v| v == "true");
+    if !opted_in {
+        return Err(CredentialRefusal::NotOptedIn {
+            secret: d.secret_name.clone(),
+        });
+    }
+    let data = secret.data.clone().unwrap_or_default();
+    let key = |k: &Option<String>, default: &str| {
+        let k = k.clone().unwrap_or_else(|| default.to_string());
+        data.get(&k)
+            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
+            .ok_or(CredentialRefusal::NoKey {
+                secret: d.secret_name.clone(),
+                key: k,
+            })
+    };
+    Ok((
+        key(&d.access_key_id_key, ACCESS_KEY_ID)?,
+        key(&d.secret_access_key_key, SECRET_ACCESS_KEY)?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+    use serde_json::json;
+
+    use super::*;
+
+    fn dest(endpoint: &str, bucket: &str, secret: &str) -> S3Destination {
+        S3Destination {
+            endpoint: endpoint.into(),
+            bucket: bucket.into(),
+            secret_name: secret.into(),
+            ..S3Destination::default()
+        }
+    }
+
+    fn cluster() -> ClickHouseCluster {
+        let mut c: ClickHouseCluster = serde_json::from_value(json!({
+            "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseCluster",
+            "metadata": {"name": "c1", "namespace": "ns"},
+            "spec": {"users": {"secretName": "app-users"}}
+        }))
+        .unwrap();
+        c.spec.backup.destination = Some(dest("https://s3.example.com/", "backups", "s3-creds"));
+        c.spec.backup.allowed_destinations =
+            vec![dest("https://dr.example.com", "dr-backups", "dr-creds")];
+        c
+    }
+
+    /// Issue 31 (S-3): a backup's own destination is used only when its cluster names it,
+    /// every field the same (defaults filled in); otherwise the cluster's own.
+    #[test]
+    fn a_backup_uses_only_destinations_its_cluster_names() {
+        let c = cluster();
+        assert_eq!(choose(None, &c, "ns").unwrap().bucket, "backups");
+        let same = S3Destination {
+            prefix: Some("ns/c1".into()),
+            region: Some("us-east-1".into()),
+            access_key_id_key: Some("accessKeyId".into()),
+            ..dest("https://s3.example.com", "backups", "s3-creds")
+        };
+        assert!(
+            choose(Some(&same), &c, "ns").is_ok(),
+            "defaults written out"
+        );
+        assert!(
+            choose(
+                Some(&dest("https://dr.example.com", "dr-backups", "dr-creds")),
+                &c,
+                "ns"
+            )
+            .is_ok()
+        );
+        for other in [
+            dest("https://attacker.example", "backups", "s3-creds"),
+            dest("https://s3.example.com", "other", "s3-creds"),
+            dest("https://s3.example.com", "backups", "c1-operator"),
+            S3Destination {
+                access_key_id_key: Some("password".into()),
+                ..dest("https://s3.example.com", "backups", "s3-creds")
+            },
+            S3Destination {
+                prefix: Some("elsewhere".into()),
+                ..dest("https://s3.example.com", "backups", "s3-creds")
+            },
+        ] {
+            assert!(
+                matches!(
+                    choose(Some(&other), &c, "ns"),
+                    Err(DestinationRefusal::NotAllowed { .. })
+                ),
+                "{other:?}"
+            );
+        }
+        let mut none = cluster();
+        none.spec.backup.destination = None;
+        assert!(matches!(
+            choose(None, &none, "ns"),
+            Err(DestinationRefusal::Missing { .. })
+        ));
+        let mut plain = cluster();
+        plain.spec.backup.destination = Some(dest("http://minio:9000", "backups", "s3-creds"));
+        assert!(
+            matches!(choose(None, &plain, "ns"), Err(DestinationRefusal::Invalid(m)) if m.contains("insecure"))
+        );
+    }
+
+    /// A restore may read the folder of another cluster of its namespace (a cluster that is
+    /// gone) in a bucket its cluster names, but no other folder and no other bucket.
+    #[test]
+    fn a_restore_reads_a_named_bucket_in_its_namespaces_folders() {
+        let c = cluster();
+        let at = |prefix: Option<&str>| S3Destination {
+            prefix: prefix.map(str::to_string),
+            ..dest("https://s3.example.com", "backups", "s3-creds")
+        };
+        for ok in [None, Some("ns/old-cluster"), Some("ns/c1/")] {
+            assert!(choose_for_restore(&at(ok), &c, "ns").is_ok(), "{ok:?}");
+        }
+        for refused in [
+            Some("other-ns/c1"),
+            Some("ns/a/b"),
+            Some("ns/"),
+            Some("elsewhere"),
+        ] {
+            assert!(
+                choose_for_restore(&at(refused), &c, "ns").is_err(),
+                "{refused:?}"
+            );
+        }
+        assert!(
+            choose_for_restore(&dest("https://attacker", "backups", "s3-creds"), &c, "ns").is_err()
+        );
+    }
+
+    fn secret(labelled: bool, keys: &[(&str, &str)]) -> Secret {
+        let mut s = Secret::default();
+        if labelled {
+            s.metadata.labels = Some(BTreeMap::from([(CREDENTIALS_LABEL.into(), "true".into())]));
+        }
+        s.data = Some(
+            keys.iter()
+                .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        );
+        s
+    }
+
+    /// Issue 31 (S-3): a Secret gives S3 credentials only when it opts in, and never when it is
+    /// one of the cluster's own; a missing key or Secret says which.
+    #[test]
+    fn only_secrets_that_opt_in_give_s3_credentials() {
+        let c = cluster();
+        let d = dest("https://s3.example.com", "backups", "s3-creds");
+        let good = secret(true, &[("accessKeyId", "AK"), ("secretAccessKey", "SK\n")]);
+        assert_eq!(
+            credentials(&d, Some(&good), &c, "ns").unwrap(),
+            ("AK".to_string(), "SK".to_string())
+        );
+        assert!(matches!(
+            credentials(
+                &d,
+                Some(&secret(
+                    false,
+                    &[("accessKeyId", "AK"), ("secretAccessKey", "SK")]
+                )),
+                &c,
+                "ns"
+            ),
+            Err(CredentialRefusal::NotOptedIn { .. })
+        ));
+        assert!(matches!(
+            credentials(&d, None, &c, "ns"),
+            Err(CredentialRefusal::Missing { .. })
+        ));
+        assert!(matches!(
+            credentials(&d, Some(&secret(true, &[("accessKeyId", "AK")])), &c, "ns"),
+            Err(CredentialRefusal::NoKey { key, .. }) if key == "secretAccessKey"
+        ));
+        for own in ["c1-operator", "c1-users", "app-users"] {
+            let d = dest("https://s3.example.com", "backups", own);
+            let labelled = secret(true, &[("accessKeyId", "AK"), ("secretAccessKey", "SK")]);
+            assert!(
+                matches!(
+                    credentials(&d, Some(&labelled), &c, "ns"),
+                    Err(CredentialRefusal::Reserved { .. })
+                ),
+                "{own}"
+            );
+        }
+    }
+}
