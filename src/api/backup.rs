@@ -50,6 +50,10 @@ pub struct ClickHouseBackupStatus {
     /// What happens now, or why the backup failed and what to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Why it failed, as one word (`Bucket`, `Credentials`, `ReplicaRemoved`, `AgentFailed`, …);
+    /// the label of `clickhouse_operator_backup_failures_total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Per shard: the replica the backup ran on and what it moved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardBackupStatus>,

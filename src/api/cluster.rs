@@ -791,6 +791,27 @@ pub struct S3Destination {
     pub insecure: bool,
 }
 
+impl S3Destination {
+    /// Default key of the access key id in the credentials Secret.
+    pub const ACCESS_KEY_ID: &'static str = "accessKeyId";
+    /// Default key of the secret access key in the credentials Secret.
+    pub const SECRET_ACCESS_KEY: &'static str = "secretAccessKey";
+
+    /// The key of the access key id in the Secret.
+    pub fn access_key_id_key(&self) -> &str {
+        self.access_key_id_key
+            .as_deref()
+            .unwrap_or(Self::ACCESS_KEY_ID)
+    }
+
+    /// The key of the secret access key in the Secret.
+    pub fn secret_access_key_key(&self) -> &str {
+        self.secret_access_key_key
+            .as_deref()
+            .unwrap_or(Self::SECRET_ACCESS_KEY)
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSchedule {

@@ -55,6 +55,10 @@ pub struct ClickHouseRestoreStatus {
     pub completion_time: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Why it failed, as one word (`Bucket`, `Credentials`, `ReplicaRemoved`, `AgentFailed`, …);
+    /// the label of `clickhouse_operator_backup_failures_total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Per shard: the replica the parts were attached on (replication copies them to the
     /// others) and what it did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -15,33 +15,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 
 use super::checks;
-use super::manifest::{self, Part, PartSource, ShardManifest, Table};
 use super::store::Bucket;
 use crate::clickhouse::backup as sql;
 use crate::clickhouse::{Client, QueryOptions};
+use crate::model::manifest::{self, Part, PartSource, ShardManifest, Table};
 
 /// Files uploaded or downloaded at once.
 const PARALLEL_FILES: usize = 4;
 
-/// What the agent reports when it ends.
-#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub parts_uploaded: u64,
-    pub bytes_uploaded: u64,
-    pub parts_reused: u64,
-    pub bytes_reused: u64,
-    /// Restore: parts attached on the backup replica, and their bytes downloaded.
-    pub parts_attached: u64,
-    #[serde(default)]
-    pub bytes_downloaded: u64,
-}
+pub use crate::model::job::Report;
 
 /// One backup of one shard.
 pub struct BackupJob {
@@ -665,7 +649,7 @@ impl RestoreJob {
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// `clickhouse-operator backup-agent`: reads its configuration from the environment the Job
-/// sets ([`super::job::AgentJob`]), runs, and writes its [`Report`] to the termination log.
+/// sets ([`crate::model::job::AgentJob`]), runs, and writes its [`Report`] to the termination log.
 /// The exit code is 0 only when the work is complete. The report's error has every secret the
 /// agent holds (the servers' password, the S3 keys) hidden: it reaches the pod's status, the
 /// resource's status and an Event.

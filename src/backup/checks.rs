@@ -18,9 +18,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::manifest::{self, FORMAT, Manifest, Part, ShardManifest};
 use crate::clickhouse::lexer::{LexError, Token, quote_name, render, tokenize};
 use crate::clickhouse::sql::SYSTEM_DATABASES;
+use crate::model::manifest::{self, FORMAT, Manifest, Part, ShardManifest};
 
 /// Bounds on what a manifest may hold.
 pub mod limits {

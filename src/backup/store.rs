@@ -14,9 +14,9 @@ use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig, WriteMul
 use crate::api::S3Destination;
 
 /// Default key of the access key id in the credentials Secret.
-pub const ACCESS_KEY_ID: &str = "accessKeyId";
+pub const ACCESS_KEY_ID: &str = S3Destination::ACCESS_KEY_ID;
 /// Default key of the secret access key in the credentials Secret.
-pub const SECRET_ACCESS_KEY: &str = "secretAccessKey";
+pub const SECRET_ACCESS_KEY: &str = S3Destination::SECRET_ACCESS_KEY;
 
 /// What went wrong with the bucket, said so that a user knows what to fix.
 #[derive(Debug, thiserror::Error)]

@@ -498,7 +498,10 @@ impl Client {
         // No built-in roots: a server is verified against the cluster's CA only (or not at
         // all), and loading the system's roots (a file read and the parse of every
         // certificate) took most of the CPU of a pass, which builds a client per server.
+        // No proxy either: servers are reached at their pods' addresses, never through the
+        // HTTP(S)_PROXY a pod may carry for its way to a bucket.
         let mut builder = reqwest::Client::builder()
+            .no_proxy()
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
             .timeout(config.timeout)
             .pool_idle_timeout(Duration::from_secs(2))

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod cache;
 pub mod cluster;
+pub mod jobs;
 pub mod pvc_cleaner;
 pub mod restore;
 pub mod schedule;
@@ -40,11 +41,13 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub cluster_backoff: Backoff,
     pub backup_backoff: Backoff,
+    pub restore_backoff: Backoff,
     pub reporter: Reporter,
-    /// MAX_CONCURRENT_RECONCILES, counted separately for clusters and backups, across namespaces;
-    /// taken in the order the passes become due (see [`run_with`]).
+    /// MAX_CONCURRENT_RECONCILES, counted separately for clusters, backups and restores, across
+    /// namespaces; taken in the order the passes become due (see [`run_with`]).
     pub cluster_permits: Semaphore,
     pub backup_permits: Semaphore,
+    pub restore_permits: Semaphore,
     /// Taken before [`Context::cluster_permits`] by idle health checks only, so that a pass a
     /// change triggers queues behind at most [`crate::runtime::backoff::idle_slots`] of them.
     pub idle_permits: Semaphore,
@@ -223,12 +226,14 @@ pub async fn run_with(
         metrics,
         cluster_backoff: Backoff::default(),
         backup_backoff: Backoff::default(),
+        restore_backoff: Backoff::default(),
         reporter: Reporter {
             controller: MANAGER.into(),
             instance: Some(settings.identity.clone()),
         },
         cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+        restore_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         idle_permits: Semaphore::new(crate::runtime::backoff::idle_slots(
             settings.max_concurrent_reconciles,
         )),
@@ -272,11 +277,15 @@ pub async fn run_with(
             )
             .owns(
                 watched::<Job>(&client, ns),
-                watcher::Config::default().labels(crate::backup::job::BACKUP_LABEL),
+                watcher::Config::default().labels(crate::model::job::BACKUP_LABEL),
             )
             .with_config(config.clone())
             .shutdown_on_signal()
-            .run(backup::reconcile, backup::error_policy, ctx.clone())
+            .run(
+                jobs::reconcile::<ClickHouseBackup>,
+                jobs::error_policy::<ClickHouseBackup>,
+                ctx.clone(),
+            )
             .map(|_| ())
             .boxed(),
         );
@@ -289,11 +298,15 @@ pub async fn run_with(
             )
             .owns(
                 watched::<Job>(&client, ns),
-                watcher::Config::default().labels(crate::backup::job::BACKUP_LABEL),
+                watcher::Config::default().labels(crate::model::job::BACKUP_LABEL),
             )
             .with_config(config.clone())
             .shutdown_on_signal()
-            .run(restore::reconcile, restore::error_policy, ctx.clone())
+            .run(
+                jobs::reconcile::<ClickHouseRestore>,
+                jobs::error_policy::<ClickHouseRestore>,
+                ctx.clone(),
+            )
             .map(|_| ())
             .boxed(),
         );
@@ -322,6 +335,32 @@ where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
     Api::namespaced(ctx.client.clone(), ns)
+}
+
+/// Publishes `events` (type, reason, note) about `object`, each note cut to 1000 characters; an
+/// event that cannot be published is logged, never fails the pass.
+pub async fn publish_events<K>(
+    ctx: &Context,
+    object: &K,
+    events: impl IntoIterator<Item = (kube::runtime::events::EventType, &'static str, String)>,
+    action: &str,
+) where
+    K: Resource<DynamicType = ()>,
+{
+    let recorder = kube::runtime::events::Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let reference = object.object_ref(&());
+    for (type_, reason, note) in events {
+        let event = kube::runtime::events::Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(error = %e, reason, "cannot publish event");
+        }
+    }
 }
 
 /// After a failed pass of an object of `kind`: counts the error under `reason`, logs it and

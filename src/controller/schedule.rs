@@ -15,11 +15,12 @@ use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::Context;
-use super::backup::{Error, default_prefix, destination_of, open_bucket};
+use super::jobs::{Error, remove_backup_data};
 use crate::api::{BackupState, ClickHouseBackup, ClickHouseBackupSpec, ClickHouseCluster};
-use crate::backup::manifest::{self, ShardManifest};
-use crate::backup::schedule::{DUE_ANNOTATION, Kept, SCHEDULE_LABEL, backup_name, due, expired};
-use crate::backup::store::Patience;
+use crate::plan::backup::destination;
+use crate::plan::backup::schedule::{
+    DUE_ANNOTATION, Kept, SCHEDULE_LABEL, backup_name, due, expired,
+};
 use crate::util::cron::Cron;
 
 /// How often schedules are looked at.
@@ -156,45 +157,14 @@ async fn remove_backup(
 ) -> Result<(), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let name = backup.name_any();
-    if let Some(d) = destination_of(backup, cluster) {
-        let bucket = match open_bucket(ctx, &ns, &d, cluster, Patience::Patient).await? {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(backup = %name, error = %e, "cannot remove the backup's data yet");
+    if let Ok(d) = destination::choose(backup.spec.destination.as_ref(), cluster, &ns) {
+        match remove_backup_data(ctx, &ns, &d, cluster, &name).await? {
+            Ok(_) => {}
+            Err(f) => {
+                warn!(backup = %name, reason = f.reason.as_str(), error = %f.message, "cannot remove the backup's data yet");
                 return Ok(());
             }
-        };
-        let dir = format!("{}/", manifest::backup_dir(&name));
-        let objects = bucket.list(&dir).await?;
-        let mut others: Vec<ShardManifest> = Vec::new();
-        for key in bucket.list("backups/").await? {
-            let is_shard_manifest = key
-                .rsplit('/')
-                .next()
-                .is_some_and(|f| f.starts_with("shard-") && f.ends_with(".json"));
-            if is_shard_manifest
-                && !key.starts_with(&dir)
-                && let Some(data) = bucket
-                    .get(&key, crate::backup::checks::limits::SHARD_MANIFEST_BYTES)
-                    .await?
-                && let Ok(m) = serde_json::from_slice::<ShardManifest>(&data)
-            {
-                others.push(m);
-            }
         }
-        let mut gone = manifest::deletable(&name, &objects, &others);
-        let top = manifest::manifest_key(&name);
-        gone.sort_by_key(|k| **k != top);
-        for key in &gone {
-            bucket.delete(key).await?;
-        }
-        info!(
-            backup = %name,
-            removed = gone.len(),
-            kept = objects.len() - gone.len(),
-            prefix = %default_prefix(&ns, &cluster.name_any()),
-            "backup past retention: data removed"
-        );
     }
     let api: Api<ClickHouseBackup> = Api::namespaced(ctx.client.clone(), &ns);
     match api.delete(&name, &DeleteParams::background()).await {

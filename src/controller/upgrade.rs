@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use super::Context;
 use crate::api::{ClickHouseCluster, ClusterState, UpgradeStatus, VersionSource};
-use crate::backup::schedule::due;
+use crate::plan::backup::schedule::due;
 use crate::plan::status::set_condition;
 use crate::plan::upgrade::{Apply, Verdict, decide, parse_document};
 use crate::util::cron::Cron;
@@ -166,16 +166,7 @@ pub async fn tick(ctx: &Context, cluster: &ClickHouseCluster) -> Result<(), kube
         Verdict::Skip(_) => {}
     }
     let written = write_record(&api, &current, record, conditions).await;
-    // events only (no status here, no Jobs to remove)
-    super::backup::record(
-        ctx,
-        &current,
-        None,
-        false,
-        event.into_iter().collect(),
-        "Upgrade",
-    )
-    .await?;
+    super::publish_events(ctx, &current, event, "Upgrade").await;
     written
 }
 

@@ -87,6 +87,8 @@ pub struct Metrics {
     pub cluster_pods: Family<PodCountLabels, Gauge>,
     pub cluster_condemned: Family<ClusterLabels, Gauge>,
     pub last_backup: Family<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Backups and restores that failed, by kind and reason.
+    pub backup_failures: Family<ErrorLabels, Counter>,
     pub build_info: Family<BuildLabels, Gauge>,
     pub observations: Family<SourceLabels, Counter>,
     pub registry: Registry,
@@ -150,6 +152,12 @@ impl Default for Metrics {
             "Unix time at which the newest successful ClickHouseBackup of each cluster completed",
             last_backup.clone(),
         );
+        let backup_failures = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "backup_failures",
+            "ClickHouseBackups and ClickHouseRestores that failed, by kind and reason (the reason of their status)",
+            backup_failures.clone(),
+        );
         registry.register("build_info", "The operator's version", build_info.clone());
         let observations = Family::<SourceLabels, Counter>::default();
         registry.register(
@@ -172,6 +180,7 @@ impl Default for Metrics {
             cluster_pods,
             cluster_condemned,
             last_backup,
+            backup_failures,
             build_info,
             observations,
             registry,
@@ -247,6 +256,16 @@ impl Metrics {
         if unix > g.get() {
             g.set(unix);
         }
+    }
+
+    /// Counts a backup or restore (`kind`) that failed for `reason`.
+    pub fn record_backup_failure(&self, kind: &str, reason: &str) {
+        self.backup_failures
+            .get_or_create(&ErrorLabels {
+                kind: kind.into(),
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// Removes every series of a deleted cluster.
@@ -393,6 +412,7 @@ mod tests {
         m.record_cluster("t1", "c1", &status);
         m.record_backup("t1", "c1", 1.7e9);
         m.record_backup("t1", "c1", 1.6e9);
+        m.record_backup_failure("ClickHouseBackup", "Bucket");
         let text = m.encode();
         for line in [
             r#"clickhouse_operator_cluster_state{namespace="t1",cluster="c1",state="error"} 1"#,
@@ -402,6 +422,7 @@ mod tests {
             r#"clickhouse_operator_cluster_condemned_replicas{namespace="t1",cluster="c1"} 1"#,
             r#"clickhouse_operator_cluster_last_successful_backup_timestamp_seconds{namespace="t1",cluster="c1"} 1700000000"#,
             r#"clickhouse_operator_build_info{version=""#,
+            r#"clickhouse_operator_backup_failures_total{kind="ClickHouseBackup",reason="Bucket"} 1"#,
         ] {
             assert!(text.contains(line), "{line}\n{text}");
         }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::backup::manifest::{Part, Table};
+use crate::model::manifest::{Part, Table};
 
 const EVENTS: &str = "CREATE TABLE default.events ( batch UInt64,  id UInt64,  payload String) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') PARTITION BY batch ORDER BY (batch, id) SETTINGS index_granularity = 8192";
 

@@ -1,7 +1,9 @@
-//! The Job that runs the backup agent for one shard (decision 26): on the node of the shard's
-//! backup replica, with that replica's data volume mounted where the server has it, as the
-//! server's user, in the operator's own image. Nothing is added to the server pods, so taking
-//! a backup restarts no pod and a new operator version changes no server pod template.
+//! PURE: the Job that runs the backup agent for one shard (decision 26): on the node of the
+//! shard's backup replica, with that replica's data volume mounted where the server has it, as
+//! the server's user, in the operator's own image. Nothing is added to the server pods, so
+//! taking a backup restarts no pod and a new operator version changes no server pod template.
+//! The Job's environment is what the agent (`backup::agent`) is told; its [`Report`], in the
+//! container's termination message, is what it answers.
 
 use std::collections::BTreeMap;
 
@@ -12,10 +14,28 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::store::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
+use serde::{Deserialize, Serialize};
+
 use crate::api::S3Destination;
 use crate::model::names;
 use crate::model::statefulset::SERVER_CONTAINER;
+
+/// What the agent reports when it ends (as JSON, in its termination message).
+#[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub parts_uploaded: u64,
+    pub bytes_uploaded: u64,
+    pub parts_reused: u64,
+    pub bytes_reused: u64,
+    /// Restore: parts attached on the backup replica, and their bytes downloaded.
+    pub parts_attached: u64,
+    #[serde(default)]
+    pub bytes_downloaded: u64,
+}
 
 /// Label of every Job and pod of a backup or restore: the resource's name.
 pub const BACKUP_LABEL: &str = "clickhouse.com/backup";
@@ -43,7 +63,7 @@ impl Mode {
 }
 
 /// Everything one shard's Job needs.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AgentJob {
     pub mode: Mode,
     /// The ClickHouseBackup (or restore) it belongs to, its owner.
@@ -101,7 +121,7 @@ impl AgentJob {
 
 /// The backup replica pod's node and security contexts: the agent runs on that node, as the
 /// server's user (it reads and writes the server's files).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Placement {
     pub node: Option<String>,
     pub pod_security: Option<PodSecurityContext>,
@@ -239,17 +259,11 @@ impl AgentJob {
                 "S3_REGION",
                 d.region.clone().unwrap_or_else(|| "us-east-1".into()),
             ),
-            secret_env(
-                "S3_ACCESS_KEY_ID",
-                &d.secret_name,
-                d.access_key_id_key.as_deref().unwrap_or(ACCESS_KEY_ID),
-            ),
+            secret_env("S3_ACCESS_KEY_ID", &d.secret_name, d.access_key_id_key()),
             secret_env(
                 "S3_SECRET_ACCESS_KEY",
                 &d.secret_name,
-                d.secret_access_key_key
-                    .as_deref()
-                    .unwrap_or(SECRET_ACCESS_KEY),
+                d.secret_access_key_key(),
             ),
         ];
         match &self.tls {

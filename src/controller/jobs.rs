@@ -1,0 +1,483 @@
+//! One controller for the resources whose work agent Jobs do: ClickHouseBackup and
+//! ClickHouseRestore (decision 26). A pass is the cluster's shape: it observes (the cluster from
+//! the cache; the cluster's pods, the resource's agent Jobs and their pods from the API), asks
+//! the pure plan (`plan::backup`) what to do, runs the steps, has the pure report turn what they
+//! found into the status, writes that status when it changed, publishes the events, counts a
+//! failure under its reason, and once the resource is over removes its agent Jobs. It decides
+//! nothing itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use super::{Context, MANAGER, PassTimer};
+use crate::api::{ClickHouseCluster, S3Destination};
+use crate::backup::checks;
+use crate::backup::store::{Bucket, Patience};
+use crate::model::job::{BACKUP_LABEL, Mode, Placement, job_name};
+use crate::model::manifest::{self, Manifest};
+use crate::model::names;
+use crate::plan::backup::destination::{self, default_prefix};
+use crate::plan::backup::{
+    self as plan, Failure, FailureReason, InMap, Outcome, Plan, Shard, Step,
+};
+use crate::runtime::backoff::Backoff;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Bucket(#[from] crate::backup::store::Error),
+}
+
+impl Error {
+    /// The label of the error metric.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubernetesApi",
+            Error::Bucket(_) => "Bucket",
+        }
+    }
+}
+
+/// What every backup and restore pass observes.
+pub struct Common {
+    pub now: Timestamp,
+    pub cluster: Option<Arc<ClickHouseCluster>>,
+    /// The cluster's replicas whose pods are Ready.
+    pub ready: BTreeSet<String>,
+    /// Each shard recorded in the status: its replica, its pod and its agent.
+    pub shards: BTreeMap<i32, Shard>,
+}
+
+/// A resource whose work agent Jobs do.
+pub trait JobResource:
+    Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    type Status: Clone + PartialEq + Serialize + Default + Send + Sync;
+    /// What the plan reads.
+    type World: Send + Sync;
+    const KIND: &'static str;
+    /// The events' action.
+    const ACTION: &'static str;
+    const MODE: Mode;
+
+    fn cluster_name(&self) -> &str;
+    fn status(&self) -> Self::Status;
+    fn is_over(status: &Self::Status) -> bool;
+    /// The shards the status recorded, with their replicas.
+    fn recorded(status: &Self::Status) -> Vec<(i32, String)>;
+    fn permits(ctx: &Context) -> &Semaphore;
+    fn backoff(ctx: &Context) -> &Backoff;
+    /// What only this kind reads, with the common facts, as the plan's world.
+    fn world(
+        &self,
+        ctx: &Context,
+        common: Common,
+    ) -> impl std::future::Future<Output = Result<Self::World, Error>> + Send;
+    fn decide(&self, world: &Self::World) -> Plan<Self::Status>;
+    fn report(
+        &self,
+        plan: Plan<Self::Status>,
+        outcome: &Outcome,
+        world: &Self::World,
+    ) -> Plan<Self::Status>;
+    /// The cluster of the world, for the steps (credentials are checked against it).
+    fn cluster_of(world: &Self::World) -> Option<&ClickHouseCluster>;
+    /// Called on every pass of an ended resource and after the pass that ends it.
+    fn ended(&self, _ctx: &Context, _status: &Self::Status) {}
+}
+
+fn key<K: JobResource>(object: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::KIND,
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}
+
+/// One pass of a backup or restore.
+pub async fn reconcile<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _permit = K::permits(&ctx)
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
+    let _timer = PassTimer::start(K::KIND, &ctx.metrics);
+    let ns = object.namespace().unwrap_or_default();
+    let old = object.status();
+    if K::is_over(&old) {
+        object.ended(&ctx, &old);
+        remove_agents(&ctx, &ns, object.as_ref()).await?;
+        return Ok(Action::await_change());
+    }
+    let common = observe(&ctx, object.as_ref(), &old).await?;
+    let world = object.world(&ctx, common).await?;
+    let plan = object.decide(&world);
+    let outcome = act(&ctx, &ns, K::cluster_of(&world), &plan.steps).await?;
+    let plan = object.report(plan, &outcome, &world);
+    if plan.status != old {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+        let body = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": plan.status,
+        });
+        api.patch_status(
+            &object.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    publish(&ctx, object.as_ref(), &plan).await;
+    if let Some(f) = &plan.failure {
+        ctx.metrics
+            .record_backup_failure(K::KIND, f.reason.as_str());
+        warn!(kind = K::KIND, namespace = %ns, name = %object.name_any(), reason = f.reason.as_str(), message = %f.message, "failed");
+    }
+    if K::is_over(&plan.status) {
+        object.ended(&ctx, &plan.status);
+        remove_agents(&ctx, &ns, object.as_ref()).await?;
+    }
+    K::backoff(&ctx).succeeded(&key(object.as_ref()));
+    Ok(plan
+        .requeue
+        .map_or_else(Action::await_change, Action::requeue))
+}
+
+pub fn error_policy<K: JobResource>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    super::retry_later(
+        K::KIND,
+        &key(object.as_ref()),
+        error.reason(),
+        error,
+        K::backoff(&ctx),
+        &ctx,
+    )
+}
+
+/// The cluster, its Ready pods, and each recorded shard's replica, pod and agent.
+async fn observe<K: JobResource>(
+    ctx: &Context,
+    object: &K,
+    status: &K::Status,
+) -> Result<Common, Error> {
+    let ns = object.namespace().unwrap_or_default();
+    let now = Timestamp::now();
+    let cluster = ctx.cluster(&ns, object.cluster_name());
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let of_cluster = pods
+        .list(&ListParams::default().labels(&format!(
+            "{}={}",
+            crate::model::labels::CLUSTER,
+            object.cluster_name()
+        )))
+        .await?
+        .items;
+    let ready: BTreeSet<String> = of_cluster
+        .iter()
+        .filter(|p| crate::plan::facts::pod_ready(p))
+        .filter_map(|p| p.labels().get(crate::model::labels::REPLICA).cloned())
+        .collect();
+    let recorded = K::recorded(status);
+    let mut shards = BTreeMap::new();
+    if !recorded.is_empty() {
+        let owned = |o: &kube::api::ObjectMeta| {
+            o.owner_references
+                .iter()
+                .flatten()
+                .any(|r| Some(&r.uid) == object.meta().uid.as_ref())
+        };
+        let lp = ListParams::default().labels(&format!("{BACKUP_LABEL}={}", object.name_any()));
+        let jobs: Vec<Job> = Api::<Job>::namespaced(ctx.client.clone(), &ns)
+            .list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .filter(|j| owned(&j.metadata))
+            .collect();
+        let agent_pods = pods.list(&lp).await?.items;
+        for (shard, replica) in recorded {
+            let name = job_name(&object.name_any(), K::MODE, shard);
+            let job = jobs.iter().find(|j| j.name_any() == name);
+            let job_pods: Vec<Pod> = agent_pods
+                .iter()
+                .filter(|p| p.labels().get("batch.kubernetes.io/job-name") == Some(&name))
+                .cloned()
+                .collect();
+            let server = of_cluster
+                .iter()
+                .find(|p| p.name_any() == names::replica_pod(&replica));
+            shards.insert(
+                shard,
+                Shard {
+                    replica: cluster
+                        .as_deref()
+                        .map_or(InMap::Leaving, |c| plan::take::in_map(c, &replica)),
+                    placement: server.map(Placement::beside),
+                    agent: plan::agent(job, &job_pods, server, now),
+                },
+            );
+        }
+    }
+    Ok(Common {
+        now,
+        cluster,
+        ready,
+        shards,
+    })
+}
+
+/// Runs the steps; a refusal (credentials, bucket, manifest) goes into the outcome and stops
+/// the steps, anything that may pass when retried is an error.
+async fn act(
+    ctx: &Context,
+    ns: &str,
+    cluster: Option<&ClickHouseCluster>,
+    steps: &[Step],
+) -> Result<Outcome, Error> {
+    let mut outcome = Outcome::default();
+    let refused = |reason, message: String| Some(Failure::new(reason, message));
+    for step in steps {
+        match step {
+            Step::CheckBucket {
+                destination,
+                candidates,
+            } => {
+                let Some(cluster) = cluster else { break };
+                let bucket =
+                    match open_bucket(ctx, ns, destination, cluster, Patience::Quick).await? {
+                        Ok(b) => b,
+                        Err(f) => {
+                            outcome.refused = Some(f);
+                            break;
+                        }
+                    };
+                if let Err(e) = bucket.check().await {
+                    outcome.refused = refused(FailureReason::Bucket, e.to_string());
+                    break;
+                }
+                for c in candidates {
+                    let key = manifest::manifest_key(c);
+                    if bucket
+                        .get(&key, checks::limits::MANIFEST_BYTES)
+                        .await?
+                        .is_some()
+                    {
+                        outcome.base = Some(c.clone());
+                        break;
+                    }
+                }
+            }
+            Step::ReadManifest {
+                destination,
+                backup,
+            } => {
+                let Some(cluster) = cluster else { break };
+                let bucket =
+                    match open_bucket(ctx, ns, destination, cluster, Patience::Quick).await? {
+                        Ok(b) => b,
+                        Err(f) => {
+                            outcome.refused = Some(f);
+                            break;
+                        }
+                    };
+                let key = manifest::manifest_key(backup);
+                let url = bucket.url(&key);
+                let read = match bucket.get(&key, checks::limits::MANIFEST_BYTES).await {
+                    Ok(Some(data)) => serde_json::from_slice::<Manifest>(&data)
+                        .map_err(|e| {
+                            (
+                                FailureReason::ManifestRefused,
+                                format!("{url} is not a backup manifest: {e}"),
+                            )
+                        })
+                        .and_then(|m| {
+                            checks::check_manifest(&m, backup).map(|()| m).map_err(|r| {
+                                (
+                                    FailureReason::ManifestRefused,
+                                    format!("{url} breaks a rule, nothing was restored: {r}"),
+                                )
+                            })
+                        }),
+                    Ok(None) => Err((
+                        FailureReason::BackupNotUsable,
+                        format!(
+                            "{url} does not exist: backup {backup} is not complete, or not in this bucket"
+                        ),
+                    )),
+                    Err(e) => Err((FailureReason::Bucket, e.to_string())),
+                };
+                match read {
+                    Ok(m) => outcome.manifest = Some(m),
+                    Err((reason, message)) => {
+                        outcome.refused = refused(reason, message);
+                        break;
+                    }
+                }
+            }
+            Step::CreateAgent(agent) => {
+                let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+                match jobs.create(&PostParams::default(), &agent.build()).await {
+                    Ok(_) => {
+                        info!(namespace = %ns, owner = %agent.owner.name, shard = agent.shard, replica = %agent.replica, "agent job created")
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Step::WriteManifest {
+                destination,
+                manifest,
+            } => {
+                let Some(cluster) = cluster else { break };
+                let bucket =
+                    match open_bucket(ctx, ns, destination, cluster, Patience::Patient).await? {
+                        Ok(b) => b,
+                        Err(f) => {
+                            outcome.refused = Some(f);
+                            break;
+                        }
+                    };
+                let key = manifest::manifest_key(&manifest.backup);
+                bucket
+                    .put(
+                        &key,
+                        serde_json::to_vec_pretty(manifest).unwrap_or_default(),
+                    )
+                    .await?;
+                info!(namespace = %ns, backup = %manifest.backup, manifest = %bucket.url(&key), "backup manifest written");
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// The bucket of destination `d` with the keys of its Secret (only a Secret that opts in, see
+/// [`destination::credentials`]); `Err` says what is wrong with the Secret or the destination.
+pub async fn open_bucket(
+    ctx: &Context,
+    ns: &str,
+    d: &S3Destination,
+    cluster: &ClickHouseCluster,
+    patience: Patience,
+) -> Result<Result<Bucket, Failure>, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = secrets.get_opt(&d.secret_name).await?;
+    let (access, secret_key) = match destination::credentials(d, secret.as_ref(), cluster, ns) {
+        Ok(keys) => keys,
+        Err(e) => return Ok(Err(Failure::new(FailureReason::Credentials, e.to_string()))),
+    };
+    Ok(Bucket::open(
+        d,
+        &access,
+        &secret_key,
+        &default_prefix(ns, &cluster.name_any()),
+        patience,
+    )
+    .map_err(|e| Failure::new(FailureReason::Destination, e.to_string())))
+}
+
+/// Removes backup `name`'s data at `d`: every object under its folder that no other backup's
+/// shard manifest in the same place references (its manifest first, so that it stops being
+/// complete at once). Returns how many objects went and how many stayed.
+pub async fn remove_backup_data(
+    ctx: &Context,
+    ns: &str,
+    d: &S3Destination,
+    cluster: &ClickHouseCluster,
+    name: &str,
+) -> Result<Result<(usize, usize), Failure>, Error> {
+    let bucket = match open_bucket(ctx, ns, d, cluster, Patience::Patient).await? {
+        Ok(b) => b,
+        Err(f) => return Ok(Err(f)),
+    };
+    let dir = format!("{}/", manifest::backup_dir(name));
+    let objects = bucket.list(&dir).await?;
+    let mut others: Vec<manifest::ShardManifest> = Vec::new();
+    for key in bucket.list("backups/").await? {
+        let is_shard_manifest = key
+            .rsplit('/')
+            .next()
+            .is_some_and(|f| f.starts_with("shard-") && f.ends_with(".json"));
+        if is_shard_manifest
+            && !key.starts_with(&dir)
+            && let Some(data) = bucket
+                .get(&key, checks::limits::SHARD_MANIFEST_BYTES)
+                .await?
+            && let Ok(m) = serde_json::from_slice::<manifest::ShardManifest>(&data)
+        {
+            others.push(m);
+        }
+    }
+    let mut gone = manifest::deletable(name, &objects, &others);
+    let top = manifest::manifest_key(name);
+    gone.sort_by_key(|k| **k != top);
+    for key in &gone {
+        bucket.delete(key).await?;
+    }
+    info!(namespace = %ns, backup = %name, removed = gone.len(), kept = objects.len() - gone.len(), bucket = %bucket.url(&dir), "backup data removed");
+    Ok(Ok((gone.len(), objects.len() - gone.len())))
+}
+
+async fn publish<K: JobResource>(ctx: &Context, object: &K, plan: &Plan<K::Status>) {
+    let mut events = Vec::new();
+    for e in &plan.events {
+        let kind = match e.kind {
+            crate::plan::EventType::Normal => EventType::Normal,
+            crate::plan::EventType::Warning => EventType::Warning,
+        };
+        events.push((kind, e.reason, e.message.clone()));
+    }
+    super::publish_events(ctx, object, events, K::ACTION).await;
+}
+
+/// Deletes the agent Jobs of an ended backup or restore (those it owns), with their pods.
+async fn remove_agents<K: JobResource>(
+    ctx: &Context,
+    ns: &str,
+    object: &K,
+) -> Result<(), kube::Error> {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{BACKUP_LABEL}={}", object.name_any()));
+    let uid = object.meta().uid.clone();
+    for j in jobs.list(&lp).await?.items {
+        let owned = j
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| Some(&o.uid) == uid.as_ref());
+        if !owned {
+            continue;
+        }
+        match jobs
+            .delete(&j.name_any(), &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
