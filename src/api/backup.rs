@@ -36,6 +36,26 @@ pub struct ClickHouseBackupSpec {
     /// every part.
     #[serde(default)]
     pub incremental: bool,
+    /// What deleting this ClickHouseBackup does to its data in the bucket: `Retain` (default)
+    /// keeps it (a backup of a deleted cluster stays restorable); `Delete` removes it first,
+    /// except the parts other backups in the same place reference, and waits while a backup
+    /// that builds on this one runs.
+    #[serde(default, skip_serializing_if = "DeletionPolicy::is_retain")]
+    pub deletion_policy: DeletionPolicy,
+}
+
+/// What deleting a ClickHouseBackup does to its data.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    #[default]
+    Retain,
+    Delete,
+}
+
+impl DeletionPolicy {
+    pub fn is_retain(&self) -> bool {
+        *self == DeletionPolicy::Retain
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -57,6 +77,10 @@ pub struct ClickHouseBackupStatus {
     /// Per shard: the replica the backup ran on and what it moved.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardBackupStatus>,
+    /// Where the backup was written (its destination, prefix written out), recorded when it
+    /// starts: where a `Delete` policy removes it from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<S3Destination>,
     /// The backup this one builds on (incremental).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,

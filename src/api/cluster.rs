@@ -744,6 +744,63 @@ impl Default for PodDisruptionBudgetSpec {
     }
 }
 
+/// What a cluster's backup and restore agent pods get besides what the operator gives them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentPodSettings {
+    /// Secrets to pull the agent's image (the operator's) with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<k8s_openapi::api::core::v1::LocalObjectReference>,
+    /// Tolerations, so that an agent runs on (and stays on) the backup replica's node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Resources of the agent's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Extra environment variables, such as `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` (a proxy
+    /// for the bucket; the servers are always reached directly). The variables the agent is
+    /// configured with are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl AgentPodSettings {
+    /// The environment variables the operator configures an agent with (and the prefixes of
+    /// the ones it may add): `env` cannot set them.
+    pub const OWN_ENV: &'static [&'static str] = &[
+        "AGENT_MODE",
+        "BACKUP_NAME",
+        "SHARD",
+        "REPLICA",
+        "DATA_DIR",
+        "DISK_PATHS",
+        "BASE_BACKUP",
+        "TABLES",
+        "INTO_NON_EMPTY",
+        "ALLOW_EXTERNAL_SOURCES",
+        "TERMINATION_LOG",
+        "CH_",
+        "S3_",
+    ];
+
+    /// Whether `name` is one of [`Self::OWN_ENV`] (or starts with one of its prefixes).
+    pub fn owns_env(name: &str) -> bool {
+        Self::OWN_ENV
+            .iter()
+            .any(|o| name == *o || (o.ends_with('_') && name.starts_with(o)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == AgentPodSettings::default()
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupScheduleSpec {
@@ -755,6 +812,10 @@ pub struct BackupScheduleSpec {
     /// of the cluster can copy its data to these and read their Secrets' keys through them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_destinations: Vec<S3Destination>,
+    /// The pods of backup and restore agents: pull secrets, tolerations, resources, a priority
+    /// class, labels, annotations and environment (proxies).
+    #[serde(default, skip_serializing_if = "AgentPodSettings::is_empty")]
+    pub agent: AgentPodSettings,
     /// Backups taken on a schedule, as ClickHouseBackup objects owned by the cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schedules: Vec<BackupSchedule>,

@@ -191,8 +191,8 @@ pub fn backup_crd() -> CustomResourceDefinition {
             },
             Rule {
                 path: &["spec"],
-                rule: "self == oldSelf",
-                message: "a ClickHouseBackup's spec cannot change; create a new one",
+                rule: "self.clusterName == oldSelf.clusterName && has(self.destination) == has(oldSelf.destination) && (!has(self.destination) || self.destination == oldSelf.destination) && has(self.tables) == has(oldSelf.tables) && (!has(self.tables) || self.tables == oldSelf.tables) && has(self.incremental) == has(oldSelf.incremental) && (!has(self.incremental) || self.incremental == oldSelf.incremental)",
+                message: "a ClickHouseBackup's spec cannot change, but for its deletionPolicy; create a new one",
             },
         ],
         &[(&["spec", "clusterName"], "maxLength", 253)],

@@ -545,6 +545,17 @@ fn check_backup_schedules(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for (i, d) in spec.backup.allowed_destinations.iter().enumerate() {
         check_destination(&format!("spec.backup.allowedDestinations[{i}]"), d, errors);
     }
+    for (i, e) in spec.backup.agent.env.iter().enumerate() {
+        if super::AgentPodSettings::owns_env(&e.name) {
+            errors.add(
+                &format!("spec.backup.agent.env[{i}].name"),
+                format!(
+                    "{:?} is one of the variables the operator configures the agent with",
+                    e.name
+                ),
+            );
+        }
+    }
     let mut schedule_names = BTreeSet::new();
     for (i, s) in spec.backup.schedules.iter().enumerate() {
         let f = |leaf: &str| format!("spec.backup.schedules[{i}].{leaf}");
@@ -1575,6 +1586,33 @@ mod tests {
                 "spec.backup.destination.bucket",
                 "spec.backup.destination.secretName",
                 "spec.backup.destination.prefix",
+            ]
+        );
+    }
+
+    /// Issue 31: the agent's pods take extra environment variables, never one the agent is
+    /// configured with.
+    #[test]
+    fn agent_environment_cannot_override_the_agents_own() {
+        let mut s = spec();
+        let var = |n: &str| k8s_openapi::api::core::v1::EnvVar {
+            name: n.into(),
+            value: Some("x".into()),
+            ..Default::default()
+        };
+        s.backup.agent.env = vec![
+            var("HTTPS_PROXY"),
+            var("NO_PROXY"),
+            var("S3_ENDPOINT"),
+            var("CH_HOSTS"),
+            var("SHARD"),
+        ];
+        assert_eq!(
+            fields("c1", &s),
+            [
+                "spec.backup.agent.env[2].name",
+                "spec.backup.agent.env[3].name",
+                "spec.backup.agent.env[4].name"
             ]
         );
     }

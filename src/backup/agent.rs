@@ -35,6 +35,8 @@ pub struct BackupJob {
     pub server: Client,
     /// The mounted data volume of the backup replica (`/var/lib/clickhouse`).
     pub data_dir: PathBuf,
+    /// The replica's further disks, mounted where the server has them.
+    pub disk_dirs: Vec<PathBuf>,
     pub bucket: Bucket,
     /// The access key and secret key: a server with `BACKUP` writes to the bucket itself.
     pub credentials: (String, String),
@@ -91,11 +93,14 @@ fn shadows(data_dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// `…/data/<db>/<table>/` relative to the server's data folder (`data/<db>/<table>`).
+/// A table's folder relative to a disk's root, from its data path on the server:
+/// `data/<db>/<table>` (Ordinary databases) or `store/<xyz>/<uuid>` (Atomic databases). Every
+/// segment is checked: a folder is never built from a path that could leave the disk.
 fn relative_data_path(data_path: &str) -> Result<String, String> {
     let segments: Vec<&str> = data_path.trim_end_matches('/').split('/').collect();
+    let ok = |s: &&str| !s.is_empty() && *s != "." && *s != "..";
     match segments.as_slice() {
-        [.., "data", db, table] => Ok(format!("data/{db}/{table}")),
+        [.., kind @ ("data" | "store"), a, b] if ok(a) && ok(b) => Ok(format!("{kind}/{a}/{b}")),
         _ => Err(format!("unexpected table data path {data_path:?}")),
     }
 }
@@ -265,15 +270,23 @@ impl BackupJob {
         })
     }
 
+    /// Every disk's root: the data volume, then the further disks.
+    fn roots(&self) -> Vec<&Path> {
+        std::iter::once(self.data_dir.as_path())
+            .chain(self.disk_dirs.iter().map(PathBuf::as_path))
+            .collect()
+    }
+
     /// Freezes one table, uploads what the base does not hold, removes the snapshot (also on
-    /// failure).
+    /// failure). A freeze snapshots each part on the disk that holds it, under the same
+    /// `shadow/<n>` on every disk.
     async fn back_up_parts(
         &self,
         t: &sql::Table,
         base: Option<&ShardManifest>,
         report: &mut Report,
     ) -> Result<Vec<Part>, String> {
-        let before = shadows(&self.data_dir);
+        let before: Vec<Vec<String>> = self.roots().iter().map(|r| shadows(r)).collect();
         // logged in the server's query_log: every backup statement shows where it ran
         self.server
             .exec(
@@ -282,32 +295,36 @@ impl BackupJob {
             )
             .await
             .map_err(|e| format!("freezing {}.{}: {e}", t.database, t.name))?;
-        let made: Vec<String> = shadows(&self.data_dir)
-            .into_iter()
-            .filter(|s| !before.contains(s))
-            .collect();
+        let mut made: Vec<String> = Vec::new();
+        for (root, before) in self.roots().iter().zip(&before) {
+            for s in shadows(root) {
+                if !before.contains(&s) && !made.contains(&s) {
+                    made.push(s);
+                }
+            }
+        }
         let result = async {
             let snapshot = match made.as_slice() {
                 [] => return Ok(Vec::new()), // no part: nothing was frozen
                 [one] => one,
                 _ => {
                     return Err(format!(
-                        "freezing {}.{} made {} snapshots under {}, expected one (another \
-                         FREEZE at the same time?)",
+                        "freezing {}.{} made {} snapshots ({}), expected one (another FREEZE at \
+                         the same time?)",
                         t.database,
                         t.name,
                         made.len(),
-                        self.data_dir.join("shadow").display()
+                        made.join(", ")
                     ));
                 }
             };
-            let dir = self
-                .data_dir
-                .join("shadow")
-                .join(snapshot)
-                .join(relative_data_path(&t.data_path)?);
+            let relative = relative_data_path(&t.data_path)?;
             let mut found: Vec<(String, String, PathBuf)> = Vec::new();
-            if dir.exists() {
+            for root in self.roots() {
+                let dir = root.join("shadow").join(snapshot).join(&relative);
+                if !dir.exists() {
+                    continue;
+                }
                 let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
                 for e in rd.flatten().filter(|e| e.path().is_dir()) {
                     let name = e.file_name().to_string_lossy().into_owned();
@@ -348,8 +365,10 @@ impl BackupJob {
             Ok(parts)
         }
         .await;
-        for s in &made {
-            let _ = std::fs::remove_dir_all(self.data_dir.join("shadow").join(s));
+        for root in self.roots() {
+            for s in &made {
+                let _ = std::fs::remove_dir_all(root.join("shadow").join(s));
+            }
         }
         result
     }
@@ -744,6 +763,9 @@ async fn run_from_env() -> Result<Report, String> {
                 replica: var("REPLICA")?,
                 server,
                 data_dir,
+                disk_dirs: opt("DISK_PATHS")
+                    .map(|p| p.split(',').map(PathBuf::from).collect())
+                    .unwrap_or_default(),
                 bucket,
                 credentials,
                 base: opt("BASE_BACKUP"),
@@ -788,7 +810,17 @@ mod tests {
             relative_data_path("/tmp/data/data/d%2Db/t").unwrap(),
             "data/d%2Db/t"
         );
+        assert_eq!(
+            relative_data_path(
+                "/var/lib/clickhouse/store/3f2/3f2a0c1e-0c55-4d5c-9e3a-7f6b0a9d4c21/"
+            )
+            .unwrap(),
+            "store/3f2/3f2a0c1e-0c55-4d5c-9e3a-7f6b0a9d4c21",
+            "Atomic databases"
+        );
         assert!(relative_data_path("/elsewhere/x").is_err());
+        assert!(relative_data_path("/var/lib/clickhouse/data/../..").is_err());
+        assert!(relative_data_path("/var/lib/clickhouse/data//t").is_err());
     }
 
     #[test]

@@ -104,6 +104,13 @@ pub trait JobResource:
     fn cluster_of(world: &Self::World) -> Option<&ClickHouseCluster>;
     /// Called on every pass of an ended resource and after the pass that ends it.
     fn ended(&self, _ctx: &Context, _status: &Self::Status) {}
+    /// Runs before everything else in a pass (finalizers, deletion); `Some` ends the pass.
+    fn prepare(
+        &self,
+        _ctx: &Context,
+    ) -> impl std::future::Future<Output = Result<Option<Action>, Error>> + Send {
+        async { Ok(None) }
+    }
 }
 
 fn key<K: JobResource>(object: &K) -> String {
@@ -122,6 +129,9 @@ pub async fn reconcile<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Res
         .await
         .expect("the semaphore is never closed");
     let _timer = PassTimer::start(K::KIND, &ctx.metrics);
+    if let Some(action) = object.prepare(&ctx).await? {
+        return Ok(action);
+    }
     let ns = object.namespace().unwrap_or_default();
     let old = object.status();
     if K::is_over(&old) {
@@ -381,20 +391,29 @@ pub async fn open_bucket(
     cluster: &ClickHouseCluster,
     patience: Patience,
 ) -> Result<Result<Bucket, Failure>, Error> {
+    open_bucket_of(ctx, ns, d, &cluster.name_any(), Some(cluster), patience).await
+}
+
+/// [`open_bucket`] for cluster `name`, which may be gone.
+pub async fn open_bucket_of(
+    ctx: &Context,
+    ns: &str,
+    d: &S3Destination,
+    name: &str,
+    cluster: Option<&ClickHouseCluster>,
+    patience: Patience,
+) -> Result<Result<Bucket, Failure>, Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let secret = secrets.get_opt(&d.secret_name).await?;
-    let (access, secret_key) = match destination::credentials(d, secret.as_ref(), cluster, ns) {
+    let spec = cluster.map(|c| &c.spec);
+    let (access, secret_key) = match destination::credentials(d, secret.as_ref(), name, spec, ns) {
         Ok(keys) => keys,
         Err(e) => return Ok(Err(Failure::new(FailureReason::Credentials, e.to_string()))),
     };
-    Ok(Bucket::open(
-        d,
-        &access,
-        &secret_key,
-        &default_prefix(ns, &cluster.name_any()),
-        patience,
+    Ok(
+        Bucket::open(d, &access, &secret_key, &default_prefix(ns, name), patience)
+            .map_err(|e| Failure::new(FailureReason::Destination, e.to_string())),
     )
-    .map_err(|e| Failure::new(FailureReason::Destination, e.to_string())))
 }
 
 /// Removes backup `name`'s data at `d`: every object under its folder that no other backup's
@@ -404,10 +423,10 @@ pub async fn remove_backup_data(
     ctx: &Context,
     ns: &str,
     d: &S3Destination,
-    cluster: &ClickHouseCluster,
+    (cluster_name, cluster): (&str, Option<&ClickHouseCluster>),
     name: &str,
 ) -> Result<Result<(usize, usize), Failure>, Error> {
-    let bucket = match open_bucket(ctx, ns, d, cluster, Patience::Patient).await? {
+    let bucket = match open_bucket_of(ctx, ns, d, cluster_name, cluster, Patience::Patient).await? {
         Ok(b) => b,
         Err(f) => return Ok(Err(f)),
     };
@@ -439,6 +458,30 @@ pub async fn remove_backup_data(
     Ok(Ok((gone.len(), objects.len() - gone.len())))
 }
 
+/// Sets or removes `finalizer` on `object`, unless the object changed since it was read.
+pub async fn set_finalizer<K: JobResource>(
+    ctx: &Context,
+    object: &K,
+    finalizer: &str,
+    present: bool,
+) -> Result<(), kube::Error> {
+    let mut finalizers: Vec<String> = object.meta().finalizers.clone().unwrap_or_default();
+    finalizers.retain(|f| f != finalizer);
+    if present {
+        finalizers.push(finalizer.to_string());
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}
+        })),
+    )
+    .await
+    .map(drop)
+}
+
 async fn publish<K: JobResource>(ctx: &Context, object: &K, plan: &Plan<K::Status>) {
     let mut events = Vec::new();
     for e in &plan.events {
@@ -452,7 +495,7 @@ async fn publish<K: JobResource>(ctx: &Context, object: &K, plan: &Plan<K::Statu
 }
 
 /// Deletes the agent Jobs of an ended backup or restore (those it owns), with their pods.
-async fn remove_agents<K: JobResource>(
+pub async fn remove_agents<K: JobResource>(
     ctx: &Context,
     ns: &str,
     object: &K,

@@ -117,6 +117,9 @@ async fn tick(ctx: &Context, cluster: &ClickHouseCluster) -> Result<(), Error> {
                 destination: None,
                 tables: Vec::new(),
                 incremental: s.incremental,
+                // retention removes the data of the backups it removes; deleting the cluster
+                // (which owns them) keeps it
+                deletion_policy: Default::default(),
             },
         );
         backup.metadata.namespace = Some(ns.clone());
@@ -158,7 +161,7 @@ async fn remove_backup(
     let ns = cluster.namespace().unwrap_or_default();
     let name = backup.name_any();
     if let Ok(d) = destination::choose(backup.spec.destination.as_ref(), cluster, &ns) {
-        match remove_backup_data(ctx, &ns, &d, cluster, &name).await? {
+        match remove_backup_data(ctx, &ns, &d, (&cluster.name_any(), Some(cluster)), &name).await? {
             Ok(_) => {}
             Err(f) => {
                 warn!(backup = %name, reason = f.reason.as_str(), error = %f.message, "cannot remove the backup's data yet");

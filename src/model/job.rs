@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::S3Destination;
+use crate::api::{AgentPodSettings, S3Destination};
 use crate::model::names;
 use crate::model::statefulset::SERVER_CONTAINER;
 
@@ -87,8 +87,13 @@ pub struct AgentJob {
     pub base: Option<String>,
     pub tables: Vec<String>,
     pub into_non_empty: bool,
+    /// Backup: the further disks of the replica (`spec.storage.disks`), mounted where the
+    /// server has them, so that the parts a freeze snapshots on them are read too.
+    pub disks: Vec<String>,
     /// Restore: tables, views and dictionaries reaching outside the cluster are allowed.
     pub allow_external: bool,
+    /// The cluster's settings of agent pods (`spec.backup.agent`).
+    pub pod: AgentPodSettings,
     /// How the agent talks to the servers, as the operator does.
     pub tls: AgentTls,
 }
@@ -285,16 +290,56 @@ impl AgentJob {
         if self.allow_external {
             envs.push(env("ALLOW_EXTERNAL_SOURCES", "true"));
         }
+        if !self.disks.is_empty() {
+            let paths: Vec<String> = self.disks.iter().map(|d| names::disk_path(d)).collect();
+            envs.push(env("DISK_PATHS", paths.join(",")));
+        }
+        let mut mounts = vec![VolumeMount {
+            name: "data".into(),
+            mount_path: names::SERVER_DATA_PATH.into(),
+            ..VolumeMount::default()
+        }];
+        let mut volumes = vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: names::data_pvc(&self.replica),
+                read_only: Some(false),
+            }),
+            ..Volume::default()
+        }];
+        for d in &self.disks {
+            mounts.push(VolumeMount {
+                name: names::disk_claim(d),
+                mount_path: names::disk_path(d).trim_end_matches('/').to_string(),
+                ..VolumeMount::default()
+            });
+            volumes.push(Volume {
+                name: names::disk_claim(d),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: names::disk_pvc(d, &self.replica),
+                    read_only: Some(false),
+                }),
+                ..Volume::default()
+            });
+        }
+        // the user's variables after the agent's own (validation refuses overriding them)
+        envs.extend(
+            self.pod
+                .env
+                .iter()
+                .filter(|e| !AgentPodSettings::owns_env(&e.name))
+                .cloned(),
+        );
+        // the user's labels, under the operator's own
+        let mut pod_labels = self.pod.labels.clone();
+        pod_labels.extend(labels.clone());
         let container = Container {
             name: AGENT_CONTAINER.into(),
             image: Some(self.image.clone()),
             args: Some(vec!["backup-agent".into()]),
             env: Some(envs),
-            volume_mounts: Some(vec![VolumeMount {
-                name: "data".into(),
-                mount_path: names::SERVER_DATA_PATH.into(),
-                ..VolumeMount::default()
-            }]),
+            resources: self.pod.resources.clone(),
+            volume_mounts: Some(mounts),
             security_context: self.placement.container_security.clone(),
             termination_message_policy: Some("FallbackToLogsOnError".into()),
             ..Container::default()
@@ -318,23 +363,23 @@ impl AgentJob {
                 active_deadline_seconds: Some(6 * 3600),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
-                        labels: Some(labels),
+                        labels: Some(pod_labels),
+                        annotations: (!self.pod.annotations.is_empty())
+                            .then(|| self.pod.annotations.clone()),
                         ..ObjectMeta::default()
                     }),
                     spec: Some(PodSpec {
+                        image_pull_secrets: (!self.pod.image_pull_secrets.is_empty())
+                            .then(|| self.pod.image_pull_secrets.clone()),
+                        tolerations: (!self.pod.tolerations.is_empty())
+                            .then(|| self.pod.tolerations.clone()),
+                        priority_class_name: self.pod.priority_class_name.clone(),
                         restart_policy: Some("Never".into()),
                         node_name: self.placement.node.clone(),
                         automount_service_account_token: Some(false),
                         security_context: self.placement.pod_security.clone(),
                         containers: vec![container],
-                        volumes: Some(vec![Volume {
-                            name: "data".into(),
-                            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                                claim_name: names::data_pvc(&self.replica),
-                                read_only: Some(false),
-                            }),
-                            ..Volume::default()
-                        }]),
+                        volumes: Some(volumes),
                         ..PodSpec::default()
                     }),
                 },
@@ -382,7 +427,9 @@ mod tests {
             base: None,
             tables: vec![],
             into_non_empty: false,
+            disks: vec![],
             allow_external: false,
+            pod: AgentPodSettings::default(),
             tls: AgentTls::Off,
         }
     }
@@ -544,5 +591,74 @@ mod tests {
         );
         // a Job written before the identity was recorded is judged by its agent alone
         assert_eq!(server_changed(&job().build(), None), None);
+    }
+
+    /// Issue 31: the cluster's agent settings reach the agent's pod (pull secrets, tolerations,
+    /// resources, priority class, labels under the operator's own, annotations, environment
+    /// after the agent's own), and every variable the builder sets is one the settings cannot.
+    #[test]
+    fn agent_pods_take_the_clusters_agent_settings() {
+        let mut a = job();
+        a.pod = serde_json::from_value(serde_json::json!({
+            "imagePullSecrets": [{"name": "registry"}],
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoExecute"}],
+            "resources": {"limits": {"memory": "512Mi"}},
+            "priorityClassName": "backups",
+            "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}, {"name": "S3_ENDPOINT", "value": "http://evil"}],
+            "labels": {"team": "db", "clickhouse.com/backup": "forged"},
+            "annotations": {"example.com/a": "b"}
+        }))
+        .unwrap();
+        let j = a.build();
+        let template = j.spec.unwrap().template;
+        let labels = template.metadata.as_ref().unwrap().labels.clone().unwrap();
+        assert_eq!(labels["team"], "db");
+        assert_eq!(labels[BACKUP_LABEL], "nightly", "the operator's label wins");
+        assert_eq!(
+            template.metadata.unwrap().annotations.unwrap()["example.com/a"],
+            "b"
+        );
+        let pod = template.spec.unwrap();
+        assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "registry");
+        assert_eq!(
+            pod.tolerations.unwrap()[0].key.as_deref(),
+            Some("dedicated")
+        );
+        assert_eq!(pod.priority_class_name.as_deref(), Some("backups"));
+        let c = &pod.containers[0];
+        assert!(
+            c.resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()
+                .contains_key("memory")
+        );
+        let envs = c.env.clone().unwrap();
+        let endpoint: Vec<_> = envs.iter().filter(|e| e.name == "S3_ENDPOINT").collect();
+        assert_eq!(endpoint.len(), 1, "never overridden");
+        assert_eq!(endpoint[0].value.as_deref(), Some("http://s3:8333"));
+        assert!(envs.iter().any(|e| e.name == "HTTPS_PROXY"));
+        let mut full = job();
+        full.tls = AgentTls::Verified {
+            ca_secret: "ca".into(),
+        };
+        full.base = Some("b0".into());
+        full.tables = vec!["db".into()];
+        full.into_non_empty = true;
+        full.allow_external = true;
+        full.disks = vec!["cold".into()];
+        for e in full.build().spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap()
+        {
+            assert!(
+                AgentPodSettings::owns_env(&e.name),
+                "{} is not in OWN_ENV",
+                e.name
+            );
+        }
     }
 }

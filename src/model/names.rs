@@ -111,6 +111,11 @@ pub fn disk_claim(disk: &str) -> String {
     format!("disk-{disk}")
 }
 
+/// The PVC of `replica`'s disk `<disk>`: `disk-<disk>-<sts>-0`.
+pub fn disk_pvc(disk: &str, replica: &str) -> String {
+    format!("{}-{}", disk_claim(disk), replica_pod(replica))
+}
+
 /// Where the disk `<disk>` is mounted, with the trailing `/` that ClickHouse's disk `path`
 /// must have.
 pub fn disk_path(disk: &str) -> String {

@@ -506,6 +506,7 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
         "nothing was added"
     );
     restore_from_a_lying_bucket_changes_nothing(&client, &ns, &map, &before).await;
+    deleting_a_backup_removes_what_no_other_backup_references(&client, &ns).await;
     let _ = full.name_any();
     let mut secrets = vec![
         ACCESS.to_string(),
@@ -694,6 +695,109 @@ async fn restore_from_a_lying_bucket_changes_nothing(
     assert_eq!(&rows_per_replica(client, ns).await, rows);
 }
 
+/// Issue 31: `deletionPolicy: Delete` on the full backup, which the incremental one builds on,
+/// then the full backup deleted: its manifests and every object no other backup references are
+/// gone from the bucket before the resource goes, the parts the incremental backup references
+/// stay (it can still be restored), and an event says what was removed.
+async fn deleting_a_backup_removes_what_no_other_backup_references(client: &Client, ns: &str) {
+    let b = bucket(&format!("{ns}/c1"));
+    let before: Vec<String> = b.list("backups/full/").await.unwrap();
+    let incr_before: Vec<String> = b.list("backups/incr/").await.unwrap();
+    let mut referenced: Vec<String> = Vec::new();
+    for shard in [0, 1] {
+        let m = b
+            .get(&manifest::shard_manifest_key("incr", shard), u64::MAX)
+            .await
+            .unwrap()
+            .unwrap();
+        let m: manifest::ShardManifest = serde_json::from_slice(&m).unwrap();
+        referenced.extend(m.keys().map(|k| format!("{k}/")));
+    }
+    let api: Api<ClickHouseBackup> = Api::namespaced(client.clone(), ns);
+    let refused = api
+        .patch(
+            "full",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"incremental": true}})),
+        )
+        .await
+        .expect_err("a backup's spec does not change");
+    assert!(
+        refused.to_string().contains("but for its deletionPolicy"),
+        "{refused}"
+    );
+    api.patch(
+        "full",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"deletionPolicy": "Delete"}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        Duration::from_secs(30),
+        "the data finalizer on backup full",
+        || {
+            let api = api.clone();
+            async move {
+                let b = api.get("full").await.ok()?;
+                b.finalizers()
+                    .iter()
+                    .any(|f| f == "clickhouse.com/backup-data")
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    api.delete("full", &DeleteParams::default()).await.unwrap();
+    wait_for(Duration::from_secs(120), "backup full gone", || {
+        let api = api.clone();
+        async move { api.get_opt("full").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let after: Vec<String> = b.list("backups/full/").await.unwrap();
+    let kept_expected: Vec<&String> = before
+        .iter()
+        .filter(|o| referenced.iter().any(|k| o.starts_with(k.as_str())))
+        .collect();
+    println!(
+        "backup full deleted: {} objects before, {} after, {} referenced by incr",
+        before.len(),
+        after.len(),
+        kept_expected.len()
+    );
+    assert!(!kept_expected.is_empty(), "incr references parts of full");
+    assert_eq!(
+        after.iter().collect::<Vec<_>>(),
+        kept_expected,
+        "exactly the referenced parts stay"
+    );
+    assert!(
+        after.len() < before.len(),
+        "the manifests at least are gone"
+    );
+    assert_eq!(
+        b.list("backups/incr/").await.unwrap(),
+        incr_before,
+        "incr untouched"
+    );
+    let events: Vec<String> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("BackupDataRemoved"))
+            .filter_map(|e| e.note)
+            .collect();
+    assert!(
+        events
+            .iter()
+            .any(|n| n.contains("kept, referenced by other backups")),
+        "{events:?}"
+    );
+}
+
 /// Every value of the cluster's generated Secret (the operator's password and the others).
 async fn operator_secrets(client: &Client, ns: &str, cluster: &str) -> Vec<String> {
     let s = Api::<Secret>::namespaced(client.clone(), ns)
@@ -826,12 +930,83 @@ async fn wait_restore_done(client: &Client, ns: &str, name: &str) -> ClickHouseR
     .await
 }
 
+/// A forward HTTP proxy on this machine, reached by the pods at the node's gateway: it relays
+/// each connection to the host its first request names (absolute-form, as a client talking to
+/// a proxy sends it) and counts the connections that carried a request.
+struct Proxy {
+    for_pods: String,
+    relayed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn proxy() -> Proxy {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let relayed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = relayed.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match inbound.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let Some(target) = line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|u| u.strip_prefix("http://"))
+                    .and_then(|u| u.split('/').next())
+                    .map(str::to_string)
+                else {
+                    return;
+                };
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                    return;
+                };
+                counter.fetch_add(1, Ordering::SeqCst);
+                if outbound.write_all(&head).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let network = std::fs::read_to_string(kubeconfig().with_file_name("network")).unwrap();
+    let gateway = network
+        .lines()
+        .find_map(|l| l.strip_prefix("GATEWAY="))
+        .unwrap()
+        .to_string();
+    Proxy {
+        for_pods: format!("http://{gateway}:{port}"),
+        relayed,
+    }
+}
+
 /// S2-40, seed 002: a schedule `*/1 * * * *` with `keep: 2` creates a backup each minute (incremental
 /// on the one before); retention removes the oldest successful ones with their data, never a
 /// part a kept backup still references; no backup is created while the cluster is paused.
+/// Issue 31: the cluster's `backup.agent` settings reach every agent pod (labels, annotations,
+/// tolerations, resources, pull secrets, environment), and with `HTTP_PROXY` among them every
+/// agent reaches the bucket through that proxy (a relay in this test process that counts what
+/// it carried) while still reaching its server directly.
 #[tokio::test]
 async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
     let (server, client, ns, op) = setup("sched", &[]).await;
+    let relay = proxy().await;
     create_cluster(
         &client,
         &ns,
@@ -840,9 +1015,39 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
                "backup": {"destination": {"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
                                           "secretName": "s3-creds"},
                           "schedules": [{"name": "minutely", "schedule": "*/1 * * * *",
-                                         "keep": 2, "incremental": true}]}}),
+                                         "keep": 2, "incremental": true}],
+                          "agent": {"env": [{"name": "HTTP_PROXY", "value": relay.for_pods}],
+                                    "labels": {"team": "db"}, "annotations": {"example.com/note": "backup"},
+                                    "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}],
+                                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                                    "imagePullSecrets": [{"name": "registry"}]}}}),
     )
     .await;
+    // every agent pod, as created, while the test runs
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let agent_pods = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Pod>::new()));
+    let watcher = {
+        let (pods, seen) = (pods.clone(), agent_pods.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(list) = pods
+                    .list(
+                        &ListParams::default()
+                            .labels("app.kubernetes.io/name=clickhouse-backup-agent"),
+                    )
+                    .await
+                {
+                    let mut seen = seen.lock().unwrap();
+                    for p in list.items {
+                        if !seen.iter().any(|s| s.metadata.uid == p.metadata.uid) {
+                            seen.push(p);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
     wait_ready(&client, &ns, "c1", 1).await;
     let ch = sql_client(&client, &ns, "c1", "c1-0-0-0").await;
     exec(
@@ -958,6 +1163,58 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
         created.is_empty(),
         "backups created while paused: {created:?}"
     );
+    watcher.abort();
+    let seen = agent_pods.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "agent pods were seen");
+    for p in &seen {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("team").map(String::as_str),
+            Some("db"),
+            "{:?}",
+            p.metadata.name
+        );
+        assert_eq!(
+            p.metadata
+                .annotations
+                .clone()
+                .unwrap_or_default()
+                .get("example.com/note")
+                .map(String::as_str),
+            Some("backup")
+        );
+        let spec = p.spec.clone().unwrap();
+        assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "registry");
+        assert!(
+            spec.tolerations
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key.as_deref() == Some("dedicated"))
+        );
+        let c = &spec.containers[0];
+        assert!(
+            c.resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .is_some_and(|r| r.contains_key("memory"))
+        );
+        assert!(
+            c.env
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .any(|e| e.name == "HTTP_PROXY")
+        );
+    }
+    let relayed = relay.relayed.load(std::sync::atomic::Ordering::SeqCst);
+    println!(
+        "{} agent pods, {relayed} connections to the bucket through the proxy",
+        seen.len()
+    );
+    assert!(
+        relayed > 0,
+        "the agents reached the bucket through the proxy"
+    );
     let mut secrets = vec![ACCESS.to_string(), SECRET.to_string()];
     secrets.extend(operator_secrets(&client, &ns, "c1").await);
     assert_no_secret_leaked(&client, &ns, &secrets, true).await;
@@ -1051,6 +1308,10 @@ async fn a_rollout_waits_while_a_backup_runs() {
 /// its StatefulSet) while the agent works. The backup ends `Failed`
 /// naming the replica and the cause, its manifest is never written (nothing looks complete), and
 /// the next backup, once the replica is back, succeeds and holds every row.
+/// Issue 31: the cluster has a further disk (`storage.disks`), which backups once refused: the
+/// agent mounts it beside the data volume, and the backup and its restore hold every row. 18.16
+/// ignores storage policies, so its parts are all on the data volume here; a freeze that
+/// snapshots parts on several disks is read from each (`backup::agent`, not run here).
 #[tokio::test]
 async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds() {
     let (server, client, ns, op) = setup("bkkill", &[]).await;
@@ -1058,7 +1319,8 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
         &client,
         &ns,
         "c1",
-        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+               "storage": {"size": "1Gi", "disks": [{"name": "cold", "size": "1Gi"}]},
                "backup": {"destination": {"endpoint": server.for_pods, "insecure": true, "bucket": BUCKET,
                                           "secretName": "s3-creds"}}}),
     )
@@ -1092,6 +1354,26 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
         }
     })
     .await;
+    let agent = pods
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .next()
+        .unwrap();
+    let claims: Vec<String> = agent
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| Some(v.persistent_volume_claim.as_ref()?.claim_name.clone()))
+        .collect();
+    assert!(
+        claims.contains(&format!("disk-cold-{victim}-0")),
+        "the agent mounts the further disk: {claims:?}"
+    );
     let killed_at = std::time::Instant::now();
     pods.delete(&format!("{victim}-0"), &DeleteParams::default())
         .await
@@ -1197,9 +1479,11 @@ fn drop_page_cache() -> bool {
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
-/// Benchmark (issue 13), not a test: backup and restore throughput of a table of at least 1 GiB
-/// on disk (random 64-bit columns, which do not compress), beside a plain recursive copy of the
-/// same parts on the same disk. Run it with `hack/bench.sh backup`.
+/// Benchmark (issues 13 and 31), not a test: backup and restore throughput of a table of at
+/// least 1 GiB on disk (random 64-bit columns, which do not compress), beside a plain copy of
+/// the same parts on the same disk and to and from the same S3 server by another client (curl,
+/// SigV4, four files at a time). The backup and restore times include the operator's passes and
+/// the agent Jobs' start. Run it with `hack/bench.sh backup`.
 #[tokio::test]
 #[ignore = "a benchmark: hack/bench.sh backup"]
 async fn benchmark_backup_and_restore_throughput() {
@@ -1268,6 +1552,53 @@ async fn benchmark_backup_and_restore_throughput() {
     assert!(ok, "cp -r {}", table_dir.display());
     let _ = std::fs::remove_dir_all(&copy_to);
 
+    // a plain copy of the same parts to the same S3 server and back, by another client: curl
+    // signing each request itself (SigV4), four files at a time, as the agent moves them
+    let files: Vec<String> = walk(&table_dir)
+        .into_iter()
+        .filter(|f| table_dir.join(f).is_file())
+        .collect();
+    let curl = |upload: bool| {
+        let list = files.join("\n");
+        let script = if upload {
+            format!(
+                "cd {dir} && xargs -P 4 -I{{}} curl -sf --aws-sigv4 aws:amz:us-east-1:s3 --user {ACCESS}:{SECRET} -T {{}} http://127.0.0.1:{S3_PORT}/{BUCKET}/plain-copy/{{}}",
+                dir = table_dir.display()
+            )
+        } else {
+            format!(
+                "mkdir -p {dir} && cd {dir} && xargs -P 4 -I{{}} curl -sf --create-dirs --aws-sigv4 aws:amz:us-east-1:s3 --user {ACCESS}:{SECRET} -o {{}} http://127.0.0.1:{S3_PORT}/{BUCKET}/plain-copy/{{}}",
+                dir = copy_to.display()
+            )
+        };
+        let mut child = Command::new("bash")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(list.as_bytes())
+            .unwrap();
+        assert!(
+            child.wait().unwrap().success(),
+            "curl {}",
+            if upload { "upload" } else { "download" }
+        );
+    };
+    let _ = drop_page_cache();
+    let t = std::time::Instant::now();
+    curl(true);
+    let plain_up_secs = t.elapsed().as_secs_f64();
+    let _ = drop_page_cache();
+    let t = std::time::Instant::now();
+    curl(false);
+    let plain_down_secs = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&copy_to);
+
     let _ = drop_page_cache();
     let t = std::time::Instant::now();
     start_backup(&client, &ns, "big", json!({"clusterName": "c1"})).await;
@@ -1297,28 +1628,35 @@ async fn benchmark_backup_and_restore_throughput() {
         mib(bytes)
     );
     println!("{:<34} {:>8} {:>10}", "", "seconds", "MiB/s");
-    println!(
-        "{:<34} {:>8.1} {:>10.1}",
-        "plain copy (cp -r, same disk)",
-        copy_secs,
-        mib(bytes) / copy_secs
+    let row = |what: &str, secs: f64, bytes: u64| {
+        println!("{what:<44} {secs:>8.1} {:>10.1}", mib(bytes) / secs)
+    };
+    println!("{:<44} {:>8} {:>10}", "", "seconds", "MiB/s");
+    row("plain copy (cp -r, same disk)", copy_secs, bytes);
+    row(
+        "plain upload to the same S3 (curl, 4 at once)",
+        plain_up_secs,
+        bytes,
     );
-    println!(
-        "{:<34} {:>8.1} {:>10.1}",
+    row(
         "backup (to S3, object created → Succeeded)",
         backup_secs,
-        mib(b.bytes_uploaded) / backup_secs
+        b.bytes_uploaded,
     );
-    println!(
-        "{:<34} {:>8.1} {:>10.1}",
+    row(
+        "plain download from the same S3 (curl, 4)",
+        plain_down_secs,
+        bytes,
+    );
+    row(
         "restore (from S3, → Succeeded)",
         restore_secs,
-        mib(r.bytes_downloaded) / restore_secs
+        r.bytes_downloaded,
     );
     println!(
-        "backup/copy time ratio {:.1}, restore/copy time ratio {:.1}",
-        backup_secs / copy_secs,
-        restore_secs / copy_secs
+        "backup/plain upload time ratio {:.2}, restore/plain download time ratio {:.2}",
+        backup_secs / plain_up_secs,
+        restore_secs / plain_down_secs
     );
     finish(&client, &ns, op).await;
 }

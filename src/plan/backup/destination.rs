@@ -12,7 +12,7 @@
 
 use k8s_openapi::api::core::v1::Secret;
 
-use crate::api::{ClickHouseCluster, S3Destination};
+use crate::api::{ClickHouseCluster, ClickHouseClusterSpec, S3Destination};
 use crate::backup::store::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
 use crate::util::names;
 
@@ -185,24 +185,25 @@ fn with_destination(cluster: &ClickHouseCluster, d: &S3Destination) -> ClickHous
     c
 }
 
-/// The access key id and secret key of `d` from `secret` (the Secret it names, if it exists).
+/// The access key id and secret key of `d` from `secret` (the Secret it names, if it exists),
+/// for a backup or restore of cluster `name` (whose spec is `spec`, if the cluster exists).
 pub fn credentials(
     d: &S3Destination,
     secret: Option<&Secret>,
-    cluster: &ClickHouseCluster,
+    name: &str,
+    spec: Option<&ClickHouseClusterSpec>,
     namespace: &str,
 ) -> Result<(String, String), CredentialRefusal> {
-    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let name = name.to_string();
     let reserved = if d.secret_name == names::operator_secret(&name) {
         Some("the operator's credentials")
     } else if d.secret_name == names::users_secret(&name) {
         Some("the servers' users")
-    } else if cluster
-        .spec
-        .referenced_secrets()
-        .iter()
-        .any(|(_, s)| *s == d.secret_name)
-    {
+    } else if spec.is_some_and(|spec| {
+        spec.referenced_secrets()
+            .iter()
+            .any(|(_, s)| *s == d.secret_name)
+    }) {
         Some("read by the cluster's spec")
     } else {
         None
@@ -385,7 +386,7 @@ mod tests {
         let d = dest("https://s3.example.com", "backups", "s3-creds");
         let good = secret(true, &[("accessKeyId", "AK"), ("secretAccessKey", "SK\n")]);
         assert_eq!(
-            credentials(&d, Some(&good), &c, "ns").unwrap(),
+            credentials(&d, Some(&good), "c1", Some(&c.spec), "ns").unwrap(),
             ("AK".to_string(), "SK".to_string())
         );
         assert!(matches!(
@@ -395,25 +396,33 @@ mod tests {
                     false,
                     &[("accessKeyId", "AK"), ("secretAccessKey", "SK")]
                 )),
-                &c,
+                "c1",
+                Some(&c.spec),
                 "ns"
             ),
             Err(CredentialRefusal::NotOptedIn { .. })
         ));
         assert!(matches!(
-            credentials(&d, None, &c, "ns"),
+            credentials(&d, None, "c1", Some(&c.spec), "ns"),
             Err(CredentialRefusal::Missing { .. })
         ));
         assert!(matches!(
-            credentials(&d, Some(&secret(true, &[("accessKeyId", "AK")])), &c, "ns"),
+            credentials(&d, Some(&secret(true, &[("accessKeyId", "AK")])), "c1", Some(&c.spec), "ns"),
             Err(CredentialRefusal::NoKey { key, .. }) if key == "secretAccessKey"
+        ));
+        // the cluster gone: its own Secrets by name are still refused
+        let operator = dest("https://s3.example.com", "backups", "c1-operator");
+        let labelled = secret(true, &[("accessKeyId", "AK"), ("secretAccessKey", "SK")]);
+        assert!(matches!(
+            credentials(&operator, Some(&labelled), "c1", None, "ns"),
+            Err(CredentialRefusal::Reserved { .. })
         ));
         for own in ["c1-operator", "c1-users", "app-users"] {
             let d = dest("https://s3.example.com", "backups", own);
             let labelled = secret(true, &[("accessKeyId", "AK"), ("secretAccessKey", "SK")]);
             assert!(
                 matches!(
-                    credentials(&d, Some(&labelled), &c, "ns"),
+                    credentials(&d, Some(&labelled), "c1", Some(&c.spec), "ns"),
                     Err(CredentialRefusal::Reserved { .. })
                 ),
                 "{own}"

@@ -45,8 +45,6 @@ pub enum FailureReason {
     ClusterDeleted,
     /// The cluster is paused: nothing runs.
     ClusterPaused,
-    /// The cluster has further disks (`spec.storage.disks`), which backups do not read yet.
-    DisksNotSupported,
     /// No destination, one the cluster does not name, or an invalid one.
     Destination,
     /// The destination's Secret is missing, does not opt in, lacks a key or is the cluster's own.
@@ -76,7 +74,6 @@ impl FailureReason {
         match self {
             FailureReason::ClusterDeleted => "ClusterDeleted",
             FailureReason::ClusterPaused => "ClusterPaused",
-            FailureReason::DisksNotSupported => "DisksNotSupported",
             FailureReason::Destination => "Destination",
             FailureReason::Credentials => "Credentials",
             FailureReason::Bucket => "Bucket",
@@ -92,10 +89,9 @@ impl FailureReason {
     }
 
     /// Every reason, for the metric's series and the tests.
-    pub const ALL: [FailureReason; 14] = [
+    pub const ALL: [FailureReason; 13] = [
         FailureReason::ClusterDeleted,
         FailureReason::ClusterPaused,
-        FailureReason::DisksNotSupported,
         FailureReason::Destination,
         FailureReason::Credentials,
         FailureReason::Bucket,

@@ -308,7 +308,11 @@ fn follow(
                     base: None,
                     tables: Vec::new(),
                     into_non_empty: restore.spec.into_non_empty_tables,
+                    // parts are attached from the data volume; the server's storage policy
+                    // moves them where they belong
+                    disks: Vec::new(),
                     allow_external: restore.spec.allow_external_sources,
+                    pod: cluster.spec.backup.agent.clone(),
                     tls: AgentJob::tls_of(cluster),
                 })));
                 running = true;

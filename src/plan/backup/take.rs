@@ -168,20 +168,6 @@ fn start(
 ) {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
     let ns = namespace(backup);
-    if !cluster.spec.storage.disks.is_empty() {
-        // the agent reads the snapshot of the data volume only: parts on the other disks
-        // would be missing from the backup without anyone noticing
-        return fail(
-            plan,
-            w.now,
-            Failure::new(
-                FailureReason::DisksNotSupported,
-                format!(
-                    "cluster {cluster_name} has further disks (spec.storage.disks): backups read the data volume only and would miss the parts on them, so none is taken"
-                ),
-            ),
-        );
-    }
     let d = match destination::choose(backup.spec.destination.as_ref(), cluster, &ns) {
         Ok(d) => d,
         Err(e) => {
@@ -250,6 +236,10 @@ fn start(
     let s = &mut plan.status;
     s.state = BackupState::Starting;
     s.start_time = Some(w.now.to_string());
+    s.destination = Some(S3Destination {
+        prefix: Some(d.prefix.clone().unwrap_or_else(|| prefix.clone())),
+        ..d.clone()
+    });
     s.shards = replicas
         .iter()
         .map(|(shard, r)| ShardBackupStatus {
@@ -338,7 +328,15 @@ fn follow(
                     base: plan.status.base.clone(),
                     tables: backup.spec.tables.clone(),
                     into_non_empty: false,
+                    disks: cluster
+                        .spec
+                        .storage
+                        .disks
+                        .iter()
+                        .map(|d| d.name.clone())
+                        .collect(),
                     allow_external: false,
+                    pod: cluster.spec.backup.agent.clone(),
                     tls: AgentJob::tls_of(cluster),
                 })));
                 running = true;
@@ -417,4 +415,62 @@ pub fn report(
         }
     }
     plan
+}
+
+/// The finalizer a ClickHouseBackup with `deletionPolicy: Delete` carries until its data is
+/// removed from the bucket.
+pub const DATA_FINALIZER: &str = "clickhouse.com/backup-data";
+
+/// What deleting a backup observed.
+#[derive(Clone, Debug, Default)]
+pub struct Deleting {
+    /// Agent pods of the backup still there.
+    pub agents_left: usize,
+    /// Backups in flight whose base is this one.
+    pub dependents: Vec<String>,
+}
+
+/// What a deleted backup with [`DATA_FINALIZER`] asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Deletion {
+    /// Not yet: why (its agents are stopping, a backup that builds on it runs).
+    Wait(String),
+    /// Remove its data at this destination, then the finalizer.
+    RemoveData(S3Destination),
+    /// Remove the finalizer, with a note when data may be left behind.
+    Release(Option<String>),
+}
+
+/// Whether a backup should carry [`DATA_FINALIZER`] now (not while it is being deleted: then
+/// [`deletion`] says when it goes).
+pub fn wants_finalizer(backup: &ClickHouseBackup) -> bool {
+    backup.spec.deletion_policy == crate::api::DeletionPolicy::Delete
+}
+
+/// What deleting `backup` does next. Its agents stop first (their Jobs are removed), so that
+/// nothing writes under its folder any more; a backup in flight that builds on it is waited
+/// for, since its parts are about to be referenced; then its data goes, except what other
+/// backups reference. A backup that never started has nothing to remove; one whose policy was
+/// switched back to `Retain` keeps its data.
+pub fn deletion(backup: &ClickHouseBackup, w: &Deleting) -> Deletion {
+    let status = backup.status.clone().unwrap_or_default();
+    if !wants_finalizer(backup) {
+        return Deletion::Release(None);
+    }
+    if w.agents_left > 0 {
+        return Deletion::Wait(format!("{} agent pod(s) stopping", w.agents_left));
+    }
+    if !w.dependents.is_empty() {
+        return Deletion::Wait(format!(
+            "backup(s) {} build on this one and are still running",
+            w.dependents.join(", ")
+        ));
+    }
+    match (status.state, status.destination) {
+        (BackupState::New, _) => Deletion::Release(None),
+        (_, Some(d)) => Deletion::RemoveData(d),
+        (_, None) => Deletion::Release(Some(
+            "its destination was not recorded (it started under an older operator): its data, if any, stays in the bucket".into(),
+        )),
+    }
 }

@@ -495,16 +495,6 @@ fn every_failure_of_a_running_backup_has_its_reason() {
 fn a_backup_is_refused_or_waits_before_it_starts() {
     let refused: Vec<(&str, ChangeBoth)> = vec![
         (
-            "DisksNotSupported",
-            Box::new(|s: &mut Sim, _: &mut ClickHouseBackup| {
-                std::sync::Arc::make_mut(s.cluster.as_mut().unwrap())
-                    .spec
-                    .storage
-                    .disks =
-                    serde_json::from_value(json!([{"name": "cold", "size": "1Gi"}])).unwrap();
-            }),
-        ),
-        (
             "Destination",
             Box::new(|_: &mut Sim, b: &mut ClickHouseBackup| {
                 b.spec.destination = Some(S3Destination {
@@ -966,4 +956,86 @@ fn backups_build_on_each_other_only_in_the_same_place() {
         &d("http://b", None),
         "ns/c1"
     ));
+}
+
+/// Issue 31: a deleted backup with `deletionPolicy: Delete` waits for its agents to stop and
+/// for backups in flight that build on it, then removes its data where it recorded it was
+/// written; one that never started, or whose policy went back to `Retain`, has nothing removed.
+#[test]
+fn a_deleted_backup_removes_its_data_only_once_nothing_needs_it() {
+    use super::take::{Deleting, Deletion, deletion, wants_finalizer};
+    let mut sim = Sim::new();
+    let mut b = new_backup(sim.now, false);
+    assert!(!wants_finalizer(&b), "Retain by default");
+    b.spec.deletion_policy = crate::api::DeletionPolicy::Delete;
+    assert!(wants_finalizer(&b));
+    let idle = Deleting::default();
+    assert_eq!(
+        deletion(&b, &idle),
+        Deletion::Release(None),
+        "never started: nothing to remove"
+    );
+    sim.backup_pass(&mut b, usize::MAX);
+    let recorded = b.status.as_ref().unwrap().destination.clone().unwrap();
+    assert_eq!(
+        recorded.prefix.as_deref(),
+        Some("ns/c1"),
+        "the prefix is written out"
+    );
+    let busy = Deleting {
+        agents_left: 2,
+        dependents: vec![],
+    };
+    assert!(matches!(deletion(&b, &busy), Deletion::Wait(w) if w.contains("2 agent pod(s)")));
+    let built_on = Deleting {
+        agents_left: 0,
+        dependents: vec!["b2".into()],
+    };
+    assert!(matches!(deletion(&b, &built_on), Deletion::Wait(w) if w.contains("b2")));
+    assert_eq!(deletion(&b, &idle), Deletion::RemoveData(recorded));
+    b.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
+    assert_eq!(
+        deletion(&b, &idle),
+        Deletion::Release(None),
+        "switched back: kept"
+    );
+}
+
+/// Issue 31: a cluster with further disks is backed up: each shard's agent mounts the backup
+/// replica's disks where the server has them (a freeze snapshots parts on every disk).
+#[test]
+fn the_agent_of_a_cluster_with_disks_reads_every_disk() {
+    let mut sim = Sim::new();
+    std::sync::Arc::make_mut(sim.cluster.as_mut().unwrap())
+        .spec
+        .storage
+        .disks = serde_json::from_value(json!([{"name": "cold", "size": "1Gi"}])).unwrap();
+    let mut b = new_backup(sim.now, false);
+    sim.backup_pass(&mut b, usize::MAX);
+    assert_eq!(state(&b), BackupState::Starting);
+    let p = sim.backup_pass(&mut b, usize::MAX);
+    let Step::CreateAgent(job) = &p.steps[0] else {
+        panic!("{:?}", p.steps)
+    };
+    assert_eq!(job.disks, ["cold"]);
+    let built = job.build();
+    let pod = built.spec.unwrap().template.spec.unwrap();
+    let claims: Vec<String> = pod
+        .volumes
+        .unwrap()
+        .iter()
+        .filter_map(|v| Some(v.persistent_volume_claim.as_ref()?.claim_name.clone()))
+        .collect();
+    assert_eq!(claims, ["data-c1-0-0-0", "disk-cold-c1-0-0-0"]);
+    let mounts: Vec<String> = pod.containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|m| m.mount_path)
+        .collect();
+    assert_eq!(
+        mounts[1],
+        crate::model::names::disk_path("cold").trim_end_matches('/')
+    );
 }
