@@ -119,7 +119,17 @@ fn main() -> anyhow::Result<()> {
         })?,
         Command::PvcCleaner => component(|settings, client| async move {
             info!("PVC cleaner started");
-            controller::pvc_cleaner::run(client, settings.watch_namespaces).await;
+            if !settings.pvc_delete_key.shared {
+                tracing::warn!(
+                    "PVC_DELETE_KEY is not set: no PVC the operator hands over can be proven, so none is deleted"
+                );
+            }
+            controller::pvc_cleaner::run(
+                client,
+                settings.watch_namespaces,
+                settings.pvc_delete_key,
+            )
+            .await;
             Ok(())
         })?,
         Command::Run => {

@@ -459,6 +459,7 @@ fn every_rbac_rule_of_the_chart_says_why() {
         "templates/_helpers.tpl",
         "templates/rbac.yaml",
         "templates/exporter.yaml",
+        "templates/aggregated-roles.yaml",
     ] {
         let src = std::fs::read_to_string(operator_chart().join(file)).unwrap();
         let lines: Vec<&str> = src.lines().collect();
@@ -480,6 +481,62 @@ fn every_rbac_rule_of_the_chart_says_why() {
         missing.is_empty(),
         "RBAC rules without a comment saying why:\n{}",
         missing.join("\n")
+    );
+}
+
+/// Issue 32 (S-8): the chart adds the three kinds to the built-in roles: `view` reads them
+/// (status too), `edit` and `admin` also write them; none writes a status; off with
+/// `rbac.aggregatedRoles=false`.
+#[test]
+fn the_built_in_roles_cover_the_three_kinds() {
+    let helm = helm_or_skip!();
+    let d = template(helm, &operator_chart(), "ops", &[], false);
+    for role in ["view", "edit", "admin"] {
+        let r = one(
+            &d,
+            "ClusterRole",
+            &format!("rel-clickhouse-operator-{role}"),
+        );
+        let label = s(r, "metadata.labels")
+            .and_then(|l| l.get(format!("rbac.authorization.k8s.io/aggregate-to-{role}")))
+            .and_then(Value::as_str);
+        assert_eq!(label, Some("true"), "{role}");
+        let triples = rule_triples(r);
+        for kind in [
+            "clickhouseclusters",
+            "clickhousebackups",
+            "clickhouserestores",
+        ] {
+            let can = |verb: &str| {
+                triples
+                    .iter()
+                    .any(|(g, res, v)| g == "clickhouse.com" && res == kind && v == verb)
+            };
+            assert!(
+                can("get") && can("list") && can("watch"),
+                "{role} reads {kind}"
+            );
+            assert_eq!(can("create"), role != "view", "{role} creates {kind}");
+            assert_eq!(can("delete"), role != "view", "{role} deletes {kind}");
+            let status = format!("{kind}/status");
+            assert!(
+                !triples
+                    .iter()
+                    .any(|(_, res, v)| *res == status && v != "get" && v != "list" && v != "watch")
+            );
+        }
+    }
+    let off = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &["rbac.aggregatedRoles=false"],
+        false,
+    );
+    assert!(
+        of_kind(&off, "ClusterRole")
+            .iter()
+            .all(|r| !text(r, "metadata.name").ends_with("-view"))
     );
 }
 
@@ -606,6 +663,23 @@ fn operator_chart_defaults_render_a_hardened_leader_elected_deployment() {
     assert_eq!(text(cc, "args.0"), "pvc-cleaner");
     assert_eq!(text(cc, "securityContext.readOnlyRootFilesystem"), "true");
     one(&d, "ServiceAccount", "rel-clickhouse-operator-pvc-cleaner");
+    // issue 32 (S-7): the operator and the cleaner share the key of the PVC deletion proof,
+    // from the chart's Secret, never inline
+    let key_of = |container: &Value| -> String {
+        let e = s(container, "env")
+            .and_then(Value::as_sequence)
+            .unwrap()
+            .iter()
+            .find(|e| text(e, "name") == "PVC_DELETE_KEY")
+            .expect("PVC_DELETE_KEY")
+            .clone();
+        assert!(s(&e, "value").is_none(), "not inline");
+        text(&e, "valueFrom.secretKeyRef.name")
+    };
+    assert_eq!(key_of(c), "rel-clickhouse-operator-pvc-delete-key");
+    assert_eq!(key_of(cc), "rel-clickhouse-operator-pvc-delete-key");
+    let key = one(&d, "Secret", "rel-clickhouse-operator-pvc-delete-key");
+    assert!(text(key, "data.key").len() >= 48, "a random key");
 
     // cluster-wide: a ClusterRole per component, the Lease Role in the release namespace only
     assert_no_wildcards(&d);

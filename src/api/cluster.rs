@@ -424,6 +424,10 @@ pub struct UpgradeOptions {
     /// Where the versions come from (needed unless `apply` is `Disabled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_source: Option<VersionSource>,
+    /// Image repositories an offered version may come from besides `spec.image`'s own (the
+    /// default: only that one, so that a version source can pick a version, not what runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_repositories: Vec<String>,
 }
 
 impl Default for UpgradeOptions {
@@ -432,6 +436,7 @@ impl Default for UpgradeOptions {
             apply: default_upgrade_apply(),
             schedule: default_upgrade_schedule(),
             version_source: None,
+            allowed_repositories: Vec::new(),
         }
     }
 }
@@ -449,9 +454,14 @@ fn default_upgrade_schedule() -> String {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VersionSource {
-    /// An HTTP(S) URL answering with the document.
+    /// An `https://` URL answering with the document (at most 64 KiB, within 10 s; redirects
+    /// only to the same host; proxy variables are not used), or `http://` with `insecure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Allow an `http://` URL: whoever is on the path then chooses the version (default: only
+    /// `https://`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
     /// A ConfigMap in the cluster's namespace holding the document (for air-gapped clusters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapKey>,

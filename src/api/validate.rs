@@ -518,14 +518,33 @@ fn check_upgrade_options(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             "set exactly one of url and configMap".into(),
         ),
         Some(s) => {
-            if let Some(url) = &s.url
-                && !(url.starts_with("http://") || url.starts_with("https://"))
-            {
-                errors.add(
-                    "spec.upgradeOptions.versionSource.url",
-                    format!("{url:?} is not an http(s) URL"),
-                );
+            if let Some(url) = &s.url {
+                if url.starts_with("http://") && !s.insecure {
+                    errors.add(
+                        "spec.upgradeOptions.versionSource.url",
+                        format!(
+                            "{url:?} is plain HTTP: whoever is on the path would choose the version; use https://, or set insecure: true"
+                        ),
+                    );
+                } else if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    errors.add(
+                        "spec.upgradeOptions.versionSource.url",
+                        format!("{url:?} is not an https:// URL"),
+                    );
+                }
             }
+        }
+    }
+    for (i, r) in u.allowed_repositories.iter().enumerate() {
+        let ok = !r.is_empty()
+            && !r.contains(['@', ' '])
+            && r.rsplit_once(':')
+                .is_none_or(|(_, tail)| tail.contains('/'));
+        if !ok {
+            errors.add(
+                &format!("spec.upgradeOptions.allowedRepositories[{i}]"),
+                format!("{r:?} is not an image repository (no tag, no digest)"),
+            );
         }
     }
 }
@@ -1509,6 +1528,7 @@ mod tests {
                 name: "v".into(),
                 key: None,
             }),
+            insecure: false,
         });
         assert_eq!(
             fields("c1", &s),
@@ -1534,6 +1554,34 @@ mod tests {
             fields("c1", &s),
             vec!["spec.upgradeOptions.apply".to_string()]
         );
+    }
+
+    /// Issue 32 (S-4): a plain-HTTP version source only with `insecure`; allowed repositories
+    /// are repositories, not images.
+    #[test]
+    fn an_upgrade_source_is_https_and_repositories_carry_no_tag() {
+        let mut s = spec();
+        s.upgrade_options.apply = "Latest".into();
+        s.upgrade_options.version_source = Some(VersionSource {
+            url: Some("http://versions.internal/ch.json".into()),
+            ..VersionSource::default()
+        });
+        s.upgrade_options.allowed_repositories = vec![
+            "mirror.example:5000/ch/server".into(),
+            "mirror.example/ch/server:25.3".into(),
+            "x@sha256:abc".into(),
+        ];
+        assert_eq!(
+            fields("c1", &s),
+            vec![
+                "spec.upgradeOptions.versionSource.url".to_string(),
+                "spec.upgradeOptions.allowedRepositories[1]".to_string(),
+                "spec.upgradeOptions.allowedRepositories[2]".to_string(),
+            ]
+        );
+        s.upgrade_options.version_source.as_mut().unwrap().insecure = true;
+        s.upgrade_options.allowed_repositories.truncate(1);
+        assert!(fields("c1", &s).is_empty());
     }
 
     #[test]

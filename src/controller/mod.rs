@@ -67,6 +67,8 @@ pub struct Context {
     pub pacer: crate::runtime::backoff::Pacer,
     /// MAX_CONCURRENT_RECONCILES.
     pub concurrency: u16,
+    /// Signs the PVCs handed to the PVC cleaner (issue 32, S-7).
+    pub pvc_delete_key: crate::runtime::settings::PvcDeleteKey,
 }
 
 impl Context {
@@ -250,6 +252,7 @@ pub async fn run_with(
         caches,
         pacer: Default::default(),
         concurrency: settings.max_concurrent_reconciles,
+        pvc_delete_key: settings.pvc_delete_key.clone(),
     });
     // MAX_CONCURRENT_RECONCILES is enforced by the permits each pass takes first (tokio's
     // semaphore hands them out first come, first served), not by the runtime's own limit: at
@@ -315,6 +318,7 @@ pub async fn run_with(
         tokio::spawn(pvc_cleaner::run(
             client.clone(),
             settings.watch_namespaces.clone(),
+            settings.pvc_delete_key.clone(),
         ));
     }
     health

@@ -1,9 +1,11 @@
 //! The PVC cleaner (S0-29): deletes PVCs labelled `clickhouse.com/delete-pvc` once no pod
 //! uses them. It never touches an unlabelled PVC, never one a pod still mounts, and never one
-//! that does not carry this operator's cluster labels (`app.kubernetes.io/managed-by:
-//! clickhouse-operator` and `clickhouse.com/cluster`): the delete label alone, which anyone who
-//! may label a PVC can set, does not make it delete someone else's volume. It reads no
-//! ClickHouseCluster, so it runs as its own component (`clickhouse-operator pvc-cleaner`).
+//! without a valid proof: the annotation `clickhouse.com/delete-pvc-proof`, an HMAC-SHA256 of
+//! the PVC's namespace, name and uid under the key only the operator and the cleaner hold
+//! (`PVC_DELETE_KEY`, issue 32, S-7). Labels are set by anyone who may patch a PVC; the proof
+//! only by the operator, when a scale-in or a cluster's `reclaimPolicy: Delete` hands a PVC
+//! over. It reads no ClickHouseCluster, so it runs as its own component
+//! (`clickhouse-operator pvc-cleaner`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -15,13 +17,43 @@ use tracing::{info, warn};
 
 use super::cluster::DELETE_PVC_LABEL;
 use crate::model::labels;
-use crate::runtime::settings::WatchNamespaces;
+use crate::runtime::settings::{PvcDeleteKey, WatchNamespaces};
+
+/// The annotation that proves the operator handed a PVC to the cleaner.
+pub const PROOF_ANNOTATION: &str = "clickhouse.com/delete-pvc-proof";
+
+/// PURE: the proof for the PVC `namespace/name` with `uid`: HMAC-SHA256 under `key`, in hex.
+pub fn proof(key: &PvcDeleteKey, namespace: &str, name: &str, uid: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&key.key)
+        .expect("HMAC takes a key of any length");
+    mac.update(format!("{namespace}/{name}/{uid}").as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// PURE: whether `pvc` carries a valid proof under `key` (compared in constant time).
+pub fn proven(key: &PvcDeleteKey, pvc: &PersistentVolumeClaim) -> bool {
+    use hmac::{Hmac, Mac};
+    let Some(given) = pvc.annotations().get(PROOF_ANNOTATION) else {
+        return false;
+    };
+    let Ok(given) = hex::decode(given) else {
+        return false;
+    };
+    let (ns, name) = (pvc.namespace().unwrap_or_default(), pvc.name_any());
+    let uid = pvc.metadata.uid.clone().unwrap_or_default();
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&key.key)
+        .expect("HMAC takes a key of any length");
+    mac.update(format!("{ns}/{name}/{uid}").as_bytes());
+    !uid.is_empty() && mac.verify_slice(&given).is_ok()
+}
 
 /// How often the cleaner looks.
 pub const PERIOD: Duration = Duration::from_secs(10);
 
-/// PURE: the labelled PVCs that no pod mounts.
+/// PURE: the labelled PVCs with a valid proof that no pod mounts.
 pub fn deletable<'a>(
+    key: &PvcDeleteKey,
     pvcs: &'a [PersistentVolumeClaim],
     pods: &[Pod],
 ) -> Vec<&'a PersistentVolumeClaim> {
@@ -46,12 +78,17 @@ pub fn deletable<'a>(
                 && l.get(labels::CLUSTER).is_some_and(|v| !v.is_empty())
         })
         .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| proven(key, p))
         .filter(|p| !in_use.contains(&(p.namespace().unwrap_or_default(), p.name_any())))
         .collect()
 }
 
 /// One sweep over `namespace` (or all namespaces). Returns the PVCs deleted.
-pub async fn sweep(client: &Client, namespace: Option<&str>) -> Result<Vec<String>, kube::Error> {
+pub async fn sweep(
+    client: &Client,
+    key: &PvcDeleteKey,
+    namespace: Option<&str>,
+) -> Result<Vec<String>, kube::Error> {
     let (pvcs, pods): (Api<PersistentVolumeClaim>, Api<Pod>) = match namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -73,7 +110,10 @@ pub async fn sweep(client: &Client, namespace: Option<&str>) -> Result<Vec<Strin
     }
     let pods = pods.list(&ListParams::default()).await?.items;
     let mut deleted = Vec::new();
-    for pvc in deletable(&labelled, &pods) {
+    for p in labelled.iter().filter(|p| !proven(key, p)) {
+        warn!(namespace = ?p.namespace(), pvc = %p.name_any(), "labelled {DELETE_PVC_LABEL} without a valid proof: kept");
+    }
+    for pvc in deletable(key, &labelled, &pods) {
         let ns = pvc.namespace().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
         match api.delete(&pvc.name_any(), &DeleteParams::default()).await {
@@ -89,14 +129,14 @@ pub async fn sweep(client: &Client, namespace: Option<&str>) -> Result<Vec<Strin
 }
 
 /// Sweeps every `PERIOD` until the process ends.
-pub async fn run(client: Client, namespaces: WatchNamespaces) {
+pub async fn run(client: Client, namespaces: WatchNamespaces, key: PvcDeleteKey) {
     loop {
         let targets: Vec<Option<String>> = match &namespaces {
             WatchNamespaces::All => vec![None],
             WatchNamespaces::Only(list) => list.iter().cloned().map(Some).collect(),
         };
         for ns in targets {
-            if let Err(e) = sweep(&client, ns.as_deref()).await {
+            if let Err(e) = sweep(&client, &key, ns.as_deref()).await {
                 warn!(error = %e, namespace = ?ns, "PVC cleaner sweep failed");
             }
         }
@@ -110,11 +150,21 @@ mod tests {
     use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, PodSpec, Volume};
     use std::collections::BTreeMap;
 
+    fn key() -> PvcDeleteKey {
+        PvcDeleteKey::from_value(Some("a key of sixteen or more")).unwrap()
+    }
+
+    /// A PVC, labelled and signed by the operator when `labelled`.
     fn pvc(name: &str, labelled: bool) -> PersistentVolumeClaim {
         let mut p = PersistentVolumeClaim::default();
         p.metadata.name = Some(name.into());
         p.metadata.namespace = Some("t1".into());
+        p.metadata.uid = Some(format!("uid-{name}"));
         if labelled {
+            p.metadata.annotations = Some(BTreeMap::from([(
+                PROOF_ANNOTATION.to_string(),
+                proof(&key(), "t1", name, &format!("uid-{name}")),
+            )]));
             p.metadata.labels = Some(BTreeMap::from([
                 (DELETE_PVC_LABEL.to_string(), "true".to_string()),
                 (
@@ -149,7 +199,7 @@ mod tests {
     fn only_labelled_unused_pvcs_are_deleted() {
         let pvcs = vec![pvc("a", true), pvc("b", true), pvc("c", false)];
         let pods = vec![pod_using("b"), pod_using("c")];
-        let names: Vec<String> = deletable(&pvcs, &pods)
+        let names: Vec<String> = deletable(&key(), &pvcs, &pods)
             .iter()
             .map(|p| p.name_any())
             .collect();
@@ -173,7 +223,59 @@ mod tests {
             .unwrap()
             .insert(labels::MANAGED_BY.into(), "helm".into());
         let pvcs = vec![foreign, other_manager, pvc("ours", true)];
-        let names: Vec<String> = deletable(&pvcs, &[]).iter().map(|p| p.name_any()).collect();
+        let names: Vec<String> = deletable(&key(), &pvcs, &[])
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
         assert_eq!(names, ["ours"]);
+    }
+
+    /// Issue 32 (S-7): every label the operator sets can be set by whoever may patch a PVC;
+    /// the proof cannot. A foreign PVC with all the labels, one with a proof copied from another
+    /// PVC, one with a proof under another key, or one recreated under the same name (another
+    /// uid) is kept.
+    #[test]
+    fn labels_without_the_operators_proof_delete_nothing() {
+        let mut forged = pvc("app-data", true);
+        forged.metadata.annotations = None;
+        let mut copied = pvc("app-data-2", true);
+        copied.metadata.annotations = pvc("ours", true).metadata.annotations;
+        let mut other_key = pvc("app-data-3", true);
+        other_key.metadata.annotations = Some(BTreeMap::from([(
+            PROOF_ANNOTATION.to_string(),
+            proof(
+                &PvcDeleteKey::from_value(Some("another key, long enough")).unwrap(),
+                "t1",
+                "app-data-3",
+                "uid-app-data-3",
+            ),
+        )]));
+        let mut recreated = pvc("data-c1-0-1-0", true);
+        recreated.metadata.uid = Some("a-new-uid".into());
+        let mut junk = pvc("app-data-4", true);
+        junk.metadata.annotations = Some(BTreeMap::from([(
+            PROOF_ANNOTATION.to_string(),
+            "not hex".to_string(),
+        )]));
+        let pvcs = vec![
+            forged,
+            copied,
+            other_key,
+            recreated,
+            junk,
+            pvc("data-c1-0-2-0", true),
+        ];
+        let names: Vec<String> = deletable(&key(), &pvcs, &[])
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        assert_eq!(names, ["data-c1-0-2-0"]);
+        assert!(PvcDeleteKey::from_value(Some("short")).is_err());
+        let made_up = PvcDeleteKey::from_value(None).unwrap();
+        assert!(!made_up.shared && made_up.key.len() == 32);
+        assert!(
+            !format!("{made_up:?}").contains(&format!("{:?}", made_up.key)),
+            "never printed"
+        );
     }
 }

@@ -32,6 +32,9 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default key of a ConfigMap source.
 pub const DEFAULT_KEY: &str = "versions.json";
 
+/// The most a version source may answer with.
+pub const MAX_DOCUMENT: usize = 64 << 10;
+
 /// Reads the version document of `source` (in namespace `ns`).
 async fn read_source(ctx: &Context, ns: &str, source: &VersionSource) -> Result<String, String> {
     if let Some(cm) = &source.config_map {
@@ -47,19 +50,84 @@ async fn read_source(ctx: &Context, ns: &str, source: &VersionSource) -> Result<
             .ok_or_else(|| format!("ConfigMap {} has no key {key}", cm.name));
     }
     let url = source.url.as_deref().ok_or("no url and no configMap")?;
-    let http = reqwest::Client::builder()
-        .timeout(READ_TIMEOUT)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let answer = http
-        .get(url)
-        .send()
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
-    if !answer.status().is_success() {
-        return Err(format!("{url} answered {}", answer.status()));
+    fetch(url, source.insecure, READ_TIMEOUT).await
+}
+
+/// GETs a version document (issue 32, S-4): `https://` only unless `insecure`; redirects only
+/// to the same scheme, host and port; no proxy from the environment; the answer read up to
+/// [`MAX_DOCUMENT`] bytes and refused beyond; all of it within `timeout`. An error names what
+/// went wrong with the source the cluster named, never a host it was sent to, an address or
+/// what the answer held.
+pub async fn fetch(url: &str, insecure: bool, timeout: Duration) -> Result<String, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| "the url cannot be parsed".to_string())?;
+    match parsed.scheme() {
+        "https" => {}
+        "http" if insecure => {}
+        "http" => return Err("plain http:// is refused (set insecure: true to allow it)".into()),
+        other => return Err(format!("the scheme {other}:// is not https://")),
     }
-    answer.text().await.map_err(|e| format!("{url}: {e}"))
+    let origin = (
+        parsed.scheme().to_string(),
+        parsed.host_str().unwrap_or_default().to_string(),
+        parsed.port_or_known_default(),
+    );
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let u = attempt.url();
+        let same = (
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default(),
+        ) == (origin.0.as_str(), origin.1.as_str(), origin.2);
+        if !same {
+            attempt.error("redirected to another host")
+        } else if attempt.previous().len() >= 3 {
+            attempt.error("more than 3 redirects")
+        } else {
+            attempt.follow()
+        }
+    });
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(policy)
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(timeout)
+        .build()
+        .map_err(|_| "cannot build an HTTP client".to_string())?;
+    let plain = |e: reqwest::Error| -> String {
+        if e.is_redirect() {
+            "it redirected to another host, or more than 3 times: refused".into()
+        } else if e.is_timeout() {
+            format!("no answer within {} s", timeout.as_secs())
+        } else if e.is_connect() {
+            "cannot connect".into()
+        } else {
+            "the request failed".into()
+        }
+    };
+    let mut answer = http.get(parsed).send().await.map_err(plain)?;
+    if !answer.status().is_success() {
+        return Err(format!("it answered HTTP {}", answer.status().as_u16()));
+    }
+    if answer
+        .content_length()
+        .is_some_and(|n| n > MAX_DOCUMENT as u64)
+    {
+        return Err(format!(
+            "the answer is larger than {} KiB",
+            MAX_DOCUMENT >> 10
+        ));
+    }
+    let mut body: Vec<u8> = Vec::new();
+    while let Some(chunk) = answer.chunk().await.map_err(plain)? {
+        if body.len() + chunk.len() > MAX_DOCUMENT {
+            return Err(format!(
+                "the answer is larger than {} KiB",
+                MAX_DOCUMENT >> 10
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).map_err(|_| "the answer is not UTF-8 text".into())
 }
 
 /// One look at `cluster`: nothing unless a slot of its schedule is due and not checked yet.
@@ -102,6 +170,7 @@ pub async fn tick(ctx: &Context, cluster: &ClickHouseCluster) -> Result<(), kube
     let verdict = decide(
         &apply,
         &cluster.spec.image,
+        &u.allowed_repositories,
         ready,
         cluster.spec.pause,
         document.as_ref().map_err(Clone::clone),
@@ -188,4 +257,132 @@ async fn write_record(
     )
     .await
     .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A version source on this machine: answers by path (a document, one too large with and
+    /// without a length, redirects to this host and to another, a 404, silence).
+    async fn source() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut c, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let n = c.read(&mut buf).await.unwrap_or(0);
+                    let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let doc = r#"{"versions": [{"version": "25.3"}]}"#;
+                    let answer: Vec<u8> = match path.as_str() {
+                        "/doc" => format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{doc}",
+                            doc.len()
+                        )
+                        .into_bytes(),
+                        "/big" => {
+                            let mut a = b"HTTP/1.1 200 OK\r\nContent-Length: 1048576\r\n\r\n".to_vec();
+                            a.extend(std::iter::repeat_n(b'x', 1 << 20));
+                            a
+                        }
+                        "/big-chunked" => {
+                            let mut a = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                            for _ in 0..64 {
+                                a.extend(b"4000\r\n");
+                                a.extend(std::iter::repeat_n(b'x', 0x4000));
+                                a.extend(b"\r\n");
+                            }
+                            a.extend(b"0\r\n\r\n");
+                            a
+                        }
+                        "/here" => b"HTTP/1.1 302 Found\r\nLocation: /doc\r\nContent-Length: 0\r\n\r\n".to_vec(),
+                        "/away" => format!(
+                            "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.2:{port}/doc\r\nContent-Length: 0\r\n\r\n"
+                        )
+                        .into_bytes(),
+                        "/slow" => {
+                            tokio::time::sleep(Duration::from_secs(30)).await;
+                            Vec::new()
+                        }
+                        _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
+                    };
+                    let _ = c.write_all(&answer).await;
+                });
+            }
+        });
+        format!("http://127.0.0.1:{port}")
+    }
+
+    /// Issue 32 (S-4): the version source is read within bounds, and what goes wrong is said
+    /// without a host, an address or the answer's content: plain http without `insecure`, a
+    /// redirect to another host, an answer over 64 KiB (with or without a length), silence and
+    /// an error status are refused; a redirect within the host and a document are read.
+    #[tokio::test]
+    async fn a_version_source_is_read_within_bounds_and_refusals_reveal_nothing() {
+        let base = source().await;
+        let t = Duration::from_secs(2);
+        assert_eq!(
+            fetch(&format!("{base}/doc"), false, t).await.unwrap_err(),
+            "plain http:// is refused (set insecure: true to allow it)"
+        );
+        assert!(
+            fetch(&format!("{base}/doc"), true, t)
+                .await
+                .unwrap()
+                .contains("25.3")
+        );
+        assert!(
+            fetch(&format!("{base}/here"), true, t)
+                .await
+                .unwrap()
+                .contains("25.3")
+        );
+        let away = fetch(&format!("{base}/away"), true, t).await.unwrap_err();
+        assert!(away.contains("redirected to another host"), "{away}");
+        assert!(
+            !away.contains("127.0.0.2"),
+            "no address of another host: {away}"
+        );
+        for big in ["/big", "/big-chunked"] {
+            assert_eq!(
+                fetch(&format!("{base}{big}"), true, t).await.unwrap_err(),
+                "the answer is larger than 64 KiB",
+                "{big}"
+            );
+        }
+        assert_eq!(
+            fetch(&format!("{base}/slow"), true, Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+            "no answer within 1 s"
+        );
+        assert_eq!(
+            fetch(&format!("{base}/missing"), true, t)
+                .await
+                .unwrap_err(),
+            "it answered HTTP 404"
+        );
+        assert!(
+            fetch("ftp://x/doc", true, t)
+                .await
+                .unwrap_err()
+                .contains("not https://")
+        );
+        let closed = fetch("http://127.0.0.1:1/doc", true, t).await.unwrap_err();
+        assert_eq!(closed, "cannot connect");
+        // what a document held is not repeated in the error
+        let leak =
+            crate::plan::upgrade::parse_document(r#"{"versions": [{"version": "s3cr3t-token"}]}"#)
+                .unwrap_err();
+        assert!(!leak.contains("s3cr3t"), "{leak}");
+        let leak =
+            crate::plan::upgrade::parse_document(r#"{"versions": "s3cr3t-token"}"#).unwrap_err();
+        assert!(!leak.contains("s3cr3t"), "{leak}");
+    }
 }

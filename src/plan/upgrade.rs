@@ -66,16 +66,28 @@ pub enum Verdict {
 }
 
 /// Parses a version document.
+/// Errors say where the document is wrong, never what it holds: a source may be any URL, and
+/// its answer must not travel into a status (issue 32, S-4).
 pub fn parse_document(text: &str) -> Result<VersionDocument, String> {
-    let doc: VersionDocument =
-        serde_json::from_str(text).map_err(|e| format!("not a version document: {e}"))?;
+    let doc: VersionDocument = serde_json::from_str(text).map_err(|e| {
+        let kind = match e.classify() {
+            serde_json::error::Category::Io | serde_json::error::Category::Eof => "incomplete",
+            serde_json::error::Category::Syntax => "not JSON",
+            serde_json::error::Category::Data => "not the expected fields",
+        };
+        format!(
+            "not a version document ({kind} at line {}, column {})",
+            e.line(),
+            e.column()
+        )
+    })?;
     if doc.versions.is_empty() {
         return Err("the document lists no versions".into());
     }
-    for o in &doc.versions {
+    for (i, o) in doc.versions.iter().enumerate() {
         o.version
             .parse::<Version>()
-            .map_err(|_| format!("{:?} in the document is not a version", o.version))?;
+            .map_err(|_| format!("versions[{i}].version of the document is not a version"))?;
     }
     Ok(doc)
 }
@@ -89,10 +101,22 @@ pub fn image_version(image: &str) -> Option<(&str, Version)> {
     Some((repo, tag.parse().ok()?))
 }
 
-/// The decision of one check for a cluster running `image`.
+/// The repository of an image: without its digest (`@sha256:…`) and its tag.
+pub fn repository(image: &str) -> &str {
+    let image = image.split_once('@').map_or(image, |(r, _)| r);
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => image,
+    }
+}
+
+/// The decision of one check for a cluster running `image`; an offered image must come from
+/// `image`'s repository or one of `allowed` (issue 32, S-4: a version source picks a version,
+/// not what runs with the cluster's credentials and volumes).
 pub fn decide(
     apply: &Apply,
     image: &str,
+    allowed: &[String],
     ready: bool,
     paused: bool,
     document: Result<&VersionDocument, String>,
@@ -160,13 +184,20 @@ pub fn decide(
             o.version
         ));
     }
+    let offered_image = o
+        .image
+        .clone()
+        .unwrap_or_else(|| format!("{repo}:{}", o.version));
+    let from = repository(&offered_image);
+    if from != repo && !allowed.iter().any(|a| a == from) {
+        return Verdict::Problem(format!(
+            "the version source offers {to} as an image of repository {from:?}, not of {repo:?}: list it in spec.upgradeOptions.allowedRepositories to accept it"
+        ));
+    }
     Verdict::Upgrade {
         from: current.to_string(),
         to: to.to_string(),
-        image: o
-            .image
-            .clone()
-            .unwrap_or_else(|| format!("{repo}:{}", o.version)),
+        image: offered_image,
     }
 }
 
@@ -283,9 +314,10 @@ mod tests {
                 Verdict::Problem("cannot use the version source: connection refused".into()),
             ),
         ];
+        let mirror = vec!["mirror.example/ch/server".to_string()];
         for (name, apply, ready, paused, source, want) in cases {
             assert_eq!(
-                decide(&apply, RUNNING, ready, paused, source),
+                decide(&apply, RUNNING, &mirror, ready, paused, source),
                 want,
                 "{name}"
             );
@@ -300,6 +332,7 @@ mod tests {
             decide(
                 &Apply::Recommended,
                 "clickhouse/clickhouse-server:25.8.1.1",
+                &[],
                 true,
                 false,
                 Ok(&d)
@@ -312,6 +345,7 @@ mod tests {
             decide(
                 &Apply::Latest,
                 "clickhouse/clickhouse-server:25.8.1.1",
+                &[],
                 true,
                 false,
                 Ok(&d)
@@ -330,7 +364,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    decide(&Apply::Latest, image, true, false, Ok(&d)),
+                    decide(&Apply::Latest, image, &[], true, false, Ok(&d)),
                     Verdict::Problem(_)
                 ),
                 "{image}"
@@ -347,10 +381,47 @@ mod tests {
         assert!(parse_document("not json").is_err());
         let no_rec = parse_document(r#"{"versions": [{"version": "25.3"}]}"#).unwrap();
         assert_eq!(
-            decide(&Apply::Recommended, RUNNING, true, false, Ok(&no_rec)),
+            decide(&Apply::Recommended, RUNNING, &[], true, false, Ok(&no_rec)),
             Verdict::Problem("the version source recommends no version".into())
         );
         assert_eq!(Apply::parse("LATEST"), Ok(Apply::Latest));
         assert!(Apply::parse("soon").is_err());
+    }
+
+    /// Issue 32 (S-4): a version source picks a version, not a repository: an image of another
+    /// repository is refused unless the cluster allows it; a digest is fine.
+    #[test]
+    fn an_offered_image_of_another_repository_is_refused_unless_allowed() {
+        let d = parse_document(
+            r#"{"versions": [{"version": "25.3", "image": "attacker.example/evil:25.3"}]}"#,
+        )
+        .unwrap();
+        let v = decide(&Apply::Latest, RUNNING, &[], true, false, Ok(&d));
+        assert!(
+            matches!(&v, Verdict::Problem(m) if m.contains("attacker.example/evil") && m.contains("allowedRepositories")),
+            "{v:?}"
+        );
+        let allowed = vec!["attacker.example/evil".to_string()];
+        assert!(matches!(
+            decide(&Apply::Latest, RUNNING, &allowed, true, false, Ok(&d)),
+            Verdict::Upgrade { .. }
+        ));
+        let digest = parse_document(
+            r#"{"versions": [{"version": "25.3", "image": "clickhouse/clickhouse-server@sha256:0123"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            decide(&Apply::Latest, RUNNING, &[], true, false, Ok(&digest)),
+            upgrade("25.3.0.0", "clickhouse/clickhouse-server@sha256:0123")
+        );
+        assert_eq!(
+            repository("registry:5000/ch/server:25.3@sha256:ab"),
+            "registry:5000/ch/server"
+        );
+        assert_eq!(
+            repository("registry:5000/ch/server"),
+            "registry:5000/ch/server"
+        );
+        assert_eq!(repository("ch/server:25.3"), "ch/server");
     }
 }

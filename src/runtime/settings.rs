@@ -43,6 +43,42 @@ impl WatchNamespaces {
     }
 }
 
+/// The key of the PVC deletion proof; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PvcDeleteKey {
+    pub key: Vec<u8>,
+    /// Set by `PVC_DELETE_KEY`, not made up by this process.
+    pub shared: bool,
+}
+
+impl std::fmt::Debug for PvcDeleteKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PvcDeleteKey({} bytes, shared: {})",
+            self.key.len(),
+            self.shared
+        )
+    }
+}
+
+impl PvcDeleteKey {
+    /// From `PVC_DELETE_KEY` (at least 16 characters), or 32 random bytes of this process.
+    pub fn from_value(value: Option<&str>) -> Result<PvcDeleteKey, String> {
+        match value.map(str::trim).filter(|v| !v.is_empty()) {
+            Some(v) if v.len() < 16 => Err("PVC_DELETE_KEY: must be at least 16 characters".into()),
+            Some(v) => Ok(PvcDeleteKey {
+                key: v.as_bytes().to_vec(),
+                shared: true,
+            }),
+            None => Ok(PvcDeleteKey {
+                key: (0..32).map(|_| rand::random::<u8>()).collect(),
+                shared: false,
+            }),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Json,
@@ -61,6 +97,10 @@ pub struct Settings {
     pub leader_election: bool,
     /// Run the PVC cleaner inside the operator too (it can also run alone: `pvc-cleaner`).
     pub pvc_cleaner: bool,
+    /// The key the operator signs the PVCs it hands to the PVC cleaner with, and the cleaner
+    /// checks them with (`PVC_DELETE_KEY`; the chart keeps it in a Secret). Without it, a key of
+    /// this process's own: its in-process cleaner checks what it signs.
+    pub pvc_delete_key: PvcDeleteKey,
     /// Namespace and name of the leader-election Lease.
     pub lease_namespace: String,
     pub lease_name: String,
@@ -247,6 +287,7 @@ impl Settings {
             http_addr,
             leader_election,
             pvc_cleaner,
+            pvc_delete_key: PvcDeleteKey::from_value(get("PVC_DELETE_KEY").as_deref())?,
             lease_namespace: get("POD_NAMESPACE")
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| "default".into()),

@@ -1521,6 +1521,27 @@ async fn benchmark_backup_and_restore_throughput() {
         exec(&ch, &format!("INSERT INTO default.big SELECT {first} + number, rand64(), rand64(1), rand64(2), rand64(3) FROM system.numbers LIMIT {}", step.min(rows - first))).await;
         first += step;
     }
+    // the same parts for every copy below: no merge from here on
+    exec(&ch, "SYSTEM STOP MERGES default.big").await;
+    wait_for(
+        Duration::from_secs(300),
+        "merges of default.big to end",
+        || {
+            let ch = ch.clone();
+            async move {
+                let running = ch
+                    .query(
+                        "SELECT count() AS v FROM system.merges WHERE table = 'big'",
+                        &QueryOptions::new(),
+                    )
+                    .await
+                    .ok()?;
+                (running.iter().next()?.str("v").ok()? == "0").then_some(())
+            }
+        },
+    )
+    .await;
+    let active: Vec<String> = query(&ch, "SELECT name AS v FROM system.parts WHERE database = 'default' AND table = 'big' AND active ORDER BY name").await;
     let bytes: u64 = query(&ch, "SELECT sum(bytes_on_disk) AS v FROM system.parts WHERE database = 'default' AND table = 'big' AND active").await[0].parse().unwrap();
     let parts = query(&ch, "SELECT count() AS v FROM system.parts WHERE database = 'default' AND table = 'big' AND active").await[0].clone();
     println!(
@@ -1540,10 +1561,11 @@ async fn benchmark_backup_and_restore_throughput() {
     let table_dir = volume.join("data/default/big");
     let copy_to = volume.join("bench-copy");
     let cold = drop_page_cache();
+    std::fs::create_dir_all(&copy_to).unwrap();
     let t = std::time::Instant::now();
     let ok = Command::new("cp")
         .arg("-r")
-        .arg(&table_dir)
+        .args(active.iter().map(|p| table_dir.join(p)))
         .arg(&copy_to)
         .status()
         .unwrap()
@@ -1557,6 +1579,7 @@ async fn benchmark_backup_and_restore_throughput() {
     let files: Vec<String> = walk(&table_dir)
         .into_iter()
         .filter(|f| table_dir.join(f).is_file())
+        .filter(|f| active.iter().any(|p| f.starts_with(&format!("{p}/"))))
         .collect();
     let curl = |upload: bool| {
         let list = files.join("\n");
@@ -1627,7 +1650,6 @@ async fn benchmark_backup_and_restore_throughput() {
         "backup benchmark: {:.0} MiB in {parts} parts, page cache dropped before each: {cold}",
         mib(bytes)
     );
-    println!("{:<34} {:>8} {:>10}", "", "seconds", "MiB/s");
     let row = |what: &str, secs: f64, bytes: u64| {
         println!("{what:<44} {secs:>8.1} {:>10.1}", mib(bytes) / secs)
     };

@@ -110,7 +110,18 @@ async fn scale_out_then_in_keeps_data_and_leaves_no_trace() {
         ["100"]
     );
     // S0-28 / S0-29: their PVCs were labelled, then deleted by the PVC cleaner once unused.
+    // Issue 32 (S-7): a PVC someone else labelled the same way, with every label the operator
+    // sets, is kept: the labels are not the operator's proof.
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let foreign: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "app-data", "labels": {
+            "clickhouse.com/delete-pvc": "true", "clickhouse.com/cluster": "c1",
+            "app.kubernetes.io/managed-by": "clickhouse-operator"},
+            "annotations": {"clickhouse.com/delete-pvc-proof": "00ff"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    pvcs.create(&Default::default(), &foreign).await.unwrap();
     wait_for(
         Duration::from_secs(120),
         "the removed replicas' PVCs to be cleaned",
@@ -134,13 +145,20 @@ async fn scale_out_then_in_keeps_data_and_leaves_no_trace() {
         },
     )
     .await;
+    // the cleaner sweeps every 10 s: one more sweep after the foreign PVC was labelled
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let left = pvcs.list(&ListParams::default()).await.unwrap().items;
     assert!(
         left.iter().any(|p| p.name_any().contains(&first)),
         "the survivor's PVC is kept"
     );
     assert!(
+        left.iter().any(|p| p.name_any() == "app-data"),
+        "a PVC labelled by someone else is kept"
+    );
+    assert!(
         left.iter()
+            .filter(|p| p.name_any() != "app-data")
             .all(|p| !p.labels().contains_key("clickhouse.com/delete-pvc"))
     );
     finish(&client, &ns, op).await;

@@ -159,3 +159,16 @@ No wildcard anywhere.
   resources: ["pods"]
   verbs: ["list"]
 {{- end }}
+
+{{- define "clickhouse-operator.pvcDeleteKeyName" -}}
+{{- printf "%s-pvc-delete-key" (include "clickhouse-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* PVC_DELETE_KEY of the operator and the PVC cleaner, from the chart's Secret. */}}
+{{- define "clickhouse-operator.pvcDeleteKeyEnv" -}}
+- name: PVC_DELETE_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "clickhouse-operator.pvcDeleteKeyName" . }}
+      key: key
+{{- end }}

@@ -219,12 +219,19 @@ pub async fn label_pvcs(
 ) -> Result<(), Error> {
     for (pvc, p) in &world.observed.pvcs {
         if select(p) {
+            // the label says what is meant, the proof that the operator means it (issue 32, S-7)
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let proof = crate::controller::pvc_cleaner::proof(&ctx.pvc_delete_key, ns, pvc, &uid);
             ignore_not_found(
                 api::<PersistentVolumeClaim>(ctx, ns)
                     .patch(
                         pvc,
                         &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {"labels": {DELETE_PVC_LABEL: "true"}}})),
+                        &Patch::Merge(json!({"metadata": {
+                            "labels": {DELETE_PVC_LABEL: "true"},
+                            "annotations": {crate::controller::pvc_cleaner::PROOF_ANNOTATION: proof},
+                            "uid": uid,
+                        }})),
                     )
                     .await,
             )?;
