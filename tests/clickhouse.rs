@@ -753,11 +753,12 @@ async fn keeper_client_speaks_the_zookeeper_protocol_to_a_real_server() {
             Err(e) => panic!("{e}"),
         }
     };
-    assert_eq!(s.create("/chop", b"v1").await.unwrap(), "/chop");
-    let again = s.create("/chop", b"v2").await.unwrap_err();
+    let open = [keeper::AclEntry::world(keeper::perms::ALL)];
+    assert_eq!(s.create("/chop", b"v1", &open).await.unwrap(), "/chop");
+    let again = s.create("/chop", b"v2", &open).await.unwrap_err();
     assert_eq!(again.code(), Some(keeper::NODE_EXISTS), "{again}");
-    s.create("/chop/a", b"").await.unwrap();
-    s.create("/chop/b", b"").await.unwrap();
+    s.create("/chop/a", b"", &open).await.unwrap();
+    s.create("/chop/b", b"", &open).await.unwrap();
     let mut children = s.children("/chop").await.unwrap();
     children.sort();
     assert_eq!(children, ["a", "b"]);
@@ -767,6 +768,51 @@ async fn keeper_client_speaks_the_zookeeper_protocol_to_a_real_server() {
     let refused = s.reconfig(&[], &[1]).await.unwrap_err();
     assert!(refused.code().is_some(), "{refused}");
     s.close().await;
+
+    // Issue 32 (S-5): the ACLs of an external root, as a real ZooKeeper applies them. The root
+    // belongs to its cluster's digest identity; the level above lets everyone create and
+    // delete children, nobody change its ACL.
+    let (own, shared) =
+        clickhouse_operator::controller::cluster::keeper_root::acls(Some("clickhouse:tenant-pw"));
+    let mut tenant = Session::connect(addr, Duration::from_secs(5))
+        .await
+        .unwrap();
+    tenant
+        .add_digest_auth("clickhouse:tenant-pw")
+        .await
+        .unwrap();
+    tenant.create("/shared", b"", &shared).await.unwrap();
+    tenant.create("/shared/t1", b"", &own).await.unwrap();
+    tenant
+        .create("/shared/t1/replicas", b"", &own)
+        .await
+        .unwrap();
+    assert_eq!(tenant.acl("/shared/t1").await.unwrap(), own);
+    let mut other = Session::connect(addr, Duration::from_secs(5))
+        .await
+        .unwrap();
+    other.add_digest_auth("clickhouse:other-pw").await.unwrap();
+    let no_auth = other
+        .create("/shared/t1/planted", b"", &open)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        no_auth.code(),
+        Some(-102),
+        "another identity cannot write under the root: {no_auth}"
+    );
+    assert!(other.children("/shared/t1").await.is_err(), "nor list it");
+    other.create("/shared/t2", b"", &own).await.unwrap();
+    assert!(
+        other.set_acl("/shared", &open).await.is_err(),
+        "nobody opens the shared level again"
+    );
+    let live = other.delete("/shared/t1").await.unwrap_err();
+    assert!(live.code().is_some(), "a root with children stays: {live}");
+    other.close().await;
+    tenant.delete("/shared/t1/replicas").await.unwrap();
+    tenant.delete("/shared/t1").await.unwrap();
+    tenant.close().await;
     let closed = std::net::SocketAddr::new(addr.ip(), 1);
     assert!(
         Session::connect(closed, Duration::from_secs(2))

@@ -58,6 +58,9 @@ pub struct Ctx {
     pub pvs: Store<PersistentVolume>,
     pub ipam: Mutex<net::Ipam>,
     pub shutting_down: std::sync::atomic::AtomicBool,
+    /// The node's pod network, published as the Node's `spec.podCIDR` (as the node controller
+    /// of a cluster that allocates node CIDRs sets it).
+    pub pod_cidr: String,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -237,6 +240,7 @@ async fn agent() -> Result<()> {
         log_dir,
         ipam: Mutex::new(net::Ipam::default()),
         shutting_down: Default::default(),
+        pod_cidr: args.pod_cidr.clone(),
     });
     for (name, ready) in [
         ("pods", ctx.pods.wait_until_ready().await.is_ok()),

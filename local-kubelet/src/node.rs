@@ -65,7 +65,7 @@ pub async fn register(ctx: &SharedCtx) -> Result<()> {
                 "kubernetes.io/hostname": ctx.node, "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
                 "beta.kubernetes.io/arch": "amd64"}},
-            "spec": {}
+            "spec": {"podCIDR": ctx.pod_cidr, "podCIDRs": [ctx.pod_cidr]}
         }))?;
         api.create(&PostParams::default(), &node).await?;
     }

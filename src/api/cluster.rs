@@ -174,6 +174,11 @@ pub struct KeeperSpec {
     /// once the cluster exists (the members cannot switch raft to TLS one at a time).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls: bool,
+    /// Namespaces whose ClickHouseCluster may use this cluster's Keeper through
+    /// `keeper.external.clusterRef`: the Keeper NetworkPolicy lets their servers in, and a
+    /// reference from any other namespace is refused. Default: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_namespaces: Vec<String>,
 }
 
 /// An existing Keeper ensemble (`spec.keeper.external`).
@@ -219,6 +224,12 @@ pub struct KeeperClusterRef {
 }
 
 impl ExternalKeeper {
+    /// Where the roots of a namespace's clusters live in another ClickHouseCluster's Keeper:
+    /// `/clickhouse-operator/<namespace>/`.
+    pub fn namespace_folder(namespace: &str) -> String {
+        format!("/clickhouse-operator/{namespace}/")
+    }
+
     /// `root`, or `/clickhouse-operator/<namespace>/<name>`.
     pub fn root_of(&self, namespace: &str, name: &str) -> String {
         self.root
@@ -298,6 +309,7 @@ impl Default for KeeperSpec {
             settings: BTreeMap::new(),
             external: None,
             tls: false,
+            allowed_namespaces: Vec::new(),
         }
     }
 }

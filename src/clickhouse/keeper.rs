@@ -83,10 +83,87 @@ mod op {
     pub const CREATE: i32 = 1;
     pub const DELETE: i32 = 2;
     pub const GET_DATA: i32 = 4;
+    pub const GET_ACL: i32 = 6;
+    pub const SET_ACL: i32 = 7;
     pub const GET_CHILDREN: i32 = 8;
     pub const RECONFIG: i32 = 16;
     pub const AUTH: i32 = 100;
     pub const CLOSE: i32 = -11;
+}
+
+/// ZooKeeper's permissions of an ACL entry.
+pub mod perms {
+    pub const READ: i32 = 1;
+    pub const WRITE: i32 = 2;
+    pub const CREATE: i32 = 4;
+    pub const DELETE: i32 = 8;
+    pub const ADMIN: i32 = 16;
+    pub const ALL: i32 = 31;
+}
+
+/// One entry of a znode's ACL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclEntry {
+    pub perms: i32,
+    /// `world`, `digest`, `ip`, …
+    pub scheme: String,
+    /// `anyone`, or `<user>:<base64 of SHA-1 of user:password>` for a digest.
+    pub id: String,
+}
+
+impl AclEntry {
+    /// Everyone, with `perms`.
+    pub fn world(perms: i32) -> AclEntry {
+        AclEntry {
+            perms,
+            scheme: "world".into(),
+            id: "anyone".into(),
+        }
+    }
+
+    /// The digest identity `user:password`, with `perms`: the id ZooKeeper and ClickHouse
+    /// Keeper compare, `user:base64(sha1("user:password"))`.
+    pub fn digest(identity: &str, perms: i32) -> AclEntry {
+        use sha1::{Digest, Sha1};
+        let user = identity.split(':').next().unwrap_or_default();
+        let hash = Sha1::digest(identity.as_bytes());
+        AclEntry {
+            perms,
+            scheme: "digest".into(),
+            id: format!("{user}:{}", base64(&hash)),
+        }
+    }
+}
+
+/// Standard base64 with padding.
+fn base64(data: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = ((b[0] as u32) << 16) | ((b[1] as u32) << 8) | b[2] as u32;
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+fn put_acl(body: &mut Vec<u8>, acl: &[AclEntry]) {
+    put_i32(body, acl.len() as i32);
+    for e in acl {
+        put_i32(body, e.perms);
+        put_str(body, &e.scheme);
+        put_str(body, &e.id);
+    }
 }
 
 /// One member's view of the ensemble: raft id → address and role, as its committed
@@ -248,18 +325,48 @@ impl Session {
         Ok(names)
     }
 
-    /// Creates a persistent node open to everyone; the path created.
-    pub async fn create(&mut self, path: &str, data: &[u8]) -> Result<String, Error> {
+    /// Creates a persistent node with `acl`; the path created.
+    pub async fn create(
+        &mut self,
+        path: &str,
+        data: &[u8],
+        acl: &[AclEntry],
+    ) -> Result<String, Error> {
         let mut body = Vec::new();
         put_str(&mut body, path);
         put_buf(&mut body, Some(data));
-        put_i32(&mut body, 1); // one ACL entry: world:anyone, all permissions
-        put_i32(&mut body, 31);
-        put_str(&mut body, "world");
-        put_str(&mut body, "anyone");
+        put_acl(&mut body, acl);
         put_i32(&mut body, 0); // persistent
         let reply = self.call(op::CREATE, "create", body).await?;
         Reader::new(self.addr, &reply).string()
+    }
+
+    /// The ACL of `path`.
+    pub async fn acl(&mut self, path: &str) -> Result<Vec<AclEntry>, Error> {
+        let mut body = Vec::new();
+        put_str(&mut body, path);
+        let reply = self.call(op::GET_ACL, "get acl", body).await?;
+        let mut r = Reader::new(self.addr, &reply);
+        let n = r.i32()?;
+        let mut out = Vec::with_capacity(n.max(0) as usize);
+        for _ in 0..n.max(0) {
+            out.push(AclEntry {
+                perms: r.i32()?,
+                scheme: r.string()?,
+                id: r.string()?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Replaces the ACL of `path` (any version).
+    pub async fn set_acl(&mut self, path: &str, acl: &[AclEntry]) -> Result<(), Error> {
+        let mut body = Vec::new();
+        put_str(&mut body, path);
+        put_acl(&mut body, acl);
+        put_i32(&mut body, -1);
+        self.call(op::SET_ACL, "set acl", body).await?;
+        Ok(())
     }
 
     /// Deletes `path` (any version); it must have no children.
@@ -481,6 +588,23 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The digest id ZooKeeper and ClickHouse Keeper compare: `user:base64(sha1(user:pw))`.
+    #[test]
+    fn digest_ids_are_the_ones_zookeeper_computes() {
+        assert_eq!(
+            AclEntry::digest("clickhouse:pw", perms::ALL).id,
+            "clickhouse:tqaygLm/2ElCUwNvSmNLKyJ8qVk="
+        );
+        assert_eq!(
+            AclEntry::digest("super:adminsecret", perms::ALL).id,
+            "super:GcMT0ijsx21yLyTWAWMqFV/azZE="
+        );
+        assert_eq!(
+            (base64(b"a"), base64(b"ab"), base64(b"abc")),
+            ("YQ==".into(), "YWI=".into(), "YWJj".into())
+        );
+    }
 
     #[test]
     fn membership_is_read_from_both_keeper_and_zookeeper_formats() {

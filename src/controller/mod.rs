@@ -324,7 +324,7 @@ pub async fn run_with(
     health
         .ready
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    info!(namespaces = ?settings.watch_namespaces, concurrency = settings.max_concurrent_reconciles, "controllers started");
+    info!(namespaces = ?settings.watch_namespaces, concurrency = settings.max_concurrent_reconciles, operator_networks = ?settings.operator_networks, "controllers started");
     let all = select_all(streams).for_each(|_| futures::future::ready(()));
     tokio::select! {
         _ = all => Ok(()),

@@ -146,18 +146,24 @@ pub fn policies(c: &Cluster<'_>, inputs: &Inputs) -> Vec<NetworkPolicy> {
     if c.spec.keeper.replicas > 0 {
         let mut clients = vec![servers()];
         clients.extend(operator_peers(inputs));
-        // the servers of clusters that use this cluster's Keeper, in any namespace
-        clients.push(NetworkPolicyPeer {
-            namespace_selector: Some(LabelSelector::default()),
-            pod_selector: Some(selector(BTreeMap::from([
-                (labels::KEEPER_OF_CLUSTER.to_string(), c.name.to_string()),
-                (
-                    labels::KEEPER_OF_NAMESPACE.to_string(),
-                    c.namespace.to_string(),
-                ),
-            ]))),
-            ..NetworkPolicyPeer::default()
-        });
+        // the servers of clusters that use this cluster's Keeper, in the namespaces it allows
+        // (issue 32, S-5): the pod labels alone can be set by anyone who may create a pod
+        for ns in &c.spec.keeper.allowed_namespaces {
+            clients.push(NetworkPolicyPeer {
+                namespace_selector: Some(selector(BTreeMap::from([(
+                    "kubernetes.io/metadata.name".to_string(),
+                    ns.clone(),
+                )]))),
+                pod_selector: Some(selector(BTreeMap::from([
+                    (labels::KEEPER_OF_CLUSTER.to_string(), c.name.to_string()),
+                    (
+                        labels::KEEPER_OF_NAMESPACE.to_string(),
+                        c.namespace.to_string(),
+                    ),
+                ]))),
+                ..NetworkPolicyPeer::default()
+            });
+        }
         out.push(policy(
             c,
             names::keeper_network_policy(c.name),

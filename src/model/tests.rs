@@ -1675,13 +1675,29 @@ fn network_policies_let_in_only_what_each_port_needs() {
     let from = rules[1]["from"].as_array().unwrap();
     assert_eq!(
         from.len(),
-        3,
-        "servers, the operator, and servers of clusters that use this Keeper"
+        2,
+        "the servers and the operator: no other namespace unless allowed (issue 32, S-5)"
     );
+    let mut shared = c.clone();
+    shared.spec.keeper.allowed_namespaces = vec!["tenant-a".into()];
+    let d_shared = build(&shared, &i);
+    let keeper_shared = d_shared
+        .network_policies
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("c1-keeper"))
+        .map(v)
+        .unwrap();
+    let from = keeper_shared["ingress"][1]["from"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(from.len(), 3);
     assert_eq!(
         from[2],
-        json!({"namespaceSelector": {}, "podSelector": {"matchLabels": {
-            "clickhouse.com/keeper-of-cluster": "c1", "clickhouse.com/keeper-of-namespace": "t1"}}})
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tenant-a"}},
+               "podSelector": {"matchLabels": {
+            "clickhouse.com/keeper-of-cluster": "c1", "clickhouse.com/keeper-of-namespace": "t1"}}}),
+        "only the allowed namespace's servers of clusters that use this Keeper"
     );
     // without the operator's pods: its networks; without clients: everyone on the client ports
     let open = cluster(json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0}}));

@@ -80,6 +80,20 @@ pub struct Observed {
     /// The Keeper identity the servers were given, as written in the users Secret (escaped);
     /// `None` while they have none.
     pub keeper_identity_in_use: Option<String>,
+    /// For `keeper.external.clusterRef` to another namespace: what the referenced cluster says
+    /// to this one; `None` without such a reference.
+    pub keeper_owner: Option<KeeperOwner>,
+}
+
+/// What the cluster whose Keeper another one references says to it (issue 32, S-5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeeperOwner {
+    /// It lists the referencing namespace in `spec.keeper.allowedNamespaces`.
+    Allows,
+    /// It does not.
+    Refuses,
+    /// There is no such ClickHouseCluster (or the operator cannot read it).
+    Missing,
 }
 
 /// What the cluster as a whole is doing, from the spec and the pods.

@@ -258,6 +258,14 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
     status.schema_policy = Some(policy.effective());
     if pass.failure.is_none() {
         status::redundancy(&mut status, &warnings, generation, now);
+        if let Some(message) = status::exposure(&mut status, &cluster.spec, generation, now) {
+            events.push(PlannedEvent {
+                kind: EventType::Warning,
+                reason: "PlainTextExposure",
+                action: "Validate",
+                message,
+            });
+        }
     }
     events.extend(pass.events);
     if old.state != status.state {
@@ -475,6 +483,49 @@ mod tests {
             .unwrap();
         assert_eq!(cond.status, "False");
         assert!(cond.message.contains("single copy"));
+    }
+
+    /// Issue 32 (S-14): a LoadBalancer or NodePort client Service without TLS is allowed, and
+    /// said once: a `PlainTextExposure` condition and one Warning event when it starts.
+    #[test]
+    fn a_client_service_outside_the_cluster_without_tls_draws_a_warning_once() {
+        let c = cluster(
+            "c1",
+            serde_json::json!({"clientService": {"type": "LoadBalancer"}}),
+        );
+        let plan = decide(&c, &world(), now());
+        assert!(plan.failure.is_none());
+        let cond = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "PlainTextExposure")
+            .unwrap();
+        assert_eq!(cond.status, "True");
+        let warned: Vec<_> = plan
+            .events
+            .iter()
+            .filter(|e| e.reason == "PlainTextExposure")
+            .collect();
+        assert_eq!(warned.len(), 1);
+        assert!(warned[0].message.contains("LoadBalancer without spec.tls"));
+        let mut again = c.clone();
+        again.status = Some(plan.status.clone());
+        let plan2 = decide(&again, &world(), now());
+        assert!(
+            plan2.events.iter().all(|e| e.reason != "PlainTextExposure"),
+            "said once"
+        );
+        let internal = cluster("c1", serde_json::json!({}));
+        let p = decide(&internal, &world(), now());
+        let cond = p
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "PlainTextExposure")
+            .unwrap();
+        assert_eq!(cond.status, "False");
+        assert!(p.events.iter().all(|e| e.reason != "PlainTextExposure"));
     }
 
     /// Unchanged input gives an unchanged status: the pass then writes nothing.

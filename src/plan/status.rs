@@ -75,6 +75,50 @@ pub fn failed(
     s
 }
 
+/// The condition about the cluster's reach outside Kubernetes (issue 32, S-14).
+pub const EXPOSURE: &str = "PlainTextExposure";
+
+/// Sets the `PlainTextExposure` condition: `True` while the client Service reaches outside the
+/// cluster (`NodePort`, `LoadBalancer`) without TLS, so that passwords and data cross other
+/// networks in clear. Returns the message when it has just become `True` (a Warning event).
+pub fn exposure(
+    s: &mut ClickHouseClusterStatus,
+    spec: &crate::api::ClickHouseClusterSpec,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<String> {
+    use crate::api::ClientServiceType;
+    let svc = &spec.client_service;
+    let outside = svc.enabled
+        && matches!(
+            svc.r#type,
+            ClientServiceType::NodePort | ClientServiceType::LoadBalancer
+        );
+    let plain = outside && !spec.tls.enabled;
+    let was = s
+        .conditions
+        .iter()
+        .any(|c| c.r#type == EXPOSURE && c.status == "True");
+    let message = format!(
+        "the client Service is a {:?} without spec.tls: passwords and data reach it in clear from outside the Kubernetes cluster",
+        svc.r#type
+    );
+    set_condition(
+        &mut s.conditions,
+        EXPOSURE,
+        plain,
+        if plain {
+            "ClientServiceWithoutTls"
+        } else {
+            "NoPlainTextExposure"
+        },
+        if plain { &message } else { "" },
+        generation,
+        now,
+    );
+    (plain && !was).then_some(message)
+}
+
 /// Sets the `Redundant` condition from the validation warnings (decision 16).
 pub fn redundancy(
     s: &mut ClickHouseClusterStatus,

@@ -17,6 +17,9 @@ async fn count(client: &kube::Client, ns: &str, cluster: &str, pod: &str) -> u64
 /// cluster `a`'s Keeper (another namespace): both replicate a table of the same Keeper path
 /// without seeing each other's rows, on every replica; `b`'s root exists before its servers
 /// start and goes when `b` is deleted, while `a`'s paths and replication are untouched.
+/// Issue 32 (S-5): `b` is refused, with the reason in its status, until `a` lists `b`'s
+/// namespace in `spec.keeper.allowedNamespaces`; `b`'s root belongs to `b`'s identity alone, so
+/// `a`'s servers can list the roots but not read inside `b`'s.
 #[tokio::test]
 async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     let client = client().await;
@@ -39,7 +42,30 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
             "keeper": {"replicas": 0, "external": {"clusterRef": {"name": "a", "namespace": ns_a}}}}),
     )
     .await;
-    let a = wait_ready(&client, &ns_a, "a", 1).await;
+    let refused = wait_status(
+        &client,
+        &ns_b,
+        "b",
+        std::time::Duration::from_secs(120),
+        "b refused without a's consent",
+        |s| {
+            let says = |m: &str| m.contains("to its spec.keeper.allowedNamespaces");
+            s.message.as_deref().is_some_and(says) || s.conditions.iter().any(|c| says(&c.message))
+        },
+    )
+    .await;
+    assert!(
+        refused.status.unwrap().keeper_root.is_none(),
+        "no root before the consent"
+    );
+    patch_spec(
+        &client,
+        &ns_a,
+        "a",
+        json!({"keeper": {"allowedNamespaces": [ns_b]}}),
+    )
+    .await;
+    let a = wait_ready(&client, &ns_a, "a", 2).await;
     let b = wait_ready(&client, &ns_b, "b", 1).await;
     let root = format!("/clickhouse-operator/{ns_b}/b");
     assert_eq!(
@@ -69,15 +95,28 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     for p in &pods_b {
         assert_eq!(count(&client, &ns_b, "b", p).await, 200, "b on {p}");
     }
-    // a's servers (no root of their own) see b's root beside their own paths
+    // b's root is b's: a's servers (a's identity) can neither read it (listing its folder
+    // reads it) nor look inside
     let a0 = sql_client(&client, &ns_a, "a", &pods_a[0]).await;
     let under = |path: String| {
         format!("SELECT name AS v FROM system.zookeeper WHERE path = '{path}' ORDER BY name")
     };
-    assert_eq!(
-        query(&a0, &under(format!("/clickhouse-operator/{ns_b}"))).await,
-        ["b"]
-    );
+    let options = clickhouse_operator::clickhouse::QueryOptions::new();
+    for path in [format!("/clickhouse-operator/{ns_b}"), root.clone()] {
+        let seen = a0.query(&under(path.clone()), &options).await;
+        let refused = seen
+            .as_ref()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            refused.contains("Not authenticated")
+                || refused.contains("NoAuth")
+                || refused.contains("no auth"),
+            "a's identity reads {path}: {:?}",
+            seen.map(|r| r.len())
+        );
+    }
     let a_paths = query(&a0, &under("/clickhouse/tables/0/t/replicas".into())).await;
     assert_eq!(a_paths.len(), 2, "a's two replicas: {a_paths:?}");
 
@@ -88,7 +127,9 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
         "b's root removed from a's Keeper",
         || {
             let (a0, q) = (a0.clone(), under(format!("/clickhouse-operator/{ns_b}")));
-            async move { query(&a0, &q).await.is_empty().then_some(()) }
+            let options = options.clone();
+            // readable again, and empty, once b's root is gone
+            async move { a0.query(&q, &options).await.ok()?.is_empty().then_some(()) }
         },
     )
     .await;

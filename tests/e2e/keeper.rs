@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use clickhouse_operator::clickhouse::keeper::{NODE_EXISTS, Session};
+use clickhouse_operator::clickhouse::keeper::{AclEntry, NODE_EXISTS, Session, perms};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -67,7 +67,7 @@ impl KeeperWriter {
         let mut s = Session::connect(addr, Duration::from_secs(3))
             .await
             .unwrap();
-        match s.create(WRITES, b"").await {
+        match s.create(WRITES, b"", &[AclEntry::world(perms::ALL)]).await {
             Ok(_) => {}
             Err(e) if e.code() == Some(NODE_EXISTS) => {}
             Err(e) => panic!("create {WRITES}: {e}"),
@@ -90,7 +90,13 @@ impl KeeperWriter {
                     Some((_, addr)) => {
                         let r = async {
                             let mut s = Session::connect(*addr, Duration::from_secs(2)).await?;
-                            let r = s.create(&format!("{WRITES}/{n}"), b"x").await;
+                            let r = s
+                                .create(
+                                    &format!("{WRITES}/{n}"),
+                                    b"x",
+                                    &[AclEntry::world(perms::ALL)],
+                                )
+                                .await;
                             s.close().await;
                             r
                         }

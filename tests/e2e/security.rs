@@ -115,7 +115,13 @@ async fn outside_the_cluster_no_part_is_fetched_and_no_keeper_node_touched() {
             Some(no_auth),
             "read {path}"
         );
-        let write = zk.create(&format!("{path}/intruder"), b"x").await;
+        let write = zk
+            .create(
+                &format!("{path}/intruder"),
+                b"x",
+                &[clickhouse_operator::clickhouse::keeper::AclEntry::world(31)],
+            )
+            .await;
         assert_eq!(
             write.err().and_then(|e| e.code()),
             Some(no_auth),

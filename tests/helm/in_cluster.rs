@@ -416,6 +416,41 @@ async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
     )
     .await;
     eprintln!("leader: {leader} ({:?})", started.elapsed());
+    // issue 32 (S-10): without operatorNetworks, the chart gives the operator the pod CIDRs the
+    // Nodes publish, not a guess, and says which
+    let node_cidrs: BTreeSet<String> = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .flat_map(|n| n.spec.and_then(|s| s.pod_cidrs).unwrap_or_default())
+        .collect();
+    assert!(!node_cidrs.is_empty(), "the node publishes its pod CIDR");
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        Api::namespaced(client.clone(), &op_ns)
+            .get("op-clickhouse-operator")
+            .await
+            .unwrap();
+    let networks = deployment.spec.template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.name == "OPERATOR_NETWORKS")
+        .and_then(|e| e.value)
+        .unwrap_or_default();
+    assert_eq!(
+        networks
+            .split(',')
+            .map(str::to_string)
+            .collect::<BTreeSet<_>>(),
+        node_cidrs
+    );
+    assert!(
+        out.contains(&format!("accepts logins from: {networks}")),
+        "{out}"
+    );
 
     // ---- the cluster chart with its quota
     let chc_chart = repo().join("charts/onprem-clickhouse-cluster");
@@ -787,9 +822,12 @@ async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
     let rendered = docs(&manifest);
     // (role namespace or "" for cluster-wide, subject user) → triples
     let mut rules: Vec<(String, String, (String, String, String))> = Vec::new();
+    // the operator's and the cleaner's roles (not those aggregated into view/edit/admin for
+    // tenants, which no ServiceAccount of the chart is bound to)
     for role in rendered
         .iter()
         .filter(|d| matches!(text(d, "kind").as_str(), "Role" | "ClusterRole"))
+        .filter(|d| !super::aggregated(d))
     {
         let name = text(role, "metadata.name");
         let user = if name.ends_with("pvc-cleaner") {

@@ -172,3 +172,29 @@ No wildcard anywhere.
       name: {{ include "clickhouse-operator.pvcDeleteKeyName" . }}
       key: key
 {{- end }}
+
+{{/*
+OPERATOR_NETWORKS: `operatorNetworks`, else the pod CIDRs the cluster's Nodes publish
+(`spec.podCIDRs`). Installing into a cluster whose Nodes publish none without setting
+`operatorNetworks` fails: the operator's account would otherwise accept a guessed network.
+Rendered without a cluster (`helm template`), nothing is derived and nothing is set.
+*/}}
+{{- define "clickhouse-operator.operatorNetworks" -}}
+{{- if .Values.operatorNetworks }}
+{{- join "," .Values.operatorNetworks }}
+{{- else }}
+{{- $nodes := lookup "v1" "Node" "" "" }}
+{{- if hasKey $nodes "items" }}
+{{- $cidrs := list }}
+{{- range $nodes.items }}
+{{- range (default (list .spec.podCIDR) .spec.podCIDRs) }}
+{{- if . }}{{ $cidrs = append $cidrs . }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if not $cidrs }}
+{{- fail "operatorNetworks is empty and no Node publishes a pod CIDR (spec.podCIDRs): set operatorNetworks to the CIDRs pods get their addresses from" }}
+{{- end }}
+{{- $cidrs | uniq | sortAlpha | join "," }}
+{{- end }}
+{{- end }}
+{{- end }}

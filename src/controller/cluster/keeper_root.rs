@@ -3,6 +3,11 @@
 //! exist), and removed with everything under it when the cluster is deleted, once its servers
 //! are gone. The operator speaks to the ensemble itself ([`crate::clickhouse::keeper`]), as the
 //! servers' Keeper identity, so it may remove what they created.
+//!
+//! ACLs (issue 32, S-5): the root belongs to the cluster's digest identity alone; the levels
+//! above it, which several clusters' roots may share, let everyone read them and create and
+//! delete (empty) children, and nobody write them or change their ACL. A node an older operator
+//! created open to everyone gets these ACLs at the next pass that ensures the root.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,7 +17,9 @@ use kube::ResourceExt;
 
 use super::{Error, api};
 use crate::api::ClickHouseCluster;
-use crate::clickhouse::keeper::{self as keeper_client, NO_NODE, NODE_EXISTS, Session};
+use crate::clickhouse::keeper::{
+    self as keeper_client, AclEntry, NO_NODE, NODE_EXISTS, Session, perms,
+};
 use crate::controller::Context;
 use crate::model::{Password, names};
 use crate::plan::FailureReason;
@@ -21,6 +28,16 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn failed(message: String) -> Error {
     Error::failed(FailureReason::Keeper, message)
+}
+
+/// One message for a Keeper that cannot be used, whatever the cause (a name that does not
+/// resolve, a port that refuses, one that does not answer, a member that is not Keeper): the
+/// operator's connections must not tell a cluster's editor what listens where on its network.
+fn unreachable_keeper() -> Error {
+    failed(
+        "no member of the external Keeper answered as Keeper (spec.keeper.external): check its hosts, ports and network"
+            .into(),
+    )
 }
 
 /// Where the operator reaches the external ensemble: the listed members (resolved here), or the
@@ -53,17 +70,12 @@ async fn addresses(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Vec<Soc
         out.push(SocketAddr::new(ip, names::KEEPER_CLIENT_PORT as u16));
     }
     for n in &x.nodes {
-        match tokio::net::lookup_host((n.host.as_str(), n.port as u16)).await {
-            Ok(found) => out.extend(found),
-            Err(e) => {
-                tracing::debug!(host = %n.host, error = %e, "an external Keeper node does not resolve")
-            }
+        if let Ok(found) = tokio::net::lookup_host((n.host.as_str(), n.port as u16)).await {
+            out.extend(found);
         }
     }
     if out.is_empty() {
-        return Err(failed(
-            "spec.keeper.external.nodes: none of the Keeper nodes resolves".into(),
-        ));
+        return Err(unreachable_keeper());
     }
     Ok(out)
 }
@@ -74,7 +86,6 @@ async fn session(
     ctx: &Context,
     password: Option<&Password>,
 ) -> Result<Session, Error> {
-    let mut last = String::new();
     for addr in addresses(cluster, ctx).await? {
         match Session::connect(addr, CALL_TIMEOUT).await {
             Ok(mut s) => {
@@ -84,19 +95,35 @@ async fn session(
                 }
                 return Ok(s);
             }
-            Err(e) => last = e.to_string(),
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "an external Keeper member does not answer")
+            }
         }
     }
-    Err(failed(format!(
-        "no member of the external Keeper answers: {last}"
-    )))
+    Err(unreachable_keeper())
 }
 
 fn keeper_error(e: keeper_client::Error) -> Error {
     failed(e.to_string())
 }
 
-/// Creates `root` and every missing level above it.
+/// The ACLs of `root` and of the levels above it, for identity `identity` (none: a cluster
+/// from before Keeper identities, whose nodes stay open as its servers' are).
+pub fn acls(identity: Option<&str>) -> (Vec<AclEntry>, Vec<AclEntry>) {
+    match identity {
+        Some(id) => (
+            vec![AclEntry::digest(id, perms::ALL)],
+            vec![AclEntry::world(perms::READ | perms::CREATE | perms::DELETE)],
+        ),
+        None => (
+            vec![AclEntry::world(perms::ALL)],
+            vec![AclEntry::world(perms::ALL)],
+        ),
+    }
+}
+
+/// Creates `root` and every missing level above it, with [`acls`]; tightens the ACL of those
+/// an older operator left open.
 pub async fn ensure(
     cluster: &ClickHouseCluster,
     ctx: &Context,
@@ -104,16 +131,23 @@ pub async fn ensure(
     root: &str,
 ) -> Result<(), Error> {
     let mut s = session(cluster, ctx, password).await?;
+    let identity = password.map(|p| format!("{}:{}", names::KEEPER_USER, p.0));
+    let (own, shared) = acls(identity.as_deref());
+    let open = vec![AclEntry::world(perms::ALL)];
     let mut at = String::new();
-    for part in root.split('/').filter(|p| !p.is_empty()) {
+    let parts: Vec<&str> = root.split('/').filter(|p| !p.is_empty()).collect();
+    for (i, part) in parts.iter().enumerate() {
         at.push('/');
         at.push_str(part);
+        let acl = if i + 1 == parts.len() { &own } else { &shared };
         if s.get(&at).await.map_err(keeper_error)?.is_none() {
-            match s.create(&at, b"").await {
+            match s.create(&at, b"", acl).await {
                 Ok(_) => {}
                 Err(e) if e.code() == Some(NODE_EXISTS) => {}
                 Err(e) => return Err(keeper_error(e)),
             }
+        } else if identity.is_some() && s.acl(&at).await.map_err(keeper_error)? == open {
+            s.set_acl(&at, acl).await.map_err(keeper_error)?;
         }
     }
     s.close().await;

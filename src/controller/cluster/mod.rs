@@ -3,7 +3,7 @@
 //! [`crate::plan::report::report`]), then one status write and the events.
 
 mod execute;
-mod keeper_root;
+pub mod keeper_root;
 mod observe;
 pub mod preview;
 

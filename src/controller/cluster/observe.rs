@@ -70,7 +70,43 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(Worl
         networks: ctx.operator_networks.clone(),
         pods: ctx.operator_pods.clone(),
     };
-    Ok((build(cluster, siblings, lists, operator).await?, caught_up))
+    let mut world = build(cluster, siblings, lists, operator).await?;
+    world.observed.keeper_owner = keeper_owner(cluster, ctx).await;
+    Ok((world, caught_up))
+}
+
+/// What the cluster whose Keeper `cluster` references in another namespace says to it: from
+/// the cache when the operator watches that namespace, else read once.
+async fn keeper_owner(
+    cluster: &ClickHouseCluster,
+    ctx: &Context,
+) -> Option<crate::plan::facts::KeeperOwner> {
+    use crate::plan::facts::KeeperOwner;
+    let ns = cluster.namespace().unwrap_or_default();
+    let r = cluster
+        .spec
+        .keeper
+        .external
+        .as_ref()?
+        .cluster_ref
+        .as_ref()?;
+    let owner_ns = r.namespace.clone().unwrap_or_else(|| ns.clone());
+    if owner_ns == ns {
+        return None;
+    }
+    let owner = match ctx.cluster(&owner_ns, &r.name) {
+        Some(c) => Some((*c).clone()),
+        None => Api::<ClickHouseCluster>::namespaced(ctx.client.clone(), &owner_ns)
+            .get_opt(&r.name)
+            .await
+            .ok()
+            .flatten(),
+    };
+    Some(match owner {
+        None => KeeperOwner::Missing,
+        Some(o) if o.spec.keeper.allowed_namespaces.contains(&ns) => KeeperOwner::Allows,
+        Some(_) => KeeperOwner::Refuses,
+    })
 }
 
 /// Names and resourceVersions of a list of objects.

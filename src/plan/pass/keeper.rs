@@ -18,6 +18,47 @@ use crate::plan::FailureReason;
 use crate::plan::action::Action;
 use crate::plan::facts::{Kind, MemberView, claims};
 
+/// Why a `clusterRef` to another cluster's Keeper is refused (issue 32, S-5): that cluster
+/// must exist and list this namespace in its `spec.keeper.allowedNamespaces`, and a new root
+/// must lie in this namespace's folder of that Keeper (`/clickhouse-operator/<namespace>/…`),
+/// below which no other namespace's cluster can have its root. A root made before this rule
+/// stays where it is.
+fn refused_reference(pass: &Pass, r: &crate::api::KeeperClusterRef, root: &str) -> Option<String> {
+    use crate::plan::facts::KeeperOwner;
+    let owner_ns = r
+        .namespace
+        .clone()
+        .unwrap_or_else(|| pass.namespace.clone());
+    match pass.obs.keeper_owner {
+        Some(KeeperOwner::Missing) => {
+            return Some(format!(
+                "spec.keeper.external.clusterRef: ClickHouseCluster {owner_ns}/{} does not exist",
+                r.name
+            ));
+        }
+        Some(KeeperOwner::Refuses) => {
+            return Some(format!(
+                "spec.keeper.external.clusterRef: ClickHouseCluster {owner_ns}/{} does not let namespace {} use its Keeper: add {} to its spec.keeper.allowedNamespaces",
+                r.name, pass.namespace, pass.namespace
+            ));
+        }
+        _ => {}
+    }
+    let folder = crate::api::ExternalKeeper::namespace_folder(&pass.namespace);
+    let made = pass.old.keeper_root.as_deref() == Some(root);
+    let below = root.strip_prefix(&folder).is_some_and(|rest| {
+        !rest.is_empty()
+            && !rest
+                .split('/')
+                .any(|s| s.is_empty() || s == ".." || s == ".")
+    });
+    (!made && !below).then(|| {
+        format!(
+            "spec.keeper.external.root {root:?} must lie below {folder} in another cluster's Keeper: the roots of other namespaces' clusters, and that cluster's own data, are outside it"
+        )
+    })
+}
+
 pub fn plan(pass: &mut Pass) {
     let (members, pods) = size_for_this_pass(pass);
     pass.keeper_size = members;
@@ -29,6 +70,12 @@ pub fn plan(pass: &mut Pass) {
     if let Some(x) = &pass.spec.keeper.external {
         // an external ensemble: the servers start once their root exists in it
         let root = x.root_of(&pass.namespace, &pass.name);
+        if let Some(r) = &x.cluster_ref
+            && let Some(why) = refused_reference(pass, r, &root)
+        {
+            pass.fail_and_halt(FailureReason::Keeper, why);
+            return;
+        }
         if let Some(old) = pass.old.keeper_root.clone().filter(|r| *r != root) {
             // the servers' replication metadata and DDL queue are under the old root
             pass.fail_and_halt(

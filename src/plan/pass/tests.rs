@@ -1791,6 +1791,65 @@ fn a_changed_external_keeper_root_is_refused_and_nothing_is_written() {
     );
 }
 
+/// Issue 32 (S-5): a cluster on another namespace's cluster's Keeper proceeds only once that
+/// cluster lists its namespace in `spec.keeper.allowedNamespaces`, and a new root must lie in
+/// its own namespace's folder of that Keeper; a root made before the rule stays.
+#[test]
+fn another_namespaces_keeper_is_used_only_with_its_consent_and_in_our_folder() {
+    use crate::plan::facts::KeeperOwner;
+    let spec = |root: Option<&str>| {
+        let mut x = serde_json::json!({"clusterRef": {"name": "shared", "namespace": "infra"}});
+        if let Some(r) = root {
+            x["root"] = r.into();
+        }
+        serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 0, "external": x}})
+    };
+    for (owner, says) in [
+        (
+            KeeperOwner::Refuses,
+            "add t1 to its spec.keeper.allowedNamespaces",
+        ),
+        (KeeperOwner::Missing, "infra/shared does not exist"),
+    ] {
+        let mut sim = Sim::new(spec(None));
+        sim.obs.keeper_owner = Some(owner);
+        let p = sim.plan();
+        assert!(p.actions.is_empty(), "nothing is created: {:?}", p.actions);
+        let f = p.failure.expect("refused");
+        assert_eq!(f.reason, crate::plan::FailureReason::Keeper);
+        assert!(f.message.contains(says), "{}", f.message);
+    }
+    for root in [
+        "/clickhouse",
+        "/clickhouse-operator/other-ns/c1",
+        "/clickhouse-operator/t1",
+    ] {
+        let mut sim = Sim::new(spec(Some(root)));
+        sim.obs.keeper_owner = Some(KeeperOwner::Allows);
+        let p = sim.plan();
+        let f = p.failure.unwrap_or_else(|| panic!("{root} refused"));
+        assert!(
+            f.message
+                .contains("must lie below /clickhouse-operator/t1/"),
+            "{}",
+            f.message
+        );
+    }
+    let mut sim = Sim::new(spec(Some("/clickhouse-operator/t1/analytics")));
+    sim.obs.keeper_owner = Some(KeeperOwner::Allows);
+    assert!(sim.plan().actions.contains(&Action::EnsureKeeperRoot {
+        root: "/clickhouse-operator/t1/analytics".into()
+    }));
+    // a root made before the rule stays usable
+    let mut old = Sim::new(spec(Some("/legacy/root")));
+    old.obs.keeper_owner = Some(KeeperOwner::Allows);
+    old.cluster
+        .status
+        .get_or_insert_with(Default::default)
+        .keeper_root = Some("/legacy/root".into());
+    assert!(old.plan().failure.is_none());
+}
+
 /// A file of the applied users Secret `c1-users`.
 fn users_secret_file(sim: &Sim, key: &str) -> String {
     let object = sim
