@@ -28,6 +28,13 @@ use crate::runtime::settings::WatchNamespaces;
 pub const CONCURRENCY: usize = 16;
 /// How long one host may take to answer all its queries.
 pub const HOST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a whole scrape may take: a host not done by then is reported down, so that the
+/// answer comes within a scraper's usual 20 s timeout even when many hosts hang.
+pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(15);
+/// How long a scrape's answer is served again by default (`EXPORTER_CACHE_SECONDS`): requests
+/// within it cost nothing, and requests during a scrape wait for it instead of starting
+/// another (issue 32, S-6).
+pub const CACHE_FOR: Duration = Duration::from_secs(10);
 
 /// The labels of one host.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -106,6 +113,39 @@ impl Samples {
     }
 }
 
+/// The statements the exporter sends each server, as its read-only account (the 26.x engine
+/// runs them under that account's grants in `tests/modern_config.rs`).
+pub mod queries {
+    /// Current figures.
+    pub const METRICS: &str = "SELECT metric, toFloat64(value) AS v FROM system.metrics";
+    /// Counters.
+    pub const EVENTS: &str = "SELECT event, toFloat64(value) AS v FROM system.events";
+    /// Figures computed in the background.
+    pub const ASYNCHRONOUS_METRICS: &str =
+        "SELECT metric, toFloat64(value) AS v FROM system.asynchronous_metrics";
+    /// Replication health per table.
+    pub const REPLICAS: &str = "SELECT database, table, toFloat64(is_readonly) AS ro, \
+        toFloat64(is_session_expired) AS expired, toFloat64(queue_size) AS queue, \
+        toFloat64(absolute_delay) AS delay FROM system.replicas";
+    /// Active parts per table and the most in one partition.
+    pub const PARTS: &str = "SELECT database, table, toFloat64(sum(c)) AS parts, \
+        toFloat64(max(c)) AS most FROM (SELECT database, table, partition_id, count() AS c \
+        FROM system.parts WHERE active GROUP BY database, table, partition_id) \
+        GROUP BY database, table";
+    /// Space per disk (19.15 and later).
+    pub const DISKS: &str = "SELECT name, toFloat64(free_space) AS free, toFloat64(total_space) AS total \
+         FROM system.disks";
+    /// Every statement, in the order sent.
+    pub const ALL: [&str; 6] = [
+        METRICS,
+        EVENTS,
+        ASYNCHRONOUS_METRICS,
+        REPLICAS,
+        PARTS,
+        DISKS,
+    ];
+}
+
 /// One server's answers, as samples.
 async fn scrape_server(
     client: &crate::clickhouse::Client,
@@ -119,33 +159,19 @@ async fn scrape_server(
             .map_err(|e| e.to_string())
     };
     let l = host.labels(&[]);
-    for r in q("SELECT metric, toFloat64(value) AS v FROM system.metrics")
-        .await?
-        .iter()
-    {
+    for r in q(queries::METRICS).await?.iter() {
         let name = metric_name("clickhouse_metric_", r.str("metric")?);
         out.add(name, "gauge", l.clone(), r.f64("v")?);
     }
-    for r in q("SELECT event, toFloat64(value) AS v FROM system.events")
-        .await?
-        .iter()
-    {
+    for r in q(queries::EVENTS).await?.iter() {
         let name = metric_name("clickhouse_event_", r.str("event")?) + "_total";
         out.add(name, "counter", l.clone(), r.f64("v")?);
     }
-    for r in q("SELECT metric, toFloat64(value) AS v FROM system.asynchronous_metrics")
-        .await?
-        .iter()
-    {
+    for r in q(queries::ASYNCHRONOUS_METRICS).await?.iter() {
         let name = metric_name("clickhouse_asynchronous_metric_", r.str("metric")?);
         out.add(name, "gauge", l.clone(), r.f64("v")?);
     }
-    for r in q("SELECT database, table, toFloat64(is_readonly) AS ro, \
-                toFloat64(is_session_expired) AS expired, toFloat64(queue_size) AS queue, \
-                toFloat64(absolute_delay) AS delay FROM system.replicas")
-    .await?
-    .iter()
-    {
+    for r in q(queries::REPLICAS).await?.iter() {
         let t = host.labels(&[("database", r.str("database")?), ("table", r.str("table")?)]);
         out.add(
             "clickhouse_replica_is_readonly".into(),
@@ -172,14 +198,7 @@ async fn scrape_server(
             r.f64("delay")?,
         );
     }
-    for r in q(
-        "SELECT database, table, toFloat64(sum(c)) AS parts, toFloat64(max(c)) AS most \
-                FROM (SELECT database, table, partition_id, count() AS c FROM system.parts \
-                WHERE active GROUP BY database, table, partition_id) GROUP BY database, table",
-    )
-    .await?
-    .iter()
-    {
+    for r in q(queries::PARTS).await?.iter() {
         let t = host.labels(&[("database", r.str("database")?), ("table", r.str("table")?)]);
         out.add(
             "clickhouse_table_active_parts".into(),
@@ -195,13 +214,7 @@ async fn scrape_server(
         );
     }
     // `system.disks` exists from 19.15 on; older servers (18.16) have no disk figures
-    let disks = client
-        .query(
-            "SELECT name, toFloat64(free_space) AS free, toFloat64(total_space) AS total \
-             FROM system.disks",
-            &QueryOptions::new(),
-        )
-        .await;
+    let disks = client.query(queries::DISKS, &QueryOptions::new()).await;
     match disks {
         Ok(rows) => {
             for r in rows.iter() {
@@ -297,10 +310,11 @@ pub async fn targets(
         let ns = c.namespace().unwrap_or_default();
         let name = c.name_any();
         let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        // its own read-only account, never the operator's (issue 32, S-6)
         let password = secrets
             .get_opt(&names::operator_secret(&name))
             .await?
-            .and_then(|s| s.data?.get(names::OPERATOR_PASSWORD_KEY).cloned())
+            .and_then(|s| s.data?.get(names::EXPORTER_PASSWORD_KEY).cloned())
             .map(|b| String::from_utf8_lossy(&b.0).into_owned());
         let ca = match (&c.spec.tls.enabled, &c.spec.tls.ca_secret) {
             (true, Some(ca)) => secrets
@@ -343,6 +357,7 @@ pub async fn targets(
                     let config = ip.zip(password.clone()).map(|(ip, password)| {
                         let mut config =
                             replica_config(&c, &host.replica, ip, password, ca.clone());
+                        config.credentials.user = names::EXPORTER_USER.to_string();
                         config.timeout = HOST_TIMEOUT;
                         // one attempt per scrape: `clickhouse_up` says how the server answered
                         // now; retried, a server killed and restarted at once within the
@@ -423,8 +438,14 @@ pub async fn scrape(client: &Client, namespaces: &WatchNamespaces) -> String {
     }
 }
 
-/// One scrape of `targets`, [`CONCURRENCY`] at a time.
+/// One scrape of `targets`, [`CONCURRENCY`] at a time, ending by [`SCRAPE_DEADLINE`].
 pub async fn scrape_targets(targets: Vec<Target>) -> String {
+    scrape_targets_by(targets, tokio::time::Instant::now() + SCRAPE_DEADLINE).await
+}
+
+/// [`scrape_targets`] ending by `deadline`: a host still waiting for its turn or its answer
+/// then is reported down.
+pub async fn scrape_targets_by(targets: Vec<Target>, deadline: tokio::time::Instant) -> String {
     let mut total = Samples::default();
     let started = std::time::Instant::now();
     total.add(
@@ -438,15 +459,16 @@ pub async fn scrape_targets(targets: Vec<Target>) -> String {
             let mut out = Samples::default();
             match t {
                 Target::Server { host, config } => {
+                    let until = deadline.min(tokio::time::Instant::now() + HOST_TIMEOUT);
                     let ok = match config.map(crate::clickhouse::Client::new) {
                         Some(Ok(c)) => {
-                            tokio::time::timeout(HOST_TIMEOUT, scrape_server(&c, &host, &mut out))
+                            tokio::time::timeout_at(until, scrape_server(&c, &host, &mut out))
                                 .await
                                 .map_err(|_| "timed out".to_string())
                                 .and_then(|r| r)
                         }
                         Some(Err(e)) => Err(e.to_string()),
-                        None => Err("no address or no operator password yet".into()),
+                        None => Err("no address or no exporter password yet".into()),
                     };
                     if let Err(e) = &ok {
                         tracing::debug!(pod = %host.pod, error = %e, "exporter: server did not answer");
@@ -460,8 +482,9 @@ pub async fn scrape_targets(targets: Vec<Target>) -> String {
                     );
                 }
                 Target::Keeper { host, ip } => {
+                    let until = deadline.min(tokio::time::Instant::now() + HOST_TIMEOUT);
                     let answer = match ip {
-                        Some(ip) => tokio::time::timeout(HOST_TIMEOUT, mntr(&ip))
+                        Some(ip) => tokio::time::timeout_at(until, mntr(&ip))
                             .await
                             .map_err(|_| "timed out".to_string())
                             .and_then(|r| r),
@@ -502,26 +525,103 @@ pub async fn scrape_targets(targets: Vec<Target>) -> String {
     total.render()
 }
 
-/// Serves `/metrics` (one scrape per request) and `/healthz` on `addr`.
+/// The last scrape's answer and when it was made; the lock is held while a scrape runs, so
+/// that concurrent requests share it.
+pub struct Cache {
+    last: tokio::sync::Mutex<Option<(tokio::time::Instant, String)>>,
+    keep: Duration,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache::keeping(CACHE_FOR)
+    }
+}
+
+impl Cache {
+    /// A cache whose answers are served again for `keep`.
+    pub fn keeping(keep: Duration) -> Cache {
+        Cache {
+            last: Default::default(),
+            keep,
+        }
+    }
+
+    /// The answer of a scrape made at most `keep` ago, or of a new one (`scrape`), which
+    /// requests arriving meanwhile wait for and share.
+    pub async fn get<F, Fut>(&self, scrape: F) -> String
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = String>,
+    {
+        let mut last = self.last.lock().await;
+        if let Some((at, text)) = last.as_ref()
+            && at.elapsed() < self.keep
+        {
+            return text.clone();
+        }
+        let text = scrape().await;
+        *last = Some((tokio::time::Instant::now(), text.clone()));
+        text
+    }
+}
+
+/// Whether a request may read `/metrics`: always without a token; with one, only with
+/// `Authorization: Bearer <token>` (compared in constant time).
+pub fn authorized(token: Option<&str>, header: Option<&str>) -> bool {
+    let Some(token) = token else {
+        return true;
+    };
+    let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    let (a, b) = (token.as_bytes(), given.trim().as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Serves `/metrics` and `/healthz` on `addr`: a scrape's answer is shared by the requests of
+/// `cache_for`; with `token` (`EXPORTER_TOKEN`), `/metrics` needs it as a bearer token.
 pub async fn serve(
     client: Client,
     namespaces: WatchNamespaces,
     addr: std::net::SocketAddr,
+    token: Option<String>,
+    cache_for: Duration,
 ) -> std::io::Result<()> {
+    use axum::http::{HeaderMap, StatusCode, header::AUTHORIZATION};
+    use axum::response::IntoResponse;
     use axum::routing::get;
-    let state = Arc::new((client, namespaces));
-    let app =
-        axum::Router::new()
-            .route(
-                "/metrics",
-                get(
-                    |axum::extract::State(s): axum::extract::State<
-                        Arc<(Client, WatchNamespaces)>,
-                    >| async move { scrape(&s.0, &s.1).await },
-                ),
+    struct State {
+        client: Client,
+        namespaces: WatchNamespaces,
+        cache: Cache,
+        token: Option<String>,
+    }
+    let state = Arc::new(State {
+        client,
+        namespaces,
+        cache: Cache::keeping(cache_for),
+        token,
+    });
+    let metrics = |axum::extract::State(s): axum::extract::State<Arc<State>>,
+                   headers: HeaderMap| async move {
+        let header = headers.get(AUTHORIZATION).and_then(|h| h.to_str().ok());
+        if !authorized(s.token.as_deref(), header) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                "a bearer token is needed\n".to_string(),
             )
-            .route("/healthz", get(|| async { "ok" }))
-            .with_state(state);
+                .into_response();
+        }
+        s.cache
+            .get(|| scrape(&s.client, &s.namespaces))
+            .await
+            .into_response()
+    };
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app).await
 }
@@ -529,6 +629,99 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32 (S-6): requests within [`CACHE_FOR`] share one scrape, also those that arrive
+    /// while it runs; a later request scrapes again.
+    #[tokio::test(start_paused = true)]
+    async fn scrapes_are_shared_and_cached_for_their_interval() {
+        let cache = std::sync::Arc::new(Cache::default());
+        let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let scrape = |cache: std::sync::Arc<Cache>,
+                      runs: std::sync::Arc<std::sync::atomic::AtomicUsize>| async move {
+            cache
+                .get(|| async {
+                    let n = runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    format!("scrape {n}")
+                })
+                .await
+        };
+        let (a, b) = tokio::join!(
+            scrape(cache.clone(), runs.clone()),
+            scrape(cache.clone(), runs.clone())
+        );
+        assert_eq!(
+            (a.as_str(), b.as_str()),
+            ("scrape 0", "scrape 0"),
+            "one scrape for both"
+        );
+        tokio::time::advance(CACHE_FOR - Duration::from_secs(1)).await;
+        assert_eq!(scrape(cache.clone(), runs.clone()).await, "scrape 0");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(scrape(cache.clone(), runs.clone()).await, "scrape 1");
+    }
+
+    /// Issue 32 (S-6): with a token, `/metrics` needs it as a bearer token.
+    #[test]
+    fn a_token_guards_the_metrics() {
+        assert!(authorized(None, None));
+        assert!(authorized(Some("s3cret"), Some("Bearer s3cret")));
+        assert!(!authorized(Some("s3cret"), None));
+        assert!(!authorized(Some("s3cret"), Some("Bearer s3cre")));
+        assert!(!authorized(Some("s3cret"), Some("Basic s3cret")));
+    }
+
+    /// Issue 32 (S-6): a scrape ends by its deadline whatever its hosts do: one that does not
+    /// answer, and those still waiting for their turn, are reported down.
+    #[tokio::test]
+    async fn a_scrape_ends_by_its_deadline_with_the_hosts_left_down() {
+        // a port that accepts and never answers
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((c, _)) = silent.accept().await {
+                held.push(c);
+            }
+        });
+        let targets: Vec<Target> = (0..40)
+            .map(|i| Target::Server {
+                host: Host {
+                    namespace: "t1".into(),
+                    cluster: "c1".into(),
+                    pod: format!("c1-0-{i}-0"),
+                    ..Host::default()
+                },
+                config: Some(ClientConfig::new(
+                    crate::clickhouse::Endpoint {
+                        host: addr.ip().to_string(),
+                        port: addr.port(),
+                    },
+                    crate::clickhouse::Credentials {
+                        user: "u".into(),
+                        password: "p".into(),
+                    },
+                )),
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let text = scrape_targets_by(
+            targets,
+            tokio::time::Instant::now() + Duration::from_secs(2),
+        )
+        .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        let up: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("clickhouse_up{"))
+            .collect();
+        assert_eq!(up.len(), 40, "every host is reported");
+        assert!(up.iter().all(|l| l.ends_with(" 0")), "{up:?}");
+    }
 
     /// Issue 14: a member whose pod is gone is reported down, not left out; replicas being
     /// removed or stopped, and every member of a stopping cluster, are not expected.

@@ -109,10 +109,26 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Exporter => component(|settings, client| async move {
             info!(addr = %settings.http_addr, "exporter started");
+            // EXPORTER_TOKEN: /metrics answers only with it as a bearer token
+            let token = std::env::var("EXPORTER_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty());
+            // EXPORTER_CACHE_SECONDS: how long a scrape's answer is served again (default 10)
+            let cache_for = match std::env::var("EXPORTER_CACHE_SECONDS") {
+                Ok(v) if !v.trim().is_empty() => {
+                    std::time::Duration::from_secs(v.trim().parse().map_err(|_| {
+                        anyhow::anyhow!("EXPORTER_CACHE_SECONDS: {v:?} is not a number of seconds")
+                    })?)
+                }
+                _ => clickhouse_operator::exporter::CACHE_FOR,
+            };
             clickhouse_operator::exporter::serve(
                 client,
                 settings.watch_namespaces,
                 settings.http_addr,
+                token,
+                cache_for,
             )
             .await?;
             Ok(())

@@ -484,6 +484,60 @@ fn every_rbac_rule_of_the_chart_says_why() {
     );
 }
 
+/// Issue 32 (S-6): the chart's pods are reached on their metrics port only (from
+/// `networkPolicy.metricsFrom`), the PVC cleaner not at all.
+#[test]
+fn the_chart_closes_its_own_pods_but_their_metrics_port() {
+    let helm = helm_or_skip!();
+    let d = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &[
+            "exporter.enabled=true",
+            "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
+        ],
+        false,
+    );
+    let by_component = |c: &str| -> Value {
+        of_kind(&d, "NetworkPolicy")
+            .into_iter()
+            .find(|p| {
+                s(p, "spec.podSelector.matchLabels")
+                    .and_then(|m| m.get("app.kubernetes.io/component"))
+                    .and_then(Value::as_str)
+                    == Some(c)
+            })
+            .unwrap_or_else(|| panic!("a NetworkPolicy for {c}"))
+            .clone()
+    };
+    for (component, port) in [("operator", "8080"), ("exporter", "9116")] {
+        let p = by_component(component);
+        assert_eq!(text(&p, "spec.ingress.0.ports.0.port"), port, "{component}");
+        assert_eq!(
+            text(
+                &p,
+                "spec.ingress.0.from.0.namespaceSelector.matchLabels.team"
+            ),
+            "monitoring"
+        );
+        assert!(s(&p, "spec.ingress.1").is_none(), "one way in: {component}");
+    }
+    let cleaner = by_component("pvc-cleaner");
+    assert!(
+        s(&cleaner, "spec.ingress").is_none(),
+        "nothing reaches the PVC cleaner"
+    );
+    let off = template(
+        helm,
+        &operator_chart(),
+        "ops",
+        &["networkPolicy.enabled=false"],
+        false,
+    );
+    assert!(of_kind(&off, "NetworkPolicy").is_empty());
+}
+
 /// Issue 32 (S-8): the chart adds the three kinds to the built-in roles: `view` reads them
 /// (status too), `edit` and `admin` also write them; none writes a status; off with
 /// `rbac.aggregatedRoles=false`.

@@ -126,6 +126,7 @@ fn inputs() -> Inputs {
         operator_pods: None,
         cluster_password: Some(Password("c1uster-pw".into())),
         cluster_secret: Some(Password("c1uster-secret".into())),
+        exporter_password: Some(Password("exp0rter-pw".into())),
         server_version: None,
     }
 }

@@ -434,6 +434,7 @@ fn inputs(replicas: Vec<ReplicaSpec>, users: &[(&str, &str)]) -> Inputs {
         operator_pods: None,
         cluster_password: Some(Password("c1uster-pw".into())),
         cluster_secret: Some(Password("c1uster-secret".into())),
+        exporter_password: Some(Password("exp0rter-pw".into())),
         server_version: None,
     }
 }
@@ -639,6 +640,9 @@ fn settings_profiles_quotas_and_users_are_in_force() {
         [
             "app\tmax_threads\t3",
             "app\treadonly\t1",
+            // issue 32 (S-6): the exporter's account reads and sets nothing but its session
+            "clickhouse_exporter\tmax_execution_time\t10",
+            "clickhouse_exporter\treadonly\t2",
             "default\tmax_execution_time\t60",
             "default\tmax_memory_usage\t1234567890",
             // the operator's own: a stopping server waits at most 1 s for an idle connection
@@ -652,6 +656,7 @@ fn settings_profiles_quotas_and_users_are_in_force() {
             "alice\tapp",
             "bob\tapp",
             "clickhouse_cluster\tdefault",
+            "clickhouse_exporter\tclickhouse_exporter",
             "clickhouse_operator\tdefault",
             "default\tdefault"
         ]
@@ -671,6 +676,7 @@ fn settings_profiles_quotas_and_users_are_in_force() {
             "alice\t['sha256_password']\t['::ffff:10.244.0.0/112']\t['localhost']\t[]".to_string(),
             "bob\t['sha256_password']\t['::ffff:198.18.0.0/112', 'fd00::/8']\t['localhost']\t[]".to_string(),
             format!("clickhouse_cluster\t['sha256_password']\t[]\t['localhost', {servers}]\t[]"),
+            "clickhouse_exporter\t['sha256_password']\t['::ffff:10.244.0.0/112']\t['localhost']\t[]".to_string(),
             "clickhouse_operator\t['sha256_password']\t['::ffff:10.244.0.0/112']\t['localhost']\t[]".to_string(),
             format!("default\t['plaintext_password']\t[]\t['localhost', {servers}]\t[]"),
         ]
@@ -678,7 +684,9 @@ fn settings_profiles_quotas_and_users_are_in_force() {
     assert_eq!(r.rows(6), ["default\t3600\t1000\t50"]);
     assert_eq!(
         r.rows(7),
-        ["['alice', 'bob', 'clickhouse_cluster', 'clickhouse_operator', 'default']"]
+        [
+            "['alice', 'bob', 'clickhouse_cluster', 'clickhouse_exporter', 'clickhouse_operator', 'default']"
+        ]
     );
     let alice = &r.rows(8)[0];
     assert!(
@@ -1338,4 +1346,69 @@ fn servers_reach_a_tls_keeper_on_its_secure_port() {
         );
     }
     assert!(!r.log.contains(":9181"), "a member on the plain port");
+}
+
+/// Issue 32 (S-6): the exporter's account reads what the exporter sends and nothing else. As in
+/// the operator's grants test, the chDB session is `default`, so a test-only users file gives
+/// `default` the exporter's grants and profile copied out of the generated users file. Every
+/// statement of [`clickhouse_operator::exporter::queries`] passes; reading a table outside
+/// `system`, writing, DDL and access management are refused.
+#[test]
+fn the_exporters_account_reads_the_system_tables_and_nothing_else() {
+    use clickhouse_operator::exporter::queries;
+    let (c, mut i) = c1(serde_json::json!({}));
+    i.server_version = Some("26.9.2.1".parse().unwrap());
+    let d = build(&c, &i);
+    let users = secret_file(&d, names::USERS_FILE);
+    // the account in `<users>` (its profile of the same name comes before, in `<profiles>`)
+    let exporter = &users[users.find("<users>").unwrap()..];
+    let exporter = &exporter[exporter
+        .find(&format!("<{}", names::EXPORTER_USER))
+        .unwrap()..];
+    let exporter = &exporter[..exporter
+        .find(&format!("</{}>", names::EXPORTER_USER))
+        .unwrap()];
+    let grants = &exporter[exporter.find("<grants>").unwrap()
+        ..exporter.find("</grants>").unwrap() + "</grants>".len()];
+    assert!(
+        !exporter.contains("allow_databases"),
+        "grants exclude other access settings: {exporter}"
+    );
+    let layout = lay_out("exporter", &d, "c1-1-3", "");
+    write(
+        &layout.users_d("zz-test.xml"),
+        &format!(
+            "<clickhouse><users><default><profile>{}</profile>{grants}</default></users></clickhouse>",
+            names::EXPORTER_PROFILE
+        ),
+    );
+    // chDB's `default` database reads files: its tables are refused as files
+    let refused = [
+        "SELECT * FROM default.t",
+        "INSERT INTO default.t VALUES (1)",
+        "CREATE TABLE default.u (x UInt8) ENGINE = Memory",
+        "DROP TABLE default.t",
+        "CREATE USER mallory",
+        "SET readonly = 0",
+        "SELECT * FROM file('x', 'CSV', 'x UInt8')",
+    ];
+    let mut all: Vec<&str> = queries::ALL.to_vec();
+    all.extend(refused);
+    all.push("SELECT getSetting('readonly')");
+    let r = run(&layout, &all);
+    r.loaded();
+    let denied = |e: &str| e.contains("ACCESS_DENIED") || e.contains("Code: 497");
+    for (n, q) in queries::ALL.iter().enumerate() {
+        match &r.results[n] {
+            Ok(_) => {}
+            // chDB, an embedded engine, has no `system.asynchronous_metrics`
+            Err(e) if *q == queries::ASYNCHRONOUS_METRICS && e.contains("UNKNOWN_TABLE") => {}
+            Err(e) => panic!("{q}: {e}"),
+        }
+    }
+    for (n, q) in refused.iter().enumerate() {
+        let e = r.error(queries::ALL.len() + n);
+        assert!(denied(e) || e.contains("READONLY"), "{q}: {e}");
+    }
+    assert_eq!(r.rows(all.len() - 1), ["2"], "the session is read-only");
 }

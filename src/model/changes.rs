@@ -556,6 +556,7 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
         cluster_password: Some(Password("c1uster-pw".into())),
         cluster_secret: Some(Password("c1uster-secret".into())),
         server_version: None,
+        exporter_password: None,
     };
     desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }

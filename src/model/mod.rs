@@ -110,6 +110,8 @@ pub struct Inputs {
     /// The lowest version the cluster's servers run, as far as the operator knows (see
     /// [`crate::plan::fleet`]); `None`: unknown, and nothing version-dependent is written.
     pub server_version: Option<crate::clickhouse::Version>,
+    /// The password of the metrics exporter's read-only account, from `<cluster>-operator`.
+    pub exporter_password: Option<Password>,
 }
 
 /// Why the desired state cannot be built; each names the field the user can fix.

@@ -37,6 +37,14 @@ pub const INTERSERVER_USER: &str = "interserver";
 /// Key of the generated `interserver_http_credentials` file in the Secret `<cluster>-users`
 /// (projected into `config.d/`; read at startup only).
 pub const INTERSERVER_FILE: &str = "00-operator-interserver.xml";
+/// The metrics exporter's account: reads `system` tables only (issue 32, S-6).
+pub const EXPORTER_USER: &str = "clickhouse_exporter";
+/// Key of [`EXPORTER_USER`]'s password in `<cluster>-operator`; added to a cluster created
+/// before it (its account lives in the users file, which the servers reload: no restart).
+pub const EXPORTER_PASSWORD_KEY: &str = "exporter-password";
+/// The profile of [`EXPORTER_USER`]: `readonly = 2` (queries only; settings such as the output
+/// format may still be sent).
+pub const EXPORTER_PROFILE: &str = "clickhouse_exporter";
 /// The account the servers reach each other with (`remote_servers`: Distributed queries,
 /// `ON CLUSTER`), accepted only from the cluster's own server pods.
 pub const CLUSTER_USER: &str = "clickhouse_cluster";

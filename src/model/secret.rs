@@ -121,6 +121,8 @@ pub struct Generated {
     pub cluster: Password,
     /// The cluster's `<secret>` in `remote_servers`.
     pub cluster_secret: Password,
+    /// The metrics exporter's read-only account.
+    pub exporter: Password,
 }
 
 /// `<cluster>-operator` with the operator's password under [`names::OPERATOR_PASSWORD_KEY`],
@@ -153,6 +155,10 @@ pub fn operator_secret(c: &Cluster<'_>, passwords: &Generated) -> Secret {
             (
                 names::CLUSTER_SECRET_KEY.to_string(),
                 ByteString(passwords.cluster_secret.0.clone().into_bytes()),
+            ),
+            (
+                names::EXPORTER_PASSWORD_KEY.to_string(),
+                ByteString(passwords.exporter.0.clone().into_bytes()),
             ),
         ])),
         ..Secret::default()

@@ -46,6 +46,7 @@ fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
         cluster_password: Some(Password("c1uster-pw".into())),
         cluster_secret: Some(Password("c1uster-secret".into())),
         server_version: None,
+        exporter_password: Some(Password("exporter-secret-pw".into())),
     }
 }
 
@@ -235,6 +236,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
             keeper: i.keeper_password.clone().unwrap(),
             cluster: i.cluster_password.clone().unwrap(),
             cluster_secret: Password("cluster-secret-value".into()),
+            exporter: i.exporter_password.clone().unwrap(),
         },
     );
     let data = op.data.unwrap();
@@ -583,6 +585,7 @@ fn every_object_has_the_labels_and_an_owner_reference() {
                     keeper: Password("z".into()),
                     cluster: Password("w".into()),
                     cluster_secret: Password("v".into()),
+                    exporter: Password("u".into()),
                 },
             )
             .metadata,
@@ -1097,6 +1100,97 @@ fn user_networks(users: &str, user: &str) -> Vec<String> {
         .collect()
 }
 
+/// Issue 32 (S-6): the metrics exporter logs in as an account of its own, never the
+/// operator's: from the operator's networks, with a read-only profile; where the servers have
+/// SQL privileges for users of the users file, it reads the `system` tables and sees the other
+/// tables' metadata (`SHOW`) but not their rows; a user of `spec.users` of that name does not
+/// replace it. Older servers hide the other databases' parts and replicas from an account
+/// limited to `system`, so there it keeps every database, read-only.
+#[test]
+fn the_exporter_logs_in_read_only_as_its_own_account() {
+    let c = cluster(json!({"users": {"secretName": "users"}}));
+    let mut i = inputs(replicas(1, 2));
+    i.user_passwords
+        .insert(names::EXPORTER_USER.into(), Password("hijack".into()));
+    let users = users_file(&build(&c, &i));
+    let doc = parse(&users);
+    let exporter: Vec<_> = doc
+        .descendants()
+        .filter(|n| {
+            n.has_tag_name(names::EXPORTER_USER)
+                && n.parent().is_some_and(|p| p.has_tag_name("users"))
+        })
+        .collect();
+    assert_eq!(exporter.len(), 1, "{users}");
+    let child = |n: &roxmltree::Node, tag: &str| {
+        n.children()
+            .find(|c| c.has_tag_name(tag))
+            .map(|c| c.text().unwrap_or_default().to_string())
+    };
+    assert_eq!(
+        child(&exporter[0], "profile").as_deref(),
+        Some(names::EXPORTER_PROFILE)
+    );
+    assert!(
+        !users.contains("hijack"),
+        "spec.users cannot take the exporter's account over"
+    );
+    assert!(
+        !exporter[0]
+            .children()
+            .any(|c| c.has_tag_name("allow_databases")),
+        "18.16 would hide the parts and replicas of other databases"
+    );
+    assert_eq!(
+        user_networks(&users, names::EXPORTER_USER),
+        ["ip ::1", "ip 127.0.0.1", "ip ::ffff:10.244.0.0/112"]
+    );
+    let profile = doc
+        .descendants()
+        .find(|n| {
+            n.has_tag_name(names::EXPORTER_PROFILE)
+                && n.parent().is_some_and(|p| p.has_tag_name("profiles"))
+        })
+        .unwrap();
+    assert_eq!(child(&profile, "readonly").as_deref(), Some("2"));
+    assert!(
+        !users.contains("GRANT"),
+        "18.16: no grants in the users file"
+    );
+    let mut modern = i.clone();
+    modern.server_version = Some("24.8".parse().unwrap());
+    let users = users_file(&build(&c, &modern));
+    let doc = parse(&users);
+    let exporter = doc
+        .descendants()
+        .find(|n| {
+            n.has_tag_name(names::EXPORTER_USER)
+                && n.parent().is_some_and(|p| p.has_tag_name("users"))
+        })
+        .unwrap();
+    let grants: Vec<String> = exporter
+        .descendants()
+        .filter(|n| n.has_tag_name("query"))
+        .map(|n| n.text().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        grants,
+        [
+            "GRANT SELECT ON system.*",
+            "GRANT SHOW DATABASES, SHOW TABLES ON *.*"
+        ]
+    );
+    assert!(
+        !exporter
+            .children()
+            .any(|c| c.has_tag_name("allow_databases")),
+        "`<grants>` excludes every other access setting"
+    );
+    let mut none = i.clone();
+    none.exporter_password = None;
+    assert!(!users_file(&build(&c, &none)).contains(names::EXPORTER_USER));
+}
+
 /// Issue 15: no generated account accepts any address. The operator's account accepts the
 /// operator's networks and the pod itself; the cluster's own account (as which Distributed
 /// queries and `ON CLUSTER` reach the other shards) only the cluster's server pods by name (in
@@ -1106,6 +1200,7 @@ fn user_networks(users: &str, user: &str) -> Vec<String> {
 /// wrote are on the users Secret for `plan`.
 #[test]
 fn accounts_accept_only_their_networks_and_get_their_profile_quota_and_databases() {
+    // (the exporter's account is checked by the test below)
     let c = cluster(json!({
         "users": {"secretName": "users", "networks": ["10.1.0.0/16"], "accounts": {
             "bob": {"networks": ["198.18.0.1/32"], "profile": "readonly", "quota": "q1",

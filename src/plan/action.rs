@@ -11,6 +11,9 @@ use super::{Failure, PlannedEvent};
 pub enum Action {
     /// Create `<cluster>-operator` with a new random password.
     CreateOperatorSecret,
+    /// Add a random password for the metrics exporter's account to an `<cluster>-operator`
+    /// made before it existed (unless the Secret changed since it was observed).
+    AddExporterPassword,
     /// Server-side apply of a built object; `create` when the object was not observed, so that
     /// an existing object that is not the cluster's is never taken over.
     Apply {
@@ -65,6 +68,9 @@ impl Action {
     pub fn describe(&self) -> String {
         match self {
             Action::CreateOperatorSecret => "create the operator's credentials Secret".into(),
+            Action::AddExporterPassword => {
+                "add the exporter's password to the operator's credentials Secret".into()
+            }
             Action::Apply { kind, name, .. } => format!("apply {} {name}", kind.as_str()),
             Action::OrphanStatefulSet { name } => {
                 format!("delete StatefulSet {name}, its pod kept, to create it again")

@@ -13,6 +13,9 @@ use serde_json::json;
 
 use crate::support::*;
 
+/// The exporter's token in this test (the chart's `exporter.tokenSecret`).
+const TOKEN: &str = "exporter-test-token";
+
 fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
     text.lines()
         .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!("pod=\"{pod}\"")))
@@ -44,6 +47,14 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
     )
     .await;
+    let token: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+        json!({"metadata": {"name": "exporter-token"}, "stringData": {"token": TOKEN}}),
+    )
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &token)
+        .await
+        .unwrap();
     // the chart with only its exporter: the operator runs in this test, the PVC cleaner is off
     let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/clickhouse-operator");
     helm_run(&[
@@ -59,6 +70,10 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         "pvcCleaner.enabled=false",
         "--set",
         "exporter.enabled=true",
+        "--set",
+        "exporter.cacheSeconds=1",
+        "--set",
+        "exporter.tokenSecret.name=exporter-token",
         "--set",
         &format!("watchNamespace={ns}"),
         "--set",
@@ -86,12 +101,24 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    let scrape = || {
+    // issue 32 (S-6): /metrics answers only with the token of the chart's Secret
+    let anonymous = http.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401, "no token, no metrics");
+    // a request at once: within the exporter's 1 s cache, the last scrape's answer
+    let fetch = || {
         let (http, url) = (http.clone(), url.clone());
         async move {
-            let r = http.get(&url).send().await.ok()?;
+            let r = http.get(&url).bearer_auth(TOKEN).send().await.ok()?;
             r.status().is_success().then_some(())?;
             r.text().await.ok()
+        }
+    };
+    // past the exporter's 1 s cache: a fresh scrape
+    let scrape = || {
+        let fetch = fetch();
+        async move {
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            fetch.await
         }
     };
 
@@ -111,6 +138,52 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     for (r, _) in &replicas {
         let c = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
         exec(&c, "INSERT INTO default.t VALUES (1)").await;
+    }
+    // issue 32 (S-6): the exporter's own account reads the system tables and nothing else
+    {
+        use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint, QueryOptions};
+        let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+            .get("c1-operator")
+            .await
+            .unwrap();
+        let password =
+            String::from_utf8(secret.data.unwrap()["exporter-password"].0.clone()).unwrap();
+        let ip = pods
+            .get(&format!("{}-0", replicas[0].0))
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.pod_ip)
+            .unwrap();
+        let exporter_account = clickhouse_operator::clickhouse::Client::new(ClientConfig::new(
+            Endpoint {
+                host: ip,
+                port: 8123,
+            },
+            Credentials {
+                user: "clickhouse_exporter".into(),
+                password,
+            },
+        ))
+        .unwrap();
+        let o = QueryOptions::new();
+        assert!(
+            exporter_account
+                .query("SELECT count() AS v FROM system.metrics", &o)
+                .await
+                .is_ok()
+        );
+        // 18.16 has no SQL privileges for users of the users file: the account is read-only
+        // over every database there (reading no rows is proven on the 26.x engine in
+        // tests/modern_config.rs)
+        for write in [
+            "CREATE TABLE default.exporter_was_here (x UInt8) ENGINE = Memory",
+            "INSERT INTO default.t VALUES (2)",
+            "DROP TABLE default.t",
+        ] {
+            let r = exporter_account.exec(write, &o).await;
+            assert!(r.is_err(), "the exporter's account ran {write}");
+        }
     }
 
     let keepers: Vec<String> = (0..3).map(|i| format!("c1-keeper-{i}")).collect();
@@ -139,6 +212,10 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         },
     )
     .await;
+    // issue 32 (S-6): a request right after a scrape gets that scrape's answer, unchanged (a
+    // fresh one differs: the servers' counters move between two scrapes)
+    let again = fetch().await.expect("a request within the cache's second");
+    assert!(again == text, "a second scrape within the cache's interval");
     println!(
         "the exporter pod reports 4 servers and 3 Keeper members ({:?} after the cluster was ready)",
         started.elapsed()
@@ -337,10 +414,12 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     .await;
     // one server killed (SIGKILL; its container is restarted by the node): the next scrape
     // reports it down and the others up, and once it runs again it is reported up again
+    // (the cache expires first: the node may restart the server within a second)
     let pid = pid_of("clickhouse-server", &victim, Some(&victim_ip));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    let killed = scrape().await.expect("a scrape with one host killed");
+    let killed = fetch().await.expect("a scrape with one host killed");
     assert_eq!(
         sample(&killed, "clickhouse_up", &victim),
         Some("0"),

@@ -81,6 +81,11 @@ fn writes_since(audit: &Path, from: usize, ns: &str) -> Vec<String> {
                 && !(e["objectRef"]["resource"] == "pods"
                     && e["objectRef"]["subresource"] == "status")
                 && e["objectRef"]["resource"] != "events"
+                // what Kubernetes' own controllers write (endpoint slices following a pod's
+                // readiness) is not plan's: plan runs as the kubeconfig's user, `admin`
+                && !e["user"]["username"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("system:"))
         })
         .map(|e| {
             format!(

@@ -133,6 +133,7 @@ async fn run(
     let ns = cluster.namespace().unwrap_or_default();
     match step {
         Action::CreateOperatorSecret => create_operator_secret(cluster, ctx).await,
+        Action::AddExporterPassword => add_exporter_password(cluster, ctx).await,
         Action::Apply {
             kind,
             name,
@@ -295,6 +296,7 @@ async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> R
             keeper: Password(random_password()),
             cluster: Password(random_password()),
             cluster_secret: Password(random_password()),
+            exporter: Password(random_password()),
         },
     );
     match api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
@@ -312,6 +314,36 @@ async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> R
             "created Secret {}",
             names::operator_secret(&cluster.name_any())
         ),
+    ))
+}
+
+/// Adds the exporter's password to `<cluster>-operator`, only if it is still absent and the
+/// Secret has not changed since it was read (the patch names its resourceVersion), so that a
+/// password written meanwhile is never replaced.
+async fn add_exporter_password(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Done, Error> {
+    let name = names::operator_secret(&cluster.name_any());
+    let api = api::<Secret>(ctx, &cluster.namespace().unwrap_or_default());
+    let current = api.get_opt(&name).await?;
+    let present = current
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .is_some_and(|d| d.contains_key(names::EXPORTER_PASSWORD_KEY));
+    if let Some(secret) = current.filter(|_| !present) {
+        let value = k8s_openapi::ByteString(random_password().into_bytes());
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "metadata": {"resourceVersion": secret.metadata.resource_version},
+                "data": {names::EXPORTER_PASSWORD_KEY: value},
+            })),
+        )
+        .await?;
+    }
+    Ok(normal(
+        "CredentialsCreated",
+        "Create",
+        format!("added the exporter's password to Secret {name}"),
     ))
 }
 

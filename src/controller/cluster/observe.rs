@@ -374,6 +374,7 @@ async fn build(
     o.inputs.keeper_password = generated(names::KEEPER_PASSWORD_KEY);
     o.inputs.cluster_password = generated(names::CLUSTER_PASSWORD_KEY);
     o.inputs.cluster_secret = generated(names::CLUSTER_SECRET_KEY);
+    o.inputs.exporter_password = generated(names::EXPORTER_PASSWORD_KEY);
     o.inputs.operator_networks = operator.networks;
     o.inputs.operator_pods = operator.pods;
     o.keeper_identity_in_use = lists

@@ -194,10 +194,10 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         Some(_) => &[],
         None => replicas,
     };
-    let grants = if inputs
+    let grants_supported = inputs
         .server_version
-        .is_some_and(|v| v.supports(crate::clickhouse::Capability::UserGrantsInUsersFile))
-    {
+        .is_some_and(|v| v.supports(crate::clickhouse::Capability::UserGrantsInUsersFile));
+    let grants = if grants_supported {
         let mut definers: Vec<&str> = vec![DEFAULT_USER, names::OPERATOR_USER];
         definers.extend(
             users
@@ -221,6 +221,38 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
             grants,
         },
     )?);
+    if let Some(p) = &inputs.exporter_password {
+        // The metrics exporter, from the operator's networks: a read-only session that reads
+        // the `system` tables and sees every table's metadata (`system.parts` and
+        // `system.replicas` show only tables the account may see), not their rows. Servers
+        // without `<grants>` cannot say so: an account limited to `system` sees no other
+        // database's parts or replicas there (seen on 18.16.1), so it keeps every database,
+        // read-only (SECURITY.md).
+        profiles = profiles.child(
+            Element::new(names::EXPORTER_PROFILE)
+                .child(Element::leaf("readonly", "2"))
+                .child(Element::leaf("max_execution_time", "10")),
+        );
+        list = list.child(user(
+            names::EXPORTER_USER,
+            "exporter user",
+            p,
+            Account {
+                networks: networks(c, &[], operator_networks),
+                profile: names::EXPORTER_PROFILE,
+                quota: DEFAULT_QUOTA,
+                databases: &[],
+                grants: if grants_supported {
+                    vec![
+                        "GRANT SELECT ON system.*".into(),
+                        "GRANT SHOW DATABASES, SHOW TABLES ON *.*".into(),
+                    ]
+                } else {
+                    Vec::new()
+                },
+            },
+        )?);
+    }
     if let Some(p) = &inputs.cluster_password {
         list = list.child(user(
             names::CLUSTER_USER,
@@ -241,7 +273,10 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         .filter(|n| !n.is_empty())
         .unwrap_or(operator_networks);
     for (name, password) in users {
-        if name == names::OPERATOR_USER || name == names::CLUSTER_USER {
+        if name == names::OPERATOR_USER
+            || name == names::CLUSTER_USER
+            || name == names::EXPORTER_USER
+        {
             // The operator's accounts are the operator's: a same-named entry cannot replace them.
             continue;
         }

@@ -42,5 +42,10 @@ pub fn plan(pass: &mut Pass) {
         pass.emit(Action::CreateOperatorSecret);
         pass.again();
         pass.gates.halted = true;
+    } else if pass.obs.inputs.exporter_password.is_none() {
+        // the exporter's read-only account (issue 32, S-6): the users file, which the servers
+        // reload, gets it at the next pass; no pod restarts for it
+        pass.emit(Action::AddExporterPassword);
+        pass.again();
     }
 }

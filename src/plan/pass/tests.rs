@@ -93,6 +93,7 @@ impl Sim {
             ..Observed::default()
         };
         obs.inputs.operator_password = model::Password("pw".into());
+        obs.inputs.exporter_password = Some(model::Password("exporter-pw".into()));
         Sim {
             cluster,
             obs,
@@ -422,6 +423,9 @@ impl Sim {
                 }
                 Action::Delete { kind, name } => {
                     self.obs.objects.remove(&(*kind, name.clone()));
+                }
+                Action::AddExporterPassword => {
+                    self.obs.inputs.exporter_password = Some(model::Password("added".into()));
                 }
                 other => panic!("unexpected action {other:?}"),
             }
@@ -1848,6 +1852,49 @@ fn another_namespaces_keeper_is_used_only_with_its_consent_and_in_our_folder() {
         .get_or_insert_with(Default::default)
         .keeper_root = Some("/legacy/root".into());
     assert!(old.plan().failure.is_none());
+}
+
+/// Issue 32 (S-6): a cluster made before the exporter had an account of its own gets its
+/// password added to `<cluster>-operator`, then the account in the users file, which the servers
+/// reload: no StatefulSet changes, no pod restarts.
+#[test]
+fn an_older_cluster_gets_the_exporters_account_without_a_restart() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}}));
+    sim.converge(30);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    sim.obs.inputs.exporter_password = None;
+    let pods_before: Vec<String> = sim.obs.pods.keys().cloned().collect();
+    let p = sim.plan();
+    assert!(
+        p.actions.contains(&Action::AddExporterPassword),
+        "{:?}",
+        p.actions
+    );
+    sim.act(&p);
+    assert!(sim.obs.inputs.exporter_password.is_some());
+    let p = sim.plan_caught_up();
+    assert!(
+        statefulsets_applied(&p).is_empty(),
+        "no restart: {:?}",
+        p.actions
+    );
+    assert!(
+        !p.actions
+            .iter()
+            .any(|a| matches!(a, Action::RestartPod { .. })),
+        "{:?}",
+        p.actions
+    );
+    sim.converge(10);
+    assert!(
+        users_secret_file(&sim, crate::model::names::USERS_FILE)
+            .contains(crate::model::names::EXPORTER_USER)
+    );
+    assert_eq!(
+        sim.obs.pods.keys().cloned().collect::<Vec<_>>(),
+        pods_before
+    );
 }
 
 /// A file of the applied users Secret `c1-users`.
