@@ -280,11 +280,31 @@ pub enum Target {
     },
 }
 
-/// The server and Keeper pods of the clusters in `namespaces`, with what is needed to ask them.
+/// The Secret the operator publishes each cluster's exporter credentials in
+/// (`EXPORTER_CREDENTIALS_SECRET`, see [`crate::controller::exporter_credentials`]).
+#[derive(Clone, Debug)]
+pub struct CredentialsSecret {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The server and Keeper pods of the clusters in `namespaces`, with what is needed to ask them:
+/// the credentials from `credentials` (one read), or without it from each cluster's own Secrets.
 pub async fn targets(
     client: &Client,
     namespaces: &WatchNamespaces,
+    credentials: Option<&CredentialsSecret>,
 ) -> Result<Vec<Target>, kube::Error> {
+    let published = match credentials {
+        Some(c) => Some(
+            Api::<Secret>::namespaced(client.clone(), &c.namespace)
+                .get_opt(&c.name)
+                .await?
+                .and_then(|s| s.data)
+                .unwrap_or_default(),
+        ),
+        None => None,
+    };
     let clusters: Vec<ClickHouseCluster> = match namespaces {
         WatchNamespaces::All => {
             Api::all(client.clone())
@@ -309,20 +329,26 @@ pub async fn targets(
     for c in clusters {
         let ns = c.namespace().unwrap_or_default();
         let name = c.name_any();
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
         // its own read-only account, never the operator's (issue 32, S-6)
-        let password = secrets
-            .get_opt(&names::operator_secret(&name))
-            .await?
-            .and_then(|s| s.data?.get(names::EXPORTER_PASSWORD_KEY).cloned())
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
-        let ca = match (&c.spec.tls.enabled, &c.spec.tls.ca_secret) {
-            (true, Some(ca)) => secrets
-                .get_opt(ca)
-                .await?
-                .and_then(|s| s.data?.get("ca.crt").cloned())
-                .map(|b| b.0),
-            _ => None,
+        let (password, ca) = match &published {
+            Some(data) => crate::controller::exporter_credentials::read(data, &ns, &name),
+            None => {
+                let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+                let password = secrets
+                    .get_opt(&names::operator_secret(&name))
+                    .await?
+                    .and_then(|s| s.data?.get(names::EXPORTER_PASSWORD_KEY).cloned())
+                    .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+                let ca = match (&c.spec.tls.enabled, &c.spec.tls.ca_secret) {
+                    (true, Some(ca)) => secrets
+                        .get_opt(ca)
+                        .await?
+                        .and_then(|s| s.data?.get("ca.crt").cloned())
+                        .map(|b| b.0),
+                    _ => None,
+                };
+                (password, ca)
+            }
         };
         let pods = Api::<Pod>::namespaced(client.clone(), &ns)
             .list(&ListParams::default().labels(&format!("{}={name}", labels::CLUSTER)))
@@ -421,8 +447,12 @@ pub fn expected_hosts(c: &ClickHouseCluster) -> Vec<(bool, Host)> {
 }
 
 /// One scrape of every host of the clusters in `namespaces`.
-pub async fn scrape(client: &Client, namespaces: &WatchNamespaces) -> String {
-    match targets(client, namespaces).await {
+pub async fn scrape(
+    client: &Client,
+    namespaces: &WatchNamespaces,
+    credentials: Option<&CredentialsSecret>,
+) -> String {
+    match targets(client, namespaces, credentials).await {
         Ok(t) => scrape_targets(t).await,
         Err(e) => {
             tracing::warn!(error = %e, "exporter: cannot list the clusters");
@@ -584,6 +614,7 @@ pub fn authorized(token: Option<&str>, header: Option<&str>) -> bool {
 pub async fn serve(
     client: Client,
     namespaces: WatchNamespaces,
+    credentials: Option<CredentialsSecret>,
     addr: std::net::SocketAddr,
     token: Option<String>,
     cache_for: Duration,
@@ -594,12 +625,14 @@ pub async fn serve(
     struct State {
         client: Client,
         namespaces: WatchNamespaces,
+        credentials: Option<CredentialsSecret>,
         cache: Cache,
         token: Option<String>,
     }
     let state = Arc::new(State {
         client,
         namespaces,
+        credentials,
         cache: Cache::keeping(cache_for),
         token,
     });
@@ -614,7 +647,7 @@ pub async fn serve(
                 .into_response();
         }
         s.cache
-            .get(|| scrape(&s.client, &s.namespaces))
+            .get(|| scrape(&s.client, &s.namespaces, s.credentials.as_ref()))
             .await
             .into_response()
     };

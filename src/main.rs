@@ -123,9 +123,18 @@ fn main() -> anyhow::Result<()> {
                 }
                 _ => clickhouse_operator::exporter::CACHE_FOR,
             };
+            // EXPORTER_CREDENTIALS_SECRET: the one Secret (in its own namespace) the operator
+            // publishes the clusters' exporter credentials in
+            let credentials = settings.exporter_credentials.map(|name| {
+                clickhouse_operator::exporter::CredentialsSecret {
+                    namespace: settings.lease_namespace.clone(),
+                    name,
+                }
+            });
             clickhouse_operator::exporter::serve(
                 client,
                 settings.watch_namespaces,
+                credentials,
                 settings.http_addr,
                 token,
                 cache_for,

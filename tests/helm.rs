@@ -221,8 +221,9 @@ fn chart_crds_are_identical_to_deploy_crds() {
 /// Every RBAC rule of the chart says why it is there (a comment right above it).
 /// Issue 14: the exporter is off by default; on, it is its own Deployment (`exporter`, one
 /// replica, the hardened pod of the operator) with its own ServiceAccount whose rights are read
-/// only (list clusters and pods, get Secrets; per watched namespace when the operator watches a
-/// list), a Service, and on request a ServiceMonitor and a PrometheusRule with the alerts people
+/// only (list clusters and pods, per watched namespace when the operator watches a list; get the
+/// one Secret the operator publishes the clusters' exporter credentials in, issue 32 S-6), a
+/// Service, and on request a ServiceMonitor and a PrometheusRule with the alerts people
 /// page on; Grafana dashboards (cluster overview, host, Keeper, operator) in a ConfigMap with the
 /// sidecar's label, on request.
 #[test]
@@ -271,6 +272,48 @@ fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
         "clickhouseclusters".to_string(),
         "list".to_string()
     )));
+    // issue 32 (S-6): no Secret of any namespace; one Secret of its own, named
+    assert!(
+        !rules.iter().any(|r| r.1 == "secrets"),
+        "the exporter reads no Secret cluster-wide: {rules:?}"
+    );
+    let credentials = "rel-clickhouse-operator-exporter-credentials";
+    one(&on, "Secret", credentials);
+    let own = one(&on, "Role", &format!("{name}-credentials"));
+    assert_eq!(
+        rule_triples(own),
+        BTreeSet::from([("".to_string(), "secrets".to_string(), "get".to_string())])
+    );
+    assert_eq!(text(own, "rules.0.resourceNames.0"), credentials);
+    assert_eq!(
+        s(own, "rules.0.resourceNames")
+            .and_then(Value::as_sequence)
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        env_of(c)
+            .get("EXPORTER_CREDENTIALS_SECRET")
+            .map(String::as_str),
+        Some(credentials)
+    );
+    let operator = one(&on, "Deployment", "rel-clickhouse-operator");
+    let oc = &s(operator, "spec.template.spec.containers")
+        .and_then(Value::as_sequence)
+        .unwrap()[0];
+    assert_eq!(
+        env_of(oc)
+            .get("EXPORTER_CREDENTIALS_SECRET")
+            .map(String::as_str),
+        Some(credentials),
+        "the operator publishes where the exporter reads"
+    );
+    let publishes = one(
+        &on,
+        "Role",
+        "rel-clickhouse-operator-publishes-exporter-credentials",
+    );
+    assert_eq!(text(publishes, "rules.0.resourceNames.0"), credentials);
     one(&on, "Service", name);
     one(&on, "ServiceMonitor", name);
     let alerts: BTreeSet<String> = s(one(&on, "PrometheusRule", name), "spec.groups.0.rules")

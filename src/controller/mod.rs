@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod cache;
 pub mod cluster;
+pub mod exporter_credentials;
 pub mod jobs;
 pub mod pvc_cleaner;
 pub mod restore;
@@ -69,6 +70,8 @@ pub struct Context {
     pub concurrency: u16,
     /// Signs the PVCs handed to the PVC cleaner (issue 32, S-7).
     pub pvc_delete_key: crate::runtime::settings::PvcDeleteKey,
+    /// Where the exporter's credentials are published (`EXPORTER_CREDENTIALS_SECRET`).
+    pub exporter_credentials: Option<exporter_credentials::Publisher>,
 }
 
 impl Context {
@@ -253,6 +256,9 @@ pub async fn run_with(
         pacer: Default::default(),
         concurrency: settings.max_concurrent_reconciles,
         pvc_delete_key: settings.pvc_delete_key.clone(),
+        exporter_credentials: settings.exporter_credentials.clone().map(|name| {
+            exporter_credentials::Publisher::new(settings.lease_namespace.clone(), name)
+        }),
     });
     // MAX_CONCURRENT_RECONCILES is enforced by the permits each pass takes first (tokio's
     // semaphore hands them out first come, first served), not by the runtime's own limit: at

@@ -42,6 +42,17 @@ pub const EXPORTER_USER: &str = "clickhouse_exporter";
 /// Key of [`EXPORTER_USER`]'s password in `<cluster>-operator`; added to a cluster created
 /// before it (its account lives in the users file, which the servers reload: no restart).
 pub const EXPORTER_PASSWORD_KEY: &str = "exporter-password";
+/// The key of a cluster's exporter credential (`what`: [`EXPORTER_CREDENTIAL_PASSWORD`] or
+/// [`EXPORTER_CREDENTIAL_CA`]) in the one Secret the operator publishes them in for the
+/// exporter (`EXPORTER_CREDENTIALS_SECRET`, issue 32 S-6): `<namespace>_<cluster>_<what>`;
+/// neither a namespace nor a cluster name has `_`, so no two clusters share a key.
+pub fn exporter_credential_key(namespace: &str, cluster: &str, what: &str) -> String {
+    format!("{namespace}_{cluster}_{what}")
+}
+/// See [`exporter_credential_key`]: the exporter account's password.
+pub const EXPORTER_CREDENTIAL_PASSWORD: &str = "password";
+/// See [`exporter_credential_key`]: the CA the servers' certificates are verified with.
+pub const EXPORTER_CREDENTIAL_CA: &str = "ca.crt";
 /// The profile of [`EXPORTER_USER`]: `readonly = 2` (queries only; settings such as the output
 /// format may still be sent).
 pub const EXPORTER_PROFILE: &str = "clickhouse_exporter";

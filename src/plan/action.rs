@@ -14,6 +14,9 @@ pub enum Action {
     /// Add a random password for the metrics exporter's account to an `<cluster>-operator`
     /// made before it existed (unless the Secret changed since it was observed).
     AddExporterPassword,
+    /// Publish the exporter's password and the cluster's CA where the exporter reads them
+    /// (`EXPORTER_CREDENTIALS_SECRET`, issue 32 S-6).
+    PublishExporterCredentials,
     /// Server-side apply of a built object; `create` when the object was not observed, so that
     /// an existing object that is not the cluster's is never taken over.
     Apply {
@@ -70,6 +73,9 @@ impl Action {
             Action::CreateOperatorSecret => "create the operator's credentials Secret".into(),
             Action::AddExporterPassword => {
                 "add the exporter's password to the operator's credentials Secret".into()
+            }
+            Action::PublishExporterCredentials => {
+                "publish the exporter's credentials for the exporter".into()
             }
             Action::Apply { kind, name, .. } => format!("apply {} {name}", kind.as_str()),
             Action::OrphanStatefulSet { name } => {

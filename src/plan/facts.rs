@@ -83,6 +83,9 @@ pub struct Observed {
     /// For `keeper.external.clusterRef` to another namespace: what the referenced cluster says
     /// to this one; `None` without such a reference.
     pub keeper_owner: Option<KeeperOwner>,
+    /// Whether the exporter's credentials as published for it (`EXPORTER_CREDENTIALS_SECRET`)
+    /// are the current ones; `None` where none are published.
+    pub exporter_credentials_published: Option<bool>,
 }
 
 /// What the cluster whose Keeper another one references says to it (issue 32, S-5).

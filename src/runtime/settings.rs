@@ -119,6 +119,11 @@ pub struct Settings {
     /// sets it, and the same labels select its exporter), in `lease_namespace`: the clusters'
     /// NetworkPolicies let these pods in. Unset: they let the operator's networks in.
     pub operator_pod_labels: Option<std::collections::BTreeMap<String, String>>,
+    /// The Secret, in `lease_namespace`, where the operator publishes each cluster's exporter
+    /// credentials and the exporter reads them (`EXPORTER_CREDENTIALS_SECRET`; the chart
+    /// creates it), so that the exporter may read that one Secret and no other (issue 32,
+    /// S-6). Unset: nothing is published, and the exporter reads each cluster's own Secrets.
+    pub exporter_credentials: Option<String>,
 }
 
 /// Parses `key=value,…` (a label selector of equalities only).
@@ -273,7 +278,20 @@ impl Settings {
                 None => None,
                 Some(v) => Some(parse_labels(&v, "OPERATOR_POD_SELECTOR")?),
             };
+        let exporter_credentials = match get("EXPORTER_CREDENTIALS_SECRET")
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+        {
+            None => None,
+            Some(v) if crate::util::names::is_dns_subdomain(&v) => Some(v),
+            Some(v) => {
+                return Err(format!(
+                    "EXPORTER_CREDENTIALS_SECRET: {v:?} is not a Secret name"
+                ));
+            }
+        };
         Ok(Settings {
+            exporter_credentials,
             operator_pod_labels,
             operator_networks,
             watch_namespaces: WatchNamespaces::parse(get("WATCH_NAMESPACE").as_deref())?,
@@ -368,6 +386,26 @@ mod tests {
         assert!(s.leader_election);
         let bad = Settings::from_lookup(|k| (k == "LOG_FORMAT").then(|| "xml".to_string()));
         assert!(bad.unwrap_err().contains("LOG_FORMAT"));
+        assert_eq!(s.exporter_credentials, None);
+        let named = |v: &str| {
+            let v = v.to_string();
+            Settings::from_lookup(move |k| (k == "EXPORTER_CREDENTIALS_SECRET").then(|| v.clone()))
+        };
+        assert_eq!(
+            named("rel-exporter-credentials")
+                .unwrap()
+                .exporter_credentials
+                .as_deref(),
+            Some("rel-exporter-credentials")
+        );
+        for hostile in ["../x", "a/b", "A_B"] {
+            assert!(
+                named(hostile)
+                    .unwrap_err()
+                    .contains("EXPORTER_CREDENTIALS_SECRET"),
+                "{hostile}"
+            );
+        }
     }
 
     /// Issue 15: the operator's account accepts logins from `OPERATOR_NETWORKS`; unset, from

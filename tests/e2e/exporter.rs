@@ -39,12 +39,12 @@ fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
 async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported() {
     let client = client().await;
     let ns = namespace(&client, "export").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
+    // issue 32 (S-6): the operator publishes the exporter's credentials in the chart's Secret
+    let credentials = "m-clickhouse-operator-exporter-credentials";
+    let op = start_operator_env(
         &client,
         &ns,
-        "c1",
-        json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+        &[("EXPORTER_CREDENTIALS_SECRET", credentials)],
     )
     .await;
     let token: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
@@ -81,6 +81,25 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         "--set",
         "image.tag=dev",
     ]);
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    // issue 32 (S-6): the exporter's ServiceAccount may read its one Secret, no other
+    for (secret, allowed) in [
+        (credentials, true),
+        ("c1-operator", false),
+        ("exporter-token", false),
+    ] {
+        assert_eq!(
+            may_get_secret(&client, &ns, "m-clickhouse-operator-exporter", secret).await,
+            allowed,
+            "the exporter reading Secret {secret}"
+        );
+    }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let exporter_ip = wait_for(Duration::from_secs(120), "the exporter pod running", || {
         let pods = pods.clone();
@@ -438,8 +457,55 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         async move { (sample(&scrape.await?, "clickhouse_up", &victim) == Some("1")).then_some(()) }
     })
     .await;
+    // a deleted cluster's credentials leave the published Secret with it
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns);
+    let keys = |s: k8s_openapi::api::core::v1::Secret| -> Vec<String> {
+        s.data.unwrap_or_default().into_keys().collect()
+    };
+    assert_eq!(
+        keys(secrets.get(credentials).await.unwrap()),
+        [format!("{ns}_c1_password")],
+        "one entry, the cluster's password (no TLS: no CA)"
+    );
+    Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns)
+        .delete("c1", &Default::default())
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(120),
+        "the deleted cluster's credentials withdrawn",
+        || {
+            let secrets = secrets.clone();
+            async move {
+                keys(secrets.get(credentials).await.ok()?)
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
     helm_run(&["uninstall", "m", "-n", &ns, "--wait"]);
     finish(&client, &ns, op).await;
+}
+
+/// Whether ServiceAccount `account` of `ns` may get Secret `secret` of `ns`, as the API server
+/// decides it (a SubjectAccessReview).
+async fn may_get_secret(client: &kube::Client, ns: &str, account: &str, secret: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{ns}:{account}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+            "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "secrets", "name": secret}
+        }
+    }))
+    .unwrap();
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
 }
 
 /// The resident memory of this process, in KiB (Linux).
@@ -469,7 +535,7 @@ async fn benchmark_exporter_scrape_of_20_and_100_hosts() {
     )
     .await;
     wait_ready(&client, &ns, "c1", 1).await;
-    let found = exporter::targets(&client, &WatchNamespaces::Only(vec![ns.clone()]))
+    let found = exporter::targets(&client, &WatchNamespaces::Only(vec![ns.clone()]), None)
         .await
         .unwrap();
     let servers: Vec<exporter::Target> = found

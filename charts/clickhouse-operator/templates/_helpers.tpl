@@ -164,6 +164,10 @@ No wildcard anywhere.
 {{- printf "%s-pvc-delete-key" (include "clickhouse-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{- define "clickhouse-operator.exporterCredentialsName" -}}
+{{- printf "%s-exporter-credentials" (include "clickhouse-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* PVC_DELETE_KEY of the operator and the PVC cleaner, from the chart's Secret. */}}
 {{- define "clickhouse-operator.pvcDeleteKeyEnv" -}}
 - name: PVC_DELETE_KEY

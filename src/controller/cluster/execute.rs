@@ -134,6 +134,10 @@ async fn run(
     match step {
         Action::CreateOperatorSecret => create_operator_secret(cluster, ctx).await,
         Action::AddExporterPassword => add_exporter_password(cluster, ctx).await,
+        Action::PublishExporterCredentials => {
+            publish_exporter_credentials(cluster, world, ctx).await;
+            Ok(Done::Finished(None))
+        }
         Action::Apply {
             kind,
             name,
@@ -345,6 +349,30 @@ async fn add_exporter_password(cluster: &ClickHouseCluster, ctx: &Context) -> Re
         "Create",
         format!("added the exporter's password to Secret {name}"),
     ))
+}
+
+/// Publishes the exporter's credentials (see [`crate::controller::exporter_credentials`]). A
+/// failure is the operator's own set-up, not the cluster's: it is logged, the cluster's pass
+/// goes on, and the next pass tries again.
+async fn publish_exporter_credentials(cluster: &ClickHouseCluster, world: &World, ctx: &Context) {
+    let Some(publisher) = &ctx.exporter_credentials else {
+        return;
+    };
+    let (Some(password), ca) = super::observe::exporter_credentials(cluster, world) else {
+        return;
+    };
+    let ns = cluster.namespace().unwrap_or_default();
+    if let Err(e) = publisher
+        .publish(&ctx.client, &ns, &cluster.name_any(), password, ca)
+        .await
+    {
+        warn!(
+            cluster = %cluster.name_any(),
+            secret = %publisher.secret(),
+            error = %e,
+            "could not publish the exporter's credentials (EXPORTER_CREDENTIALS_SECRET): the exporter reports this cluster's servers down until it can"
+        );
+    }
 }
 
 /// A random password of 32 letters and digits (no look-alikes).

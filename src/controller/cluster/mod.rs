@@ -237,6 +237,14 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
         keeper_root::remove(cluster, ctx, password, &root).await?;
         info!(cluster = %cluster.name_any(), root = %root, "removed the cluster's root from the external Keeper");
     }
+    if let Some(publisher) = &ctx.exporter_credentials
+        && let Err(e) = publisher
+            .withdraw(&ctx.client, &ns, &cluster.name_any())
+            .await
+    {
+        // a Secret the operator may not patch stays as it was; nothing else depends on it
+        warn!(cluster = %cluster.name_any(), secret = %publisher.secret(), error = %e, "could not remove the exporter's credentials");
+    }
     let finalizers: Vec<String> = cluster
         .finalizers()
         .iter()

@@ -72,6 +72,17 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(Worl
     };
     let mut world = build(cluster, siblings, lists, operator).await?;
     world.observed.keeper_owner = keeper_owner(cluster, ctx).await;
+    world.observed.exporter_credentials_published = ctx.exporter_credentials.as_ref().map(|p| {
+        let (password, ca) = exporter_credentials(cluster, &world);
+        password.is_some_and(|password| {
+            p.current(
+                &cluster.namespace().unwrap_or_default(),
+                &cluster.name_any(),
+                password,
+                ca,
+            )
+        })
+    });
     Ok((world, caught_up))
 }
 
@@ -615,6 +626,26 @@ pub async fn read_lag(cluster: &ClickHouseCluster, world: &mut World, replicas: 
     for (r, caught_up) in futures::future::join_all(asks).await {
         world.observed.caught_up.insert(r, caught_up);
     }
+}
+
+/// What the exporter needs of a cluster: its account's password and, with TLS, the CA.
+pub fn exporter_credentials<'a>(
+    cluster: &ClickHouseCluster,
+    world: &'a World,
+) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
+    let inputs = &world.observed.inputs;
+    let ca = match (&cluster.spec.tls.enabled, &cluster.spec.tls.ca_secret) {
+        (true, Some(ca)) => inputs
+            .secrets
+            .get(ca)
+            .and_then(|d| d.get("ca.crt"))
+            .map(Vec::as_slice),
+        _ => None,
+    };
+    (
+        inputs.exporter_password.as_ref().map(|p| p.0.as_bytes()),
+        ca,
+    )
 }
 
 /// How long a pass waits for one Keeper member's answer.

@@ -47,5 +47,7 @@ pub fn plan(pass: &mut Pass) {
         // reload, gets it at the next pass; no pod restarts for it
         pass.emit(Action::AddExporterPassword);
         pass.again();
+    } else if pass.obs.exporter_credentials_published == Some(false) {
+        pass.emit(Action::PublishExporterCredentials);
     }
 }

@@ -427,6 +427,9 @@ impl Sim {
                 Action::AddExporterPassword => {
                     self.obs.inputs.exporter_password = Some(model::Password("added".into()));
                 }
+                Action::PublishExporterCredentials => {
+                    self.obs.exporter_credentials_published = Some(true);
+                }
                 other => panic!("unexpected action {other:?}"),
             }
         }
@@ -2132,4 +2135,29 @@ fn a_server_loading_the_new_hosts_is_checked_again_soon() {
         .distributed
         .insert("c1-1-2".into(), Some("shard 0 not reached".into()));
     assert!(sim.plan().recheck_soon);
+}
+
+/// Issue 32 (S-6): where the operator publishes the exporter's credentials, a cluster whose
+/// credentials are not (or no longer) the published ones gets them published, without holding
+/// anything else up; once current, nothing is published again.
+#[test]
+fn the_exporters_credentials_are_published_until_current() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}}));
+    sim.converge(30);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert!(
+        !sim.plan()
+            .actions
+            .contains(&Action::PublishExporterCredentials),
+        "none configured"
+    );
+    sim.obs.exporter_credentials_published = Some(false);
+    let p = sim.plan();
+    assert_eq!(p.actions, [Action::PublishExporterCredentials]);
+    assert!(p.failure.is_none());
+    sim.act(&p);
+    let p = sim.plan_caught_up();
+    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert_eq!(sim.state(), ClusterState::Ready);
 }

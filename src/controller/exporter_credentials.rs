@@ -1,0 +1,201 @@
+//! The exporter's credentials, published in one Secret of the operator's namespace
+//! (`EXPORTER_CREDENTIALS_SECRET`, issue 32 S-6): for each cluster, the password of its
+//! read-only account `clickhouse_exporter` and the CA its servers' certificates are verified
+//! with, under [`names::exporter_credential_key`]. The exporter may then read that one Secret
+//! (RBAC `resourceNames`) and no other: not `<cluster>-operator`, which also holds the
+//! operator's own password, nor any tenant's Secret.
+//!
+//! The chart creates the Secret; the operator only patches its keys (a merge patch per
+//! cluster, so clusters passed in parallel never overwrite each other) and removes a deleted
+//! cluster's. What it published is remembered in this process, so a pass costs no read; after
+//! a restart every cluster is published once more.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::model::names;
+
+/// Where the credentials go, and what this process last put there for each cluster.
+pub struct Publisher {
+    namespace: String,
+    name: String,
+    published: Mutex<HashMap<(String, String), [u8; 32]>>,
+}
+
+/// What one cluster's entry holds.
+fn digest(password: &[u8], ca: Option<&[u8]>) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update((password.len() as u64).to_be_bytes());
+    h.update(password);
+    if let Some(ca) = ca {
+        h.update(ca);
+    }
+    h.finalize().into()
+}
+
+/// The merge patch that sets one cluster's entry (`None`: removes it).
+pub fn patch_of(
+    namespace: &str,
+    cluster: &str,
+    credentials: Option<(&[u8], Option<&[u8]>)>,
+) -> Value {
+    let key = |what| names::exporter_credential_key(namespace, cluster, what);
+    // `ByteString` serializes as base64, as `data` wants it
+    let b64 = |v: &[u8]| json!(k8s_openapi::ByteString(v.to_vec()));
+    let (password, ca) = match credentials {
+        Some((p, ca)) => (b64(p), ca.map(b64).unwrap_or(Value::Null)),
+        None => (Value::Null, Value::Null),
+    };
+    json!({"data": {
+        key(names::EXPORTER_CREDENTIAL_PASSWORD): password,
+        key(names::EXPORTER_CREDENTIAL_CA): ca,
+    }})
+}
+
+impl Publisher {
+    pub fn new(namespace: String, name: String) -> Publisher {
+        Publisher {
+            namespace,
+            name,
+            published: Mutex::default(),
+        }
+    }
+
+    /// `namespace/name` of the Secret.
+    pub fn secret(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether this process published exactly these credentials for the cluster.
+    pub fn current(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        password: &[u8],
+        ca: Option<&[u8]>,
+    ) -> bool {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(namespace.to_string(), cluster.to_string()))
+            == Some(&digest(password, ca))
+    }
+
+    /// Writes the cluster's entry.
+    pub async fn publish(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        cluster: &str,
+        password: &[u8],
+        ca: Option<&[u8]>,
+    ) -> Result<(), kube::Error> {
+        self.patch(client, patch_of(namespace, cluster, Some((password, ca))))
+            .await?;
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                (namespace.to_string(), cluster.to_string()),
+                digest(password, ca),
+            );
+        Ok(())
+    }
+
+    /// Removes the cluster's entry (a deleted cluster's).
+    pub async fn withdraw(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        cluster: &str,
+    ) -> Result<(), kube::Error> {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(namespace.to_string(), cluster.to_string()));
+        match self.patch(client, patch_of(namespace, cluster, None)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn patch(&self, client: &kube::Client, patch: Value) -> Result<(), kube::Error> {
+        Api::<Secret>::namespaced(client.clone(), &self.namespace)
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+    }
+}
+
+/// The exporter's side: one cluster's credentials out of the Secret's data.
+pub fn read(
+    data: &std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+    namespace: &str,
+    cluster: &str,
+) -> (Option<String>, Option<Vec<u8>>) {
+    let get = |what| data.get(&names::exporter_credential_key(namespace, cluster, what));
+    (
+        get(names::EXPORTER_CREDENTIAL_PASSWORD)
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned()),
+        get(names::EXPORTER_CREDENTIAL_CA).map(|b| b.0.clone()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 32 (S-6): a cluster's entry is its own two keys, set or removed by a merge patch
+    /// that touches no other cluster's; the exporter reads back what was published.
+    #[test]
+    fn each_cluster_has_its_own_keys_and_reads_back_what_was_published() {
+        let set = patch_of("t1", "c1", Some((b"pw", Some(b"-----BEGIN"))));
+        let data = set["data"].as_object().unwrap();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            ["t1_c1_ca.crt", "t1_c1_password"]
+        );
+        let no_ca = patch_of("t1", "c1", Some((b"pw", None)));
+        assert_eq!(
+            no_ca["data"]["t1_c1_ca.crt"],
+            Value::Null,
+            "a CA no longer used goes"
+        );
+        let gone = patch_of("t1", "c1", None);
+        assert!(
+            gone["data"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(Value::is_null)
+        );
+        // as the API server stores it
+        let stored: std::collections::BTreeMap<String, k8s_openapi::ByteString> =
+            serde_json::from_value(set["data"].clone()).unwrap();
+        assert_eq!(
+            read(&stored, "t1", "c1"),
+            (Some("pw".to_string()), Some(b"-----BEGIN".to_vec()))
+        );
+        assert_eq!(read(&stored, "t1", "c2"), (None, None));
+        assert_eq!(read(&stored, "t1-c1", "x"), (None, None));
+    }
+
+    /// Only what was published is current: another password or CA is published again.
+    #[test]
+    fn a_changed_password_or_ca_is_not_current() {
+        let p = Publisher::new("ops".into(), "creds".into());
+        p.published
+            .lock()
+            .unwrap()
+            .insert(("t1".into(), "c1".into()), digest(b"pw", None));
+        assert!(p.current("t1", "c1", b"pw", None));
+        assert!(!p.current("t1", "c1", b"pw2", None));
+        assert!(!p.current("t1", "c1", b"pw", Some(b"ca")));
+        assert!(!p.current("t1", "c2", b"pw", None));
+    }
+}
