@@ -441,7 +441,7 @@ fn the_cluster_secret_is_refused_by_18_16_and_grants_are_ignored() {
     )
     .unwrap();
     assert!(
-        remote.contains("<secret>c1uster-secret</secret>"),
+        remote.contains("<secret hide_in_preprocessed=\"true\">c1uster-secret</secret>"),
         "{remote}"
     );
     assert!(users_file(&d).contains("<grants>"));

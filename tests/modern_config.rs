@@ -1104,7 +1104,7 @@ fn a_cluster_secret_and_the_operators_grants_load() {
     let d = build(&c, &i);
     let remote = secret_file(&d, names::REMOTE_SERVERS_FILE);
     assert!(
-        remote.contains("<secret>c1uster-secret</secret>"),
+        remote.contains("<secret hide_in_preprocessed=\"true\">c1uster-secret</secret>"),
         "{remote}"
     );
     assert!(!remote.contains("c1uster-pw"), "{remote}");

@@ -130,6 +130,7 @@ fn keeper_pod(
                 name: volume.into(),
                 secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
                     secret_name: Some(secret.to_string()),
+                    default_mode: Some(super::SECRET_FILE_MODE),
                     ..Default::default()
                 }),
                 ..Volume::default()

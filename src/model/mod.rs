@@ -246,6 +246,59 @@ fn stamp<K: Resource + serde::Serialize>(obj: &mut K) {
 /// Each one's absence must be covered by its value (see `diff::covers`: `false` is).
 pub const DEFERRED_TEMPLATE_FIELDS: &[&[&str]] = &[&["spec", "automountServiceAccountToken"]];
 
+/// The volumes of credentials the operator generates (server configuration and users files,
+/// TLS certificate and CA), mounted readable by the owner and the pod's `fsGroup` only
+/// ([`SECRET_FILE_MODE`], issue 32 S-12).
+pub const SECRET_VOLUMES: &[&str] = &["config-d", "users-d", "tls", "ca"];
+
+/// `defaultMode` of [`SECRET_VOLUMES`]: 0440 (the servers and Keeper run as the `fsGroup`).
+pub const SECRET_FILE_MODE: i32 = 0o440;
+
+/// `template` with the `defaultMode` of each of [`SECRET_VOLUMES`] as `kept` (the observed
+/// template) has it; `None` removes it. Like [`DEFERRED_TEMPLATE_FIELDS`], the mode came after
+/// clusters already ran without it (the API server wrote 0644 for them) and reaches their pods
+/// with their next restart: it is left out of the template hash and a different mode alone
+/// restarts nothing (invariant 9).
+pub fn with_deferred_modes(
+    mut template: serde_json::Value,
+    kept: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    let observed = |name: &str, kind: &str| -> Option<serde_json::Value> {
+        kept?["spec"]["volumes"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == name)
+            .map(|v| v[kind]["defaultMode"].clone())
+    };
+    let Some(volumes) = template["spec"]["volumes"].as_array_mut() else {
+        return template;
+    };
+    for v in volumes {
+        let Some(name) = v["name"].as_str().map(str::to_string) else {
+            continue;
+        };
+        if !SECRET_VOLUMES.contains(&name.as_str()) {
+            continue;
+        }
+        for kind in ["secret", "projected"] {
+            let Some(source) = v.get_mut(kind).and_then(|s| s.as_object_mut()) else {
+                continue;
+            };
+            match (kept, observed(&name, kind)) {
+                // a volume the observed template does not have yet takes the new mode
+                (Some(_), None) => {}
+                (Some(_), Some(serde_json::Value::Null)) | (None, _) => {
+                    source.remove("defaultMode");
+                }
+                (Some(_), Some(mode)) => {
+                    source.insert("defaultMode".into(), mode);
+                }
+            }
+        }
+    }
+    template
+}
+
 /// Is `term` (an item of `preferredDuringSchedulingIgnoredDuringExecution`) the default
 /// anti-affinity that keeps a shard's replicas or the Keeper members apart
 /// ([`crate::api::AntiAffinity::Preferred`] left unset)? Like [`DEFERRED_TEMPLATE_FIELDS`], it
@@ -331,7 +384,7 @@ fn without_shard_spread(
 /// The pod template's hash, without [`DEFERRED_TEMPLATE_FIELDS`] and the default anti-affinity
 /// ([`without_default_apart`]).
 pub fn template_hash(template: &serde_json::Value) -> String {
-    let mut t = without_default_apart(template, None);
+    let mut t = with_deferred_modes(without_default_apart(template, None), None);
     for path in DEFERRED_TEMPLATE_FIELDS {
         let (last, parents) = path.split_last().expect("non-empty path");
         let mut at = &mut t;

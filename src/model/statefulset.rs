@@ -583,6 +583,7 @@ fn server_volumes(
                     name: volume.into(),
                     secret: Some(SecretVolumeSource {
                         secret_name: Some(secret.clone()),
+                        default_mode: Some(super::SECRET_FILE_MODE),
                         ..SecretVolumeSource::default()
                     }),
                     ..Volume::default()
@@ -599,6 +600,9 @@ fn projected(name: &str, sources: Vec<VolumeProjection>) -> Volume {
         name: name.into(),
         projected: Some(ProjectedVolumeSource {
             sources: Some(sources),
+            default_mode: super::SECRET_VOLUMES
+                .contains(&name)
+                .then_some(super::SECRET_FILE_MODE),
             ..ProjectedVolumeSource::default()
         }),
         ..Volume::default()

@@ -221,7 +221,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
         assert!(u.children().all(|n| !n.has_tag_name("password")));
     }
     let remote = remote_file(&d);
-    assert!(remote.contains("<password>c1uster-pw</password>"));
+    assert!(remote.contains("<password hide_in_preprocessed=\"true\">c1uster-pw</password>"));
     assert!(
         !remote.contains("operator-secret-pw"),
         "not the operator's password: {remote}"
@@ -1535,10 +1535,11 @@ fn assert_a_real_change_rolls(older: &serde_json::Value, desired: &serde_json::V
     assert!(!pod_template_changed(&other, &other));
 }
 
-/// Issue 15, issue 17 and invariant 9: ClickHouse and Keeper pods mount no ServiceAccount token
-/// and keep a shard's replicas (the Keeper members) apart; a StatefulSet written by an operator
-/// version that did not say so (its template lacks both, its template hash was taken without
-/// them) is not rolled for them, while a real change still is.
+/// Issue 15, issue 17, issue 32 (S-12) and invariant 9: ClickHouse and Keeper pods mount no
+/// ServiceAccount token, keep a shard's replicas (the Keeper members) apart and mount their
+/// credentials 0440; a StatefulSet written by an operator version that did not say so (its
+/// template lacks all three, the API server's default 0644 on its volumes, its template hash
+/// taken without them) is not rolled for them, while a real change still is.
 #[test]
 fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for_it() {
     use crate::model::changes::pod_template_changed;
@@ -1560,8 +1561,34 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             older_spec.remove("affinity").is_some(),
             "the default anti-affinity is in the template"
         );
+        // nor a mode on the volumes of credentials (issue 32, S-12): the hash was taken without
+        // it, and the API server wrote its default 0644
+        let mut modes = 0;
+        for v in older["spec"]["template"]["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+        {
+            for kind in ["secret", "projected"] {
+                if let Some(m) = v.get_mut(kind).and_then(|s| s.as_object_mut())
+                    && m.remove("defaultMode").is_some()
+                {
+                    modes += 1;
+                }
+            }
+        }
+        assert!(modes > 0 || sts.metadata.name.as_deref().unwrap().contains("keeper"));
         older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
             serde_json::Value::String(hash::json_hash(&older["spec"]["template"]));
+        for v in older["spec"]["template"]["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+        {
+            for kind in ["secret", "projected"] {
+                if let Some(m) = v.get_mut(kind).and_then(|s| s.as_object_mut()) {
+                    m.insert("defaultMode".into(), json!(0o644));
+                }
+            }
+        }
         assert!(
             !pod_template_changed(&older, &desired),
             "{} would restart on an operator upgrade",
@@ -2002,7 +2029,7 @@ fn an_external_keeper_is_listed_under_the_clusters_root() {
     let identity = d.users_secret.data.as_ref().unwrap()[names::KEEPER_IDENTITY_FILE]
         .0
         .clone();
-    assert!(String::from_utf8(identity).unwrap().contains("<identity>"));
+    assert!(String::from_utf8(identity).unwrap().contains("<identity "));
 
     let c = cluster(
         json!({"replicas": 2, "keeper": {"replicas": 0, "external": {
@@ -2542,4 +2569,133 @@ fn keeper_tls_secures_client_and_raft_traffic_with_the_clusters_certificate() {
             .unwrap()
             .contains_key(labels::TLS_SECRET_HASH)
     );
+}
+
+/// Issue 32 (S-9): every element of the generated files that holds a credential — a password,
+/// a password hash, the cluster's `<secret>`, the Keeper identity — carries
+/// `hide_in_preprocessed`, so that servers of 23.8 and later leave it out of the merged copy
+/// they write to `preprocessed_configs/` on the data volume (ClickHouse's `ConfigProcessor::
+/// hideElements`, ClickHouse pull request 53818; chDB, the only modern engine here, writes no
+/// such copy, so the removal itself is the engine's and not proven here). Both with the
+/// servers' accounts in `remote_servers` (older servers) and with the cluster secret (newer);
+/// the 26.x engine loads these files with the attribute (`tests/modern_config.rs`), and so
+/// does 18.16 (`tests/model_boot.rs` and every e2e test).
+#[test]
+fn every_credential_in_a_generated_file_is_hidden_from_the_preprocessed_copy() {
+    let c = cluster(json!({"replicas": 2, "keeper": {"replicas": 3},
+        "users": {"secretName": "users"}}));
+    for version in [None, Some("26.9.2.1")] {
+        let mut i = inputs(replicas(2, 2));
+        i.server_version = version.map(|v| v.parse().unwrap());
+        let d = build(&c, &i);
+        let mut credentials: Vec<String> = vec![
+            i.interserver_password.clone().unwrap().0,
+            format!(
+                "{}:{}",
+                names::KEEPER_USER,
+                i.keeper_password.clone().unwrap().0
+            ),
+        ];
+        if version.is_some() {
+            credentials.push(i.cluster_secret.clone().unwrap().0);
+        } else {
+            credentials.push(i.cluster_password.clone().unwrap().0);
+        }
+        let hashes = [&i.operator_password, i.exporter_password.as_ref().unwrap()]
+            .into_iter()
+            .chain(i.user_passwords.values())
+            .map(config::users::sha256_hex);
+        credentials.extend(hashes);
+        let mut found = std::collections::BTreeSet::new();
+        let files = d.users_secret.data.as_ref().unwrap();
+        for (name, content) in files {
+            let text = String::from_utf8(content.0.clone()).unwrap();
+            if !name.ends_with(".xml") {
+                continue;
+            }
+            for node in parse(&text).descendants().filter(|n| n.is_text()) {
+                let value = node.text().unwrap_or_default();
+                if let Some(cred) = credentials.iter().find(|c| value.contains(c.as_str())) {
+                    let element = node.parent_element().unwrap();
+                    assert_eq!(
+                        element.attribute("hide_in_preprocessed"),
+                        Some("true"),
+                        "{name}: <{}> holds a credential",
+                        element.tag_name().name()
+                    );
+                    found.insert(cred.clone());
+                }
+            }
+        }
+        assert_eq!(
+            found,
+            credentials.iter().cloned().collect(),
+            "every credential is in some file ({version:?})"
+        );
+        // and none is in a ConfigMap at all
+        for cm in std::iter::once(&d.common_config).chain(&d.replica_configs) {
+            for text in cm.data.as_ref().unwrap().values() {
+                assert!(!credentials.iter().any(|c| text.contains(c.as_str())));
+            }
+        }
+    }
+}
+
+/// The Keeper identity in use is read from the file as written now (hidden from the
+/// preprocessed copy) and as written before (no attribute), so an upgrade of the operator
+/// never takes it for a changed identity.
+#[test]
+fn the_keeper_identity_is_read_from_old_and_new_files() {
+    let c = cluster(json!({"replicas": 1, "keeper": {"replicas": 1}}));
+    let pw = Password("k&y".into());
+    let new = config::server::keeper_identity_file(&Cluster::new(&c).unwrap(), &pw);
+    let text = config::server::keeper_identity_text(&pw);
+    assert_eq!(
+        config::server::keeper_identity_of(&new),
+        Some(text.as_str())
+    );
+    let old =
+        format!("<clickhouse><zookeeper><identity>{text}</identity></zookeeper></clickhouse>");
+    assert_eq!(
+        config::server::keeper_identity_of(&old),
+        Some(text.as_str())
+    );
+    assert_eq!(config::server::keeper_identity_of("<clickhouse/>"), None);
+}
+
+/// Issue 32 (S-12): the volumes of credentials (configuration and users files from the Secret,
+/// TLS certificate and CA) are mounted 0440, readable by the servers' and Keeper's `fsGroup`
+/// and no other user of the pod; a ConfigMap-only volume keeps the default.
+#[test]
+fn credentials_are_mounted_readable_by_the_pods_group_only() {
+    let c = cluster(
+        json!({"replicas": 1, "keeper": {"replicas": 1, "tls": true},
+        "tls": {"enabled": true, "serverCertSecret": "c1-tls", "caSecret": "c1-ca"}}),
+    );
+    let d = build(&c, &inputs(replicas(1, 1)));
+    let mut all: Vec<StatefulSet> = d.server_statefulsets.clone();
+    all.push(d.keeper.as_ref().unwrap().statefulset.clone());
+    for sts in &all {
+        let spec = sts.spec.template.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.security_context.as_ref().and_then(|s| s.fs_group),
+            Some(statefulset::CLICKHOUSE_UID)
+        );
+        let mut seen = Vec::new();
+        for v in spec.volumes.as_ref().unwrap() {
+            let mode = v
+                .secret
+                .as_ref()
+                .map(|s| s.default_mode)
+                .or(v.projected.as_ref().map(|p| p.default_mode));
+            if let Some(mode) = mode {
+                assert_eq!(mode, Some(0o440), "{}", v.name);
+                seen.push(v.name.clone());
+            }
+        }
+        assert!(
+            seen.contains(&"tls".to_string()) && seen.contains(&"ca".to_string()),
+            "{seen:?}"
+        );
+    }
 }

@@ -273,7 +273,7 @@ pub fn interserver_file(password: &Password) -> String {
             Element::new("interserver_http_credentials")
                 .attr("replace", "replace")
                 .child(Element::leaf("user", names::INTERSERVER_USER))
-                .child(Element::leaf("password", &password.0)),
+                .child(Element::leaf("password", &password.0).secret()),
         )
         .to_document()
 }
@@ -288,10 +288,9 @@ pub fn interserver_file(password: &Password) -> String {
 pub fn keeper_identity_file(c: &Cluster<'_>, password: &Password) -> String {
     let mut root = Element::new(ROOT);
     if c.spec.keeper.replicas > 0 || c.spec.keeper.external.is_some() {
-        root = root.child(Element::new("zookeeper").child(Element::leaf(
-            "identity",
-            format!("{}:{}", names::KEEPER_USER, password.0),
-        )));
+        root = root.child(Element::new("zookeeper").child(
+            Element::leaf("identity", format!("{}:{}", names::KEEPER_USER, password.0)).secret(),
+        ));
     }
     root.to_document()
 }
@@ -302,8 +301,11 @@ pub fn keeper_identity_text(password: &Password) -> String {
 }
 
 /// The identity a [`keeper_identity_file`] holds, as written (escaped); `None` if it holds none.
+/// Files written before the element was hidden from `preprocessed_configs/` have it without
+/// attributes.
 pub fn keeper_identity_of(file: &str) -> Option<&str> {
-    let start = file.find("<identity>")? + "<identity>".len();
+    let open = file.find("<identity")?;
+    let start = open + file[open..].find('>')? + 1;
     let len = file[start..].find("</identity>")?;
     Some(&file[start..start + len])
 }
@@ -345,7 +347,7 @@ pub fn remote_servers(
                 if secret.is_none() {
                     e = e
                         .child(Element::leaf("user", user))
-                        .child(Element::leaf("password", &password.0));
+                        .child(Element::leaf("password", &password.0).secret());
                 }
                 if tls {
                     e.child(Element::leaf("secure", 1))
@@ -358,7 +360,7 @@ pub fn remote_servers(
         .attr("replace", "replace")
         .child(
             Element::checked(c.name, "metadata.name")?
-                .children(secret.map(|s| Element::leaf("secret", &s.0)))
+                .children(secret.map(|s| Element::leaf("secret", &s.0).secret()))
                 .children(shards),
         ))
 }

@@ -77,7 +77,7 @@ fn user(
     // `default`), which ClickHouse would refuse next to `password_sha256_hex`.
     let mut e = Element::checked(name, field)?
         .attr("replace", "replace")
-        .child(Element::leaf("password_sha256_hex", sha256_hex(password)))
+        .child(Element::leaf("password_sha256_hex", sha256_hex(password)).secret())
         .child(account.networks)
         .child(Element::leaf("profile", account.profile))
         .child(Element::leaf("quota", account.quota));

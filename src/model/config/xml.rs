@@ -71,6 +71,13 @@ impl Element {
     }
 
     /// Adds a child.
+    /// A credential: left out of the copy of the merged configuration the server writes to
+    /// `preprocessed_configs/` on its data volume (`hide_in_preprocessed`, 23.8 and later;
+    /// older servers ignore the attribute and write it, see SECURITY.md).
+    pub fn secret(self) -> Self {
+        self.attr("hide_in_preprocessed", "true")
+    }
+
     pub fn child(mut self, child: Element) -> Self {
         self.children.push(child);
         self
