@@ -288,6 +288,11 @@ impl Run {
 /// Starts chDB on the layout's `config.xml` in a fresh Python process and runs `queries` in
 /// one session.
 fn run(layout: &Layout, queries: &[&str]) -> Run {
+    run_with_env(layout, queries, &[])
+}
+
+/// [`run`] with environment variables set for the engine, as a pod sets them.
+fn run_with_env(layout: &Layout, queries: &[&str], env: &[(&str, &str)]) -> Run {
     const SCRIPT: &str = r#"
 import json, sys
 req = json.load(sys.stdin)
@@ -315,6 +320,7 @@ sys.stdout.write("\nMODERN-CONFIG-RESULT " + json.dumps(out) + "\n")
     });
     let mut child = Command::new(chdb_python())
         .args(["-c", SCRIPT])
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1411,4 +1417,54 @@ fn the_exporters_account_reads_the_system_tables_and_nothing_else() {
         assert!(denied(e) || e.contains("READONLY"), "{q}: {e}");
     }
     assert_eq!(r.rows(all.len() - 1), ["2"], "the session is read-only");
+}
+
+/// Issue 32 (S-12): the 26.x engine takes the settings of `secretSettings` from the environment
+/// variables the pod sets from their Secret keys (`from_env`, with `hide_in_preprocessed`):
+/// a server setting (`max_table_size_to_drop`) and a nested one (a `merge_tree` setting) are in force with
+/// the values of the variables, which appear in no file of the layout.
+#[test]
+fn secret_settings_are_read_from_the_environment() {
+    let key = |k: &str| serde_json::json!({"name": "cfg", "key": k});
+    let (c, i) = c1(serde_json::json!({"configuration": {"secretSettings": {
+        "max_table_size_to_drop": key("drop"),
+        "merge_tree/parts_to_throw_insert": key("parts")}}}));
+    let d = build(&c, &i);
+    let layout = lay_out("secret-settings", &d, "c1-1-3", "");
+    // in the order of their paths: max_table_size_to_drop, then merge_tree/…
+    let r = run_with_env(
+        &layout,
+        &[
+            "SELECT value FROM system.server_settings WHERE name = 'max_table_size_to_drop'",
+            "SELECT value FROM system.merge_tree_settings WHERE name = 'parts_to_throw_insert'",
+        ],
+        &[
+            (&names::secret_setting_env(0), "98765432"),
+            (&names::secret_setting_env(1), "4321"),
+        ],
+    );
+    assert_eq!(r.rows(0), ["98765432"]);
+    assert_eq!(r.rows(1), ["4321"]);
+    for entry in walk(&layout.dir) {
+        let text = std::fs::read_to_string(&entry).unwrap_or_default();
+        assert!(
+            !text.contains("98765432") && !text.contains("4321"),
+            "{}",
+            entry.display()
+        );
+    }
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

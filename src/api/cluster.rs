@@ -249,6 +249,32 @@ impl Configuration {
             .filter(|(n, _)| !n.starts_with(USERS_D_PREFIX))
     }
 
+    /// The `secretFiles` for `config.d` (file name → Secret key).
+    pub fn secret_config_d_files(&self) -> impl Iterator<Item = (&String, &SecretKeyRef)> {
+        self.secret_files
+            .iter()
+            .filter(|(n, _)| !n.starts_with(USERS_D_PREFIX))
+    }
+
+    /// The `secretFiles` for `users.d` (file name without the prefix → Secret key).
+    pub fn secret_users_d_files(&self) -> impl Iterator<Item = (&str, &SecretKeyRef)> {
+        self.secret_files
+            .iter()
+            .filter_map(|(n, k)| Some((n.strip_prefix(USERS_D_PREFIX)?, k)))
+    }
+
+    /// Every Secret key `secretSettings` and `secretFiles` name, with the field naming it.
+    pub fn secret_keys(&self) -> impl Iterator<Item = (&'static str, &SecretKeyRef)> {
+        self.secret_settings
+            .values()
+            .map(|k| ("spec.configuration.secretSettings", k))
+            .chain(
+                self.secret_files
+                    .values()
+                    .map(|k| ("spec.configuration.secretFiles", k)),
+            )
+    }
+
     /// The files for `users.d` (file name without the prefix → content).
     pub fn users_d_files(&self) -> impl Iterator<Item = (&str, &String)> {
         self.files
@@ -290,12 +316,19 @@ impl ClickHouseClusterSpec {
         ]
     }
 
-    /// The Secrets the cluster reads: (field naming it, Secret name).
+    /// The Secrets the cluster reads: (field naming it, Secret name), each Secret once.
     pub fn referenced_secrets(&self) -> Vec<(&'static str, String)> {
-        self.secret_references()
+        let mut out: Vec<(&'static str, String)> = self
+            .secret_references()
             .into_iter()
             .filter_map(|(field, name, read)| Some((field, name.filter(|_| read)?.clone())))
-            .collect()
+            .collect();
+        for (field, key) in self.configuration.secret_keys() {
+            if !out.iter().any(|(_, n)| *n == key.name) {
+                out.push((field, key.name.clone()));
+            }
+        }
+        out
     }
 }
 
@@ -668,6 +701,30 @@ pub struct Configuration {
     /// that replica only; a name that is no current replica is not used.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub replica_files: BTreeMap<String, BTreeMap<String, String>>,
+    /// Server settings whose values are kept in Secrets: element path (as in `settings`) → a
+    /// key of a Secret in the cluster's namespace. The value reaches the servers as an
+    /// environment variable (`from_env`), never through the cluster resource or a ConfigMap,
+    /// and servers of 23.8 and later leave it out of `preprocessed_configs/`. A change of the
+    /// paths, the references or a value restarts the servers one at a time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_settings: BTreeMap<String, SecretKeyRef>,
+    /// Extra configuration files kept in Secrets: file name (as in `files`; `users.d/<file>`
+    /// for `users.d`) → a key of a Secret in the cluster's namespace, projected into the pods
+    /// as it is (credentials of disks, named collections, dictionaries' sources). A change of a
+    /// `config.d` file restarts the servers one at a time; `users.d` files are reloaded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_files: BTreeMap<String, SecretKeyRef>,
+}
+
+/// A key of a Secret in the cluster's namespace.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key in its data.
+    pub key: String,
 }
 
 /// Users whose passwords live in a Secret: each key of the Secret is a user name, its value the

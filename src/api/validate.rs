@@ -422,6 +422,28 @@ fn check_secrets(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Errors) 
     }
     // The operator generates Secrets of its own; a referenced Secret must not be one of them.
     let generated = [users_secret(name), operator_secret(name)];
+    for (field, key) in spec.configuration.secret_keys() {
+        let key_chars = |k: &str| {
+            !k.is_empty()
+                && k.len() <= 253
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        };
+        if !is_dns_subdomain(&key.name) {
+            errors.add(field, format!("{:?} is not a valid Secret name", key.name));
+        } else if generated.contains(&key.name) {
+            errors.add(
+                field,
+                format!(
+                    "{:?} is the name of a Secret the operator generates for this cluster: use another name",
+                    key.name
+                ),
+            );
+        }
+        if !key_chars(&key.key) {
+            errors.add(field, format!("{:?} is not a valid Secret key", key.key));
+        }
+    }
     for (field, secret, _) in spec.secret_references() {
         if let Some(secret) = secret
             && generated.contains(secret)
@@ -794,6 +816,65 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             check_extra_file(&field, file, hidden, errors);
         }
     }
+    for key in spec.configuration.secret_settings.keys() {
+        let field = "spec.configuration.secretSettings";
+        if !is_element_path(key) {
+            errors.add(
+                field,
+                format!(
+                    "{key:?} is not an element path such as max_concurrent_queries or logger/level"
+                ),
+            );
+        } else if let Some(owned) = operator_owned(key) {
+            errors.add(
+                &format!("{field}.{key}"),
+                format!("is set by the operator ({owned}) and cannot be overridden"),
+            );
+        } else if spec.configuration.settings.keys().any(|s| {
+            s == key || s.starts_with(&format!("{key}/")) || key.starts_with(&format!("{s}/"))
+        }) {
+            errors.add(
+                &format!("{field}.{key}"),
+                "is also set (or contains a setting set) in spec.configuration.settings".into(),
+            );
+        }
+    }
+    for file in spec.configuration.secret_files.keys() {
+        let field = "spec.configuration.secretFiles";
+        let plain = file
+            .strip_prefix(crate::api::USERS_D_PREFIX)
+            .unwrap_or(file);
+        let in_extra = spec
+            .configuration
+            .shard_files
+            .values()
+            .chain(spec.configuration.replica_files.values())
+            .any(|f| f.contains_key(plain));
+        let hidden = (spec.configuration.files.contains_key(file) || (in_extra && plain == file))
+            .then_some("spec.configuration.files, shardFiles or replicaFiles");
+        let key_chars = plain
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !key_chars {
+            errors.add(
+                field,
+                format!("{file:?} must be a plain file name (letters, digits, '-', '_', '.') ending in .xml or .yaml, or users.d/ and such a name"),
+            );
+        } else {
+            check_extra_file(field, plain, hidden, errors);
+        }
+    }
+    for var in spec.pod.env.iter().map(|e| &e.name) {
+        if var.starts_with(crate::model::names::SECRET_SETTING_ENV_PREFIX) {
+            errors.add(
+                "spec.pod.env",
+                format!(
+                    "{var:?} is reserved for spec.configuration.secretSettings (prefix {})",
+                    crate::model::names::SECRET_SETTING_ENV_PREFIX
+                ),
+            );
+        }
+    }
     for key in spec.configuration.settings.keys() {
         if !is_element_path(key) {
             errors.add(
@@ -983,6 +1064,92 @@ mod tests {
 
     fn fields(name: &str, s: &ClickHouseClusterSpec) -> Vec<String> {
         validate(name, s).0.into_iter().map(|e| e.field).collect()
+    }
+
+    /// Issue 32 (S-12): settings and files from Secret keys follow the rules of `settings` and
+    /// `files`, name valid Secrets and keys that are not the operator's own, overlap nothing
+    /// else, and the environment variables they use are the operator's.
+    #[test]
+    fn secret_settings_and_files_are_checked_like_their_plain_kin() {
+        let with = |configuration: serde_json::Value, pod: serde_json::Value| {
+            let s: ClickHouseClusterSpec = serde_json::from_value(
+                serde_json::json!({"configuration": configuration, "pod": pod}),
+            )
+            .unwrap();
+            validate("c1", &s).0
+        };
+        let key = serde_json::json!({"name": "s3", "key": "secret"});
+        let ok = with(
+            serde_json::json!({"secretSettings": {"storage_configuration/disks/s3/secret_access_key": key},
+                "secretFiles": {"s3.xml": key, "users.d/bi.xml": key}}),
+            serde_json::json!({}),
+        );
+        assert!(ok.is_empty(), "{ok:?}");
+        for (configuration, pod, field, words) in [
+            (
+                serde_json::json!({"secretSettings": {"tcp_port": key}}),
+                serde_json::json!({}),
+                "spec.configuration.secretSettings.tcp_port",
+                "set by the operator",
+            ),
+            (
+                serde_json::json!({"secretSettings": {"a//b": key}}),
+                serde_json::json!({}),
+                "spec.configuration.secretSettings",
+                "element path",
+            ),
+            (
+                serde_json::json!({"secretSettings": {"logger": key}, "settings": {"logger/level": "debug"}}),
+                serde_json::json!({}),
+                "spec.configuration.secretSettings.logger",
+                "also set",
+            ),
+            (
+                serde_json::json!({"secretFiles": {"../x.xml": key}}),
+                serde_json::json!({}),
+                "spec.configuration.secretFiles",
+                "plain file name",
+            ),
+            (
+                serde_json::json!({"secretFiles": {"00-operator-users.xml": key}}),
+                serde_json::json!({}),
+                "spec.configuration.secretFiles",
+                "reserved",
+            ),
+            (
+                serde_json::json!({"secretFiles": {"a.xml": key}, "files": {"a.xml": "<clickhouse/>"}}),
+                serde_json::json!({}),
+                "spec.configuration.secretFiles",
+                "hide",
+            ),
+            (
+                serde_json::json!({"secretFiles": {"a.xml": {"name": "c1-operator", "key": "password"}}}),
+                serde_json::json!({}),
+                "spec.configuration.secretFiles",
+                "generates",
+            ),
+            (
+                serde_json::json!({"secretSettings": {"timezone": {"name": "Bad_Name", "key": "k"}}}),
+                serde_json::json!({}),
+                "spec.configuration.secretSettings",
+                "not a valid Secret name",
+            ),
+            (
+                serde_json::json!({"secretSettings": {"timezone": {"name": "s", "key": "../k"}}}),
+                serde_json::json!({}),
+                "spec.configuration.secretSettings",
+                "not a valid Secret key",
+            ),
+            (
+                serde_json::json!({}),
+                serde_json::json!({"env": [{"name": "CLICKHOUSE_SECRET_SETTING_0", "value": "x"}]}),
+                "spec.pod.env",
+                "reserved",
+            ),
+        ] {
+            let errors = with(configuration.clone(), pod);
+            assert_error(&errors, &configuration, field, words);
+        }
     }
 
     #[test]

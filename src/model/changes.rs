@@ -9,6 +9,7 @@
 //! | image, resources, env, envSecret, affinity, antiAffinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey, `pod.template` | [`Need::RollingRestart`] | the same for `keeper.*` |
 //! | settings ClickHouse reloads ([`crate::model::config::settings::RELOADABLE`]) | [`Need::ConfigReload`] | — |
 //! | other settings, `configuration.files` | [`Need::RollingRestart`] | — |
+//! | `configuration.secretSettings`, `secretFiles`, or the contents of the keys they name (`users.d` files: reloaded) | [`Need::RollingRestart`] | — |
 //! | `configuration.files` `users.d/…` contents / added or removed | [`Need::ConfigReload`] / [`Need::RollingRestart`] | — |
 //! | profiles, quotas, `users` | [`Need::ConfigReload`] | — |
 //! | TLS / env Secret contents ([`classify_secrets`]) | [`Need::RollingRestart`] | env Secret: [`Need::RollingRestart`] |
@@ -422,6 +423,13 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     if config_d(oc) != config_d(nc) {
         s.add(Need::RollingRestart, "spec.configuration.files");
     }
+    if oc.secret_settings != nc.secret_settings {
+        s.add(Need::RollingRestart, "spec.configuration.secretSettings");
+    }
+    if oc.secret_files != nc.secret_files {
+        // which keys are projected is in the pod template
+        s.add(Need::RollingRestart, "spec.configuration.secretFiles");
+    }
     if oc.profiles != nc.profiles {
         s.add(Need::ConfigReload, "spec.configuration.profiles");
     }
@@ -581,6 +589,10 @@ pub fn classify_secrets(
         ),
         (labels::CA_SECRET_HASH, "CA Secret contents"),
         (labels::ENV_SECRET_HASH, "spec.pod.envSecret contents"),
+        (
+            labels::SECRET_CONFIG_HASH,
+            "Secret keys of spec.configuration.secretSettings or secretFiles",
+        ),
         (
             labels::INTERSERVER_HASH,
             "replication password (interserver-password in <cluster>-operator)",
@@ -841,6 +853,32 @@ mod tests {
             &[Need::RollingRestart],
             &[],
         );
+    }
+
+    /// Issue 32 (S-12): settings and files from Secret keys are read at startup: adding,
+    /// removing or repointing one rolls the servers, never Keeper.
+    #[test]
+    fn secret_settings_and_files_roll_the_servers() {
+        let key = json!({"name": "s", "key": "k"});
+        for field in ["secretSettings", "secretFiles"] {
+            let entry = if field == "secretSettings" {
+                "timezone"
+            } else {
+                "a.xml"
+            };
+            row(
+                json!({}),
+                json!({"configuration": {field: {entry: key}}}),
+                &[Need::RollingRestart],
+                &[],
+            );
+            row(
+                json!({"configuration": {field: {entry: key}}}),
+                json!({"configuration": {field: {entry: {"name": "s", "key": "other"}}}}),
+                &[Need::RollingRestart],
+                &[],
+            );
+        }
     }
 
     /// Users, profiles and quotas are reloaded at runtime (S2-17: the operator's user restarts

@@ -115,7 +115,39 @@ pub fn server_hashes(
         }
     }
     env_secret(&spec.pod, secrets, &mut out);
+    if let Some(h) = secret_config_hash(spec, secrets) {
+        out.insert(labels::SECRET_CONFIG_HASH, h);
+    }
     PodHashes(out)
+}
+
+/// Hash of what `secretSettings` and the `config.d` files of `secretFiles` give the servers at
+/// startup: each path or file, its Secret key and the key's value (`None` without any). The
+/// `users.d` files are left out: the servers reload them.
+fn secret_config_hash(
+    spec: &ClickHouseClusterSpec,
+    secrets: &BTreeMap<String, SecretData>,
+) -> Option<String> {
+    let c = &spec.configuration;
+    let startup: Vec<(&String, &crate::api::SecretKeyRef)> = c
+        .secret_settings
+        .iter()
+        .chain(c.secret_config_d_files())
+        .collect();
+    if startup.is_empty() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    for (what, key) in startup {
+        feed(&mut h, what.as_bytes());
+        feed(&mut h, key.name.as_bytes());
+        feed(&mut h, key.key.as_bytes());
+        match secrets.get(&key.name).and_then(|d| d.get(&key.key)) {
+            Some(v) => feed(&mut h, v),
+            None => h.update(b"absent"),
+        }
+    }
+    Some(hex::encode(h.finalize()))
 }
 
 /// Hashes of the Keeper pod template: its startup config (not the member list) and its

@@ -68,6 +68,9 @@ pub const OPERATOR_NETWORKS: &str = "clickhouse.com/operator-networks";
 pub const OPERATOR_PODS: &str = "clickhouse.com/operator-pods";
 /// Pod-template annotation: hash of the replication password (`interserver_http_credentials`).
 pub const INTERSERVER_HASH: &str = "clickhouse.com/interserver-hash";
+/// Pod-template annotation: hash of the Secret keys `configuration.secretSettings` and the
+/// `config.d` files of `configuration.secretFiles` name, with their values.
+pub const SECRET_CONFIG_HASH: &str = "clickhouse.com/secret-config-hash";
 /// Pod-template annotation: hash of the environment Secret's data (`pod.envSecret`).
 pub const ENV_SECRET_HASH: &str = "clickhouse.com/env-secret-hash";
 

@@ -53,6 +53,13 @@ pub fn exporter_credential_key(namespace: &str, cluster: &str, what: &str) -> St
 pub const EXPORTER_CREDENTIAL_PASSWORD: &str = "password";
 /// See [`exporter_credential_key`]: the CA the servers' certificates are verified with.
 pub const EXPORTER_CREDENTIAL_CA: &str = "ca.crt";
+/// The environment variable of the server container that holds the `i`-th setting of
+/// `spec.configuration.secretSettings` (in the order of their paths), from its Secret key.
+pub fn secret_setting_env(i: usize) -> String {
+    format!("{SECRET_SETTING_ENV_PREFIX}{i}")
+}
+/// See [`secret_setting_env`]; `spec.pod.env` cannot name such a variable.
+pub const SECRET_SETTING_ENV_PREFIX: &str = "CLICKHOUSE_SECRET_SETTING_";
 /// The profile of [`EXPORTER_USER`]: `readonly = 2` (queries only; settings such as the output
 /// format may still be sent).
 pub const EXPORTER_PROFILE: &str = "clickhouse_exporter";

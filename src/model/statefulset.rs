@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapProjection, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvFromSource, EnvVar, HTTPGetAction, KeyToPath, PersistentVolumeClaim,
+    EnvFromSource, EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec,
     PodTemplateSpec, Probe, ProjectedVolumeSource, SeccompProfile, SecretEnvSource,
-    SecretProjection, SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume,
-    VolumeMount, VolumeProjection, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    SecretKeySelector, SecretProjection, SecretVolumeSource, SecurityContext,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -474,6 +475,25 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
         ..EnvVar::default()
     }];
     env_vars.extend(pod.env.iter().cloned());
+    // `spec.configuration.secretSettings`, as `SECRET_SETTINGS_FILE` reads them
+    env_vars.extend(
+        spec.configuration
+            .secret_settings
+            .values()
+            .enumerate()
+            .map(|(i, key)| EnvVar {
+                name: names::secret_setting_env(i),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: key.name.clone(),
+                        key: key.key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            }),
+    );
     Container {
         name: SERVER_CONTAINER.into(),
         image: Some(spec.image.clone()),
@@ -552,6 +572,12 @@ fn server_volumes(
                     .iter()
                     .map(|f| secret_file_projection(names::users_secret(c.name), f)),
             )
+            .chain(
+                c.spec
+                    .configuration
+                    .secret_config_d_files()
+                    .map(|(file, key)| secret_key_projection(key.name.clone(), &key.key, file)),
+            )
             .collect(),
         ),
         projected(
@@ -563,6 +589,12 @@ fn server_volumes(
             .chain(c.spec.configuration.users_d_files().map(|(file, _)| {
                 secret_key_projection(names::users_secret(c.name), &names::users_d_key(file), file)
             }))
+            .chain(
+                c.spec
+                    .configuration
+                    .secret_users_d_files()
+                    .map(|(file, key)| secret_key_projection(key.name.clone(), &key.key, file)),
+            )
             .collect(),
         ),
         empty_dir(names::LOGS_CLAIM),

@@ -2699,3 +2699,171 @@ fn credentials_are_mounted_readable_by_the_pods_group_only() {
         );
     }
 }
+
+/// Issue 32 (S-12): a setting of `secretSettings` is written as an element that reads the
+/// server container's environment variable (`from_env`, hidden from the preprocessed copy),
+/// which the pod takes from the Secret key; a file of `secretFiles` is projected from its
+/// Secret key into `config.d` or `users.d`. No value is in a ConfigMap or the pod template; a
+/// new value of a key changes the template's `secret-config-hash` (a rolling restart) and
+/// nothing else, a `users.d` file's value changes nothing (the servers reload it).
+#[test]
+fn secret_settings_and_files_reach_the_servers_from_their_secret_keys_only() {
+    let c = cluster(json!({"replicas": 1, "configuration": {
+        "settings": {"storage_configuration/disks/s3/endpoint": "https://s3.example/b/"},
+        "secretSettings": {
+            "storage_configuration/disks/s3/secret_access_key": {"name": "s3", "key": "secret"},
+            "timezone": {"name": "s3", "key": "tz"}},
+        "secretFiles": {
+            "collections.xml": {"name": "files", "key": "collections"},
+            "users.d/bi.xml": {"name": "files", "key": "bi"}}}}));
+    let mut i = inputs(replicas(1, 1));
+    i.secrets.insert(
+        "s3".into(),
+        BTreeMap::from([
+            ("secret".to_string(), b"S3-SECRET-VALUE".to_vec()),
+            ("tz".to_string(), b"Asia/Tokyo".to_vec()),
+        ]),
+    );
+    i.secrets.insert(
+        "files".into(),
+        BTreeMap::from([
+            (
+                "collections".to_string(),
+                b"<clickhouse>COLLECTION-PW</clickhouse>".to_vec(),
+            ),
+            ("bi".to_string(), b"<clickhouse>BI-PW</clickhouse>".to_vec()),
+        ]),
+    );
+    let d = build(&c, &i);
+    let file = common_file(&d, config::server::SECRET_SETTINGS_FILE);
+    let doc = parse(file);
+    let leaf = |path: &[&str]| {
+        let mut n = doc.root_element();
+        for p in path {
+            n = n
+                .children()
+                .find(|c| c.has_tag_name(*p))
+                .unwrap_or_else(|| panic!("{p}: {file}"));
+        }
+        n
+    };
+    let secret = leaf(&["storage_configuration", "disks", "s3", "secret_access_key"]);
+    let tz = leaf(&["timezone"]);
+    // in the order of their paths
+    assert_eq!(
+        secret.attribute("from_env"),
+        Some("CLICKHOUSE_SECRET_SETTING_0")
+    );
+    assert_eq!(
+        tz.attribute("from_env"),
+        Some("CLICKHOUSE_SECRET_SETTING_1")
+    );
+    for n in [secret, tz] {
+        assert_eq!(n.attribute("hide_in_preprocessed"), Some("true"));
+        assert_eq!(n.text(), None);
+    }
+    let values = ["S3-SECRET-VALUE", "Asia/Tokyo", "COLLECTION-PW", "BI-PW"];
+    for cm in std::iter::once(&d.common_config).chain(&d.replica_configs) {
+        for text in cm.data.as_ref().unwrap().values() {
+            assert!(!values.iter().any(|v| text.contains(v)), "{text}");
+        }
+    }
+    let sts = &d.server_statefulsets[0];
+    let template = serde_json::to_string(&sts.spec.template).unwrap();
+    assert!(!values.iter().any(|v| template.contains(v)), "{template}");
+    let spec = sts.spec.template.spec.as_ref().unwrap();
+    let env: Vec<_> = spec.containers[0]
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|e| e.name.starts_with(names::SECRET_SETTING_ENV_PREFIX))
+        .map(|e| {
+            let r = e
+                .value_from
+                .as_ref()
+                .unwrap()
+                .secret_key_ref
+                .as_ref()
+                .unwrap();
+            (e.name.as_str(), r.name.as_str(), r.key.as_str(), r.optional)
+        })
+        .collect();
+    assert_eq!(
+        env,
+        [
+            ("CLICKHOUSE_SECRET_SETTING_0", "s3", "secret", Some(false)),
+            ("CLICKHOUSE_SECRET_SETTING_1", "s3", "tz", Some(false))
+        ]
+    );
+    let projected = |volume: &str| -> Vec<(String, String, String)> {
+        spec.volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == volume)
+            .unwrap()
+            .projected
+            .as_ref()
+            .unwrap()
+            .sources
+            .as_ref()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s.secret.as_ref())
+            .flat_map(|s| {
+                s.items
+                    .iter()
+                    .flatten()
+                    .map(|i| (s.name.clone(), i.key.clone(), i.path.clone()))
+            })
+            .filter(|(n, _, _)| n == "files")
+            .collect()
+    };
+    assert_eq!(
+        projected("config-d"),
+        [(
+            "files".to_string(),
+            "collections".to_string(),
+            "collections.xml".to_string()
+        )]
+    );
+    assert_eq!(
+        projected("users-d"),
+        [("files".to_string(), "bi".to_string(), "bi.xml".to_string())]
+    );
+    let hash =
+        |d: &Desired| annotation(&templates(d)[0], labels::SECRET_CONFIG_HASH).map(str::to_string);
+    assert!(hash(&d).is_some());
+    let changed = |secret: &str, key: &str| {
+        let mut i2 = i.clone();
+        i2.secrets
+            .get_mut(secret)
+            .unwrap()
+            .insert(key.into(), b"new".to_vec());
+        build(&c, &i2)
+    };
+    for (secret, key) in [("s3", "secret"), ("s3", "tz"), ("files", "collections")] {
+        let d2 = changed(secret, key);
+        assert_ne!(hash(&d2), hash(&d), "{secret}/{key}");
+        assert_eq!(
+            annotation(&templates(&d2)[0], labels::CONFIG_HASH),
+            annotation(&templates(&d)[0], labels::CONFIG_HASH)
+        );
+    }
+    assert_eq!(
+        changed("files", "bi").server_statefulsets,
+        d.server_statefulsets
+    );
+    // without any, no annotation and no file
+    let plain = build(&cluster(json!({"replicas": 1})), &i);
+    assert!(hash(&plain).is_none());
+    assert!(
+        !plain
+            .common_config
+            .data
+            .as_ref()
+            .unwrap()
+            .contains_key(config::server::SECRET_SETTINGS_FILE)
+    );
+}

@@ -415,9 +415,9 @@ async fn build(
                             (k.clone(), Password(String::from_utf8_lossy(v).into_owned()))
                         })
                         .collect();
-                } else {
-                    o.inputs.secrets.insert(secret, data);
                 }
+                // (also the users Secret: secretSettings or secretFiles may name its keys)
+                o.inputs.secrets.insert(secret, data);
             }
         }
     }

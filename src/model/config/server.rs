@@ -20,6 +20,9 @@ pub const SETTINGS_FILE: &str = "00-operator-settings.xml";
 /// What ClickHouse reloads: `remote_servers`, the Keeper nodes, the user's reloadable settings.
 /// Its name sorts after [`SERVER_FILE`]: files merge in name order, so a reloadable setting the
 /// user sets (`logger/level`) overrides the server file's default instead of being overridden.
+/// `spec.configuration.secretSettings`: each setting read from its environment variable
+/// ([`crate::model::names::secret_setting_env`]), which the pod takes from the Secret key.
+pub const SECRET_SETTINGS_FILE: &str = "00-operator-settings-from-secrets.xml";
 pub const RUNTIME_FILE: &str = "00-operator-zz-runtime.xml";
 /// The per-replica file: macros and `interserver_http_host`.
 pub const REPLICA_FILE: &str = "00-operator-replica.xml";
@@ -81,6 +84,24 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
             effect: Effect::Reload,
         },
     ];
+    let secret_settings = &c.spec.configuration.secret_settings;
+    if !secret_settings.is_empty() {
+        let vars: Vec<String> = (0..secret_settings.len())
+            .map(crate::model::names::secret_setting_env)
+            .collect();
+        let elements = Element::from_env_paths(
+            secret_settings
+                .keys()
+                .zip(&vars)
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+            "spec.configuration.secretSettings",
+        )?;
+        files.push(ConfigFile {
+            name: SECRET_SETTINGS_FILE.into(),
+            content: Element::new(ROOT).children(elements).to_document(),
+            effect: Effect::Restart,
+        });
+    }
     if let Some((name, _)) = c
         .spec
         .configuration

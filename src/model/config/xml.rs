@@ -70,7 +70,6 @@ impl Element {
         self
     }
 
-    /// Adds a child.
     /// A credential: left out of the copy of the merged configuration the server writes to
     /// `preprocessed_configs/` on its data volume (`hide_in_preprocessed`, 23.8 and later;
     /// older servers ignore the attribute and write it, see SECURITY.md).
@@ -78,6 +77,7 @@ impl Element {
         self.attr("hide_in_preprocessed", "true")
     }
 
+    /// Adds a child.
     pub fn child(mut self, child: Element) -> Self {
         self.children.push(child);
         self
@@ -96,13 +96,39 @@ impl Element {
         paths: impl IntoIterator<Item = (&'a str, &'a str)>,
         field: &str,
     ) -> Result<Vec<Element>, BuildError> {
+        Element::from_leaves(
+            paths.into_iter().map(|(p, v)| (p, Element::leaf("-", v))),
+            field,
+        )
+    }
+
+    /// Elements from `a/b/c → environment variable` paths, as [`Element::from_paths`], each
+    /// leaf taking its value from the variable (`from_env`) and hidden from the preprocessed
+    /// copy ([`Element::secret`]).
+    pub fn from_env_paths<'a>(
+        paths: impl IntoIterator<Item = (&'a str, &'a str)>,
+        field: &str,
+    ) -> Result<Vec<Element>, BuildError> {
+        Element::from_leaves(
+            paths
+                .into_iter()
+                .map(|(p, var)| (p, Element::new("-").attr("from_env", var).secret())),
+            field,
+        )
+    }
+
+    /// Elements from `a/b/c → leaf` paths (the leaf's name is replaced by the last element).
+    fn from_leaves<'a>(
+        paths: impl IntoIterator<Item = (&'a str, Element)>,
+        field: &str,
+    ) -> Result<Vec<Element>, BuildError> {
         #[derive(Default)]
         struct Node {
-            text: Option<String>,
+            leaf: Option<Element>,
             children: BTreeMap<String, Node>,
         }
         let mut root = Node::default();
-        for (path, value) in paths {
+        for (path, leaf) in paths {
             let mut node = &mut root;
             for part in path.split('/') {
                 if !is_element_name(part) {
@@ -113,11 +139,14 @@ impl Element {
                 }
                 node = node.children.entry(part.to_string()).or_default();
             }
-            node.text = Some(value.to_string());
+            node.leaf = Some(leaf);
         }
         fn build(name: &str, node: Node) -> Element {
             let mut e = Element::new(name);
-            e.text = node.text;
+            if let Some(leaf) = node.leaf {
+                e.text = leaf.text;
+                e.attrs = leaf.attrs;
+            }
             e.children = node
                 .children
                 .into_iter()

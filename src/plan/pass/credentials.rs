@@ -17,6 +17,26 @@ pub fn plan(pass: &mut Pass) {
         pass.fail_and_halt(FailureReason::MissingSecret, message);
         return;
     }
+    // a key a Secret does not have would keep the pods from starting (secretSettings,
+    // secretFiles): said here, before anything is written
+    let missing_key = pass
+        .cluster
+        .spec
+        .configuration
+        .secret_keys()
+        .find(|(_, k)| {
+            pass.obs
+                .inputs
+                .secrets
+                .get(&k.name)
+                .is_some_and(|d| !d.contains_key(&k.key))
+        })
+        .map(|(field, k)| (field, k.clone()));
+    if let Some((field, k)) = missing_key {
+        let message = format!("Secret {} (named by {field}) has no key {}", k.name, k.key);
+        pass.fail_and_halt(FailureReason::MissingSecret, message);
+        return;
+    }
     if let Some(in_use) = &pass.obs.keeper_identity_in_use {
         let wanted = pass
             .obs

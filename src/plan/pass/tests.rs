@@ -2161,3 +2161,38 @@ fn the_exporters_credentials_are_published_until_current() {
     assert!(p.actions.is_empty(), "{:?}", p.actions);
     assert_eq!(sim.state(), ClusterState::Ready);
 }
+
+/// Issue 32 (S-12): a Secret key that `secretSettings` or `secretFiles` names and its Secret
+/// does not have would keep the pods from starting: the pass says which, writes nothing, and
+/// goes on once the key is there.
+#[test]
+fn a_missing_key_of_a_secret_setting_is_said_and_nothing_is_written() {
+    let mut sim = Sim::new(
+        serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+        "configuration": {"secretSettings": {"timezone": {"name": "cfg", "key": "tz"}},
+            "secretFiles": {"s3.xml": {"name": "cfg", "key": "s3"}}}}),
+    );
+    sim.obs.inputs.secrets.insert(
+        "cfg".into(),
+        BTreeMap::from([("tz".to_string(), b"UTC".to_vec())]),
+    );
+    let p = sim.plan();
+    let f = p.failure.as_ref().expect("refused");
+    assert_eq!(f.reason, crate::plan::FailureReason::MissingSecret);
+    assert!(
+        f.message.contains("Secret cfg")
+            && f.message.contains("no key s3")
+            && f.message.contains("spec.configuration.secretFiles"),
+        "{}",
+        f.message
+    );
+    assert!(p.actions.is_empty(), "nothing written: {:?}", p.actions);
+    sim.obs
+        .inputs
+        .secrets
+        .get_mut("cfg")
+        .unwrap()
+        .insert("s3".into(), b"<clickhouse/>".to_vec());
+    sim.converge(30);
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
