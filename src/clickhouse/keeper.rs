@@ -60,6 +60,8 @@ impl Error {
 pub const NO_NODE: i32 = -101;
 /// `ZNODEEXISTS`.
 pub const NODE_EXISTS: i32 = -110;
+/// ZooKeeper's error code for a node whose ACL refuses the session.
+pub const NO_AUTH: i32 = -102;
 
 fn code_name(code: i32) -> &'static str {
     match code {
@@ -83,6 +85,7 @@ mod op {
     pub const CREATE: i32 = 1;
     pub const DELETE: i32 = 2;
     pub const GET_DATA: i32 = 4;
+    pub const SET_DATA: i32 = 5;
     pub const GET_ACL: i32 = 6;
     pub const SET_ACL: i32 = 7;
     pub const GET_CHILDREN: i32 = 8;
@@ -366,6 +369,16 @@ impl Session {
         put_acl(&mut body, acl);
         put_i32(&mut body, -1);
         self.call(op::SET_ACL, "set acl", body).await?;
+        Ok(())
+    }
+
+    /// Replaces the data of `path` (any version).
+    pub async fn set(&mut self, path: &str, data: &[u8]) -> Result<(), Error> {
+        let mut body = Vec::new();
+        put_str(&mut body, path);
+        put_buf(&mut body, Some(data));
+        put_i32(&mut body, -1);
+        self.call(op::SET_DATA, "set", body).await?;
         Ok(())
     }
 

@@ -19,13 +19,16 @@ async fn count(client: &kube::Client, ns: &str, cluster: &str, pod: &str) -> u64
 /// start and goes when `b` is deleted, while `a`'s paths and replication are untouched.
 /// Issue 32 (S-5): `b` is refused, with the reason in its status, until `a` lists `b`'s
 /// namespace in `spec.keeper.allowedNamespaces`; `b`'s root belongs to `b`'s identity alone, so
-/// `a`'s servers can list the roots but not read inside `b`'s.
+/// `a`'s servers can list the roots but not read inside `b`'s. A third cluster on the same
+/// ensemble by its members' address can neither nest its root inside `b`'s nor take `b`'s root
+/// (refused with the reason, nothing created), and deleting it leaves `b`'s data as it was.
 #[tokio::test]
 async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     let client = client().await;
     let ns_a = namespace(&client, "keepa").await;
     let ns_b = namespace(&client, "keepb").await;
-    let both = format!("{ns_a},{ns_b}");
+    let ns_c = namespace(&client, "keepc").await;
+    let both = format!("{ns_a},{ns_b},{ns_c}");
     let op = start_operator_env(&client, &ns_a, &[("WATCH_NAMESPACE", &both)]).await;
     create_cluster(
         &client,
@@ -120,6 +123,59 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     let a_paths = query(&a0, &under("/clickhouse/tables/0/t/replicas".into())).await;
     assert_eq!(a_paths.len(), 2, "a's two replicas: {a_paths:?}");
 
+    // issue 32 (S-5): another cluster on the same ensemble (by its members' address) may
+    // neither nest its root inside b's nor take b's root: refused before anything is created
+    let keeper_ip =
+        kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns_a)
+            .get("a-keeper")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .cluster_ip
+            .unwrap();
+    for (c_root, says) in [
+        (
+            format!("{root}/nested"),
+            "lies inside another cluster's root",
+        ),
+        (root.clone(), "it is another cluster's root"),
+    ] {
+        let api = kube::Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(
+            client.clone(),
+            &ns_c,
+        );
+        let _ = api.delete("c", &Default::default()).await;
+        wait_for(std::time::Duration::from_secs(60), "c gone", || {
+            let api = api.clone();
+            async move { api.get_opt("c").await.ok()?.is_none().then_some(()) }
+        })
+        .await;
+        create_cluster(
+            &client,
+            &ns_c,
+            "c",
+            json!({"replicas": 1, "storage": {"size": "1Gi"},
+                "keeper": {"replicas": 0, "external": {"root": c_root,
+                    "nodes": [{"host": keeper_ip, "port": 9181}]}}}),
+        )
+        .await;
+        let refused = wait_status(
+            &client,
+            &ns_c,
+            "c",
+            std::time::Duration::from_secs(120),
+            says,
+            |s| s.conditions.iter().any(|c| c.message.contains(says)),
+        )
+        .await;
+        assert!(refused.status.unwrap().keeper_root.is_none(), "{c_root}");
+    }
+    clean_up(&client, &ns_c).await;
+    for p in &pods_b {
+        assert_eq!(count(&client, &ns_b, "b", p).await, 200, "b on {p} after c");
+    }
+
     // b deleted: its root goes, a keeps its paths and replicates
     clean_up(&client, &ns_b).await;
     wait_for(
@@ -150,5 +206,5 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
             "a on {p} after b left"
         );
     }
-    finish_all(&client, &[&ns_a, &ns_b], op).await;
+    finish_all(&client, &[&ns_a, &ns_b, &ns_c], op).await;
 }

@@ -8,6 +8,12 @@
 //! above it, which several clusters' roots may share, let everyone read them and create and
 //! delete (empty) children, and nobody write them or change their ACL. A node an older operator
 //! created open to everyone gets these ACLs at the next pass that ensures the root.
+//!
+//! Ownership: the root's data names the cluster it was made for ([`marker`], its UID). A root
+//! inside another cluster's root, or one that exists with content and was not made for this
+//! cluster, is refused before anything is created; removal leaves alone a root that names
+//! another cluster and every root of another cluster found under it, so deleting one cluster
+//! never takes another's replication metadata with it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -18,7 +24,7 @@ use kube::ResourceExt;
 use super::{Error, api};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::keeper::{
-    self as keeper_client, AclEntry, NO_NODE, NODE_EXISTS, Session, perms,
+    self as keeper_client, AclEntry, NO_AUTH, NO_NODE, NODE_EXISTS, Session, perms,
 };
 use crate::controller::Context;
 use crate::model::{Password, names};
@@ -122,8 +128,41 @@ pub fn acls(identity: Option<&str>) -> (Vec<AclEntry>, Vec<AclEntry>) {
     }
 }
 
-/// Creates `root` and every missing level above it, with [`acls`]; tightens the ACL of those
-/// an older operator left open.
+/// The data of a root made for the cluster with UID `uid`.
+pub fn marker(uid: &str) -> Vec<u8> {
+    format!("{MARKER_PREFIX}{uid}").into_bytes()
+}
+
+const MARKER_PREFIX: &str = "clickhouse-operator root of cluster ";
+
+/// Whose root a node is, by its data (`None`: nobody's).
+pub fn owner_of(data: &[u8]) -> Option<&str> {
+    std::str::from_utf8(data).ok()?.strip_prefix(MARKER_PREFIX)
+}
+
+/// Who a node at `path` belongs to, as far as this session may tell.
+enum Node {
+    Absent,
+    /// Readable: its data.
+    Present(Vec<u8>),
+    /// Its ACL refuses this session: another identity's (a root is readable by its own only).
+    Closed,
+}
+
+async fn node(s: &mut Session, path: &str) -> Result<Node, Error> {
+    match s.get(path).await {
+        Ok(None) => Ok(Node::Absent),
+        Ok(Some(data)) => Ok(Node::Present(data)),
+        Err(e) if e.code() == Some(NO_AUTH) => Ok(Node::Closed),
+        Err(e) => Err(keeper_error(e)),
+    }
+}
+
+/// Creates `root` and every missing level above it, with [`acls`], the root marked as the
+/// cluster's ([`marker`]); tightens the ACL of those an older operator left open. Refuses a
+/// root inside another cluster's root, one that is another cluster's, and one that exists
+/// with content without being this cluster's (an empty unmarked one, such as an older operator
+/// made, is taken over).
 pub async fn ensure(
     cluster: &ClickHouseCluster,
     ctx: &Context,
@@ -131,26 +170,77 @@ pub async fn ensure(
     root: &str,
 ) -> Result<(), Error> {
     let mut s = session(cluster, ctx, password).await?;
+    let result = ensure_in(&mut s, cluster, password, root).await;
+    s.close().await;
+    result
+}
+
+async fn ensure_in(
+    s: &mut Session,
+    cluster: &ClickHouseCluster,
+    password: Option<&Password>,
+    root: &str,
+) -> Result<(), Error> {
+    let uid = cluster.uid().unwrap_or_default();
     let identity = password.map(|p| format!("{}:{}", names::KEEPER_USER, p.0));
     let (own, shared) = acls(identity.as_deref());
     let open = vec![AclEntry::world(perms::ALL)];
     let mut at = String::new();
     let parts: Vec<&str> = root.split('/').filter(|p| !p.is_empty()).collect();
+    let refuse = |why: String| {
+        failed(format!(
+            "spec.keeper.external.root {root}: {why}; choose another root"
+        ))
+    };
     for (i, part) in parts.iter().enumerate() {
         at.push('/');
         at.push_str(part);
-        let acl = if i + 1 == parts.len() { &own } else { &shared };
-        if s.get(&at).await.map_err(keeper_error)?.is_none() {
-            match s.create(&at, b"", acl).await {
-                Ok(_) => {}
-                Err(e) if e.code() == Some(NODE_EXISTS) => {}
-                Err(e) => return Err(keeper_error(e)),
+        let last = i + 1 == parts.len();
+        let acl = if last { &own } else { &shared };
+        let found = node(s, &at).await?;
+        let theirs = match &found {
+            Node::Closed => true,
+            Node::Present(data) => owner_of(data).is_some_and(|o| o != uid),
+            Node::Absent => false,
+        };
+        if theirs {
+            return Err(refuse(if last {
+                "it is another cluster's root".into()
+            } else {
+                format!("it lies inside another cluster's root ({at})")
+            }));
+        }
+        match found {
+            Node::Absent => {
+                let data = if last { marker(&uid) } else { Vec::new() };
+                match s.create(&at, &data, acl).await {
+                    Ok(_) => {}
+                    Err(e) if e.code() == Some(NODE_EXISTS) => {}
+                    Err(e) => return Err(keeper_error(e)),
+                }
             }
-        } else if identity.is_some() && s.acl(&at).await.map_err(keeper_error)? == open {
-            s.set_acl(&at, acl).await.map_err(keeper_error)?;
+            Node::Present(data) if last && owner_of(&data).is_none() => {
+                // made before roots were marked, or by someone else: taken over only empty
+                let children = s.children(&at).await.map_err(keeper_error)?;
+                if !children.is_empty() {
+                    return Err(refuse(
+                        "it exists in the Keeper with content and was not made for this cluster"
+                            .into(),
+                    ));
+                }
+                s.set(&at, &marker(&uid)).await.map_err(keeper_error)?;
+                if identity.is_some() && s.acl(&at).await.map_err(keeper_error)? == open {
+                    s.set_acl(&at, acl).await.map_err(keeper_error)?;
+                }
+            }
+            Node::Present(_) => {
+                if identity.is_some() && s.acl(&at).await.map_err(keeper_error)? == open {
+                    s.set_acl(&at, acl).await.map_err(keeper_error)?;
+                }
+            }
+            Node::Closed => unreachable!("refused above"),
         }
     }
-    s.close().await;
     Ok(())
 }
 
@@ -184,18 +274,35 @@ pub async fn servers_stopped(cluster: &ClickHouseCluster, ctx: &Context) -> Resu
     Ok(api::<Pod>(ctx, &ns).list(&lp).await?.items.is_empty())
 }
 
-/// Removes `root` and everything under it (children first); a node already gone is fine.
+/// Removes `root` and everything under it (children first); a node already gone is fine. A
+/// root that names another cluster is left as it is, and so is every other cluster's root
+/// found under it (with the levels above it). Returns the roots of other clusters left.
 pub async fn remove(
     cluster: &ClickHouseCluster,
     ctx: &Context,
     password: Option<&Password>,
     root: &str,
-) -> Result<(), Error> {
+) -> Result<Vec<String>, Error> {
     let mut s = session(cluster, ctx, password).await?;
+    let uid = cluster.uid().unwrap_or_default();
+    let others_root = |n: &Node| match n {
+        Node::Closed => true,
+        Node::Present(data) => owner_of(data).is_some_and(|o| o != uid),
+        Node::Absent => false,
+    };
+    let mut kept: Vec<String> = Vec::new();
+    if others_root(&node(&mut s, root).await?) {
+        s.close().await;
+        return Ok(vec![root.to_string()]);
+    }
     // depth first, without recursion: (path, children listed)
     let mut stack: Vec<(String, bool)> = vec![(root.to_string(), false)];
     while let Some((path, listed)) = stack.pop() {
         if listed {
+            let prefix = format!("{path}/");
+            if kept.iter().any(|k| k.starts_with(&prefix)) {
+                continue;
+            }
             match s.delete(&path).await {
                 Ok(()) => {}
                 Err(e) if e.code() == Some(NO_NODE) => {}
@@ -210,9 +317,28 @@ pub async fn remove(
         };
         stack.push((path.clone(), true));
         for c in children {
-            stack.push((format!("{path}/{c}"), false));
+            let child = format!("{path}/{c}");
+            if others_root(&node(&mut s, &child).await?) {
+                kept.push(child);
+            } else {
+                stack.push((child, false));
+            }
         }
     }
     s.close().await;
-    Ok(())
+    Ok(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A root names the cluster it was made for; data of any other shape names nobody.
+    #[test]
+    fn a_root_names_its_cluster_and_nothing_else_does() {
+        assert_eq!(owner_of(&marker("uid-1")), Some("uid-1"));
+        assert_eq!(owner_of(b""), None);
+        assert_eq!(owner_of(b"format version: 4\n"), None);
+        assert_eq!(owner_of(&[0xff, 0xfe]), None);
+    }
 }

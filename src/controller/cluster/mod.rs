@@ -234,8 +234,12 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
         }
         let (world, _) = observe::observe(cluster, ctx).await?;
         let password = world.observed.inputs.keeper_password.as_ref();
-        keeper_root::remove(cluster, ctx, password, &root).await?;
-        info!(cluster = %cluster.name_any(), root = %root, "removed the cluster's root from the external Keeper");
+        let kept = keeper_root::remove(cluster, ctx, password, &root).await?;
+        if kept.is_empty() {
+            info!(cluster = %cluster.name_any(), root = %root, "removed the cluster's root from the external Keeper");
+        } else {
+            warn!(cluster = %cluster.name_any(), root = %root, kept = ?kept, "removed the cluster's root from the external Keeper but the roots of other clusters in it");
+        }
     }
     if let Some(publisher) = &ctx.exporter_credentials
         && let Err(e) = publisher
