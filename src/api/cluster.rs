@@ -676,7 +676,12 @@ pub struct StorageScaling {
 #[serde(rename_all = "camelCase")]
 pub struct Configuration {
     /// Server settings (`config.xml` top-level elements), e.g. `max_concurrent_queries: "200"`.
-    /// Nested elements use `/` in the key: `logger/level: debug`.
+    /// Nested elements use `/` in the key: `logger/level: debug`. The operator's own are
+    /// refused: the ports, `listen_host`, `listen_try`, `interserver_http_*`, `macros`,
+    /// `remote_servers`, `distributed_ddl`, `openSSL`, `path`, `users_config`,
+    /// `user_directories`, `logger/log`, `logger/errorlog`, and of `zookeeper` the members
+    /// (`node`), `root`, `identity` and `implementation`; the Keeper client's other settings
+    /// (`zookeeper/session_timeout_ms`, `zookeeper/operation_timeout_ms`, …) are the user's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub settings: BTreeMap<String, String>,
     /// Settings profiles: profile name → setting → value.

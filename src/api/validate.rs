@@ -816,8 +816,29 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             check_extra_file(&field, file, hidden, errors);
         }
     }
+    let keeper = spec.keeper.replicas > 0 || spec.keeper.external.is_some();
+    if !keeper
+        && spec
+            .configuration
+            .settings
+            .keys()
+            .any(|k| k.starts_with("zookeeper/"))
+    {
+        errors.add(
+            "spec.configuration.settings",
+            "zookeeper/… settings need a Keeper (spec.keeper.replicas or spec.keeper.external)"
+                .into(),
+        );
+    }
     for key in spec.configuration.secret_settings.keys() {
         let field = "spec.configuration.secretSettings";
+        if key.starts_with("zookeeper/") {
+            errors.add(
+                &format!("{field}.{key}"),
+                "the Keeper client's settings go in spec.configuration.settings".into(),
+            );
+            continue;
+        }
         if !is_element_path(key) {
             errors.add(
                 field,
@@ -981,7 +1002,11 @@ fn operator_owned(key: &str) -> Option<&'static str> {
         ("listen_try", "the addresses the pods serve on"),
         ("macros", "the shard and replica of each pod"),
         ("remote_servers", "the cluster's topology"),
-        ("zookeeper", "the Keeper ensemble"),
+        // the client's timeouts and other `zookeeper/*` settings are the user's
+        ("zookeeper/node", "the Keeper ensemble"),
+        ("zookeeper/root", "the Keeper ensemble"),
+        ("zookeeper/identity", "the Keeper identity"),
+        ("zookeeper/implementation", "the Keeper ensemble"),
         ("distributed_ddl", "the ON CLUSTER queue"),
         ("openSSL", "spec.tls"),
         ("path", "the data volume"),
@@ -990,6 +1015,9 @@ fn operator_owned(key: &str) -> Option<&'static str> {
         ("logger/log", "the log volume"),
         ("logger/errorlog", "the log volume"),
     ];
+    if key == "zookeeper" {
+        return Some("the Keeper ensemble");
+    }
     OWNED
         .iter()
         .find(|(k, _)| key == *k || key.starts_with(&format!("{k}/")))
@@ -1411,6 +1439,10 @@ mod tests {
             "listen_host",
             "remote_servers/c1/shard",
             "zookeeper/node/host",
+            "zookeeper/root",
+            "zookeeper/identity",
+            "zookeeper/implementation",
+            "zookeeper",
             "macros/replica",
             "path",
             "logger/log",
@@ -1427,10 +1459,31 @@ mod tests {
             "logger/level",
             "pathological",
             "merge_tree/parts_to_throw_insert",
+            // issue 33: the Keeper client's own settings are the user's
+            "zookeeper/session_timeout_ms",
+            "zookeeper/operation_timeout_ms",
         ] {
             s.configuration.settings = BTreeMap::from([(key.to_string(), "1".to_string())]);
             assert!(fields("c1", &s).is_empty(), "{key}");
         }
+        // … with a Keeper only, and not from a Secret (they would not reach the servers)
+        s.configuration.settings =
+            BTreeMap::from([("zookeeper/session_timeout_ms".to_string(), "1".to_string())]);
+        s.keeper.replicas = 0;
+        s.replicas = 1;
+        assert_eq!(fields("c1", &s), ["spec.configuration.settings"]);
+        let mut s = spec();
+        s.configuration.secret_settings = BTreeMap::from([(
+            "zookeeper/session_timeout_ms".to_string(),
+            crate::api::SecretKeyRef {
+                name: "s".into(),
+                key: "k".into(),
+            },
+        )]);
+        assert_eq!(
+            fields("c1", &s),
+            ["spec.configuration.secretSettings.zookeeper/session_timeout_ms"]
+        );
     }
 
     /// Issue 14: the servers' own metrics port must not be one the servers already use.

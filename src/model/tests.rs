@@ -2867,3 +2867,45 @@ fn secret_settings_and_files_reach_the_servers_from_their_secret_keys_only() {
             .contains_key(config::server::SECRET_SETTINGS_FILE)
     );
 }
+
+/// Issue 33: the Keeper client's own settings (`zookeeper/session_timeout_ms`, …) go inside
+/// the operator's `zookeeper` element, after the members, in the file the servers reload (one
+/// element: ClickHouse would not merge two of the same name in one file), with an own and an
+/// external Keeper alike; no other file has them.
+#[test]
+fn keeper_client_settings_join_the_operators_zookeeper_element() {
+    for keeper in [
+        json!({"replicas": 3}),
+        json!({"replicas": 0, "external": {"nodes": [{"host": "zk-0", "port": 2181}], "root": "/ch"}}),
+    ] {
+        let c = cluster(
+            json!({"replicas": 2, "keeper": keeper, "configuration": {"settings": {
+            "zookeeper/session_timeout_ms": "15000",
+            "zookeeper/operation_timeout_ms": "5000",
+            "max_concurrent_queries": "100"}}}),
+        );
+        let d = build(&c, &inputs(replicas(1, 2)));
+        let runtime = common_file(&d, RUNTIME_FILE);
+        let doc = parse(runtime);
+        let zk: Vec<_> = doc
+            .root_element()
+            .children()
+            .filter(|n| n.has_tag_name("zookeeper"))
+            .collect();
+        assert_eq!(zk.len(), 1, "{runtime}");
+        let text = |name: &str| {
+            zk[0]
+                .children()
+                .find(|n| n.has_tag_name(name))
+                .and_then(|n| n.text())
+                .map(str::to_string)
+        };
+        assert_eq!(text("session_timeout_ms").as_deref(), Some("15000"));
+        assert_eq!(text("operation_timeout_ms").as_deref(), Some("5000"));
+        assert!(
+            zk[0].children().any(|n| n.has_tag_name("node")),
+            "{runtime}"
+        );
+        assert!(!common_file(&d, SETTINGS_FILE).contains("zookeeper"));
+    }
+}

@@ -649,7 +649,8 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
 
 /// Issue 32 (S-12) on 18.16: a server setting from a Secret key (`secretSettings`: the server's
 /// `timezone`) and a `config.d` file from a Secret key (`secretFiles`: a `merge_tree` setting)
-/// are in force on every replica, while neither value is in the cluster resource or any
+/// are in force on every replica (and, issue 33, the Keeper client's `session_timeout_ms` is in
+/// the servers' merged `zookeeper` section), while neither value is in the cluster resource or any
 /// ConfigMap. A new value of the key rolls the servers and is in force after; a reference to a
 /// key the Secret does not have is said in the status (MissingSecret) with no pod restarted,
 /// and the cluster is ready again once it is put back.
@@ -672,6 +673,8 @@ async fn settings_and_files_from_secret_keys_reach_the_servers() {
         .unwrap();
     let op = start_operator(&client, &ns, false).await;
     let configuration = json!({
+        // issue 33: the Keeper client's own settings are the user's
+        "settings": {"zookeeper/session_timeout_ms": "17000"},
         "secretSettings": {"timezone": {"name": "server-config", "key": "tz"}},
         "secretFiles": {"merge-tree.xml": {"name": "server-config", "key": "merge-tree.xml"}}
     });
@@ -702,6 +705,24 @@ async fn settings_and_files_from_secret_keys_reach_the_servers() {
         }
     };
     in_force("Asia/Tokyo").await;
+    // the servers merged the Keeper client's setting into their `zookeeper` section: 18.16
+    // writes its merged configuration to the data volume
+    for r in replica_names(&ready) {
+        let volume = volume_path(
+            &client,
+            &ns,
+            &clickhouse_operator::model::names::data_pvc(&r),
+        )
+        .await;
+        let merged =
+            std::fs::read_to_string(volume.join("preprocessed_configs/config.xml")).unwrap();
+        let zk = &merged[merged.find("<zookeeper").unwrap()..merged.find("</zookeeper>").unwrap()];
+        assert!(
+            zk.contains("<session_timeout_ms>17000</session_timeout_ms>"),
+            "{r}: {zk}"
+        );
+        assert!(zk.contains("<node"), "{r}: {zk}");
+    }
     let configs = Api::<ConfigMap>::namespaced(client.clone(), &ns)
         .list(&Default::default())
         .await

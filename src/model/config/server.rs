@@ -57,10 +57,18 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
             .map(|(k, v)| (k.as_str(), v.as_str())),
         "spec.configuration.settings",
     )?;
+    // the client's own Keeper settings (timeouts) go inside the operator's `zookeeper`
+    // element, which replaces the image's: written beside it, they would be dropped
+    let keeper_client = Element::from_paths(
+        settings
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("zookeeper/")?, v.as_str()))),
+        "spec.configuration.settings",
+    )?;
     let reload = Element::from_paths(
         settings
             .iter()
-            .filter(|(k, _)| !needs_restart(k))
+            .filter(|(k, _)| !needs_restart(k) && !k.starts_with("zookeeper/"))
             .map(|(k, v)| (k.as_str(), v.as_str())),
         "spec.configuration.settings",
     )?;
@@ -78,7 +86,7 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
         ConfigFile {
             name: RUNTIME_FILE.into(),
             content: Element::new(ROOT)
-                .children(zookeeper(c))
+                .children(zookeeper(c).map(|z| z.children(keeper_client)))
                 .children(reload)
                 .to_document(),
             effect: Effect::Reload,
