@@ -171,6 +171,55 @@ pub fn plan_map(
     }
 }
 
+/// The replica map as the observed server StatefulSets of `cluster` show it, for a cluster
+/// whose persisted map is empty while its servers exist (its status was lost or wiped): each
+/// StatefulSet named like a replica (`<cluster>-<shard>-<index>`, its shard label agreeing) and
+/// not being deleted is taken back as `Pending`, so that nothing is built from an empty map (a
+/// `remote_servers` without the cluster's hosts). An empty map with no such StatefulSet is a
+/// new cluster.
+pub fn adopt_observed(
+    cluster: &str,
+    statefulsets: &BTreeMap<String, k8s_openapi::api::apps::v1::StatefulSet>,
+) -> BTreeMap<String, ReplicaStatus> {
+    let mut out = BTreeMap::new();
+    for (name, sts) in statefulsets {
+        if sts.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let labels = sts.metadata.labels.clone().unwrap_or_default();
+        if labels
+            .get(crate::model::labels::COMPONENT)
+            .map(String::as_str)
+            != Some(crate::model::labels::Component::Server.as_str())
+        {
+            continue;
+        }
+        let Some((shard, index)) = name
+            .strip_prefix(&format!("{cluster}-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(s, i)| Some((s.parse::<i32>().ok()?, i.parse::<i64>().ok()?)))
+        else {
+            continue;
+        };
+        if replica_name(cluster, shard, index) != *name
+            || labels.get(crate::model::labels::SHARD) != Some(&shard.to_string())
+        {
+            continue;
+        }
+        out.insert(
+            name.clone(),
+            ReplicaStatus {
+                shard,
+                state: ReplicaState::Pending,
+                is_backup_pod: false,
+                index,
+                scale_in_step: None,
+            },
+        );
+    }
+    out
+}
+
 /// Exactly one backup replica per shard that has a non-condemned replica (S0-13, decision 1):
 /// the current one stays while it is not condemned; otherwise the oldest Ready replica (by
 /// creation index) takes over, else the oldest remaining one (S0-15).

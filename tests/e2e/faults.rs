@@ -399,3 +399,133 @@ async fn a_replica_that_cannot_catch_up_stops_the_rollout_until_it_does() {
     assert_eq!(query(&a, "SELECT count() AS v FROM default.t").await, ["1"]);
     finish(&client, &ns, op).await;
 }
+
+/// Issue 33: the status of a running 2-shard cluster replaced by `{}` (as a backup tool or a
+/// hand edit may do): the map is taken back from the server StatefulSets before anything is
+/// written, so no version of the Secret holding `remote_servers` lacks a replica (watched
+/// throughout; the servers reload it within seconds, and one without the cluster fails every
+/// Distributed query until it is written back), a Distributed query through either server keeps
+/// answering with every row (read 5 times a second for 15 s, none failing), no pod restarts,
+/// and the cluster is ready again with the same replicas.
+#[tokio::test]
+async fn a_wiped_status_costs_no_distributed_query() {
+    use kube::api::{Patch, PatchParams};
+    let client = client().await;
+    let ns = namespace(&client, "wiped").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&ready);
+    let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(
+        &ch,
+        "CREATE TABLE default.t ON CLUSTER c1 (x UInt64) ENGINE = MergeTree ORDER BY x",
+    )
+    .await;
+    exec(
+        &ch,
+        "CREATE TABLE default.d ON CLUSTER c1 AS default.t ENGINE = Distributed(c1, default, t, x)",
+    )
+    .await;
+    for r in &replicas {
+        let c = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        exec(
+            &c,
+            "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 10",
+        )
+        .await;
+    }
+    let before = pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await;
+    // every version of the Secret holding remote_servers, as the API server hands them out
+    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+        let (versions, stop) = (versions.clone(), stop.clone());
+        tokio::spawn(async move {
+            let config = watcher::Config::default().fields("metadata.name=c1-users");
+            let mut events = watcher(secrets, config).boxed();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let next = tokio::time::timeout(Duration::from_secs(1), events.next()).await;
+                let Ok(Some(Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)))) = next
+                else {
+                    continue;
+                };
+                let file = s
+                    .data
+                    .and_then(|d| {
+                        d.get(clickhouse_operator::model::names::REMOTE_SERVERS_FILE)
+                            .cloned()
+                    })
+                    .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                    .unwrap_or_default();
+                versions.lock().unwrap().push(file);
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let api = Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns);
+    api.patch_status(
+        "c1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": null})),
+    )
+    .await
+    .unwrap();
+    let mut failures = Vec::new();
+    let started = Instant::now();
+    let mut reads = 0;
+    while started.elapsed() < Duration::from_secs(15) {
+        for r in &replicas {
+            let c = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+            reads += 1;
+            match c
+                .query(
+                    "SELECT count() AS v FROM default.d",
+                    &clickhouse_operator::clickhouse::QueryOptions::new(),
+                )
+                .await
+            {
+                Ok(rows) if rows.iter().next().and_then(|r| r.u64("v").ok()) == Some(20) => {}
+                other => failures.push(format!("{r}: {:?}", other.map(|rows| rows.len()))),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    watch.await.unwrap();
+    let versions = versions.lock().unwrap().clone();
+    assert!(!versions.is_empty(), "the Secret was watched");
+    for v in &versions {
+        for r in &replicas {
+            assert!(
+                v.contains(&format!("<host>{r}-0.")),
+                "a remote_servers without {r}: {v}"
+            );
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {reads} reads failed: {failures:?}",
+        failures.len()
+    );
+    let again = wait_status(&client, &ns, "c1", READY, "ready after the wipe", |s| {
+        s.state == ClusterState::Ready && s.replica_state_map.len() == 2
+    })
+    .await;
+    assert_eq!(replica_names(&again), replicas);
+    assert_eq!(
+        pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await,
+        before,
+        "no pod restarted"
+    );
+    finish(&client, &ns, op).await;
+}

@@ -161,7 +161,15 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
 
 impl<'a> Pass<'a> {
     fn new(cluster: &'a ClickHouseCluster, obs: &'a Observed, now: Timestamp) -> Self {
-        let old = cluster.status.clone().unwrap_or_default();
+        let mut old = cluster.status.clone().unwrap_or_default();
+        if old.replica_state_map.is_empty() {
+            // a lost status: the map is taken back from the servers that exist before anything
+            // is built from it (issue 33)
+            let name = cluster.metadata.name.as_deref().unwrap_or_default();
+            old.replica_state_map = crate::plan::replicas::adopt_observed(name, &obs.statefulsets);
+            let next = old.replica_state_map.values().map(|r| r.index + 1).max();
+            old.next_replica_index = old.next_replica_index.max(next.unwrap_or(0));
+        }
         let live: Vec<&String> = old
             .replica_state_map
             .iter()

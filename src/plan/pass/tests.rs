@@ -2196,3 +2196,75 @@ fn a_missing_key_of_a_secret_setting_is_said_and_nothing_is_written() {
     sim.converge(30);
     assert_eq!(sim.state(), ClusterState::Ready);
 }
+
+/// Issue 33: a status lost or wiped (`status: {}`) on a running cluster (scaled out and in
+/// before, so its next index is past its replicas'): the map is taken back from the server
+/// StatefulSets before anything is built, so the pass writes no `remote_servers` without the
+/// cluster's hosts, adds no replica, deletes none; the cluster converges back to ready with
+/// the same replicas and one backup replica per shard.
+#[test]
+fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}}));
+    sim.converge(30);
+    sim.cluster.spec.replicas = 3;
+    sim.converge(40);
+    sim.cluster.spec.replicas = 2;
+    sim.converge(60);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    let replicas: Vec<String> = sim.map().keys().cloned().collect();
+    assert_eq!(replicas.len(), 4, "{replicas:?}");
+    let remote = users_secret_file(&sim, crate::model::names::REMOTE_SERVERS_FILE);
+    sim.cluster.status = Some(Default::default());
+    let p = sim.plan();
+    for a in &p.actions {
+        match a {
+            Action::Apply {
+                kind: Kind::Secret, ..
+            } => {
+                sim.act(&Plan {
+                    actions: vec![a.clone()],
+                    ..p.clone()
+                });
+                assert_eq!(
+                    users_secret_file(&sim, crate::model::names::REMOTE_SERVERS_FILE),
+                    remote,
+                    "remote_servers rewritten from a lost map"
+                );
+            }
+            Action::Apply {
+                kind: Kind::StatefulSet,
+                name,
+                ..
+            } => {
+                assert!(replicas.contains(name), "a new replica {name}")
+            }
+            Action::Delete { .. } | Action::ScaleIn(_) => panic!("{a:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        p.status
+            .replica_state_map
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>(),
+        replicas
+    );
+    sim.converge(30);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert_eq!(sim.map().keys().cloned().collect::<Vec<_>>(), replicas);
+    for shard in 0..2 {
+        assert_eq!(
+            sim.map()
+                .values()
+                .filter(|r| r.shard == shard && r.is_backup_pod)
+                .count(),
+            1
+        );
+    }
+    assert_eq!(
+        users_secret_file(&sim, crate::model::names::REMOTE_SERVERS_FILE),
+        remote
+    );
+}
