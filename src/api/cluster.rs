@@ -677,7 +677,8 @@ pub struct StorageScaling {
 pub struct Configuration {
     /// Server settings (`config.xml` top-level elements), e.g. `max_concurrent_queries: "200"`.
     /// Nested elements use `/` in the key: `logger/level: debug`. The operator's own are
-    /// refused: the ports, `listen_host`, `listen_try`, `interserver_http_*`, `macros`,
+    /// refused: the ports, `listen_host`, `listen_try`, `interserver_http_port`,
+    /// `interserver_https_port`, `interserver_http_host`, `interserver_http_credentials`, `macros`,
     /// `remote_servers`, `distributed_ddl`, `openSSL`, `path`, `users_config`,
     /// `user_directories`, `logger/log`, `logger/errorlog`, and of `zookeeper` the members
     /// (`node`), `root`, `identity` and `implementation`; the Keeper client's other settings

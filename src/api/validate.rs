@@ -753,19 +753,8 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
         let plain = file
             .strip_prefix(crate::api::USERS_D_PREFIX)
             .unwrap_or(file);
-        let key_chars = plain
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-        if plain.contains('/')
-            || !key_chars
-            || !(plain.ends_with(".xml") || plain.ends_with(".yaml"))
-        {
-            errors.add(
-                "spec.configuration.files",
-                format!(
-                    "{file:?} must be a plain file name (letters, digits, '-', '_', '.') ending in .xml or .yaml, or users.d/ and such a name"
-                ),
-            );
+        if !is_config_file_name(plain) {
+            errors.add("spec.configuration.files", config_file_name_error(file));
         }
     }
     for (replica, files) in &spec.configuration.replica_files {
@@ -839,21 +828,11 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             );
             continue;
         }
-        if !is_element_path(key) {
-            errors.add(
-                field,
-                format!(
-                    "{key:?} is not an element path such as max_concurrent_queries or logger/level"
-                ),
-            );
-        } else if let Some(owned) = operator_owned(key) {
-            errors.add(
-                &format!("{field}.{key}"),
-                format!("is set by the operator ({owned}) and cannot be overridden"),
-            );
-        } else if spec.configuration.settings.keys().any(|s| {
-            s == key || s.starts_with(&format!("{key}/")) || key.starts_with(&format!("{s}/"))
-        }) {
+        if check_setting_key(field, key, errors)
+            && spec.configuration.settings.keys().any(|s| {
+                s == key || s.starts_with(&format!("{key}/")) || key.starts_with(&format!("{s}/"))
+            })
+        {
             errors.add(
                 &format!("{field}.{key}"),
                 "is also set (or contains a setting set) in spec.configuration.settings".into(),
@@ -873,14 +852,8 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             .any(|f| f.contains_key(plain));
         let hidden = (spec.configuration.files.contains_key(file) || (in_extra && plain == file))
             .then_some("spec.configuration.files, shardFiles or replicaFiles");
-        let key_chars = plain
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-        if !key_chars {
-            errors.add(
-                field,
-                format!("{file:?} must be a plain file name (letters, digits, '-', '_', '.') ending in .xml or .yaml, or users.d/ and such a name"),
-            );
+        if !is_config_file_name(plain) {
+            errors.add(field, config_file_name_error(file));
         } else {
             check_extra_file(field, plain, hidden, errors);
         }
@@ -897,19 +870,7 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
         }
     }
     for key in spec.configuration.settings.keys() {
-        if !is_element_path(key) {
-            errors.add(
-                "spec.configuration.settings",
-                format!(
-                    "{key:?} is not an element path such as max_concurrent_queries or logger/level"
-                ),
-            );
-        } else if let Some(owned) = operator_owned(key) {
-            errors.add(
-                &format!("spec.configuration.settings.{key}"),
-                format!("is set by the operator ({owned}) and cannot be overridden"),
-            );
-        }
+        check_setting_key("spec.configuration.settings", key, errors);
     }
     if let Some(profile) = spec.users.as_ref().and_then(|u| u.profile.as_ref())
         && !BUILT_IN_PROFILES.contains(&profile.as_str())
@@ -977,6 +938,43 @@ fn check_networks(errors: &mut Errors, field: &str, networks: &[String]) {
 fn is_identifier(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A setting key of `field` (`settings`, `secretSettings`): an element path the operator does
+/// not write itself. Whether it is one.
+fn check_setting_key(field: &str, key: &str, errors: &mut Errors) -> bool {
+    if !is_element_path(key) {
+        errors.add(
+            field,
+            format!(
+                "{key:?} is not an element path such as max_concurrent_queries or logger/level"
+            ),
+        );
+        false
+    } else if let Some(owned) = operator_owned(key) {
+        errors.add(
+            &format!("{field}.{key}"),
+            format!("is set by the operator ({owned}) and cannot be overridden"),
+        );
+        false
+    } else {
+        true
+    }
+}
+
+/// A file name of `files` or `secretFiles` (without `users.d/`): letters, digits, `-`, `_`,
+/// `.`, ending in `.xml` or `.yaml`.
+fn is_config_file_name(plain: &str) -> bool {
+    plain
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && (plain.ends_with(".xml") || plain.ends_with(".yaml"))
+}
+
+fn config_file_name_error(file: &str) -> String {
+    format!(
+        "{file:?} must be a plain file name (letters, digits, '-', '_', '.') ending in .xml or .yaml, or users.d/ and such a name"
+    )
 }
 
 /// Profiles every server has (the image's users file).

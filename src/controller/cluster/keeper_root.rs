@@ -149,6 +149,18 @@ enum Node {
     Closed,
 }
 
+impl Node {
+    /// The root of a cluster other than the one with UID `uid` (a closed node is: a root is
+    /// readable by its own identity only, the levels above by everyone).
+    fn is_others_root(&self, uid: &str) -> bool {
+        match self {
+            Node::Closed => true,
+            Node::Present(data) => owner_of(data).is_some_and(|o| o != uid),
+            Node::Absent => false,
+        }
+    }
+}
+
 async fn node(s: &mut Session, path: &str) -> Result<Node, Error> {
     match s.get(path).await {
         Ok(None) => Ok(Node::Absent),
@@ -198,12 +210,7 @@ async fn ensure_in(
         let last = i + 1 == parts.len();
         let acl = if last { &own } else { &shared };
         let found = node(s, &at).await?;
-        let theirs = match &found {
-            Node::Closed => true,
-            Node::Present(data) => owner_of(data).is_some_and(|o| o != uid),
-            Node::Absent => false,
-        };
-        if theirs {
+        if found.is_others_root(&uid) {
             return Err(refuse(if last {
                 "it is another cluster's root".into()
             } else {
@@ -285,13 +292,8 @@ pub async fn remove(
 ) -> Result<Vec<String>, Error> {
     let mut s = session(cluster, ctx, password).await?;
     let uid = cluster.uid().unwrap_or_default();
-    let others_root = |n: &Node| match n {
-        Node::Closed => true,
-        Node::Present(data) => owner_of(data).is_some_and(|o| o != uid),
-        Node::Absent => false,
-    };
     let mut kept: Vec<String> = Vec::new();
-    if others_root(&node(&mut s, root).await?) {
+    if node(&mut s, root).await?.is_others_root(&uid) {
         s.close().await;
         return Ok(vec![root.to_string()]);
     }
@@ -318,7 +320,7 @@ pub async fn remove(
         stack.push((path.clone(), true));
         for c in children {
             let child = format!("{path}/{c}");
-            if others_root(&node(&mut s, &child).await?) {
+            if node(&mut s, &child).await?.is_others_root(&uid) {
                 kept.push(child);
             } else {
                 stack.push((child, false));

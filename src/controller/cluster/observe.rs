@@ -633,19 +633,26 @@ pub fn exporter_credentials<'a>(
     cluster: &ClickHouseCluster,
     world: &'a World,
 ) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
-    let inputs = &world.observed.inputs;
-    let ca = match (&cluster.spec.tls.enabled, &cluster.spec.tls.ca_secret) {
-        (true, Some(ca)) => inputs
-            .secrets
-            .get(ca)
-            .and_then(|d| d.get("ca.crt"))
-            .map(Vec::as_slice),
-        _ => None,
-    };
-    (
-        inputs.exporter_password.as_ref().map(|p| p.0.as_bytes()),
-        ca,
-    )
+    let password = world.observed.inputs.exporter_password.as_ref();
+    (password.map(|p| p.0.as_bytes()), cluster_ca(cluster, world))
+}
+
+/// The CA the servers' certificates are verified with (`ca.crt` of `spec.tls.caSecret`, read
+/// while TLS is on).
+fn cluster_ca<'a>(cluster: &ClickHouseCluster, world: &'a World) -> Option<&'a [u8]> {
+    let ca = cluster
+        .spec
+        .tls
+        .ca_secret
+        .as_ref()
+        .filter(|_| cluster.spec.tls.enabled)?;
+    world
+        .observed
+        .inputs
+        .secrets
+        .get(ca)?
+        .get("ca.crt")
+        .map(Vec::as_slice)
 }
 
 /// How long a pass waits for one Keeper member's answer.
@@ -711,13 +718,7 @@ pub fn ch_client(
                 format!("pod {pod} has no address"),
             )
         })?;
-    let ca = cluster
-        .spec
-        .tls
-        .ca_secret
-        .as_ref()
-        .and_then(|s| world.observed.inputs.secrets.get(s))
-        .and_then(|d| d.get("ca.crt").cloned());
+    let ca = cluster_ca(cluster, world).map(<[u8]>::to_vec);
     let mut config = replica_config(
         cluster,
         replica,
