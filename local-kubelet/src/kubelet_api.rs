@@ -2,6 +2,11 @@
 //! `GET /containerLogs/{ns}/{pod}/{container}` (`follow`, `tailLines`, `limitBytes`) and
 //! `/healthz`, over TLS on 198.18.0.1:10250, clients authenticated by certificates of the cluster
 //! CA. exec, attach and port-forward answer 501.
+//!
+//! Difference from a kubelet: `previous=true` is answered like a request without it. The double
+//! keeps one log file per container across its runs; while a container waits to be restarted
+//! (CrashLoopBackOff, the only time the operator asks for `previous`), the file's tail is the
+//! previous run's output, which is what a kubelet answers.
 
 use crate::SharedCtx;
 use anyhow::{Context, Result};

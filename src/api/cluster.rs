@@ -549,7 +549,10 @@ pub struct StorageSpec {
     /// Storage class; the cluster's default class when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
-    /// What happens to the PVCs when the cluster is deleted.
+    /// What happens to the PVCs when the cluster is deleted, and with them to the credentials
+    /// their data depends on (the Secret `<cluster>-operator`) and to the root in an external
+    /// Keeper: `Retain` keeps them all, for a cluster created again with the same name to take
+    /// back (the Secret is deleted with the last retained PVC); `Delete` deletes them.
     #[serde(default)]
     pub reclaim_policy: ReclaimPolicy,
     /// Labels of the PVCs (besides the operator's own, which win): set on new PVCs and added

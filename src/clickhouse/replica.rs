@@ -216,8 +216,21 @@ pub async fn drop_replica_metadata(
 
 /// The children of a Keeper node, read through `system.zookeeper`; empty if it is absent.
 pub async fn keeper_children(client: &Client, path: &str) -> Result<Vec<String>, Error> {
+    children(client, path, QueryOptions::new().retry(true)).await
+}
+
+/// [`keeper_children`] once, without retries.
+async fn children_once(client: &Client, path: &str) -> Result<Vec<String>, Error> {
+    children(client, path, QueryOptions::new()).await
+}
+
+async fn children(
+    client: &Client,
+    path: &str,
+    options: QueryOptions,
+) -> Result<Vec<String>, Error> {
     let q = sql::zookeeper_children(path);
-    match client.query(&q, &QueryOptions::new().retry(true)).await {
+    match client.query(&q, &options).await {
         Ok(rows) => rows.decode(client.endpoint(), &q, |r| Ok(r.str("name")?.to_string())),
         Err(e) if is_absent(&e) => Ok(Vec::new()),
         Err(e) => Err(e),
@@ -287,6 +300,76 @@ async fn count(client: &Client, statement: &str) -> Result<u64, Error> {
 /// [`sql::shards_answering`]); an error when one does not.
 pub async fn shards_answering(client: &Client, cluster: &ClusterName) -> Result<u64, Error> {
     count(client, &sql::shards_answering(cluster)).await
+}
+
+/// Whether this server is usable (invariant 10): a query through it reaches every shard of
+/// `cluster`; with a Keeper (`ddl_path`: the distributed DDL queue's path), Keeper lets it read
+/// that queue and none of its replicated tables is read-only. The error says why not, for the
+/// status: the query's error, Keeper's answer (`Not authenticated` when the servers do not have
+/// the identity the nodes were created for, issue 33), or the read-only table with Keeper's
+/// answer for its path.
+pub async fn serving(
+    client: &Client,
+    cluster: &ClusterName,
+    ddl_path: Option<&str>,
+) -> Result<(), String> {
+    shards_answering(client, cluster).await.map_err(|e| {
+        format!(
+            "a query through it does not reach every shard: {}",
+            short(&e)
+        )
+    })?;
+    let Some(ddl_path) = ddl_path else {
+        return Ok(());
+    };
+    // once, without retries: a pass waits for no server longer than one call
+    children_once(client, ddl_path).await.map_err(|e| {
+        format!(
+            "cannot read the distributed DDL queue in Keeper: {}",
+            short(&e)
+        )
+    })?;
+    let q = sql::first_read_only_table();
+    let rows = client
+        .query(q, &QueryOptions::new())
+        .await
+        .map_err(|e| format!("system.replicas: {}", short(&e)))?;
+    let first = rows
+        .decode(client.endpoint(), q, |r| {
+            Ok((
+                TableName::new(r.str("database")?, r.str("table")?),
+                r.str("zookeeper_path")?.to_string(),
+            ))
+        })
+        .map_err(|e| short(&e))?
+        .into_iter()
+        .next();
+    let Some((table, path)) = first else {
+        return Ok(());
+    };
+    Err(match children_once(client, &path).await {
+        Err(e) => format!(
+            "replicated table {table} is read-only: Keeper: {}",
+            short(&e)
+        ),
+        Ok(_) => format!("replicated table {table} is read-only"),
+    })
+}
+
+/// An error's text up to ClickHouse's stack trace, at most 300 bytes.
+fn short(e: &Error) -> String {
+    let text = e.to_string();
+    let text = [", e.what()", "Stack trace", "\n"]
+        .iter()
+        .filter_map(|cut| text.find(cut))
+        .min()
+        .map_or(text.as_str(), |i| &text[..i])
+        .trim_end_matches([',', ' ', '.']);
+    let mut end = text.len().min(300);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
 }
 
 /// How many parts this server still has to fetch from `replica` (see [`sql::fetches_from`]).

@@ -307,6 +307,13 @@ pub fn replicated_tables() -> &'static str {
      ORDER BY database, table"
 }
 
+/// The first replicated table of a server that is read-only (it has no Keeper session, or
+/// Keeper refuses it its nodes), with its Keeper path.
+pub fn first_read_only_table() -> &'static str {
+    "SELECT database, table, zookeeper_path FROM system.replicas WHERE is_readonly \
+     ORDER BY database, table LIMIT 1"
+}
+
 /// Replication health of every replicated table on a server (S2-29 "Synced").
 pub fn replication_status() -> &'static str {
     "SELECT database, table, is_readonly, queue_size, absolute_delay FROM system.replicas \

@@ -83,10 +83,21 @@ impl Inner {
     }
 }
 
-/// What the caches keep of an object: everything but its managed fields (never read, and the
-/// largest part of many objects).
+/// What the caches keep of an object: everything but the operator's and Kubernetes' own
+/// entries of its managed fields (the largest part of many objects); the entries of other
+/// writers stay, so that a pass sees a hand edit to repair ([`crate::model::diff::foreign_fields`]).
 fn trim<K: Resource>(mut o: K) -> K {
-    o.meta_mut().managed_fields = None;
+    let meta = o.meta_mut();
+    if let Some(entries) = meta.managed_fields.take() {
+        let foreign: Vec<_> = entries
+            .into_iter()
+            .filter(|e| {
+                e.manager.as_deref() != Some(crate::model::diff::FIELD_MANAGER)
+                    && e.subresource.as_deref().unwrap_or("").is_empty()
+            })
+            .collect();
+        meta.managed_fields = (!foreign.is_empty()).then_some(foreign);
+    }
     o
 }
 
@@ -338,6 +349,7 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use kube::api::ObjectMeta;
 
     fn cm(ns: &str, name: &str, cluster: Option<&str>, rv: &str) -> ConfigMap {
@@ -347,7 +359,17 @@ mod tests {
                 name: Some(name.into()),
                 resource_version: Some(rv.into()),
                 labels: cluster.map(|c| [(labels::CLUSTER.to_string(), c.to_string())].into()),
-                managed_fields: Some(vec![Default::default()]),
+                managed_fields: Some(vec![
+                    ManagedFieldsEntry {
+                        manager: Some(crate::model::diff::FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    ManagedFieldsEntry {
+                        manager: Some("kube-controller-manager".into()),
+                        subresource: Some("status".into()),
+                        ..Default::default()
+                    },
+                ]),
                 ..ObjectMeta::default()
             },
             ..ConfigMap::default()
@@ -360,7 +382,7 @@ mod tests {
 
     /// Issue 19: the index follows the watch (a relist replaces everything at once, an object
     /// that changes cluster or is deleted leaves its old group), finds a cluster's objects
-    /// without the others, and keeps no managed fields.
+    /// without the others, and keeps no managed fields but other writers'.
     #[test]
     fn the_index_follows_the_watch_by_namespace_and_cluster() {
         let i = Index::<ConfigMap>::new(cluster_label);
@@ -375,6 +397,28 @@ mod tests {
         assert_eq!(names(i.group("a", "c1")), ["c1-x"]);
         assert_eq!(names(i.group("b", "c1")), ["c1-x"]);
         assert!(i.group("a", "c1")[0].metadata.managed_fields.is_none());
+        // another writer's entry stays: a hand edit the next pass repairs (issue 33)
+        let mut edited = cm("a", "c1-z", Some("c1"), "5");
+        edited
+            .metadata
+            .managed_fields
+            .as_mut()
+            .unwrap()
+            .push(ManagedFieldsEntry {
+                manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            });
+        i.apply(&Event::Apply(edited));
+        let kept = i.group("a", "c1");
+        let kept = kept.iter().find(|o| o.name_any() == "c1-z").unwrap();
+        assert_eq!(
+            kept.metadata.managed_fields.as_ref().unwrap()[0]
+                .manager
+                .as_deref(),
+            Some("kubectl-edit")
+        );
+        assert_eq!(kept.metadata.managed_fields.as_ref().unwrap().len(), 1);
+        i.apply(&Event::Delete(cm("a", "c1-z", Some("c1"), "6")));
         i.apply(&Event::Apply(cm("a", "c1-y", Some("c1"), "4")));
         assert_eq!(names(i.group("a", "c1")), ["c1-x", "c1-y"]);
         // relabelled to another cluster: leaves c1

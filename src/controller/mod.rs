@@ -32,7 +32,7 @@ use crate::runtime::metrics::{ErrorLabels, Health, Metrics};
 use crate::runtime::settings::{Settings, WatchNamespaces};
 
 /// Field manager of every server-side apply, and the events' reporting controller.
-pub const MANAGER: &str = "clickhouse-operator";
+pub const MANAGER: &str = crate::model::diff::FIELD_MANAGER;
 
 /// Shared by every pass.
 pub struct Context {

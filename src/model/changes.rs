@@ -526,7 +526,7 @@ pub fn pod_template_changed(observed: &Value, desired: &Value) -> bool {
     }
     let removed = matches!((hash(observed), hash(desired)), (Some(a), Some(b)) if a != b);
     // the default anti-affinity does not restart pods written without it (invariant 9)
-    let wanted = crate::model::with_deferred_modes(
+    let wanted = crate::model::with_deferred(
         crate::model::without_default_apart(
             &desired["spec"]["template"],
             Some(&observed["spec"]["template"]),

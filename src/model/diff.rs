@@ -54,6 +54,238 @@ pub fn object_covered(observed: &Value, desired: &Value) -> bool {
     })
 }
 
+/// The operator's field manager: what it writes to the objects it owns is recorded under this
+/// name, and every other name's fields there are someone else's edits ([`foreign_fields`]).
+pub const FIELD_MANAGER: &str = "clickhouse-operator";
+
+/// One step of a path into an object: a field, or an element of a list.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    Field(String),
+    Index(usize),
+}
+
+/// A field or list element of an observed object that another field manager set and the
+/// desired object does not have: a hand edit (`kubectl edit`, `patch`, `apply`) that a
+/// server-side apply leaves in place, because it only removes what its own manager set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Foreign {
+    /// Where it is in the observed object.
+    pub path: Vec<Step>,
+    /// For a list element: the fields that identify it (its key), to be tested before it is
+    /// removed, so that a list that changed meanwhile loses nothing else.
+    pub key: Option<Value>,
+}
+
+impl Foreign {
+    /// The path as a JSON pointer (RFC 6901).
+    pub fn pointer(&self) -> String {
+        self.path
+            .iter()
+            .map(|s| match s {
+                Step::Field(f) => format!("/{}", f.replace('~', "~0").replace('/', "~1")),
+                Step::Index(i) => format!("/{i}"),
+            })
+            .collect()
+    }
+}
+
+/// Is an entry of `metadata.managedFields` another writer's than `ours`, on the object itself
+/// (not its `status` or `scale` subresource, which Kubernetes' controllers write)?
+pub fn is_foreign_entry(entry: &Value, ours: &str) -> bool {
+    entry["manager"].as_str() != Some(ours)
+        && entry["subresource"].as_str().unwrap_or("").is_empty()
+        && entry["fieldsType"].as_str().unwrap_or("FieldsV1") == "FieldsV1"
+}
+
+/// What other field managers set in `observed` (by its `metadata.managedFields`) outside its
+/// metadata and status that `desired` does not have, deepest and last elements first (the
+/// order they can be removed in). A field they set to another value than `desired`'s is not
+/// listed: [`covers`] sees it, and the operator's apply takes it back. Labels and annotations
+/// on the object itself are left to others (tools add their own); those of a pod template are
+/// not.
+pub fn foreign_fields(observed: &Value, desired: &Value, ours: &str) -> Vec<Foreign> {
+    let mut out = Vec::new();
+    for entry in observed["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| is_foreign_entry(e, ours))
+    {
+        let Some(fields) = entry["fieldsV1"].as_object() else {
+            continue;
+        };
+        for (k, child) in fields {
+            let Some(name) = k.strip_prefix("f:") else {
+                continue;
+            };
+            if name == "metadata" || name == "status" || name == "apiVersion" || name == "kind" {
+                continue;
+            }
+            walk(
+                child,
+                &observed[name],
+                desired.get(name),
+                vec![Step::Field(name.to_string())],
+                None,
+                &mut out,
+            );
+        }
+    }
+    out.sort_by(|a, b| b.path.cmp(&a.path));
+    out.dedup_by(|a, b| a.path == b.path);
+    // a removed element takes what is under it along
+    let mut kept: Vec<Foreign> = Vec::new();
+    for f in out {
+        if !kept.iter().any(|k| f.path.starts_with(&k.path)) {
+            kept.push(f);
+        }
+    }
+    kept.sort_by(|a, b| b.path.cmp(&a.path));
+    kept
+}
+
+/// Does a fieldsV1 node own the value at its path itself (a leaf, or a node marked `.`), not
+/// only fields under it?
+fn owns_itself(node: &Value) -> bool {
+    node.as_object()
+        .is_none_or(|o| o.is_empty() || o.contains_key("."))
+}
+
+fn walk(
+    node: &Value,
+    observed: &Value,
+    desired: Option<&Value>,
+    path: Vec<Step>,
+    key: Option<Value>,
+    out: &mut Vec<Foreign>,
+) {
+    if observed.is_null() {
+        return; // no longer there
+    }
+    let Some(desired) = desired.filter(|d| !d.is_null()) else {
+        if owns_itself(node) {
+            out.push(Foreign { path, key });
+            return;
+        }
+        // only fields under it are the other manager's: those go, the rest stays
+        descend(node, observed, None, &path, out);
+        return;
+    };
+    descend(node, observed, Some(desired), &path, out);
+}
+
+fn descend(
+    node: &Value,
+    observed: &Value,
+    desired: Option<&Value>,
+    path: &[Step],
+    out: &mut Vec<Foreign>,
+) {
+    let Some(children) = node.as_object() else {
+        return;
+    };
+    for (k, child) in children {
+        let at = |s: Step| {
+            let mut p = path.to_vec();
+            p.push(s);
+            p
+        };
+        if let Some(name) = k.strip_prefix("f:") {
+            walk(
+                child,
+                &observed[name],
+                desired.and_then(|d| d.get(name)),
+                at(Step::Field(name.to_string())),
+                None,
+                out,
+            );
+        } else if let Some(json) = k.strip_prefix("k:") {
+            let Ok(Value::Object(fields)) = serde_json::from_str::<Value>(json) else {
+                continue;
+            };
+            let matches = |item: &&Value| fields.iter().all(|(f, v)| item.get(f) == Some(v));
+            let Some(list) = observed.as_array() else {
+                continue;
+            };
+            let Some(i) = list.iter().position(|item| matches(&item)) else {
+                continue;
+            };
+            let wanted = desired
+                .and_then(Value::as_array)
+                .and_then(|d| d.iter().find(matches));
+            walk(
+                child,
+                &list[i],
+                wanted,
+                at(Step::Index(i)),
+                Some(Value::Object(fields.clone())),
+                out,
+            );
+        } else if let Some(json) = k.strip_prefix("v:") {
+            let Ok(value) = serde_json::from_str::<Value>(json) else {
+                continue;
+            };
+            let Some(i) = observed
+                .as_array()
+                .and_then(|l| l.iter().position(|v| *v == value))
+            else {
+                continue;
+            };
+            let wanted = desired
+                .and_then(Value::as_array)
+                .is_some_and(|d| d.contains(&value));
+            if !wanted {
+                out.push(Foreign {
+                    path: at(Step::Index(i)),
+                    key: Some(value),
+                });
+            }
+        }
+        // "i:<n>" (atomic lists) and ".": the list or node as a whole, handled by its parent
+    }
+}
+
+/// The JSON patch that removes `foreign` from an object whose managed fields are `managed`:
+/// each element tested against its key first, then removed; and the other managers' entries
+/// without what they set outside metadata, so that a field the API server fills in again
+/// with its default is not seen as theirs at the next pass.
+pub fn removal_patch(foreign: &[Foreign], managed: &Value, ours: &str) -> Value {
+    let mut ops = Vec::new();
+    for f in foreign {
+        let at = f.pointer();
+        if let Some(key) = &f.key {
+            match key {
+                Value::Object(fields) => {
+                    for (k, v) in fields {
+                        ops.push(serde_json::json!({"op": "test", "path": format!("{at}/{k}"), "value": v}));
+                    }
+                }
+                v => ops.push(serde_json::json!({"op": "test", "path": at, "value": v})),
+            }
+        }
+        ops.push(serde_json::json!({"op": "remove", "path": at}));
+    }
+    let entries: Vec<Value> = managed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            if !is_foreign_entry(e, ours) {
+                return Some(e.clone());
+            }
+            let metadata = e["fieldsV1"].get("f:metadata")?.clone();
+            let mut kept = e.clone();
+            kept["fieldsV1"] = serde_json::json!({"f:metadata": metadata});
+            Some(kept)
+        })
+        .collect();
+    ops.push(
+        serde_json::json!({"op": "replace", "path": "/metadata/managedFields", "value": entries}),
+    );
+    Value::Array(ops)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +327,139 @@ mod tests {
             &json!({"metadata": {"resourceVersion": "9", "labels": {"a": "1", "b": "2"}}}),
             &json!({"metadata": {"name": "x", "labels": {"a": "1"}}})
         ));
+    }
+
+    fn edited(fields: Value) -> Value {
+        json!([
+            {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}},
+            {"manager": "kubectl-edit", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": fields},
+        ])
+    }
+
+    fn statefulset(env: Value, annotations: Value, image: &str, managed: Value) -> Value {
+        json!({"metadata": {"name": "c1-0-0", "managedFields": managed},
+               "spec": {"replicas": 1, "template": {
+                   "metadata": {"annotations": annotations},
+                   "spec": {"containers": [{"name": "clickhouse", "image": image, "env": env}]}}}})
+    }
+
+    /// Issue 33 item 3: what a hand edit added to a list or a map the operator writes is found
+    /// by its writer's managed fields, with the key of a list element, deepest and last first;
+    /// what the operator and Kubernetes' controllers wrote is not.
+    #[test]
+    fn fields_another_writer_added_are_found_by_their_managed_fields() {
+        let desired = statefulset(
+            json!([{"name": "A", "value": "1"}]),
+            json!({"ours": "1"}),
+            "i",
+            json!(null),
+        );
+        let fields = json!({
+            "f:metadata": {"f:annotations": {"f:tool": {}}},
+            "f:spec": {"f:template": {
+                "f:metadata": {"f:annotations": {"f:by-hand": {}}},
+                "f:spec": {"f:containers": {"k:{\"name\":\"clickhouse\"}": {
+                    "f:env": {
+                        "k:{\"name\":\"FOO\"}": {".": {}, "f:name": {}, "f:value": {}},
+                        "k:{\"name\":\"BAR\"}": {".": {}, "f:name": {}, "f:value": {}}
+                    }}}}}}
+        });
+        let observed = statefulset(
+            json!([{"name": "FOO", "value": "x"}, {"name": "A", "value": "1"}, {"name": "BAR", "value": "y"}]),
+            json!({"ours": "1", "by-hand": "2"}),
+            "i",
+            edited(fields),
+        );
+        let found = foreign_fields(&observed, &desired, FIELD_MANAGER);
+        let pointers: Vec<String> = found.iter().map(Foreign::pointer).collect();
+        assert_eq!(
+            pointers,
+            [
+                "/spec/template/spec/containers/0/env/2",
+                "/spec/template/spec/containers/0/env/0",
+                "/spec/template/metadata/annotations/by-hand",
+            ],
+            "the object's own annotations are others' to add"
+        );
+        assert_eq!(found[0].key, Some(json!({"name": "BAR"})));
+        // the env list differs in length: covers already says so; the annotation it does not
+        assert!(!object_covered(&observed, &desired));
+        let only_annotation = statefulset(
+            json!([{"name": "A", "value": "1"}]),
+            json!({"ours": "1", "by-hand": "2"}),
+            "i",
+            edited(
+                json!({"f:spec": {"f:template": {"f:metadata": {"f:annotations": {"f:by-hand": {}}}}}}),
+            ),
+        );
+        assert!(object_covered(&only_annotation, &desired));
+        assert_eq!(
+            foreign_fields(&only_annotation, &desired, FIELD_MANAGER).len(),
+            1
+        );
+
+        let patch = removal_patch(
+            &found,
+            &observed["metadata"]["managedFields"],
+            FIELD_MANAGER,
+        );
+        let ops = patch.as_array().unwrap();
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/spec/template/spec/containers/0/env/2/name", "value": "BAR"})
+        );
+        assert_eq!(
+            ops[1],
+            json!({"op": "remove", "path": "/spec/template/spec/containers/0/env/2"})
+        );
+        let managed = &ops.last().unwrap()["value"];
+        assert_eq!(managed.as_array().unwrap().len(), 3);
+        assert_eq!(
+            managed[2]["fieldsV1"],
+            json!({"f:metadata": {"f:annotations": {"f:tool": {}}}}),
+            "the other writer keeps only what it set in the object's metadata"
+        );
+    }
+
+    /// A field another writer changed to another value is the apply's to take back (covers
+    /// sees it), and one it set to the operator's own value is no drift at all; its status and
+    /// scale subresources are Kubernetes' own.
+    #[test]
+    fn changed_values_and_subresources_are_not_removed() {
+        let desired = statefulset(
+            json!([{"name": "A", "value": "1"}]),
+            json!({}),
+            "i",
+            json!(null),
+        );
+        let image = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"clickhouse\"}": {"f:image": {}}}}}}});
+        let changed = statefulset(
+            json!([{"name": "A", "value": "1"}]),
+            json!({}),
+            "other",
+            edited(image.clone()),
+        );
+        assert!(foreign_fields(&changed, &desired, FIELD_MANAGER).is_empty());
+        assert!(!object_covered(&changed, &desired));
+        let same = statefulset(
+            json!([{"name": "A", "value": "1"}]),
+            json!({}),
+            "i",
+            edited(image),
+        );
+        assert!(foreign_fields(&same, &desired, FIELD_MANAGER).is_empty());
+        let scaled = statefulset(
+            json!([{"name": "A", "value": "1"}]),
+            json!({}),
+            "i",
+            json!([{"manager": "kubectl", "subresource": "scale", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:minReadySeconds": {}}}}]),
+        );
+        assert!(foreign_fields(&scaled, &desired, FIELD_MANAGER).is_empty());
     }
 }

@@ -247,6 +247,7 @@ fn keeper_container(c: &Cluster<'_>) -> Container {
             ..Probe::default()
         }),
         security_context: Some(container_security()),
+        termination_message_policy: Some(super::LOG_ON_ERROR.into()),
         ..Container::default()
     }
 }

@@ -114,6 +114,9 @@ pub fn common(cluster: &str, component: Component) -> BTreeMap<String, String> {
     .collect()
 }
 
+/// Label that hands a PVC to the PVC cleaner.
+pub const DELETE_PVC: &str = "clickhouse.com/delete-pvc";
+
 /// Labels of a replica's objects (StatefulSet, ConfigMap, PVC): common plus shard and replica.
 pub fn replica(cluster: &str, r: &ReplicaSpec) -> BTreeMap<String, String> {
     let mut l = common(cluster, Component::Server);

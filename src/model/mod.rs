@@ -299,6 +299,62 @@ pub fn with_deferred_modes(
     template
 }
 
+/// `terminationMessagePolicy` of the server and Keeper containers: a container that fails ends
+/// with the tail of its log as termination message, which the status reports (issue 33).
+pub const LOG_ON_ERROR: &str = "FallbackToLogsOnError";
+
+/// `template` with the `terminationMessagePolicy` of the server and Keeper containers as
+/// `kept` (the observed template) has it; `None` removes it. Like [`with_deferred_modes`], the
+/// policy came after clusters already ran without it (the API server wrote `File` for them)
+/// and reaches their pods with their next restart: it is left out of the template hash and a
+/// different policy alone restarts nothing (invariant 9).
+pub fn with_deferred_log_policy(
+    mut template: serde_json::Value,
+    kept: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    const KEY: &str = "terminationMessagePolicy";
+    let observed = |name: &str| -> Option<serde_json::Value> {
+        kept?["spec"]["containers"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c[KEY].clone())
+    };
+    let Some(containers) = template["spec"]["containers"].as_array_mut() else {
+        return template;
+    };
+    for c in containers {
+        let Some(name) = c["name"].as_str().map(str::to_string) else {
+            continue;
+        };
+        if name != statefulset::SERVER_CONTAINER && name != keeper::KEEPER_CONTAINER {
+            continue;
+        }
+        let Some(fields) = c.as_object_mut() else {
+            continue;
+        };
+        match (kept, observed(&name)) {
+            // a container the observed template does not have yet takes the policy
+            (Some(_), None) => {}
+            (Some(_), Some(serde_json::Value::Null)) | (None, _) => {
+                fields.remove(KEY);
+            }
+            (Some(_), Some(policy)) => {
+                fields.insert(KEY.into(), policy);
+            }
+        }
+    }
+    template
+}
+
+/// [`with_deferred_modes`] and [`with_deferred_log_policy`].
+pub fn with_deferred(
+    template: serde_json::Value,
+    kept: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    with_deferred_log_policy(with_deferred_modes(template, kept), kept)
+}
+
 /// Is `term` (an item of `preferredDuringSchedulingIgnoredDuringExecution`) the default
 /// anti-affinity that keeps a shard's replicas or the Keeper members apart
 /// ([`crate::api::AntiAffinity::Preferred`] left unset)? Like [`DEFERRED_TEMPLATE_FIELDS`], it
@@ -384,7 +440,7 @@ fn without_shard_spread(
 /// The pod template's hash, without [`DEFERRED_TEMPLATE_FIELDS`] and the default anti-affinity
 /// ([`without_default_apart`]).
 pub fn template_hash(template: &serde_json::Value) -> String {
-    let mut t = with_deferred_modes(without_default_apart(template, None), None);
+    let mut t = with_deferred(without_default_apart(template, None), None);
     for path in DEFERRED_TEMPLATE_FIELDS {
         let (last, parents) = path.split_last().expect("non-empty path");
         let mut at = &mut t;

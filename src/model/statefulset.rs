@@ -531,6 +531,7 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
             ..Probe::default()
         }),
         security_context: Some(container_security()),
+        termination_message_policy: Some(super::LOG_ON_ERROR.into()),
         ..Container::default()
     }
 }

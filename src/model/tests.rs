@@ -1577,8 +1577,20 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             }
         }
         assert!(modes > 0 || sts.metadata.name.as_deref().unwrap().contains("keeper"));
+        // nor the main container's log-on-error termination message (issue 33): the API server
+        // wrote its default `File`
+        let main = &mut older["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            main.as_object_mut()
+                .unwrap()
+                .remove("terminationMessagePolicy"),
+            Some(json!(crate::model::LOG_ON_ERROR)),
+            "the main container ends with its log's tail"
+        );
         older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
             serde_json::Value::String(hash::json_hash(&older["spec"]["template"]));
+        older["spec"]["template"]["spec"]["containers"][0]["terminationMessagePolicy"] =
+            json!("File");
         for v in older["spec"]["template"]["spec"]["volumes"]
             .as_array_mut()
             .unwrap()

@@ -11,6 +11,10 @@ use super::{Failure, PlannedEvent};
 pub enum Action {
     /// Create `<cluster>-operator` with a new random password.
     CreateOperatorSecret,
+    /// Make the cluster the owner of `<cluster>-operator` again: a Secret kept from a deleted
+    /// cluster of the same name whose volumes were retained, handed to those volumes at its
+    /// deletion (issue 33).
+    AdoptOperatorSecret,
     /// Add a random password for the metrics exporter's account to an `<cluster>-operator`
     /// made before it existed (unless the Secret changed since it was observed).
     AddExporterPassword,
@@ -71,6 +75,9 @@ impl Action {
     pub fn describe(&self) -> String {
         match self {
             Action::CreateOperatorSecret => "create the operator's credentials Secret".into(),
+            Action::AdoptOperatorSecret => {
+                "take over the credentials Secret kept with the retained volumes".into()
+            }
             Action::AddExporterPassword => {
                 "add the exporter's password to the operator's credentials Secret".into()
             }

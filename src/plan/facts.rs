@@ -68,13 +68,20 @@ pub struct Observed {
     pub pending_fetches: BTreeMap<String, Option<u64>>,
     /// Per Keeper pod asked this pass: the ensemble as it lists it.
     pub keeper_views: BTreeMap<String, MemberView>,
-    /// Per Ready replica, while the cluster is not `ready`: why a query through it does not
-    /// reach every shard (`None`: it does). `ready` means usable (invariant 10).
+    /// Per Ready replica, while the cluster is not `ready`: why it is not usable, a query
+    /// through it not reaching every shard or a replicated table of it read-only (`None`: it
+    /// is usable). `ready` means usable (invariant 10).
     pub distributed: BTreeMap<String, Option<String>>,
+    /// Per pod whose container keeps crashing: the last error line of its previous run's log
+    /// (read only for such pods), as [`last_error`] finds it.
+    pub crash_logs: BTreeMap<String, String>,
     /// What the builders need (secrets, passwords); `replicas` is filled by the pass.
     pub inputs: Inputs,
     /// The operator's Secret exists (its password is in `inputs`).
     pub operator_secret_present: bool,
+    /// It exists and the cluster is not among its owners: kept, with the retained volumes, from
+    /// a deleted cluster of the same name.
+    pub operator_secret_orphaned: bool,
     /// Referenced Secrets that do not exist: field → Secret name.
     pub missing_secrets: Vec<(String, String)>,
     /// The Keeper identity the servers were given, as written in the users Secret (escaped);
@@ -202,6 +209,8 @@ pub struct KeeperMember {
     pub old_revision: bool,
     /// The ensemble as this member's committed configuration lists it.
     pub view: MemberView,
+    /// Why it cannot run, when it cannot (as [`PodFacts::failing`]).
+    pub failing: Option<String>,
 }
 
 /// What one Keeper member says the ensemble is (decision 25).
@@ -337,6 +346,7 @@ impl Facts {
                             current: pod_current(k, p),
                             old_revision: old_revision(k, p),
                             view: obs.keeper_views.get(&pod).cloned().unwrap_or_default(),
+                            failing: pod_failing(p, now, obs),
                             pod,
                         };
                         Some((i, member))
@@ -418,7 +428,7 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
                 ready_since: ready_since(p),
                 current: sts.is_some_and(|s| pod_current(s, p)),
                 outdated: sts.is_some_and(|s| old_revision(s, p)),
-                failing: pod_failing(p, now),
+                failing: pod_failing(p, now, obs),
                 unschedulable: unschedulable(p),
                 address: p.status.as_ref().and_then(|s| s.pod_ip.clone()),
             },
@@ -498,14 +508,18 @@ fn old_revision(sts: &StatefulSet, p: &Pod) -> bool {
     settled && update.is_some() && pod_rev != update
 }
 
-/// Why a pod cannot run, if it cannot (S2-31, S2-39).
-fn pod_failing(p: &Pod, now: Timestamp) -> Option<String> {
+/// Why a pod cannot run, if it cannot (S2-31, S2-39). A container that keeps crashing is
+/// reported with the last error its log shows (read from its previous run's log, else from its
+/// termination message, which is its log's tail, `FallbackToLogsOnError`), with every
+/// credential the cluster uses masked (issue 33).
+fn pod_failing(p: &Pod, now: Timestamp, obs: &Observed) -> Option<String> {
+    let inputs = &obs.inputs;
     let name = p.metadata.name.clone().unwrap_or_default();
     let st = p.status.as_ref()?;
     for cs in st.container_statuses.iter().flatten() {
         if let Some(w) = cs.state.as_ref().and_then(|s| s.waiting.as_ref()) {
             let reason = w.reason.as_deref().unwrap_or("");
-            if matches!(
+            if !matches!(
                 reason,
                 "CrashLoopBackOff"
                     | "ErrImagePull"
@@ -513,11 +527,23 @@ fn pod_failing(p: &Pod, now: Timestamp) -> Option<String> {
                     | "InvalidImageName"
                     | "CreateContainerConfigError"
             ) {
-                return Some(format!(
-                    "pod {name}: {reason}: {}",
-                    w.message.as_deref().unwrap_or("")
-                ));
+                continue;
             }
+            let ended = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+            let detail = match ended {
+                Some(t) if reason == "CrashLoopBackOff" => {
+                    let mut d = format!("container {} exited with code {}", cs.name, t.exit_code);
+                    let logged = obs.crash_logs.get(&name).cloned();
+                    if let Some(line) = logged.or_else(|| t.message.as_deref().and_then(last_error))
+                    {
+                        d.push_str(": ");
+                        d.push_str(&line);
+                    }
+                    d
+                }
+                _ => w.message.clone().unwrap_or_default(),
+            };
+            return Some(redact(format!("pod {name}: {reason}: {detail}"), inputs));
         }
     }
     let sched = st.conditions.iter().flatten().find(|c| {
@@ -532,6 +558,90 @@ fn pod_failing(p: &Pod, now: Timestamp) -> Option<String> {
             sched.message.as_deref().unwrap_or("")
         )
     })
+}
+
+/// The longest excerpt of a log line a status carries.
+const LOG_LINE_MAX: usize = 300;
+
+/// The last line of `log` that reports an error (ClickHouse's `<Error>` and `<Fatal>` levels;
+/// else an exception that is not a frame of a stack trace), else its last line, without the
+/// timestamp and thread prefix and the stack trace, cut to [`LOG_LINE_MAX`] bytes.
+pub fn last_error(log: &str) -> Option<String> {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let frame = |l: &str| {
+        l.split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let line = lines
+        .iter()
+        .rev()
+        .find(|l| l.contains("<Error>") || l.contains("<Fatal>"))
+        .or_else(|| {
+            lines
+                .iter()
+                .rev()
+                .find(|l| l.contains("Exception") && !frame(l))
+        })
+        .or(lines.last())?;
+    let text = ["<Fatal> ", "<Error> "]
+        .iter()
+        .find_map(|level| line.split_once(level).map(|(_, rest)| rest))
+        .unwrap_or(line);
+    let text = [", e.what()", " Stack trace"]
+        .iter()
+        .filter_map(|cut| text.find(cut))
+        .min()
+        .map_or(text, |i| &text[..i]);
+    let mut end = text.len().min(LOG_LINE_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(text[..end].to_string())
+}
+
+/// `text` with every password of `inputs` (of 4 bytes or more) and every line of the Secrets
+/// it read (of 8 bytes or more) replaced by `***`: what a pod writes may repeat a credential,
+/// and none may reach a status or an Event.
+pub fn redact(mut text: String, inputs: &crate::model::Inputs) -> String {
+    let passwords = [
+        Some(&inputs.operator_password),
+        inputs.interserver_password.as_ref(),
+        inputs.cluster_password.as_ref(),
+        inputs.keeper_password.as_ref(),
+        inputs.cluster_secret.as_ref(),
+        inputs.exporter_password.as_ref(),
+    ];
+    let secret_lines = inputs
+        .secrets
+        .values()
+        .flat_map(|d| d.values())
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .lines()
+                .map(|l| l.trim().to_string())
+                .filter(|l| l.len() >= 8)
+                .collect::<Vec<_>>()
+        });
+    let mut values: Vec<String> = passwords
+        .into_iter()
+        .flatten()
+        .chain(inputs.user_passwords.values())
+        .map(|p| p.0.trim().to_string())
+        .filter(|v| v.len() >= 4)
+        .chain(secret_lines)
+        .collect();
+    // longest first, so that a value containing another is masked whole
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    for v in values {
+        if text.contains(&v) {
+            text = text.replace(&v, "***");
+        }
+    }
+    text
 }
 
 /// The scheduler's reason for a pending pod (S2-39).
@@ -587,4 +697,102 @@ pub fn claims(sts: &Value) -> BTreeMap<String, Claim> {
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Inputs, Password};
+    use serde_json::json;
+
+    fn crash_looping(log: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "c1-0-0-0"},
+            "status": {"containerStatuses": [{
+                "name": "clickhouse", "image": "i", "imageID": "", "ready": false,
+                "restartCount": 4,
+                "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                      "message": "back-off 40s restarting failed container"}},
+                "lastState": {"terminated": {"exitCode": 70, "message": log}}
+            }]}
+        }))
+        .unwrap()
+    }
+
+    /// Issue 33 item 1: a server that keeps crashing is reported with the last error of its
+    /// log (its termination message), without the timestamp, and without any credential the
+    /// line repeats.
+    #[test]
+    fn a_crash_loop_is_reported_with_the_last_error_of_the_log_and_no_credential() {
+        let log = "2026.12.03 10:00:00.1 [ 1 ] {} <Information> Application: starting\n\
+                   2026.12.03 10:00:01.2 [ 1 ] {} <Error> Application: Coordination::Exception: Not authenticated, path: /clickhouse/tables/0/default/events\n\
+                   2026.12.03 10:00:01.3 [ 1 ] {} <Error> Application: DB::Exception: digest clickhouse:s3cr3t-keeper refused\n\
+                   2026.12.03 10:00:01.4 [ 1 ] {} <Information> Application: shutting down\n";
+        let obs = Observed {
+            inputs: Inputs {
+                keeper_password: Some(Password("s3cr3t-keeper".into())),
+                ..Inputs::default()
+            },
+            ..Observed::default()
+        };
+        let why = pod_failing(&crash_looping(log), Timestamp::now(), &obs).unwrap();
+        assert_eq!(
+            why,
+            "pod c1-0-0-0: CrashLoopBackOff: container clickhouse exited with code 70: \
+             Application: DB::Exception: digest clickhouse:*** refused"
+        );
+        let only_auth = log.lines().take(2).collect::<Vec<_>>().join("\n");
+        let why = pod_failing(&crash_looping(&only_auth), Timestamp::now(), &obs).unwrap();
+        assert!(
+            why.ends_with("Not authenticated, path: /clickhouse/tables/0/default/events"),
+            "{why}"
+        );
+        // no log at all: the reason and the exit code
+        let why = pod_failing(&crash_looping(""), Timestamp::now(), &obs).unwrap();
+        assert_eq!(
+            why,
+            "pod c1-0-0-0: CrashLoopBackOff: container clickhouse exited with code 70"
+        );
+        // the error line read from the previous run's log wins over the termination message,
+        // whose 2 KiB the shutdown lines after the error fill
+        let mut read = obs.clone();
+        read.crash_logs.insert(
+            "c1-0-0-0".into(),
+            last_error(log.lines().nth(1).unwrap()).unwrap(),
+        );
+        let why = pod_failing(
+            &crash_looping("<Information> shutting down"),
+            Timestamp::now(),
+            &read,
+        )
+        .unwrap();
+        assert!(
+            why.ends_with("Not authenticated, path: /clickhouse/tables/0/default/events"),
+            "{why}"
+        );
+    }
+
+    /// ClickHouse 18.16 writes the error, then its stack trace, then its shutdown: the error
+    /// is found, without the trace.
+    #[test]
+    fn the_error_is_found_before_its_stack_trace_and_the_shutdown() {
+        let log = "2026.12.03 16:24:17.289518 [ 40 ] {} <Error> Application: DB::Exception: Code: 999, e.displayText() = Coordination::Exception: Not authenticated, path: /clickhouse/task_queue, e.what() = Coordination::Exception, Stack trace:\n\
+                   1. /usr/sbin/clickhouse-server(Coordination::Exception::Exception(int)+0x180) [0x5609375f6990]\n\
+                   2. /usr/sbin/clickhouse-server(DB::DDLWorker::run()+0x31) [0x5609375f5e41]\n\
+                   2026.12.03 16:24:17.3 [ 1 ] {} <Information> Application: shutting down\n\
+                   2026.12.03 16:24:17.4 [ 2 ] {} <Information> BaseDaemon: Stop SignalListener thread\n";
+        assert_eq!(
+            last_error(log).unwrap(),
+            "Application: DB::Exception: Code: 999, e.displayText() = Coordination::Exception: Not authenticated, path: /clickhouse/task_queue"
+        );
+        let no_level = "Exception: bad config\n0. frame Exception\nbye\n";
+        assert_eq!(last_error(no_level).unwrap(), "Exception: bad config");
+    }
+
+    #[test]
+    fn a_long_log_line_is_cut_at_a_character_boundary() {
+        let line = format!("x <Fatal> {}", "é".repeat(400));
+        let cut = last_error(&line).unwrap();
+        assert!(cut.len() <= LOG_LINE_MAX && cut.starts_with('é'), "{cut}");
+    }
 }

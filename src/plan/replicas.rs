@@ -181,43 +181,75 @@ pub fn adopt_observed(
     cluster: &str,
     statefulsets: &BTreeMap<String, k8s_openapi::api::apps::v1::StatefulSet>,
 ) -> BTreeMap<String, ReplicaStatus> {
-    let mut out = BTreeMap::new();
-    for (name, sts) in statefulsets {
-        if sts.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let labels = sts.metadata.labels.clone().unwrap_or_default();
-        if labels
-            .get(crate::model::labels::COMPONENT)
-            .map(String::as_str)
-            != Some(crate::model::labels::Component::Server.as_str())
-        {
-            continue;
-        }
-        let Some((shard, index)) = name
-            .strip_prefix(&format!("{cluster}-"))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(s, i)| Some((s.parse::<i32>().ok()?, i.parse::<i64>().ok()?)))
-        else {
-            continue;
-        };
-        if replica_name(cluster, shard, index) != *name
-            || labels.get(crate::model::labels::SHARD) != Some(&shard.to_string())
-        {
-            continue;
-        }
-        out.insert(
-            name.clone(),
-            ReplicaStatus {
-                shard,
-                state: ReplicaState::Pending,
-                is_backup_pod: false,
-                index,
-                scale_in_step: None,
-            },
-        );
+    statefulsets
+        .iter()
+        .filter(|(_, s)| s.metadata.deletion_timestamp.is_none())
+        .filter_map(|(name, s)| adopted(cluster, name, s.metadata.labels.as_ref()?))
+        .collect()
+}
+
+/// The replicas of a cluster created again with the name of a deleted one whose volumes were
+/// retained (`reclaimPolicy: Retain`, issue 33): while the map is empty and no server
+/// StatefulSet exists, each data PVC named like a replica's (`data-<cluster>-<shard>-<index>-0`,
+/// its labels agreeing) that is neither being deleted nor handed to the PVC cleaner is taken
+/// back as `Pending`, so that the cluster comes back on its data instead of beside it.
+pub fn adopt_retained(
+    cluster: &str,
+    pvcs: &BTreeMap<String, k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+) -> BTreeMap<String, ReplicaStatus> {
+    let prefix = format!("{}-", crate::model::statefulset::DATA_VOLUME);
+    pvcs.iter()
+        .filter(|(_, p)| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|(name, p)| {
+            let labels = p.metadata.labels.as_ref()?;
+            if labels.get(crate::model::labels::DELETE_PVC).is_some() {
+                return None;
+            }
+            let replica = name.strip_prefix(&prefix)?.strip_suffix("-0")?;
+            if labels
+                .get(crate::model::labels::REPLICA)
+                .map(String::as_str)
+                != Some(replica)
+            {
+                return None;
+            }
+            adopted(cluster, replica, labels)
+        })
+        .collect()
+}
+
+/// `name` as a `Pending` replica of `cluster`, if it is named like one and its labels (of its
+/// StatefulSet or PVC) say it is a server of that shard.
+fn adopted(
+    cluster: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Option<(String, ReplicaStatus)> {
+    use crate::model::labels as l;
+    if labels.get(l::COMPONENT).map(String::as_str) != Some(l::Component::Server.as_str())
+        || labels.get(l::CLUSTER).map(String::as_str) != Some(cluster)
+    {
+        return None;
     }
-    out
+    let (shard, index) = name
+        .strip_prefix(&format!("{cluster}-"))
+        .and_then(|rest| rest.split_once('-'))
+        .and_then(|(s, i)| Some((s.parse::<i32>().ok()?, i.parse::<i64>().ok()?)))?;
+    if replica_name(cluster, shard, index) != name
+        || labels.get(l::SHARD) != Some(&shard.to_string())
+    {
+        return None;
+    }
+    Some((
+        name.to_string(),
+        ReplicaStatus {
+            shard,
+            state: ReplicaState::Pending,
+            is_backup_pod: false,
+            index,
+            scale_in_step: None,
+        },
+    ))
 }
 
 /// Exactly one backup replica per shard that has a non-condemned replica (S0-13, decision 1):

@@ -157,7 +157,7 @@ fn state(
     let unreachable = unreachable_shards(pass, &wanted);
     if !unreachable.is_empty() {
         waits.push(format!(
-            "waiting for queries through {} to reach every shard",
+            "waiting for servers to serve: {}",
             unreachable.join(", ")
         ));
     }
@@ -211,6 +211,7 @@ fn state(
                 not_ready.join(", ")
             ));
         }
+
         let pending: Vec<&str> = wanted
             .iter()
             .filter(|n| {
@@ -233,6 +234,26 @@ fn state(
         }
         if status.host.is_none() && spec.client_service.enabled {
             waits.push("waiting for the client Service's address".into());
+        }
+    }
+    // why pods are not Ready, where they say (issue 33: a crash loop names its last error)
+    let failing = wanted
+        .iter()
+        .map(|n| pass.facts.server(n))
+        .filter(|f| !f.pod.ready)
+        .filter_map(|f| f.pod.failing.clone())
+        .chain(
+            pass.facts
+                .keeper
+                .members
+                .values()
+                .filter(|m| !m.ready)
+                .filter_map(|m| m.failing.clone()),
+        )
+        .collect::<Vec<_>>();
+    for f in failing {
+        if !waits.iter().any(|w| w.contains(&f)) {
+            waits.push(f);
         }
     }
     (

@@ -16,7 +16,9 @@ async fn count(client: &kube::Client, ns: &str, cluster: &str, pod: &str) -> u64
 /// Issue 17: cluster `b` keeps its replication metadata and DDL queue under its own root in
 /// cluster `a`'s Keeper (another namespace): both replicate a table of the same Keeper path
 /// without seeing each other's rows, on every replica; `b`'s root exists before its servers
-/// start and goes when `b` is deleted, while `a`'s paths and replication are untouched.
+/// start, stays when `b` is deleted with `reclaimPolicy: Retain` (b created again takes it over
+/// with its rows) and goes when `b` is deleted with `Delete`, while `a`'s paths and replication
+/// are untouched.
 /// Issue 32 (S-5): `b` is refused, with the reason in its status, until `a` lists `b`'s
 /// namespace in `spec.keeper.allowedNamespaces`; `b`'s root belongs to `b`'s identity alone, so
 /// `a`'s servers can list the roots but not read inside `b`'s. A third cluster on the same
@@ -176,7 +178,43 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
         assert_eq!(count(&client, &ns_b, "b", p).await, 200, "b on {p} after c");
     }
 
-    // b deleted: its root goes, a keeps its paths and replicates
+    // b deleted with `reclaimPolicy: Retain` (the default): its root stays with its volumes
+    // (a still may not read it), and b created again takes over its credentials, its root and
+    // its rows (issue 33)
+    let b_spec = json!({"replicas": 2, "storage": {"size": "1Gi"},
+        "keeper": {"replicas": 0, "external": {"clusterRef": {"name": "a", "namespace": ns_a}}}});
+    clean_up(&client, &ns_b).await;
+    let kept = a0
+        .query(&under(format!("/clickhouse-operator/{ns_b}")), &options)
+        .await;
+    assert!(
+        kept.is_err(),
+        "b's root kept, closed to a: {:?}",
+        kept.map(|r| r.len())
+    );
+    create_cluster(&client, &ns_b, "b", b_spec).await;
+    let b = wait_ready(&client, &ns_b, "b", 1).await;
+    assert_eq!(
+        b.status.as_ref().unwrap().keeper_root.as_deref(),
+        Some(root.as_str())
+    );
+    for p in &pods(&b) {
+        assert_eq!(
+            count(&client, &ns_b, "b", p).await,
+            200,
+            "b on {p} created again"
+        );
+    }
+
+    // b deleted with `reclaimPolicy: Delete`: its root goes, a keeps its paths and replicates
+    patch_spec(
+        &client,
+        &ns_b,
+        "b",
+        json!({"storage": {"reclaimPolicy": "Delete"}}),
+    )
+    .await;
+    wait_ready(&client, &ns_b, "b", 2).await;
     clean_up(&client, &ns_b).await;
     wait_for(
         std::time::Duration::from_secs(60),

@@ -529,3 +529,357 @@ async fn a_wiped_status_costs_no_distributed_query() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// The operator's credentials Secret of cluster `name`: its data and the kinds of its owners.
+async fn credentials(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Option<(std::collections::BTreeMap<String, Vec<u8>>, Vec<String>)> {
+    let s = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .get_opt(&format!("{name}-operator"))
+        .await
+        .unwrap()?;
+    let owners = s
+        .owner_references()
+        .iter()
+        .map(|o| o.kind.clone())
+        .collect();
+    let data = s
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    Some((data, owners))
+}
+
+/// Issue 33 item 1: a cluster deleted and created again with the same name, as a GitOps tool or
+/// `kubectl delete -f` / `apply -f` does, with rows written every second throughout. With
+/// `reclaimPolicy: Retain` (the default) the credentials Secret outlives the cluster, owned by
+/// the retained volumes; the cluster created again takes it over with the replicas of those
+/// volumes, its servers keep the Keeper identity their replicated tables were created with,
+/// and it is ready with every acknowledged row on every replica, writes going on through its
+/// new client Service. Without the credentials (the Secret deleted by hand) the servers cannot
+/// open their tables, and the status says why: the crash loop with the last error of the log.
+/// Once the retained volumes are deleted, garbage collection takes the Secret too; with
+/// `reclaimPolicy: Delete` the Secret goes with the cluster and its volumes.
+#[tokio::test]
+async fn a_cluster_deleted_and_created_again_comes_back_with_every_row() {
+    let client = client().await;
+    let ns = namespace(&client, "recreate").await;
+    let op = start_operator(&client, &ns, false).await;
+    let spec = json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+                      "storage": {"size": "1Gi"}});
+    create_cluster(&client, &ns, "c1", spec.clone()).await;
+    let first = wait_ready(&client, &ns, "c1", 1).await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (data, owners) = credentials(&client, &ns, "c1").await.unwrap();
+    assert_eq!(owners, ["ClickHouseCluster"]);
+
+    clean_up(&client, &ns).await;
+    let (kept, owners) = credentials(&client, &ns, "c1")
+        .await
+        .expect("the credentials outlive the cluster with its volumes");
+    assert_eq!(kept, data);
+    assert!(
+        !owners.is_empty() && owners.iter().all(|o| o == "PersistentVolumeClaim"),
+        "{owners:?}"
+    );
+    create_cluster(&client, &ns, "c1", spec.clone()).await;
+    let again = wait_ready(&client, &ns, "c1", 1).await;
+    assert_eq!(replica_names(&again), replica_names(&first));
+    let (adopted, owners) = credentials(&client, &ns, "c1").await.unwrap();
+    assert_eq!(adopted, data);
+    assert_eq!(owners, ["ClickHouseCluster"]);
+    // writes go on through the new client Service
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged and found on every replica");
+
+    // without the credentials the data was written with, Keeper refuses the servers their
+    // replicated tables' nodes: never `ready`, and the status names the cause (the read-only
+    // table and Keeper's answer, or a crash loop with the last error of the log)
+    clean_up(&client, &ns).await;
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+        .delete("c1-operator", &DeleteParams::default())
+        .await
+        .unwrap();
+    create_cluster(&client, &ns, "c1", spec.clone()).await;
+    let clusters =
+        Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns);
+    let started = Instant::now();
+    let said = loop {
+        let c = clusters.get("c1").await.unwrap();
+        let s = c.status.clone().unwrap_or_default();
+        let m = s.message.clone().unwrap_or_default();
+        if m.contains("Not authenticated")
+            || (m.contains("CrashLoopBackOff") && m.contains("exited with code"))
+        {
+            break c;
+        }
+        if started.elapsed() > Duration::from_secs(240) {
+            let replicas = replica_names(&c);
+            let mut seen = Vec::new();
+            for r in &replicas {
+                let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+                for q in [
+                    "SELECT concat(database, '.', table, ' readonly=', toString(is_readonly)) AS v FROM system.replicas",
+                    "SELECT name AS v FROM system.zookeeper WHERE path = '/clickhouse/tables/0/default/events'",
+                ] {
+                    seen.push(format!(
+                        "{r}: {q}: {:?}",
+                        ch.query(q, &Default::default()).await.map(|rows| rows
+                            .iter()
+                            .filter_map(|r| r.str("v").ok().map(str::to_string))
+                            .collect::<Vec<_>>())
+                    ));
+                }
+            }
+            panic!(
+                "no cause in the status after 240 s: {:?} {m:?}; {seen:#?}",
+                s.state
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let status = said.status.unwrap();
+    let message = status.message.unwrap();
+    println!("status: {message}");
+    assert!(
+        message.contains("Not authenticated") || message.contains("NoAuth"),
+        "the cause is the Keeper identity: {message}"
+    );
+    assert_ne!(status.state, ClusterState::Ready);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let later = wait_status(&client, &ns, "c1", READY, "a status", |_| true).await;
+    assert_ne!(
+        later.status.unwrap().state,
+        ClusterState::Ready,
+        "never ready"
+    );
+    clean_up(&client, &ns).await;
+
+    // reclaimPolicy: Delete, on new volumes: the Secret goes with the cluster and its volumes
+    let pvcs =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), &ns);
+    pvcs.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(120),
+        "the retained volumes deleted by hand",
+        || {
+            let pvcs = pvcs.clone();
+            async move {
+                pvcs.list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .is_empty()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    wait_for(
+        Duration::from_secs(60),
+        "the credentials collected with the last volume that owned them",
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                credentials(&client, &ns, "c1")
+                    .await
+                    .is_none()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    let mut delete = spec.clone();
+    delete["storage"]["reclaimPolicy"] = json!("Delete");
+    create_cluster(&client, &ns, "c1", delete).await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    clean_up(&client, &ns).await;
+    wait_for(
+        Duration::from_secs(120),
+        "the Secret and the volumes gone with a Delete cluster",
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                let pvcs = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+                    client.clone(),
+                    &ns,
+                )
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+                let secret = credentials(&client, &ns, "c1").await;
+                (pvcs.items.is_empty() && secret.is_none()).then_some(())
+            }
+        },
+    )
+    .await;
+    finish(&client, &ns, op).await;
+}
+
+/// The uids each pod had, by name.
+type UidsSeen =
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, BTreeSet<String>>>>;
+
+/// Pod uids of `pod` seen so far, by a watch started now: how many times it restarted.
+fn watch_restarts(
+    client: &Client,
+    ns: &str,
+    pods: &[&str],
+) -> (UidsSeen, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<
+        String,
+        BTreeSet<String>,
+    >::new()));
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let names: Vec<String> = pods.iter().map(|p| p.to_string()).collect();
+    let out = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(e) = events.next().await {
+            if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = e
+                && names.contains(&p.name_any())
+            {
+                out.lock()
+                    .unwrap()
+                    .entry(p.name_any())
+                    .or_default()
+                    .insert(p.metadata.uid.clone().unwrap_or_default());
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Issue 33 item 3: edits by hand to what the operator owns are repaired, lists and maps
+/// included, under write load: an environment variable added to a server's and to Keeper's
+/// container, an annotation added to a server's pod template, and a probe's period changed.
+/// Server-side apply alone leaves what another field manager added; the operator removes it
+/// (found by that manager's managed fields) and applies its own, once: the server pod restarts
+/// at most once for it (the template goes back to the revision the pod runs), Keeper's at most
+/// twice (its StatefulSet's rolling update restarts the member for the edit before the repair
+/// lands), the status is `ready` again, every acknowledged row is on every replica, and a pass
+/// after the repair writes nothing (the StatefulSets' resourceVersions stay for 15 s).
+#[tokio::test]
+async fn hand_edits_of_owned_objects_are_repaired_once() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use kube::api::{Patch, PatchParams};
+    let client = client().await;
+    let ns = namespace(&client, "drift").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&ready);
+    let server = replicas[0].clone();
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let server_pod = format!("{server}-0");
+    let (restarts, watch) = watch_restarts(&client, &ns, &[&server_pod, "c1-keeper-0"]);
+    let before: std::collections::BTreeMap<String, serde_json::Value> = {
+        let mut m = std::collections::BTreeMap::new();
+        for s in [server.as_str(), "c1-keeper"] {
+            let o = serde_json::to_value(sets.get(s).await.unwrap()).unwrap();
+            m.insert(s.to_string(), o["spec"]["template"].clone());
+        }
+        m
+    };
+    let by_hand = |manager: &str| PatchParams {
+        field_manager: Some(manager.into()),
+        ..PatchParams::default()
+    };
+    let edits: Vec<(&str, &str, serde_json::Value)> = vec![
+        (
+            server.as_str(),
+            "kubectl-edit",
+            json!([{"op": "add", "path": "/spec/template/spec/containers/0/env/-",
+                    "value": {"name": "BY_HAND", "value": "1"}}]),
+        ),
+        (
+            server.as_str(),
+            "kubectl-annotate",
+            json!([{"op": "add", "path": "/spec/template/metadata/annotations/example.com~1by-hand",
+                    "value": "1"}]),
+        ),
+        (
+            server.as_str(),
+            "kubectl-patch",
+            json!([{"op": "replace", "path": "/spec/template/spec/containers/0/readinessProbe/periodSeconds",
+                    "value": 17}]),
+        ),
+        (
+            "c1-keeper",
+            "kubectl-edit",
+            json!([{"op": "add", "path": "/spec/template/spec/containers/0/env",
+                    "value": [{"name": "BY_HAND", "value": "1"}]}]),
+        ),
+    ];
+    for (set, manager, ops) in edits {
+        let patch: json_patch::Patch = serde_json::from_value(ops.clone()).unwrap();
+        sets.patch(set, &by_hand(manager), &Patch::<()>::Json(patch))
+            .await
+            .unwrap_or_else(|e| panic!("{set}: {ops}: {e}"));
+        let want = before[set].clone();
+        let set_name = set.to_string();
+        wait_for(
+            Duration::from_secs(60),
+            &format!("{set}: {ops} repaired"),
+            || {
+                let (sets, want, set_name) = (sets.clone(), want.clone(), set_name.clone());
+                async move {
+                    let o = serde_json::to_value(sets.get(&set_name).await.ok()?).ok()?;
+                    (o["spec"]["template"] == want).then_some(())
+                }
+            },
+        )
+        .await;
+        wait_ready(&client, &ns, "c1", 1).await;
+    }
+    // a pass after the repair writes nothing
+    let versions = |sets: Api<StatefulSet>| async move {
+        let mut v = Vec::new();
+        for s in sets.list(&ListParams::default()).await.unwrap() {
+            v.push((s.name_any(), s.resource_version()));
+        }
+        v
+    };
+    let settled = versions(sets.clone()).await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        versions(sets.clone()).await,
+        settled,
+        "a StatefulSet was written again"
+    );
+    watch.abort();
+    let restarts = restarts.lock().unwrap().clone();
+    println!("pod uids: {restarts:?}");
+    assert!(
+        restarts[&server_pod].len() <= 2,
+        "the server pod restarted more than once: {restarts:?}"
+    );
+    assert!(
+        restarts["c1-keeper-0"].len() <= 3,
+        "the Keeper pod restarted more than twice: {restarts:?}"
+    );
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged and found on every replica");
+    let status = wait_ready(&client, &ns, "c1", 1).await.status.unwrap();
+    assert_eq!(status.state, ClusterState::Ready);
+    finish(&client, &ns, op).await;
+}

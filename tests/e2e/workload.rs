@@ -52,9 +52,11 @@ impl Workload {
         let ch = sql_client_at(client, ns, cluster, &ip, Duration::from_secs(30)).await;
         exec(&ch, &format!("CREATE TABLE IF NOT EXISTS default.events ON CLUSTER {cluster} (batch UInt64, id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{{shard}}/default/events', '{{replica}}') ORDER BY (batch, id)")).await;
         exec(&ch, &format!("CREATE TABLE IF NOT EXISTS default.events_all ON CLUSTER {cluster} AS default.events ENGINE = Distributed({cluster}, default, events, batch)")).await;
-        let writer = sql_client_at(client, ns, cluster, &ip, Duration::from_secs(5)).await;
+        let mut writer = sql_client_at(client, ns, cluster, &ip, Duration::from_secs(5)).await;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let (k8s, namespace, name) = (client.clone(), ns.to_string(), cluster.to_string());
+        let mut address = ip;
         let task = tokio::spawn(async move {
             let mut acked = Vec::new();
             let options = QueryOptions::new().setting("insert_distributed_sync", 1);
@@ -68,6 +70,16 @@ impl Workload {
                 );
                 if writer.exec(&sql, &options).await.is_ok() {
                     acked.push(batch);
+                } else if let Ok(Some(ip)) = Api::<Service>::namespaced(k8s.clone(), &namespace)
+                    .get_opt(&name)
+                    .await
+                    .map(|s| s.and_then(|s| s.spec?.cluster_ip))
+                    && ip != address
+                {
+                    // the cluster was created again: its new client Service
+                    writer =
+                        sql_client_at(&k8s, &namespace, &name, &ip, Duration::from_secs(5)).await;
+                    address = ip;
                 }
                 tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed())).await;
             }

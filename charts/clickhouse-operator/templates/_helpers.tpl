@@ -95,16 +95,18 @@ No wildcard anywhere.
 # One StatefulSet per replica and per Keeper ensemble: watched into the passes' cache and listed by
 # label when a pass reads the API server after its own writes,
 # created, applied (patch), deleted on scale-in, and recreated with orphaned pods when an immutable
-# field changes, e.g. a volume grows (delete; a later pass creates it once it is gone).
+# field changes, e.g. a volume grows (delete; a later pass creates it once it is gone). Read by
+# name (get) when a hand edit is repaired: its managed fields, which the caches keep only in
+# part, say what another writer added (this holds for every kind the operator applies).
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # ClickHouse and Keeper configuration, and the client and headless Services: observed, watched,
-# created, applied when they change, and deleted when no longer wanted (a removed replica's
-# ConfigMap, the client Service switched off).
+# created, applied when they change, read by name to repair a hand edit, and deleted when no
+# longer wanted (a removed replica's ConfigMap, the client Service switched off).
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Secrets: the operator's credentials (<cluster>-operator) are created once; the users Secret it
 # renders for ClickHouse is created and applied (patch) when a password changes; the Secrets the
 # clusters own (by label) are listed and watched into the passes' cache; the Secrets a cluster
@@ -116,20 +118,26 @@ No wildcard anywhere.
   resources: ["secrets"]
   verbs: ["get", "list", "watch", "create", "patch"]
 # One PodDisruptionBudget per shard and for Keeper: observed, watched, created, applied when
-# maxUnavailable changes, deleted with a removed shard.
+# maxUnavailable changes, read by name to repair a hand edit, deleted with a removed shard.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # NetworkPolicies of the server and Keeper pods (spec.networkPolicy): watched into the passes'
-# cache, created, applied when the peers change, deleted when switched off.
+# cache, created, applied when the peers change, read by name to repair a hand edit, deleted
+# when switched off.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Pods: observed and watched (readiness, revision); labels patched to take a replica out of the
 # client Service before a restart or scale-in; deleted to restart a pod on its new revision.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "patch", "delete"]
+# the previous run's log of a server or Keeper container in CrashLoopBackOff: its last error line,
+# credentials masked, is the status' reason for the crash loop (nothing else of a log is read)
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 # PVCs: watched into the passes' cache (list, watch); grown in place (patch spec.resources) and
 # labelled clickhouse.com/delete-pvc for the PVC cleaner (patch). The operator itself never
 # deletes one.

@@ -133,6 +133,7 @@ async fn run(
     let ns = cluster.namespace().unwrap_or_default();
     match step {
         Action::CreateOperatorSecret => create_operator_secret(cluster, ctx).await,
+        Action::AdoptOperatorSecret => adopt_operator_secret(cluster, ctx).await,
         Action::AddExporterPassword => add_exporter_password(cluster, ctx).await,
         Action::PublishExporterCredentials => {
             publish_exporter_credentials(cluster, world, ctx).await;
@@ -146,12 +147,25 @@ async fn run(
         } => {
             let api = dynamic(ctx, &ns, *kind);
             if !*create {
+                let removed = remove_foreign_fields(&api, name, object).await?;
                 api.patch(
                     name,
                     &PatchParams::apply(MANAGER).force(),
                     &Patch::Apply(object),
                 )
                 .await?;
+                if !removed.is_empty() {
+                    return Ok(Done::Finished(Some(PlannedEvent {
+                        kind: EventType::Warning,
+                        reason: "Repaired",
+                        action: "Apply",
+                        message: format!(
+                            "{} {name}: removed what another writer added to what the operator owns ({}) and applied what the cluster's spec wants",
+                            kind.as_str(),
+                            removed.join(", ")
+                        ),
+                    })));
+                }
                 return Ok(normal(
                     "Applied",
                     "Apply",
@@ -289,6 +303,54 @@ async fn run(
     }
 }
 
+/// Removes from object `name` what other writers added to what the operator owns and
+/// `desired` does not have ([`model::diff::foreign_fields`], read from a fresh copy: the caches
+/// keep only others' managed fields), with one JSON patch that tests each list element's key
+/// before removing it; returns the paths removed with their writers, for the event (never a
+/// value: a hand-added environment variable may hold a secret).
+async fn remove_foreign_fields(
+    api: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+    desired: &serde_json::Value,
+) -> Result<Vec<String>, Error> {
+    use model::diff::{FIELD_MANAGER, foreign_fields, removal_patch};
+    let Some(current) = api.get_opt(name).await? else {
+        return Ok(Vec::new());
+    };
+    let current = serde_json::to_value(&current).expect("Kubernetes objects serialise");
+    let foreign = foreign_fields(&current, desired, FIELD_MANAGER);
+    if foreign.is_empty() {
+        return Ok(Vec::new());
+    }
+    let managed = &current["metadata"]["managedFields"];
+    let writers: BTreeSet<&str> = managed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| model::diff::is_foreign_entry(e, FIELD_MANAGER))
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    let patch: json_patch::Patch =
+        serde_json::from_value(removal_patch(&foreign, managed, FIELD_MANAGER))
+            .map_err(|e| Error::failed(FailureReason::Internal, format!("a JSON patch: {e}")))?;
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::<()>::Json(patch)).await?;
+    let paths: Vec<String> = foreign.iter().map(|f| f.pointer()).collect();
+    warn!(object = %name, removed = ?paths, writers = ?writers, "removed fields another writer added");
+    Ok(paths
+        .into_iter()
+        .map(|p| {
+            format!(
+                "{p} (by {})",
+                writers.iter().copied().collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect())
+}
+
 async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Done, Error> {
     let c = model::Cluster::new(cluster)
         .map_err(|e| Error::failed(FailureReason::InvalidSpec, e.to_string()))?;
@@ -317,6 +379,31 @@ async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> R
         format!(
             "created Secret {}",
             names::operator_secret(&cluster.name_any())
+        ),
+    ))
+}
+
+/// Makes the cluster the only owner of `<cluster>-operator`, kept from a deleted cluster of the
+/// same name with the volumes it retained ([`super::retained`]); the Secret's data is left as
+/// it is.
+async fn adopt_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Done, Error> {
+    let name = names::operator_secret(&cluster.name_any());
+    let owner = kube::Resource::controller_owner_ref(cluster, &()).ok_or_else(|| {
+        Error::failed(FailureReason::InvalidSpec, "the cluster has no uid".into())
+    })?;
+    api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"ownerReferences": [owner]}})),
+        )
+        .await?;
+    Ok(normal(
+        "CredentialsAdopted",
+        "Update",
+        format!(
+            "took over Secret {name}, kept from a deleted cluster of this name with its volumes: \
+             the servers keep the Keeper identity and passwords their data was written with"
         ),
     ))
 }

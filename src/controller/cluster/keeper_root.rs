@@ -1,7 +1,7 @@
 //! The cluster's root path in an external Keeper (`spec.keeper.external`, issue 17): created,
 //! every missing level of it, before the servers start (ClickHouse refuses a root that does not
-//! exist), and removed with everything under it when the cluster is deleted, once its servers
-//! are gone. The operator speaks to the ensemble itself ([`crate::clickhouse::keeper`]), as the
+//! exist), and removed with everything under it when the cluster is deleted with
+//! `reclaimPolicy: Delete`, once its servers are gone (with `Retain` it stays with the volumes). The operator speaks to the ensemble itself ([`crate::clickhouse::keeper`]), as the
 //! servers' Keeper identity, so it may remove what they created.
 //!
 //! ACLs (issue 32, S-5): the root belongs to the cluster's digest identity alone; the levels
@@ -11,7 +11,9 @@
 //!
 //! Ownership: the root's data names the cluster it was made for ([`marker`], its UID). A root
 //! inside another cluster's root, or one that exists with content and was not made for this
-//! cluster, is refused before anything is created; removal leaves alone a root that names
+//! cluster, is refused before anything is created; one made for another UID whose ACL is this
+//! cluster's identity alone is the root of a deleted cluster whose credentials this one took
+//! over with its retained volumes (issue 33), and is taken over; removal leaves alone a root that names
 //! another cluster and every root of another cluster found under it, so deleting one cluster
 //! never takes another's replication metadata with it.
 
@@ -209,7 +211,18 @@ async fn ensure_in(
         at.push_str(part);
         let last = i + 1 == parts.len();
         let acl = if last { &own } else { &shared };
-        let found = node(s, &at).await?;
+        let mut found = node(s, &at).await?;
+        if last
+            && let (Node::Present(data), Some(_)) = (&found, &identity)
+            && owner_of(data).is_some_and(|o| o != uid)
+            && s.acl(&at).await.map_err(keeper_error)? == own
+        {
+            // the root of a deleted cluster of this name whose volumes and credentials were
+            // retained: only the same identity reads a root (its ACL is that identity's
+            // alone), and only its cluster's credentials hold it; taken over as it is
+            s.set(&at, &marker(&uid)).await.map_err(keeper_error)?;
+            found = Node::Present(marker(&uid));
+        }
         if found.is_others_root(&uid) {
             return Err(refuse(if last {
                 "it is another cluster's root".into()

@@ -6,6 +6,7 @@ mod execute;
 pub mod keeper_root;
 mod observe;
 pub mod preview;
+mod retained;
 
 pub use observe::replica_config;
 mod scale_in;
@@ -36,8 +37,7 @@ pub const KIND: &str = "ClickHouseCluster";
 /// adds it only to a cluster it manages: a second cluster refused in a namespace (decision 18)
 /// gets none, so deleting it never waits for the operator.
 pub const FINALIZER: &str = "clickhouse.com/finalizer";
-/// Label that hands a PVC to the PVC cleaner.
-pub const DELETE_PVC_LABEL: &str = "clickhouse.com/delete-pvc";
+pub use crate::model::labels::DELETE_PVC as DELETE_PVC_LABEL;
 /// How many times one reconcile observes and decides again right away (`Plan::again`).
 const PASSES_PER_RECONCILE: usize = 4;
 
@@ -219,15 +219,26 @@ async fn ensure_finalizer(
 }
 
 /// Deletion (S2-09: run the finalizers and stop): PVCs follow `spec.storage.reclaimPolicy`
-/// (decision 12); owned objects go through garbage collection.
+/// (decision 12), and so do what their data depends on: the credentials Secret (handed to the
+/// retained volumes, [`retained`]) and the root in an external Keeper (kept with them); owned
+/// objects go through garbage collection.
 async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, Error> {
     let ns = cluster.namespace().unwrap_or_default();
-    if cluster.spec.storage.data.reclaim_policy == ReclaimPolicy::Delete {
+    let delete = cluster.spec.storage.data.reclaim_policy == ReclaimPolicy::Delete;
+    if delete {
         let (world, _) = observe::observe(cluster, ctx).await?;
         scale_in::label_pvcs(ctx, &ns, &world, |_| true).await?;
+    } else {
+        retained::hand_credentials_to_volumes(cluster, ctx).await?;
     }
     let root = cluster.status.as_ref().and_then(|s| s.keeper_root.clone());
-    if let Some(root) = root.filter(|_| cluster.spec.keeper.external.is_some()) {
+    let root = root.filter(|_| cluster.spec.keeper.external.is_some());
+    if let Some(root) = root.as_ref().filter(|_| !delete) {
+        // the retained tables' replication metadata: a cluster created again with this name,
+        // the credentials and the volumes, takes it over (keeper_root::ensure)
+        info!(cluster = %cluster.name_any(), root = %root, "kept the cluster's root in the external Keeper with its retained volumes");
+    }
+    if let Some(root) = root.filter(|_| delete) {
         // the root in the shared Keeper goes with the cluster, once no server writes to it
         if !keeper_root::servers_stopped(cluster, ctx).await? {
             return Ok(Action::requeue(std::time::Duration::from_secs(2)));

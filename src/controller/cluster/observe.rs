@@ -71,6 +71,7 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(Worl
         pods: ctx.operator_pods.clone(),
     };
     let mut world = build(cluster, siblings, lists, operator).await?;
+    read_crash_logs(&ctx.client, &ns, &mut world.observed).await;
     world.observed.keeper_owner = keeper_owner(cluster, ctx).await;
     world.observed.exporter_credentials_published = ctx.exporter_credentials.as_ref().map(|p| {
         let (password, ca) = exporter_credentials(cluster, &world);
@@ -214,7 +215,72 @@ pub async fn observe_with(
             })
         }),
     };
-    build(cluster, siblings, lists, operator).await
+    let mut world = build(cluster, siblings, lists, operator).await?;
+    let ns = cluster.namespace().unwrap_or_default();
+    read_crash_logs(client, &ns, &mut world.observed).await;
+    Ok(world)
+}
+
+/// How many crash-looping pods a pass reads the log of.
+const CRASH_LOGS_PER_PASS: usize = 4;
+
+/// For each pod whose container keeps crashing (`CrashLoopBackOff`): the last error line of
+/// its previous run's log (`Observed::crash_logs`), from its last 64 KiB, within 3 s; a log
+/// that cannot be read leaves the termination message to tell. ClickHouse logs dozens of
+/// shutdown lines after the error that stops it, so the termination message (2 KiB of the
+/// log's tail) seldom holds it.
+async fn read_crash_logs(client: &Client, ns: &str, o: &mut Observed) {
+    let crashing: Vec<(String, String)> = o
+        .pods
+        .iter()
+        .filter_map(|(name, p)| {
+            let cs = p
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .find(|cs| {
+                    cs.state
+                        .as_ref()
+                        .and_then(|s| s.waiting.as_ref())
+                        .and_then(|w| w.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+                })?;
+            Some((name.clone(), cs.name.clone()))
+        })
+        .take(CRASH_LOGS_PER_PASS)
+        .collect();
+    if crashing.is_empty() {
+        return;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let reads = crashing.into_iter().map(|(pod, container)| {
+        let pods = pods.clone();
+        async move {
+            let params = kube::api::LogParams {
+                container: Some(container),
+                previous: true,
+                tail_lines: Some(400),
+                limit_bytes: Some(64 * 1024),
+                ..kube::api::LogParams::default()
+            };
+            let log = tokio::time::timeout(Duration::from_secs(3), pods.logs(&pod, &params)).await;
+            match log {
+                Ok(Ok(text)) => (pod, crate::plan::facts::last_error(&text)),
+                Ok(Err(e)) => {
+                    debug!(%pod, error = %e, "cannot read the log of a crashing container");
+                    (pod, None)
+                }
+                Err(_) => (pod, None),
+            }
+        }
+    });
+    for (pod, line) in futures::future::join_all(reads).await {
+        if let Some(line) = line {
+            o.crash_logs.insert(pod, line);
+        }
+    }
 }
 
 /// What the builders need of the operator itself.
@@ -366,11 +432,16 @@ async fn build(
         .extend(as_json(Kind::PodDisruptionBudget, lists.pdbs));
     o.objects
         .extend(as_json(Kind::NetworkPolicy, lists.network_policies));
-    let operator_secret = lists
+    let found = lists
         .owned_secrets
         .iter()
-        .find(|s| s.name_any() == names::operator_secret(&name))
-        .and_then(|s| s.data.as_ref());
+        .find(|s| s.name_any() == names::operator_secret(&name));
+    o.operator_secret_orphaned = found.is_some_and(|s| {
+        !s.owner_references()
+            .iter()
+            .any(|r| Some(&r.uid) == cluster.metadata.uid.as_ref())
+    });
+    let operator_secret = found.and_then(|s| s.data.as_ref());
     if let Some(pw) = operator_secret.and_then(|d| d.get(names::OPERATOR_PASSWORD_KEY)) {
         o.operator_secret_present = true;
         o.inputs.operator_password = Password(String::from_utf8_lossy(&pw.0).into_owned());
@@ -456,6 +527,8 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
         .cloned()
         .collect();
     let name = ClusterName(cluster.name_any());
+    let has_keeper = cluster.spec.keeper.replicas > 0 || cluster.spec.keeper.external.is_some();
+    let ddl_path = has_keeper.then_some(model::config::server::DDL_PATH);
     // every server at once: a pass waits for the slowest server, not for their sum
     let asks = ready.into_iter().map(|r| {
         let client = ch_client(cluster, world, &r);
@@ -469,7 +542,7 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
                 .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
                 .ok();
             let reached = if probe {
-                Some(chreplica::shards_answering(&c, name).await)
+                Some(chreplica::serving(&c, name, ddl_path).await)
             } else {
                 None
             };
@@ -492,10 +565,7 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
             .cluster_hosts
             .insert(r.clone(), seen.map(|(n, _)| n));
         if let Some(reached) = reached {
-            world
-                .observed
-                .distributed
-                .insert(r, reached.err().map(|e| e.to_string()));
+            world.observed.distributed.insert(r, reached.err());
         }
     }
 }

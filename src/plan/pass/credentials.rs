@@ -62,6 +62,11 @@ pub fn plan(pass: &mut Pass) {
         pass.emit(Action::CreateOperatorSecret);
         pass.again();
         pass.gates.halted = true;
+    } else if pass.obs.operator_secret_orphaned {
+        // the credentials the retained volumes were written with: the Keeper identity their
+        // replicated tables' nodes were created for above all (issue 33)
+        pass.emit(Action::AdoptOperatorSecret);
+        pass.again();
     } else if pass.obs.inputs.exporter_password.is_none() {
         // the exporter's read-only account (issue 32, S-6): the users file, which the servers
         // reload, gets it at the next pass; no pod restarts for it

@@ -32,7 +32,7 @@ use crate::api::{
 };
 use crate::model::Desired;
 use crate::model::changes::pod_template_changed;
-use crate::model::diff::object_covered;
+use crate::model::diff::{FIELD_MANAGER, foreign_fields, object_covered};
 
 /// Annotation on a ClickHouseCluster that allows removing shards, whose data is then lost.
 pub const ALLOW_DATA_LOSS: &str = "clickhouse.com/allow-data-loss";
@@ -167,6 +167,10 @@ impl<'a> Pass<'a> {
             // is built from it (issue 33)
             let name = cluster.metadata.name.as_deref().unwrap_or_default();
             old.replica_state_map = crate::plan::replicas::adopt_observed(name, &obs.statefulsets);
+            if old.replica_state_map.is_empty() {
+                // created again on retained volumes: the replicas they hold
+                old.replica_state_map = crate::plan::replicas::adopt_retained(name, &obs.pvcs);
+            }
             let next = old.replica_state_map.values().map(|r| r.index + 1).max();
             old.next_replica_index = old.next_replica_index.max(next.unwrap_or(0));
         }
@@ -302,7 +306,7 @@ impl<'a> Pass<'a> {
         };
         if !observed
             .as_ref()
-            .is_some_and(|o| object_covered(o, &object))
+            .is_some_and(|o| object_current(o, &object))
         {
             self.emit(Action::Apply {
                 kind,
@@ -351,9 +355,23 @@ pub fn with_template_of(desired: &Value, observed: &Value) -> Value {
     object
 }
 
-/// Does the observed StatefulSet's pod template cover the desired one (no restart needed)?
+/// Does the observed object hold what the operator wants, and nothing another writer added
+/// to what it owns (issue 33: a hand edit is repaired, lists and maps included)?
+pub fn object_current(observed: &Value, desired: &Value) -> bool {
+    object_covered(observed, desired) && foreign_fields(observed, desired, FIELD_MANAGER).is_empty()
+}
+
+/// Does the observed StatefulSet's pod template cover the desired one (no restart needed), with
+/// nothing another writer added to it?
 fn template_covers(observed: &Value, desired: &Value) -> bool {
+    let template = [
+        crate::model::diff::Step::Field("spec".into()),
+        crate::model::diff::Step::Field("template".into()),
+    ];
     !pod_template_changed(observed, desired)
+        && !foreign_fields(observed, desired, FIELD_MANAGER)
+            .iter()
+            .any(|f| f.path.starts_with(&template))
 }
 
 #[cfg(test)]

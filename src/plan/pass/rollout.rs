@@ -9,9 +9,8 @@ use std::collections::BTreeSet;
 use k8s_openapi::jiff::SignedDuration;
 use serde_json::Value;
 
-use super::{Pass, json_of, template_covers, with_template_of};
+use super::{Pass, json_of, object_current, template_covers, with_template_of};
 use crate::api::UpdateStrategy;
-use crate::model::diff::object_covered;
 use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::action::Action;
@@ -259,7 +258,7 @@ fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
         return;
     }
     let rest = with_template_of(&e.desired, &e.observed);
-    if !object_covered(&e.observed, &rest) {
+    if !object_current(&e.observed, &rest) {
         let template_outdated = !template_covers(&e.observed, &e.desired);
         pass.emit(Action::Apply {
             kind: Kind::StatefulSet,

@@ -427,6 +427,9 @@ impl Sim {
                 Action::AddExporterPassword => {
                     self.obs.inputs.exporter_password = Some(model::Password("added".into()));
                 }
+                Action::AdoptOperatorSecret => {
+                    self.obs.operator_secret_orphaned = false;
+                }
                 Action::PublishExporterCredentials => {
                     self.obs.exporter_credentials_published = Some(true);
                 }
@@ -2267,4 +2270,62 @@ fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
         users_secret_file(&sim, crate::model::names::REMOTE_SERVERS_FILE),
         remote
     );
+}
+
+/// Issue 33 item 1: a cluster deleted with `reclaimPolicy: Retain` and created again with the
+/// same name (new UID, no status, no StatefulSet) finds its data PVCs and the credentials
+/// Secret handed to them. The first pass takes the Secret over and the replicas back from the
+/// volumes (their names, shards and indexes, also where a scale-out numbered them otherwise
+/// than a new cluster would), before anything is built: no replica beside the data, none removed, and the
+/// cluster converges to ready on the same replicas.
+#[test]
+fn a_cluster_created_again_on_retained_volumes_takes_back_its_replicas_and_credentials() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}}));
+    sim.converge(30);
+    sim.cluster.spec.replicas = 3;
+    sim.converge(40);
+    let replicas: Vec<String> = sim.map().keys().cloned().collect();
+    // a scale-out numbers replicas otherwise than a new cluster of 3 replicas would
+    assert_eq!(
+        replicas,
+        ["c1-0-0", "c1-0-1", "c1-0-4", "c1-1-2", "c1-1-3", "c1-1-5"]
+    );
+    // deleted: everything but the volumes of the remaining replicas (the cleaner took the
+    // others) and the Keeper's; the Secret outlives the cluster with them
+    sim.obs.statefulsets.clear();
+    sim.obs.pods.clear();
+    sim.obs.objects.clear();
+    sim.obs.pvcs.retain(|name, _| {
+        name.contains("keeper") || replicas.iter().any(|r| *name == format!("data-{r}-0"))
+    });
+    sim.cluster.metadata.uid = Some("uid-2".into());
+    sim.cluster.status = None;
+    sim.obs.operator_secret_orphaned = true;
+    let p = sim.plan();
+    assert!(
+        p.actions.contains(&Action::AdoptOperatorSecret),
+        "{:?}",
+        p.actions
+    );
+    assert!(!p.actions.contains(&Action::CreateOperatorSecret));
+    assert_eq!(
+        p.status
+            .replica_state_map
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>(),
+        replicas,
+        "the replicas of the retained volumes"
+    );
+    sim.converge(40);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert_eq!(sim.map().keys().cloned().collect::<Vec<_>>(), replicas);
+    assert!(!sim.obs.operator_secret_orphaned);
+    let created: Vec<&String> = sim
+        .log
+        .iter()
+        .filter(|l| l.starts_with("apply StatefulSet"))
+        .collect();
+    assert!(!created.is_empty());
 }
