@@ -50,13 +50,29 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     status.keeper = ComponentStatus::new(keeper_size, keeper_serving, keeper_ready);
     status.host = client_host(pass);
     status.version = pass.recorded_version.map(|v| v.to_string());
-    let (state, message) = state(pass, &status, ready_servers, keeper_ready);
+    let (state, mut message) = state(pass, &status, ready_servers, keeper_ready);
+    let crash = full_crash(pass, &status, serving, keeper_serving);
+    if let (Some(crash), ClusterState::Initializing) = (&crash, state) {
+        message = Some(match message {
+            Some(m) => format!("{crash}; {m}"),
+            None => crash.clone(),
+        });
+    }
     status.state = state;
     status.message = message;
     // Whether the pass succeeded is known once the executor ran it: see [`report`].
     if let Some(f) = pass.failure() {
         status = status::failed(&status, generation, f, pass.now);
     }
+    set_condition(
+        &mut status.conditions,
+        status::FULL_CRASH,
+        crash.is_some(),
+        if crash.is_some() { "Down" } else { "Serving" },
+        crash.as_deref().unwrap_or(""),
+        generation,
+        pass.now,
+    );
     let ready = state == ClusterState::Ready;
     set_condition(
         &mut status.conditions,
@@ -68,6 +84,52 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
         pass.now,
     );
     status
+}
+
+/// S2-12, the full-crash check: a cluster that was `ready` (or already in a full crash) and is
+/// not being paused or switching TLS, whose every wanted server pod is down, or whose Keeper
+/// has no serving member. A cluster that is starting or resuming is not in a crash. The rollout
+/// restarts every replica of a shard without a Ready one at once, not one by one
+/// (`plan::rollout`), and servers start once Keeper serves.
+fn full_crash(
+    pass: &Pass,
+    status: &ClickHouseClusterStatus,
+    serving: i32,
+    keeper_serving: i32,
+) -> Option<String> {
+    let before = pass.cluster.status.as_ref();
+    let ran = before.is_some_and(|s| {
+        s.state == ClusterState::Ready
+            || s.conditions
+                .iter()
+                .any(|c| c.r#type == status::FULL_CRASH && c.status == "True")
+    }) && status
+        .replica_state_map
+        .values()
+        .any(|r| r.state == ReplicaState::Ready);
+    if !ran || pass.facts.mode != Mode::Running {
+        return None;
+    }
+    let servers = pass.live_replicas().count();
+    let keeper = pass.desired().keeper.is_some() && pass.spec.keeper.replicas > 0;
+    let parts: Vec<String> = [
+        (servers > 0 && serving == 0).then(|| format!("every server is down (0/{servers} Ready)")),
+        (keeper && keeper_serving == 0).then(|| {
+            format!(
+                "Keeper has no serving member (0/{})",
+                pass.spec.keeper.replicas
+            )
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "full crash: {}, recovering them all at once",
+            parts.join(" and ")
+        )
+    })
 }
 
 /// The address clients use: the LoadBalancer's, or the client Service's DNS name.

@@ -8,6 +8,8 @@ use crate::api::{ClickHouseClusterStatus, ClusterState, Condition, validate::War
 
 pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
 pub const SPEC_VALID: &str = "SpecValid";
+/// Every server pod of a cluster that ran is down, or its Keeper has no serving member (S2-12).
+pub const FULL_CRASH: &str = "FullCrash";
 pub const REDUNDANT: &str = "Redundant";
 /// The reason of the failed-pass condition (S2-36).
 pub const ERROR_RECONCILE: &str = "ErrorReconcile";

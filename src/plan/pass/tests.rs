@@ -2329,3 +2329,82 @@ fn a_cluster_created_again_on_retained_volumes_takes_back_its_replicas_and_crede
         .collect();
     assert!(!created.is_empty());
 }
+
+/// S2-12, the full-crash check: every server pod of a cluster that was ready going down sets
+/// the condition `FullCrash` with what is down and puts it first in the message; it clears
+/// once a server serves again. A cluster resuming from a pause, its servers not up yet, is no
+/// crash.
+#[test]
+fn every_server_down_after_ready_is_a_full_crash_until_one_serves() {
+    use crate::plan::status::FULL_CRASH;
+    let crash = |s: &crate::api::ClickHouseClusterStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.r#type == FULL_CRASH)
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}}));
+    sim.converge(30);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert_eq!(
+        crash(sim.cluster.status.as_ref().unwrap()).unwrap().0,
+        "False"
+    );
+    let servers: Vec<String> = sim.map().keys().map(|r| format!("{r}-0")).collect();
+    for pod in &servers {
+        sim.broken.insert(pod.clone());
+        sim.obs.pods.remove(pod);
+    }
+    sim.settle();
+    let p = sim.plan();
+    let (status, message) = crash(&p.status).unwrap();
+    assert_eq!(status, "True");
+    assert_eq!(
+        message,
+        "full crash: every server is down (0/4 Ready), recovering them all at once"
+    );
+    assert!(
+        p.status
+            .message
+            .as_deref()
+            .unwrap()
+            .starts_with("full crash"),
+        "{:?}",
+        p.status.message
+    );
+    sim.act(&p);
+    assert_eq!(
+        crash(sim.cluster.status.as_ref().unwrap()).unwrap().0,
+        "True",
+        "it stays"
+    );
+    sim.broken.clear();
+    for pod in &servers {
+        sim.obs.pods.remove(pod);
+    }
+    sim.settle();
+    sim.converge(30);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert_eq!(
+        crash(sim.cluster.status.as_ref().unwrap()).unwrap().0,
+        "False"
+    );
+    // paused and resumed: the servers start after Keeper, and that is no crash
+    sim.cluster.spec.pause = true;
+    sim.converge(30);
+    sim.cluster.spec.pause = false;
+    for _ in 0..10 {
+        let p = sim.plan_caught_up();
+        assert_eq!(
+            crash(&p.status).unwrap().0,
+            "False",
+            "{:?}",
+            p.status.message
+        );
+        if p.actions.is_empty() && !p.again {
+            break;
+        }
+        sim.act(&p);
+    }
+}
