@@ -51,7 +51,7 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     status.host = client_host(pass);
     status.version = pass.recorded_version.map(|v| v.to_string());
     let (state, mut message) = state(pass, &status, ready_servers, keeper_ready);
-    let crash = full_crash(pass, &status, serving, keeper_serving);
+    let (crash_reason, crash) = full_crash(pass, &status, serving, keeper_serving);
     if let (Some(crash), ClusterState::Initializing) = (&crash, state) {
         message = Some(match message {
             Some(m) => format!("{crash}; {m}"),
@@ -68,7 +68,7 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
         &mut status.conditions,
         status::FULL_CRASH,
         crash.is_some(),
-        if crash.is_some() { "Down" } else { "Serving" },
+        crash_reason,
         crash.as_deref().unwrap_or(""),
         generation,
         pass.now,
@@ -86,29 +86,35 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     status
 }
 
-/// S2-12, the full-crash check: a cluster that was `ready` (or already in a full crash) and is
-/// not being paused or switching TLS, whose every wanted server pod is down, or whose Keeper
-/// has no serving member. A cluster that is starting or resuming is not in a crash. The rollout
-/// restarts every replica of a shard without a Ready one at once, not one by one
-/// (`plan::rollout`), and servers start once Keeper serves.
+/// S2-12, the full-crash check: a cluster whose replicas ran (one of its map is `Ready`), not
+/// being paused or switching TLS, whose every wanted server pod is down, or whose Keeper has no
+/// serving member. A cluster resuming from a pause is not in a crash until a server served
+/// again (the condition's reason `Resuming` carries that from pass to pass); a new cluster has
+/// no `Ready` replica yet. The rollout restarts every replica of a shard without a Ready one at
+/// once, not one by one (`plan::rollout`), and servers start once Keeper serves.
+/// Returns the condition's reason and, in a crash, what is down.
 fn full_crash(
     pass: &Pass,
     status: &ClickHouseClusterStatus,
     serving: i32,
     keeper_serving: i32,
-) -> Option<String> {
+) -> (&'static str, Option<String>) {
     let before = pass.cluster.status.as_ref();
-    let ran = before.is_some_and(|s| {
-        s.state == ClusterState::Ready
+    let resuming = before.is_some_and(|s| {
+        matches!(s.state, ClusterState::Paused | ClusterState::Stopping)
             || s.conditions
                 .iter()
-                .any(|c| c.r#type == status::FULL_CRASH && c.status == "True")
-    }) && status
+                .any(|c| c.r#type == status::FULL_CRASH && c.reason == "Resuming")
+    });
+    let ran = status
         .replica_state_map
         .values()
         .any(|r| r.state == ReplicaState::Ready);
     if !ran || pass.facts.mode != Mode::Running {
-        return None;
+        return ("Serving", None);
+    }
+    if resuming && serving == 0 {
+        return ("Resuming", None);
     }
     let servers = pass.live_replicas().count();
     let keeper = pass.desired().keeper.is_some() && pass.spec.keeper.replicas > 0;
@@ -124,12 +130,16 @@ fn full_crash(
     .into_iter()
     .flatten()
     .collect();
-    (!parts.is_empty()).then(|| {
-        format!(
+    if parts.is_empty() {
+        return ("Serving", None);
+    }
+    (
+        "Down",
+        Some(format!(
             "full crash: {}, recovering them all at once",
             parts.join(" and ")
-        )
-    })
+        )),
+    )
 }
 
 /// The address clients use: the LoadBalancer's, or the client Service's DNS name.

@@ -883,3 +883,91 @@ async fn hand_edits_of_owned_objects_are_repaired_once() {
     assert_eq!(status.state, ClusterState::Ready);
     finish(&client, &ns, op).await;
 }
+
+/// S2-12: every server of a ready cluster down at once, rows written throughout: each server
+/// process is stopped (SIGSTOP, so that the outage lasts: a killed pod is back here within a
+/// second, before a pass sees it) until its pod is not Ready. The status reports the full crash
+/// (condition `FullCrash` `True`, what is down first in the message) while no server serves;
+/// once the processes go on, every replica is back, the condition clears, and every
+/// acknowledged row is on every replica.
+#[tokio::test]
+async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back() {
+    let client = client().await;
+    let ns = namespace(&client, "crash").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let crash = |s: &clickhouse_operator::api::ClickHouseClusterStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.r#type == "FullCrash")
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    let api = Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns);
+    let before = api.get("c1").await.unwrap().status.unwrap();
+    assert_eq!(crash(&before).map(|c| c.0).as_deref(), Some("False"));
+    let mut stopped = Vec::new();
+    for r in replica_names(&api.get("c1").await.unwrap()) {
+        let pod = format!("{r}-0");
+        let ip = pod_ip(&client, &ns, &pod).await;
+        let pid = pid_of("clickhouse-server", &pod, Some(&ip));
+        // SAFETY: a signal to a process of this machine
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        stopped.push(pid);
+    }
+    let reported = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "the full crash reported",
+        |s| crash(s).is_some_and(|c| c.0 == "True"),
+    )
+    .await
+    .status
+    .unwrap();
+    let (_, said) = crash(&reported).unwrap();
+    println!("FullCrash: {said}; message: {:?}", reported.message);
+    assert!(said.contains("every server is down (0/2 Ready)"), "{said}");
+    for pid in stopped {
+        // SAFETY: as above
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
+    let back = wait_status(
+        &client,
+        &ns,
+        "c1",
+        READY,
+        "ready again, the crash over",
+        |s| s.state == ClusterState::Ready && crash(s).is_some_and(|c| c.0 == "False"),
+    )
+    .await;
+    let replicas = replica_names(&back);
+    assert_eq!(replicas.len(), 2);
+    // A server stopped longer than its Keeper session lost it; ClickHouse 18.16 opens a new one
+    // for its tables only some seconds after it answers again, and the status does not see
+    // that yet (`ready` comes first): the rows are checked once every replica syncs again.
+    for r in &replicas {
+        let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        wait_for(Duration::from_secs(90), &format!("{r} syncs again"), || {
+            let ch = ch.clone();
+            async move {
+                ch.exec("SYSTEM SYNC REPLICA default.events", &Default::default())
+                    .await
+                    .ok()
+            }
+        })
+        .await;
+    }
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged and found on every replica");
+    finish(&client, &ns, op).await;
+}
