@@ -358,18 +358,7 @@ pub async fn serving(
 
 /// An error's text up to ClickHouse's stack trace, at most 300 bytes.
 fn short(e: &Error) -> String {
-    let text = e.to_string();
-    let text = [", e.what()", "Stack trace", "\n"]
-        .iter()
-        .filter_map(|cut| text.find(cut))
-        .min()
-        .map_or(text.as_str(), |i| &text[..i])
-        .trim_end_matches([',', ' ', '.']);
-    let mut end = text.len().min(300);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
+    crate::util::text::excerpt(&e.to_string(), 300).to_string()
 }
 
 /// How many parts this server still has to fetch from `replica` (see [`sql::fetches_from`]).

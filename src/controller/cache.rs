@@ -89,12 +89,10 @@ impl Inner {
 fn trim<K: Resource>(mut o: K) -> K {
     let meta = o.meta_mut();
     if let Some(entries) = meta.managed_fields.take() {
+        use crate::model::diff::{FIELD_MANAGER, is_foreign_entry};
         let foreign: Vec<_> = entries
             .into_iter()
-            .filter(|e| {
-                e.manager.as_deref() != Some(crate::model::diff::FIELD_MANAGER)
-                    && e.subresource.as_deref().unwrap_or("").is_empty()
-            })
+            .filter(|e| serde_json::to_value(e).is_ok_and(|v| is_foreign_entry(&v, FIELD_MANAGER)))
             .collect();
         meta.managed_fields = (!foreign.is_empty()).then_some(foreign);
     }

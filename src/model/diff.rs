@@ -134,15 +134,15 @@ pub fn foreign_fields(observed: &Value, desired: &Value, ours: &str) -> Vec<Fore
     }
     out.sort_by(|a, b| b.path.cmp(&a.path));
     out.dedup_by(|a, b| a.path == b.path);
-    // a removed element takes what is under it along
-    let mut kept: Vec<Foreign> = Vec::new();
-    for f in out {
-        if !kept.iter().any(|k| f.path.starts_with(&k.path)) {
-            kept.push(f);
-        }
-    }
-    kept.sort_by(|a, b| b.path.cmp(&a.path));
-    kept
+    // a removed element takes what is under it along (deepest first: drop those whose
+    // ancestor is listed too)
+    let listed: Vec<Vec<Step>> = out.iter().map(|f| f.path.clone()).collect();
+    out.retain(|f| {
+        !listed
+            .iter()
+            .any(|p| p.len() < f.path.len() && f.path.starts_with(p))
+    });
+    out
 }
 
 /// Does a fieldsV1 node own the value at its path itself (a leaf, or a node marked `.`), not
@@ -461,5 +461,37 @@ mod tests {
                     "fieldsV1": {"f:spec": {"f:minReadySeconds": {}}}}]),
         );
         assert!(foreign_fields(&scaled, &desired, FIELD_MANAGER).is_empty());
+    }
+
+    /// Two writers, one adding a list element and another a field inside it: the element goes,
+    /// and with it the field, in one removal.
+    #[test]
+    fn what_lies_inside_a_removed_element_is_not_removed_again() {
+        let desired = statefulset(
+            json!([{"name": "A", "value": "1"}]),
+            json!({}),
+            "i",
+            json!(null),
+        );
+        let element = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"clickhouse\"}": {"f:env": {
+                "k:{\"name\":\"FOO\"}": {".": {}, "f:name": {}}}}}}}}});
+        let inside = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"clickhouse\"}": {"f:env": {
+                "k:{\"name\":\"FOO\"}": {"f:value": {}}}}}}}}});
+        let mut managed = edited(element);
+        managed.as_array_mut().unwrap().push(json!(
+            {"manager": "kubectl-patch", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": inside}));
+        let observed = statefulset(
+            json!([{"name": "A", "value": "1"}, {"name": "FOO", "value": "x"}]),
+            json!({}),
+            "i",
+            managed,
+        );
+        let found: Vec<String> = foreign_fields(&observed, &desired, FIELD_MANAGER)
+            .iter()
+            .map(Foreign::pointer)
+            .collect();
+        assert_eq!(found, ["/spec/template/spec/containers/0/env/1"]);
     }
 }

@@ -565,7 +565,8 @@ const LOG_LINE_MAX: usize = 300;
 
 /// The last line of `log` that reports an error (ClickHouse's `<Error>` and `<Fatal>` levels;
 /// else an exception that is not a frame of a stack trace), else its last line, without the
-/// timestamp and thread prefix and the stack trace, cut to [`LOG_LINE_MAX`] bytes.
+/// timestamp and thread prefix, as [`crate::util::text::excerpt`] cuts it to [`LOG_LINE_MAX`]
+/// bytes.
 pub fn last_error(log: &str) -> Option<String> {
     let lines: Vec<&str> = log
         .lines()
@@ -591,22 +592,14 @@ pub fn last_error(log: &str) -> Option<String> {
         .iter()
         .find_map(|level| line.split_once(level).map(|(_, rest)| rest))
         .unwrap_or(line);
-    let text = [", e.what()", " Stack trace"]
-        .iter()
-        .filter_map(|cut| text.find(cut))
-        .min()
-        .map_or(text, |i| &text[..i]);
-    let mut end = text.len().min(LOG_LINE_MAX);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(text[..end].to_string())
+    Some(crate::util::text::excerpt(text, LOG_LINE_MAX).to_string())
 }
 
-/// `text` with every password of `inputs` (of 4 bytes or more) and every line of the Secrets
-/// it read (of 8 bytes or more) replaced by `***`: what a pod writes may repeat a credential,
+/// `text` with every password of `inputs` and every line of the Secrets it read (of 8 bytes or
+/// more) hidden ([`crate::util::redact::Redactor`]): what a pod writes may repeat a credential,
 /// and none may reach a status or an Event.
-pub fn redact(mut text: String, inputs: &crate::model::Inputs) -> String {
+pub fn redact(text: String, inputs: &crate::model::Inputs) -> String {
+    let mut r = crate::util::redact::Redactor::new();
     let passwords = [
         Some(&inputs.operator_password),
         inputs.interserver_password.as_ref(),
@@ -615,33 +608,21 @@ pub fn redact(mut text: String, inputs: &crate::model::Inputs) -> String {
         inputs.cluster_secret.as_ref(),
         inputs.exporter_password.as_ref(),
     ];
-    let secret_lines = inputs
-        .secrets
-        .values()
-        .flat_map(|d| d.values())
-        .flat_map(|v| {
-            String::from_utf8_lossy(v)
-                .lines()
-                .map(|l| l.trim().to_string())
-                .filter(|l| l.len() >= 8)
-                .collect::<Vec<_>>()
-        });
-    let mut values: Vec<String> = passwords
+    for p in passwords
         .into_iter()
         .flatten()
         .chain(inputs.user_passwords.values())
-        .map(|p| p.0.trim().to_string())
-        .filter(|v| v.len() >= 4)
-        .chain(secret_lines)
-        .collect();
-    // longest first, so that a value containing another is masked whole
-    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-    for v in values {
-        if text.contains(&v) {
-            text = text.replace(&v, "***");
+    {
+        r.add(&p.0);
+    }
+    for value in inputs.secrets.values().flat_map(|d| d.values()) {
+        for line in String::from_utf8_lossy(value).lines() {
+            if line.trim().len() >= 8 {
+                r.add(line);
+            }
         }
     }
-    text
+    r.scrub(&text)
 }
 
 /// The scheduler's reason for a pending pod (S2-39).
@@ -739,7 +720,7 @@ mod tests {
         assert_eq!(
             why,
             "pod c1-0-0-0: CrashLoopBackOff: container clickhouse exited with code 70: \
-             Application: DB::Exception: digest clickhouse:*** refused"
+             Application: DB::Exception: digest clickhouse:[hidden] refused"
         );
         let only_auth = log.lines().take(2).collect::<Vec<_>>().join("\n");
         let why = pod_failing(&crash_looping(&only_auth), Timestamp::now(), &obs).unwrap();

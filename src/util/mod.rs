@@ -4,3 +4,4 @@ pub mod names;
 pub mod networks;
 pub mod quantity;
 pub mod redact;
+pub mod text;

@@ -726,42 +726,6 @@ async fn a_cluster_deleted_and_created_again_comes_back_with_every_row() {
     finish(&client, &ns, op).await;
 }
 
-/// The uids each pod had, by name.
-type UidsSeen =
-    std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, BTreeSet<String>>>>;
-
-/// Pod uids of `pod` seen so far, by a watch started now: how many times it restarted.
-fn watch_restarts(
-    client: &Client,
-    ns: &str,
-    pods: &[&str],
-) -> (UidsSeen, tokio::task::JoinHandle<()>) {
-    use futures::StreamExt;
-    use kube::runtime::watcher;
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<
-        String,
-        BTreeSet<String>,
-    >::new()));
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let names: Vec<String> = pods.iter().map(|p| p.to_string()).collect();
-    let out = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default()).boxed();
-        while let Some(e) = events.next().await {
-            if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = e
-                && names.contains(&p.name_any())
-            {
-                out.lock()
-                    .unwrap()
-                    .entry(p.name_any())
-                    .or_default()
-                    .insert(p.metadata.uid.clone().unwrap_or_default());
-            }
-        }
-    });
-    (seen, task)
-}
-
 /// Issue 33 item 3: edits by hand to what the operator owns are repaired, lists and maps
 /// included, under write load: an environment variable added to a server's and to Keeper's
 /// container, an annotation added to a server's pod template, and a probe's period changed.
@@ -791,7 +755,7 @@ async fn hand_edits_of_owned_objects_are_repaired_once() {
     let workload = Workload::start(&client, &ns, "c1").await;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let server_pod = format!("{server}-0");
-    let (restarts, watch) = watch_restarts(&client, &ns, &[&server_pod, "c1-keeper-0"]);
+    let observer = Observer::start(&client, &ns, "c1").await;
     let before: std::collections::BTreeMap<String, serde_json::Value> = {
         let mut m = std::collections::BTreeMap::new();
         for s in [server.as_str(), "c1-keeper"] {
@@ -866,8 +830,8 @@ async fn hand_edits_of_owned_objects_are_repaired_once() {
         settled,
         "a StatefulSet was written again"
     );
-    watch.abort();
-    let restarts = restarts.lock().unwrap().clone();
+    let restarts = observer.uids();
+    observer.stop().await;
     println!("pod uids: {restarts:?}");
     assert!(
         restarts[&server_pod].len() <= 2,

@@ -154,15 +154,14 @@ async fn run(
                     &Patch::Apply(object),
                 )
                 .await?;
-                if !removed.is_empty() {
+                if let Some(removed) = removed {
                     return Ok(Done::Finished(Some(PlannedEvent {
                         kind: EventType::Warning,
                         reason: "Repaired",
                         action: "Apply",
                         message: format!(
-                            "{} {name}: removed what another writer added to what the operator owns ({}) and applied what the cluster's spec wants",
+                            "{} {name}: removed what another writer added to what the operator owns ({removed}) and applied what the cluster's spec wants",
                             kind.as_str(),
-                            removed.join(", ")
                         ),
                     })));
                 }
@@ -306,21 +305,21 @@ async fn run(
 /// Removes from object `name` what other writers added to what the operator owns and
 /// `desired` does not have ([`model::diff::foreign_fields`], read from a fresh copy: the caches
 /// keep only others' managed fields), with one JSON patch that tests each list element's key
-/// before removing it; returns the paths removed with their writers, for the event (never a
-/// value: a hand-added environment variable may hold a secret).
+/// before removing it; returns the paths removed and their writers, for the event (never a
+/// value: a hand-added environment variable may hold a secret), or `None` when nothing was.
 async fn remove_foreign_fields(
     api: &kube::Api<kube::api::DynamicObject>,
     name: &str,
     desired: &serde_json::Value,
-) -> Result<Vec<String>, Error> {
+) -> Result<Option<String>, Error> {
     use model::diff::{FIELD_MANAGER, foreign_fields, removal_patch};
     let Some(current) = api.get_opt(name).await? else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let current = serde_json::to_value(&current).expect("Kubernetes objects serialise");
     let foreign = foreign_fields(&current, desired, FIELD_MANAGER);
     if foreign.is_empty() {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     let managed = &current["metadata"]["managedFields"];
     let writers: BTreeSet<&str> = managed
@@ -340,15 +339,11 @@ async fn remove_foreign_fields(
     api.patch(name, &params, &Patch::<()>::Json(patch)).await?;
     let paths: Vec<String> = foreign.iter().map(|f| f.pointer()).collect();
     warn!(object = %name, removed = ?paths, writers = ?writers, "removed fields another writer added");
-    Ok(paths
-        .into_iter()
-        .map(|p| {
-            format!(
-                "{p} (by {})",
-                writers.iter().copied().collect::<Vec<_>>().join(", ")
-            )
-        })
-        .collect())
+    Ok(Some(format!(
+        "{}, set by {}",
+        paths.join(", "),
+        writers.into_iter().collect::<Vec<_>>().join(", ")
+    )))
 }
 
 async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Done, Error> {
