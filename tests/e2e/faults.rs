@@ -734,7 +734,8 @@ async fn a_cluster_deleted_and_created_again_comes_back_with_every_row() {
 /// at most once for it (the template goes back to the revision the pod runs), Keeper's at most
 /// twice (its StatefulSet's rolling update restarts the member for the edit before the repair
 /// lands), the status is `ready` again, every acknowledged row is on every replica, and a pass
-/// after the repair writes nothing (the StatefulSets' resourceVersions stay for 15 s).
+/// after the repair writes nothing (once the StatefulSets are rolled out, their generations and
+/// what each writer last applied stay the same for 15 s).
 #[tokio::test]
 async fn hand_edits_of_owned_objects_are_repaired_once() {
     use k8s_openapi::api::apps::v1::StatefulSet;
@@ -815,11 +816,45 @@ async fn hand_edits_of_owned_objects_are_repaired_once() {
         .await;
         wait_ready(&client, &ns, "c1", 1).await;
     }
-    // a pass after the repair writes nothing
+    // a pass after the repair writes nothing: once every StatefulSet has rolled its pods back
+    // to the repaired template, neither its spec (generation) nor what any writer last applied
+    // to it (managedFields outside the status subresource) changes; the status itself moves
+    // with pod readiness and is not the operator's write
+    wait_for(
+        Duration::from_secs(180),
+        "every StatefulSet rolled out and ready",
+        || {
+            let sets = sets.clone();
+            async move {
+                let all = sets.list(&ListParams::default()).await.ok()?;
+                all.iter()
+                    .all(|s| {
+                        let st = s.status.clone().unwrap_or_default();
+                        let want = s.spec.replicas.unwrap_or(1);
+                        st.observed_generation == s.metadata.generation
+                            && st.ready_replicas == Some(want)
+                            && st.updated_replicas == Some(want)
+                            && st.current_revision == st.update_revision
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
     let versions = |sets: Api<StatefulSet>| async move {
         let mut v = Vec::new();
         for s in sets.list(&ListParams::default()).await.unwrap() {
-            v.push((s.name_any(), s.resource_version()));
+            let writes: Vec<_> = s
+                .metadata
+                .managed_fields
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.subresource.is_none())
+                .map(|m| (m.manager, m.time))
+                .collect();
+            v.push((s.name_any(), s.metadata.generation, writes));
         }
         v
     };
