@@ -16,7 +16,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::api::{ClickHouseCluster, ClusterState, ReplicaState};
 use crate::clickhouse::{ClientConfig, QueryOptions};
@@ -254,17 +253,12 @@ pub fn parse_mntr(text: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-async fn mntr(ip: &str) -> Result<String, String> {
-    let addr = format!("{ip}:{}", names::KEEPER_CLIENT_PORT);
-    let mut s = tokio::net::TcpStream::connect(&addr)
+async fn mntr(ip: &str, timeout: Duration) -> Result<String, String> {
+    let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("{ip}: {e}"))?;
+    let addr = std::net::SocketAddr::new(ip, names::KEEPER_CLIENT_PORT as u16);
+    crate::clickhouse::keeper::four_letter_word(addr, "mntr", timeout)
         .await
-        .map_err(|e| format!("{addr}: {e}"))?;
-    s.write_all(b"mntr").await.map_err(|e| e.to_string())?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(out)
+        .map_err(|e| e.to_string())
 }
 
 /// A target of one scrape.
@@ -513,11 +507,9 @@ pub async fn scrape_targets_by(targets: Vec<Target>, deadline: tokio::time::Inst
                 }
                 Target::Keeper { host, ip } => {
                     let until = deadline.min(tokio::time::Instant::now() + HOST_TIMEOUT);
+                    let left = until.saturating_duration_since(tokio::time::Instant::now());
                     let answer = match ip {
-                        Some(ip) => tokio::time::timeout_at(until, mntr(&ip))
-                            .await
-                            .map_err(|_| "timed out".to_string())
-                            .and_then(|r| r),
+                        Some(ip) => mntr(&ip, left).await,
                         None => Err("no address".into()),
                     };
                     let l = host.labels(&[]);

@@ -513,6 +513,30 @@ impl Session {
     }
 }
 
+/// The longest four-letter-word answer read (a `mntr` is about 1 KiB).
+const MAX_FOUR_LETTER_ANSWER: u64 = 64 << 10;
+
+/// Sends the four-letter word `word` (`mntr`, `srvr`, `ruok`) to the member at `addr` and
+/// returns its answer (the member closes the connection after it), all within `timeout`.
+pub async fn four_letter_word(
+    addr: SocketAddr,
+    word: &str,
+    timeout: Duration,
+) -> Result<String, Error> {
+    within(addr, timeout, async {
+        let io = |source| Error::Io { addr, source };
+        let mut s = TcpStream::connect(addr).await.map_err(io)?;
+        s.write_all(word.as_bytes()).await.map_err(io)?;
+        let mut out = Vec::new();
+        s.take(MAX_FOUR_LETTER_ANSWER)
+            .read_to_end(&mut out)
+            .await
+            .map_err(io)?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    })
+    .await
+}
+
 async fn within<T>(
     addr: SocketAddr,
     timeout: Duration,

@@ -4,8 +4,11 @@
 //! by ordinal (raft id = ordinal + 1), so the ordinal identity a StatefulSet gives is exactly
 //! what raft needs, and scaling by one member is a replica count change plus a config reload
 //! (Keeper reconfigures its raft membership when `raft_configuration` changes). Pods start in
-//! parallel (a quorum needs a majority up at once) and roll with the native RollingUpdate, which
-//! takes one member down at a time; the budget keeps voluntary disruptions within quorum.
+//! parallel (a quorum needs a majority up at once). The StatefulSet is `OnDelete`: the operator
+//! rolls the members itself, followers first and the leader last, each only once the one before
+//! has rejoined as a synced follower (`plan::pass::keeper`), where the native RollingUpdate would
+//! roll through every intermediate revision of rapid changes and never asks who leads. The
+//! budget keeps voluntary disruptions within quorum.
 
 use std::collections::BTreeMap;
 
@@ -64,7 +67,7 @@ pub fn config_map(c: &Cluster<'_>) -> ConfigMap {
 }
 
 /// The Keeper StatefulSet: `spec.keeper.replicas` members (0 while paused), started in
-/// parallel and rolled one at a time.
+/// parallel, `OnDelete` (the operator rolls them one at a time).
 pub fn statefulset(
     c: &Cluster<'_>,
     secrets: &BTreeMap<String, SecretData>,
@@ -85,7 +88,7 @@ pub fn statefulset(
                 ..LabelSelector::default()
             },
             update_strategy: Some(StatefulSetUpdateStrategy {
-                type_: Some("RollingUpdate".into()),
+                type_: Some("OnDelete".into()),
                 ..StatefulSetUpdateStrategy::default()
             }),
             template: keeper_pod(c, secrets, selector)?,

@@ -689,7 +689,7 @@ fn pause_scales_every_statefulset_to_zero() {
 }
 
 /// S2-26 / S2-33 / S2-34: SmartUpdate and OnDelete give OnDelete; RollingUpdate gives
-/// RollingUpdate. Keeper always rolls natively.
+/// RollingUpdate. Keeper is always `OnDelete`: the operator rolls its members (issue 33).
 #[test]
 fn update_strategy_maps_to_the_statefulset_strategy() {
     for (strategy, want) in [
@@ -701,7 +701,7 @@ fn update_strategy_maps_to_the_statefulset_strategy() {
         let d = build(&c, &inputs(replicas(1, 1)));
         let get = |s: &StatefulSet| s.spec.update_strategy.clone().unwrap().type_.unwrap();
         assert_eq!(get(&d.server_statefulsets[0]), want, "{strategy}");
-        assert_eq!(get(&d.keeper.unwrap().statefulset), "RollingUpdate");
+        assert_eq!(get(&d.keeper.unwrap().statefulset), "OnDelete");
     }
 }
 

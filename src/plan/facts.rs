@@ -68,6 +68,8 @@ pub struct Observed {
     pub pending_fetches: BTreeMap<String, Option<u64>>,
     /// Per Keeper pod asked this pass: the ensemble as it lists it.
     pub keeper_views: BTreeMap<String, MemberView>,
+    /// Per Keeper pod asked this pass (with its view): its part in the ensemble.
+    pub keeper_roles: BTreeMap<String, KeeperRole>,
     /// Per Ready replica, while the cluster is not `ready`: why it is not usable, a query
     /// through it not reaching every shard or a replicated table of it read-only (`None`: it
     /// is usable). `ready` means usable (invariant 10).
@@ -201,6 +203,8 @@ pub struct KeeperMember {
     pub pod: String,
     pub uid: Option<String>,
     pub ready: bool,
+    /// Since when it is Ready.
+    pub ready_since: Option<Timestamp>,
     /// Being deleted: a restart asked for is under way.
     pub terminating: bool,
     /// On the StatefulSet's current revision.
@@ -209,6 +213,8 @@ pub struct KeeperMember {
     pub old_revision: bool,
     /// The ensemble as this member's committed configuration lists it.
     pub view: MemberView,
+    /// Its part in the ensemble, as its `mntr` says (asked with the view).
+    pub role: KeeperRole,
     /// Why it cannot run, when it cannot (as [`PodFacts::failing`]).
     pub failing: Option<String>,
 }
@@ -223,6 +229,54 @@ pub enum MemberView {
     Unpublished,
     /// The raft ids of the voting members it lists.
     Voters(Vec<u32>),
+}
+
+/// A Keeper member's part in the ensemble, as its `mntr` four-letter word reports it
+/// (`zk_server_state`; the leader also counts `zk_synced_followers`: the followers that
+/// have caught up with its log and follow it). ClickHouse Keeper and ZooKeeper answer alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KeeperRole {
+    /// Not asked, did not answer, or not serving (no quorum, or still syncing).
+    #[default]
+    Unknown,
+    Follower,
+    Leader {
+        synced_followers: u32,
+    },
+    /// An ensemble of one.
+    Standalone,
+}
+
+impl KeeperRole {
+    /// Reads an `mntr` answer (`key<TAB>value` lines). A member that is not serving answers
+    /// with a line of prose instead: [`KeeperRole::Unknown`].
+    pub fn from_mntr(text: &str) -> KeeperRole {
+        let value = |key: &str| {
+            text.lines().find_map(|l| {
+                let (k, v) = l.split_once('\t')?;
+                (k.trim() == key).then(|| v.trim().to_string())
+            })
+        };
+        match value("zk_server_state").as_deref() {
+            Some("leader") => KeeperRole::Leader {
+                synced_followers: value("zk_synced_followers")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            },
+            Some("follower") => KeeperRole::Follower,
+            Some("standalone") => KeeperRole::Standalone,
+            _ => KeeperRole::Unknown,
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match self {
+            KeeperRole::Unknown => "not serving",
+            KeeperRole::Follower => "follower",
+            KeeperRole::Leader { .. } => "leader",
+            KeeperRole::Standalone => "standalone",
+        }
+    }
 }
 
 /// The Keeper ensemble.
@@ -342,10 +396,12 @@ impl Facts {
                         let member = KeeperMember {
                             uid: p.metadata.uid.clone(),
                             ready: pod_ready(p),
+                            ready_since: ready_since(p),
                             terminating: p.metadata.deletion_timestamp.is_some(),
                             current: pod_current(k, p),
                             old_revision: old_revision(k, p),
                             view: obs.keeper_views.get(&pod).cloned().unwrap_or_default(),
+                            role: obs.keeper_roles.get(&pod).copied().unwrap_or_default(),
                             failing: pod_failing(p, now, obs),
                             pod,
                         };

@@ -27,13 +27,17 @@ const MAX_BATCHES: u64 = 1800;
 /// re-check after a pod event, with margin).
 pub const STATUS_LAG: Duration = Duration::from_secs(7);
 
+/// Each batch the writer sent: when, and why it failed if it did.
+pub type Attempts = Vec<(Instant, Result<(), String>)>;
+
 /// Rows per batch on one replica.
 type RowsPerBatch = BTreeMap<u64, u64>;
 
 /// The writer.
 pub struct Workload {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<Vec<u64>>,
+    /// The batches acknowledged, and each attempt: when, and why it failed if it did.
+    task: tokio::task::JoinHandle<(Vec<u64>, Attempts)>,
     cluster: String,
 }
 
@@ -59,6 +63,7 @@ impl Workload {
         let mut address = ip;
         let task = tokio::spawn(async move {
             let mut acked = Vec::new();
+            let mut attempts = Attempts::new();
             let options = QueryOptions::new().setting("insert_distributed_sync", 1);
             for batch in 1..=MAX_BATCHES {
                 if flag.load(Ordering::SeqCst) {
@@ -68,7 +73,15 @@ impl Workload {
                 let sql = format!(
                     "INSERT INTO default.events_all SELECT {batch} AS batch, number AS id FROM system.numbers LIMIT {ROWS}"
                 );
-                if writer.exec(&sql, &options).await.is_ok() {
+                let result = writer.exec(&sql, &options).await;
+                attempts.push((
+                    started,
+                    result
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(|e| e.to_string().chars().take(160).collect()),
+                ));
+                if result.is_ok() {
                     acked.push(batch);
                 } else if let Ok(Some(ip)) = Api::<Service>::namespaced(k8s.clone(), &namespace)
                     .get_opt(&name)
@@ -83,7 +96,7 @@ impl Workload {
                 }
                 tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed())).await;
             }
-            acked
+            (acked, attempts)
         });
         Workload {
             stop,
@@ -95,8 +108,17 @@ impl Workload {
     /// Stops writing and checks, once the cluster is ready, that every acknowledged batch is on
     /// every replica of its shard with all its rows. Returns how many batches were acknowledged.
     pub async fn stop_and_check(self, client: &Client, ns: &str) -> usize {
+        self.stop_and_check_attempts(client, ns)
+            .await
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .count()
+    }
+
+    /// [`Workload::stop_and_check`], returning every attempt instead.
+    pub async fn stop_and_check_attempts(self, client: &Client, ns: &str) -> Attempts {
         self.stop.store(true, Ordering::SeqCst);
-        let acked = self.task.await.expect("the writer");
+        let (acked, attempts) = self.task.await.expect("the writer");
         assert!(!acked.is_empty(), "the writer had no batch acknowledged");
         let c: ClickHouseCluster = Api::namespaced(client.clone(), ns)
             .get(&self.cluster)
@@ -155,7 +177,7 @@ impl Workload {
             "acknowledged batches lost: {lost:?} (of {})",
             acked.len()
         );
-        acked.len()
+        attempts
     }
 }
 

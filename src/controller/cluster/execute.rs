@@ -5,6 +5,7 @@
 //! finished yet (a shard still syncing) is reported as waiting and looked at again next pass.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
@@ -33,6 +34,32 @@ pub enum Done {
     Finished(Option<PlannedEvent>),
     /// Started or checked, not finished: why the pass waits for it.
     Waiting(String),
+}
+
+/// The longest a step that talks to servers (a schema copy, a scale-in's drops) may hold a
+/// pass: each call is bounded already, but a server that stopped answering (a hung process)
+/// costs every call its timeout and retries, and the steps after it (and other clusters'
+/// passes) would wait for all of them (issue 33, invariant 11).
+pub const SERVER_STEP_BUDGET: Duration = Duration::from_secs(20);
+
+/// A best-effort DNS cache drop waits no longer than this for its server.
+const DNS_DROP_BUDGET: Duration = Duration::from_secs(2);
+
+/// Runs `step` for at most `budget`; beyond it, the step is given up for this pass (its
+/// statements are idempotent: a schema copy creates `IF NOT EXISTS`, drops are `IF EXISTS`)
+/// and the pass waits for it, to try again next pass.
+pub async fn bounded(
+    what: &str,
+    budget: Duration,
+    step: impl std::future::Future<Output = Result<Done, Error>>,
+) -> Result<Done, Error> {
+    match tokio::time::timeout(budget, step).await {
+        Ok(done) => done,
+        Err(_) => Ok(Done::Waiting(format!(
+            "{what} did not finish within {} s (a server is not answering); tried again next pass",
+            budget.as_secs()
+        ))),
+    }
 }
 
 pub fn normal(reason: &'static str, action: &'static str, message: String) -> Done {
@@ -265,7 +292,12 @@ async fn run(
         }
         Action::RestartPod { pod, uid, .. } => restart_pod(ctx, &ns, pod, uid.as_deref()).await,
         Action::MigrateSchema { replica, shard } => {
-            migrate_schema(cluster, world, replica, *shard).await
+            bounded(
+                &format!("copying the schema onto {replica}"),
+                SERVER_STEP_BUDGET,
+                migrate_schema(cluster, world, replica, *shard),
+            )
+            .await
         }
         Action::ScaleIn(a) => scale_in::run(cluster, world, a, ctx).await,
         Action::EnsureKeeperRoot { root } => {
@@ -282,8 +314,10 @@ async fn run(
             // does not resolve yet (a pod without an address) as an error, though the cache was
             // dropped; nothing depends on it but the next pass's checks.
             let client = ch_client(cluster, world, replica)?;
-            if let Err(e) = chreplica::drop_dns_cache(&client).await {
-                debug!(replica = %replica, error = %e, "dropping the DNS cache");
+            match tokio::time::timeout(DNS_DROP_BUDGET, chreplica::drop_dns_cache(&client)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(replica = %replica, error = %e, "dropping the DNS cache"),
+                Err(_) => debug!(replica = %replica, "dropping the DNS cache: no answer"),
             }
             Ok(Done::Finished(None))
         }

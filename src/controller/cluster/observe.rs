@@ -23,7 +23,7 @@ use crate::clickhouse::{
 use crate::controller::Context;
 use crate::controller::cache::{self, Caches};
 use crate::model::{self, Password, labels, names};
-use crate::plan::facts::{Kind, MemberView, Observed, pod_ready};
+use crate::plan::facts::{KeeperRole, Kind, MemberView, Observed, pod_ready};
 use crate::plan::{FailureReason, Sibling, World};
 
 fn by_name<K: Resource>(items: Vec<K>) -> BTreeMap<String, K> {
@@ -571,9 +571,11 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
 }
 
 /// Asks every running Keeper member which members its committed configuration lists (see
-/// `Observed::keeper_views`), all at once, each within [`KEEPER_CALL_TIMEOUT`]. Only while
+/// `Observed::keeper_views`) and its part in the ensemble (`mntr`, see
+/// `Observed::keeper_roles`), all at once, each within [`KEEPER_CALL_TIMEOUT`]. Only while
 /// something may be changing: the ensemble's size differs from the spec, a member is not
-/// Ready, or the cluster is not `ready`; a settled cluster sends nothing.
+/// Ready or not on its StatefulSet's update revision, or the cluster is not `ready`; a settled
+/// cluster sends nothing.
 async fn read_keeper_views(cluster: &ClickHouseCluster, o: &mut Observed) {
     let keeper = names::keeper(&cluster.name_any());
     let want = cluster.spec.keeper.replicas;
@@ -586,10 +588,24 @@ async fn read_keeper_views(cluster: &ClickHouseCluster, o: &mut Observed) {
                 .is_some_and(|ord| ord.parse::<u32>().is_ok())
         })
         .collect();
-    let size = o.statefulsets.get(&keeper).and_then(|s| s.spec.replicas);
+    let sts = o.statefulsets.get(&keeper);
+    let size = sts.and_then(|s| s.spec.replicas);
+    // a member on an older revision is rolled by the operator (its role is needed)
+    let revision = sts
+        .and_then(|s| s.status.as_ref())
+        .filter(|st| st.observed_generation == sts.and_then(|s| s.metadata.generation))
+        .and_then(|st| st.update_revision.as_ref());
+    let on_revision = |p: &Pod| {
+        revision.is_some()
+            && p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("controller-revision-hash"))
+                == revision
+    };
     let settled = size == Some(want)
         && pods.len() == want as usize
-        && pods.iter().all(|(_, p)| pod_ready(p))
+        && pods.iter().all(|(_, p)| pod_ready(p) && on_revision(p))
         && cluster
             .status
             .as_ref()
@@ -616,10 +632,21 @@ async fn read_keeper_views(cluster: &ClickHouseCluster, o: &mut Observed) {
                     MemberView::Unknown
                 }
             };
-            (name.clone(), view)
+            let role =
+                match keeper_client::four_letter_word(addr, "mntr", KEEPER_CALL_TIMEOUT).await {
+                    Ok(text) => KeeperRole::from_mntr(&text),
+                    Err(e) => {
+                        debug!(pod = %name, error = %e, "cannot read the Keeper member's role");
+                        KeeperRole::Unknown
+                    }
+                };
+            (name.clone(), view, role)
         })
     });
-    o.keeper_views = futures::future::join_all(asks).await.into_iter().collect();
+    for (name, view, role) in futures::future::join_all(asks).await {
+        o.keeper_views.insert(name.clone(), view);
+        o.keeper_roles.insert(name, role);
+    }
 }
 
 /// For each replica whose pod was taken out of traffic for a restart: how many parts the other

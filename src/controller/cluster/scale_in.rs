@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::execute::{Done, normal};
+use super::execute::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
 use super::{DELETE_PVC_LABEL, Error, api, ignore_not_found};
 use crate::api::ClickHouseCluster;
@@ -67,30 +67,14 @@ pub async fn run(
         ScaleInAction::SyncShard { replica, backup } => {
             sync_shard(cluster, world, replica, backup).await
         }
-        ScaleInAction::DropObjects { replica } => match ch_client(cluster, world, replica) {
-            Ok(client) => {
-                let dropped = chreplica::drop_leaving_objects(&client)
-                    .await
-                    .map_err(|e| {
-                        Error::clickhouse(&format!("dropping the tables of {replica}"), e)
-                    })?;
-                Ok(event(
-                    "ObjectsDropped",
-                    format!(
-                        "{replica}: dropped {} table(s), {} dictionar(ies), {} database(s)",
-                        dropped.tables.len(),
-                        dropped.dictionaries.len(),
-                        dropped.databases.len()
-                    ),
-                ))
-            }
-            Err(_) => Ok(warning(
-                "ObjectsNotDropped",
-                format!(
-                    "{replica} has no running pod: its tables are cleaned from Keeper by a survivor instead"
-                ),
-            )),
-        },
+        ScaleInAction::DropObjects { replica } => {
+            bounded(
+                &format!("dropping the tables of {replica}"),
+                SERVER_STEP_BUDGET,
+                drop_objects(cluster, world, replica),
+            )
+            .await
+        }
         ScaleInAction::DeleteStatefulSet { replica } => {
             ignore_not_found(
                 api::<StatefulSet>(ctx, &ns)
@@ -111,7 +95,14 @@ pub async fn run(
             replica,
             shard,
             survivors,
-        } => drop_keeper_metadata(cluster, world, replica, *shard, survivors).await,
+        } => {
+            bounded(
+                &format!("dropping the Keeper metadata of {replica}"),
+                SERVER_STEP_BUDGET,
+                drop_keeper_metadata(cluster, world, replica, *shard, survivors),
+            )
+            .await
+        }
         ScaleInAction::LabelPvcsAndForget { replica } => {
             label_pvcs(ctx, &ns, world, |p| {
                 p.metadata
@@ -128,6 +119,37 @@ pub async fn run(
                 format!("{replica} removed; its PVCs are labelled {DELETE_PVC_LABEL}"),
             ))
         }
+    }
+}
+
+/// Scale-in step 4 (S0-26): the leaving replica's tables, dictionaries and databases dropped
+/// on it; without a running pod, a survivor cleans Keeper instead.
+async fn drop_objects(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+) -> Result<Done, Error> {
+    match ch_client(cluster, world, replica) {
+        Ok(client) => {
+            let dropped = chreplica::drop_leaving_objects(&client)
+                .await
+                .map_err(|e| Error::clickhouse(&format!("dropping the tables of {replica}"), e))?;
+            Ok(event(
+                "ObjectsDropped",
+                format!(
+                    "{replica}: dropped {} table(s), {} dictionar(ies), {} database(s)",
+                    dropped.tables.len(),
+                    dropped.dictionaries.len(),
+                    dropped.databases.len()
+                ),
+            ))
+        }
+        Err(_) => Ok(warning(
+            "ObjectsNotDropped",
+            format!(
+                "{replica} has no running pod: its tables are cleaned from Keeper by a survivor instead"
+            ),
+        )),
     }
 }
 

@@ -16,7 +16,7 @@ use crate::api::ReplicaState;
 use crate::model::{self, Cluster, ReplicaSpec, names};
 use crate::plan::FailureReason;
 use crate::plan::action::Action;
-use crate::plan::facts::{Kind, MemberView, claims};
+use crate::plan::facts::{KeeperMember, KeeperRole, Kind, MemberView, claims};
 
 /// Why a `clusterRef` to another cluster's Keeper is refused (issue 32, S-5): that cluster
 /// must exist and list this namespace in its `spec.keeper.allowedNamespaces`, and a new root
@@ -104,11 +104,14 @@ pub fn plan(pass: &mut Pass) {
     // a template that needs no restart is left as it is: the StatefulSet's rolling update
     // would roll the members for a field a newer operator adds (invariant 9)
     let name = names::keeper(&pass.name);
-    if let Some(observed) = pass.obs.statefulsets.get(&name).map(json_of)
-        && super::template_covers(&observed, &statefulset)
-    {
-        statefulset = super::with_template_of(&statefulset, &observed);
-    }
+    let observed = pass.obs.statefulsets.get(&name).map(json_of);
+    let template_written = match &observed {
+        Some(observed) if super::template_covers(observed, &statefulset) => {
+            statefulset = super::with_template_of(&statefulset, observed);
+            true
+        }
+        _ => false,
+    };
     // claim templates cannot change: the Storage phase recreates the StatefulSet instead
     let claims_differ = pass
         .obs
@@ -129,6 +132,128 @@ pub fn plan(pass: &mut Pass) {
         pass.apply(kind, object);
     }
     repair(pass);
+    if template_written {
+        // a template this pass writes is rolled once the StatefulSet has its revision
+        roll(pass);
+    }
+}
+
+/// Keeper's StatefulSet is `OnDelete`: the operator rolls the members onto a new template
+/// itself (issue 33), one at a time, followers first and the leader last, and the next member
+/// only once the ensemble reports every follower synced again (the leader's
+/// `zk_synced_followers`) and every member Ready. A newer change while a roll runs is simply
+/// where the next member goes, so rapid changes restart each follower at most once per member
+/// step and lead to one leader change per roll. Not under `updateStrategy: OnDelete` (a user
+/// deletes the pods, S2-34), not while paused, not while the membership changes.
+fn roll(pass: &mut Pass) {
+    use crate::api::UpdateStrategy;
+    let k = &pass.facts.keeper;
+    if !k.exists
+        || pass.facts.mode.paused()
+        || pass.spec.update_strategy == UpdateStrategy::OnDelete
+        || k.size != pass.keeper_size
+        || k.size != pass.spec.keeper.replicas
+    {
+        return;
+    }
+    let left = (0..k.size)
+        .filter_map(|i| k.members.get(&i))
+        .filter(|m| m.old_revision)
+        .count();
+    if left == 0 {
+        return;
+    }
+    let next = next_to_roll(k, pass.now);
+    let why = match &next {
+        Ok(m) => format!("{} restarts", m.pod),
+        Err(why) => why.clone(),
+    };
+    pass.waits.push(format!(
+        "rolling Keeper onto its new template ({left} of {} members left): {why}",
+        k.size
+    ));
+    let Ok(m) = next else {
+        return;
+    };
+    pass.event(
+        "RestartPod",
+        "RollKeeper",
+        format!(
+            "restarting Keeper member {} ({}) on the new revision",
+            m.pod,
+            m.role.describe()
+        ),
+    );
+    pass.emit(Action::RestartPod {
+        replica: names::keeper(&pass.name),
+        pod: m.pod,
+        uid: m.uid,
+    });
+}
+
+/// How long every follower runs the newest template before the leader restarts: changes
+/// that come faster than this (a burst of edits, a GitOps sync in several commits) restart the
+/// followers again, but the leader, and with it every server's Keeper session, once.
+pub const LEADER_SETTLE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The member the roll restarts now, or why none may go yet: every member of the ensemble
+/// present, Ready and not stopping, the leader known and reporting every follower synced,
+/// every follower's role known; then an outdated follower (highest ordinal first), the
+/// leader only when no follower is outdated and each has been Ready for [`LEADER_SETTLE`]. An
+/// ensemble of one has no one to wait for.
+pub(super) fn next_to_roll(
+    k: &crate::plan::facts::KeeperFacts,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Result<KeeperMember, String> {
+    let members: Vec<&KeeperMember> = (0..k.size).filter_map(|i| k.members.get(&i)).collect();
+    if members.len() as i32 != k.size {
+        return Err("waiting for every member's pod".into());
+    }
+    if let Some(m) = members.iter().find(|m| m.terminating || !m.ready) {
+        let what = if m.terminating { "stop" } else { "serve" };
+        return Err(format!("waiting for {} to {what}", m.pod));
+    }
+    let outdated: Vec<&KeeperMember> = members.iter().copied().filter(|m| m.old_revision).collect();
+    let Some(first) = outdated.first() else {
+        return Err("nothing to restart".into());
+    };
+    if k.size == 1 {
+        return Ok((*first).clone());
+    }
+    let Some((leader, synced)) = members.iter().find_map(|m| match m.role {
+        KeeperRole::Leader { synced_followers } => Some((m.pod.as_str(), synced_followers)),
+        _ => None,
+    }) else {
+        return Err("waiting for the ensemble to report its leader".into());
+    };
+    if (synced as i32) < k.size - 1 {
+        return Err(format!(
+            "waiting for every follower to be synced ({synced} of {} as {leader} reports)",
+            k.size - 1
+        ));
+    }
+    if let Some(m) = members.iter().find(|m| m.role == KeeperRole::Unknown) {
+        return Err(format!("waiting for {} to report its role", m.pod));
+    }
+    if let Some(m) = outdated
+        .iter()
+        .rev()
+        .find(|m| m.role == KeeperRole::Follower)
+    {
+        return Ok((**m).clone());
+    }
+    let settle = k8s_openapi::jiff::SignedDuration::try_from(LEADER_SETTLE).unwrap_or_default();
+    let unsettled = members
+        .iter()
+        .find(|m| m.pod != leader && m.ready_since.is_none_or(|t| now.duration_since(t) < settle));
+    if let Some(m) = unsettled {
+        return Err(format!(
+            "the leader {leader} restarts once every follower has run the new template for {} s ({} has not)",
+            LEADER_SETTLE.as_secs(),
+            m.pod
+        ));
+    }
+    Ok((*first).clone())
 }
 
 /// A member that is not Ready on an old revision (a reverted bad change: unschedulable,

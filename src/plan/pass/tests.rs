@@ -39,6 +39,9 @@ struct Sim {
     ensemble_frozen: bool,
     /// The version every Ready server reports (`SELECT version()`); `None`: none answers it.
     server_version: Option<String>,
+    /// The Keeper pod that leads: it keeps leading while Ready; when it is not, the Ready
+    /// member of the highest ordinal is elected. Every change is logged.
+    keeper_leader: Option<String>,
 }
 
 fn revision(template: &Value) -> String {
@@ -103,6 +106,7 @@ impl Sim {
             ensemble: Vec::new(),
             ensemble_frozen: false,
             server_version: None,
+            keeper_leader: None,
         }
     }
 
@@ -119,6 +123,26 @@ impl Sim {
     /// Keeper's leader: a first start commits the whole list; later, one member added (once
     /// its pod runs) or removed per pass.
     fn keeper_leader(&mut self) {
+        let ready: Vec<String> = (0..9)
+            .map(|i| format!("c1-keeper-{i}"))
+            .filter(|p| {
+                self.obs
+                    .pods
+                    .get(p)
+                    .is_some_and(crate::plan::facts::pod_ready)
+            })
+            .collect();
+        if self
+            .keeper_leader
+            .as_ref()
+            .is_none_or(|l| !ready.contains(l))
+        {
+            let elected = ready.last().cloned();
+            if elected.is_some() {
+                self.log.push(format!("keeper leader {elected:?}"));
+            }
+            self.keeper_leader = elected;
+        }
         let Some(n) = self.keeper_listed() else {
             return;
         };
@@ -171,6 +195,25 @@ impl Sim {
                             pod.clone(),
                             crate::plan::facts::MemberView::Voters(self.ensemble.clone()),
                         );
+                        use crate::plan::facts::KeeperRole;
+                        let others = self
+                            .obs
+                            .pods
+                            .iter()
+                            .filter(|(o, p)| {
+                                o.contains("keeper")
+                                    && *o != pod
+                                    && crate::plan::facts::pod_ready(p)
+                            })
+                            .count() as u32;
+                        let role = if self.keeper_leader.as_ref() == Some(pod) {
+                            KeeperRole::Leader {
+                                synced_followers: others,
+                            }
+                        } else {
+                            KeeperRole::Follower
+                        };
+                        obs.keeper_roles.insert(pod.clone(), role);
                     }
                 }
                 obs
@@ -293,6 +336,10 @@ impl Sim {
                             conditions: Some(vec![PodCondition {
                                 type_: "Ready".into(),
                                 status: if bad { "False" } else { "True" }.into(),
+                                // the simulation's clock stands: Ready for a minute already
+                                last_transition_time: Some(Time(
+                                    now() - k8s_openapi::jiff::SignedDuration::from_secs(60),
+                                )),
                                 ..Default::default()
                             }]),
                             container_statuses: bad.then(err_image_pull),
@@ -378,6 +425,9 @@ impl Sim {
                 }
                 Action::RestartPod { pod, .. } => {
                     self.obs.pods.remove(pod);
+                    if self.keeper_leader.as_ref() == Some(pod) {
+                        self.keeper_leader = None;
+                    }
                 }
                 Action::MigrateSchema { .. }
                 | Action::DropDnsCache { .. }
@@ -1350,15 +1400,30 @@ fn reverting_a_bad_image_heals_the_broken_replica() {
 fn reverting_a_bad_keeper_image_replaces_the_stuck_member() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
     sim.converge(20);
+    assert_eq!(sim.keeper_leader.as_deref(), Some("c1-keeper-2"));
     let good = sim.cluster.spec.keeper.image.clone();
     sim.bad_image = Some("registry.invalid/keeper:bad".into());
     sim.cluster.spec.keeper.image = "registry.invalid/keeper:bad".into();
-    let p = sim.plan();
-    sim.act(&p);
-    // The StatefulSet controller replaces the highest ordinal first; it never becomes Ready.
-    sim.obs.pods.remove("c1-keeper-2");
-    sim.settle();
-    assert!(!crate::plan::facts::pod_ready(&sim.obs.pods["c1-keeper-2"]));
+    // the roll restarts a follower first (the highest ordinal that follows); it never becomes
+    // Ready, and the roll goes no further
+    for _ in 0..4 {
+        let p = sim.plan();
+        sim.act(&p);
+    }
+    assert!(!crate::plan::facts::pod_ready(&sim.obs.pods["c1-keeper-1"]));
+    assert_eq!(keeper_restarts(&sim.log), ["c1-keeper-1"]);
+    assert!(
+        sim.cluster
+            .status
+            .as_ref()
+            .unwrap()
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("waiting for c1-keeper-1 to serve"),
+        "{:?}",
+        sim.cluster.status
+    );
     sim.cluster.spec.keeper.image = good;
     let p = sim.plan();
     sim.act(&p);
@@ -1366,26 +1431,227 @@ fn reverting_a_bad_keeper_image_replaces_the_stuck_member() {
     assert!(
         p.actions
             .iter()
-            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-2")),
+            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-1")),
         "{:?}",
         p.actions
     );
     // while the deleted member still stops, it is not deleted again
-    let mut stopping = sim.obs.pods["c1-keeper-2"].clone();
+    let mut stopping = sim.obs.pods["c1-keeper-1"].clone();
     stopping.metadata.deletion_timestamp = Some(Time(now()));
-    sim.obs.pods.insert("c1-keeper-2".into(), stopping);
+    sim.obs.pods.insert("c1-keeper-1".into(), stopping);
     let again = sim.plan();
     assert!(
         !again
             .actions
             .iter()
-            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-2")),
+            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-1")),
         "{:?}",
         again.actions
     );
     sim.act(&p);
     sim.converge(20);
     assert_eq!(sim.state(), ClusterState::Ready);
+    // the leader was never restarted
+    assert_eq!(keeper_restarts(&sim.log), ["c1-keeper-1", "c1-keeper-1"]);
+}
+
+fn keeper_restarts(log: &[String]) -> Vec<&str> {
+    log.iter()
+        .filter_map(|l| l.strip_prefix("restart pod "))
+        .filter(|p| p.contains("keeper"))
+        .collect()
+}
+
+/// Issue 33 item 2: five Keeper template changes in a row, one pass apart (faster than a roll
+/// goes): the operator restarts one member per pass, followers first (highest ordinal first)
+/// and the leader last, coalescing to the newest template: the leader is restarted once, so
+/// the ensemble changes leader once; every member ends on the newest revision, and `ready`.
+#[test]
+fn rapid_keeper_changes_roll_followers_first_and_the_leader_once_at_the_end() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
+    sim.converge(20);
+    assert_eq!(sim.keeper_leader.as_deref(), Some("c1-keeper-2"));
+    let before = sim.log.len();
+    for i in 0..5 {
+        sim.cluster.spec.keeper.pod.annotations =
+            BTreeMap::from([("example.com/change".to_string(), i.to_string())]);
+        let p = sim.plan();
+        let restarts = p
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::RestartPod { .. }))
+            .count();
+        assert!(restarts <= 1, "{:?}", p.actions);
+        sim.act(&p);
+    }
+    sim.converge(30);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    let log = &sim.log[before..];
+    let restarts = keeper_restarts(log);
+    assert_eq!(
+        restarts.iter().filter(|p| **p == "c1-keeper-2").count(),
+        1,
+        "the leader restarts once: {restarts:?}"
+    );
+    assert_eq!(restarts.last(), Some(&"c1-keeper-2"), "{restarts:?}");
+    let elections: Vec<&String> = log
+        .iter()
+        .filter(|l| l.starts_with("keeper leader"))
+        .collect();
+    assert_eq!(elections.len(), 1, "{elections:?}");
+    // followers: at most once per change they lag behind
+    assert!(restarts.len() <= 1 + 2 * 5, "{restarts:?}");
+    let sts = &sim.obs.statefulsets["c1-keeper"];
+    let rev = sts.status.as_ref().unwrap().update_revision.clone();
+    for i in 0..3 {
+        let p = &sim.obs.pods[&format!("c1-keeper-{i}")];
+        assert_eq!(
+            p.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get("controller-revision-hash"),
+            rev.as_ref()
+        );
+    }
+}
+
+/// Issue 33 item 2, the gate: a member goes only while every member is Ready and not stopping,
+/// the leader reports every follower synced and every role is known; followers before the
+/// leader; one member alone goes at once.
+#[test]
+fn a_keeper_member_is_rolled_only_while_the_ensemble_is_whole_and_synced() {
+    use crate::plan::facts::{KeeperFacts, KeeperMember, KeeperRole};
+    let member = |i: i32, role: KeeperRole, old: bool| KeeperMember {
+        pod: format!("c1-keeper-{i}"),
+        ready: true,
+        ready_since: Some(now() - k8s_openapi::jiff::SignedDuration::from_secs(60)),
+        old_revision: old,
+        current: !old,
+        role,
+        ..KeeperMember::default()
+    };
+    let leader = |n| KeeperRole::Leader {
+        synced_followers: n,
+    };
+    let facts = |ms: Vec<KeeperMember>| KeeperFacts {
+        exists: true,
+        size: ms.len() as i32,
+        members: ms
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| (i as i32, m))
+            .collect(),
+        views_read: true,
+    };
+    let f = KeeperRole::Follower;
+    let pick = |k: &KeeperFacts| super::keeper::next_to_roll(k, now()).map(|m| m.pod);
+    // followers first, the highest ordinal first
+    let k = facts(vec![
+        member(0, f, true),
+        member(1, leader(2), true),
+        member(2, f, true),
+    ]);
+    assert_eq!(pick(&k).unwrap(), "c1-keeper-2");
+    // then the other follower, the leader last
+    let k = facts(vec![
+        member(0, f, true),
+        member(1, leader(2), true),
+        member(2, f, false),
+    ]);
+    assert_eq!(pick(&k).unwrap(), "c1-keeper-0");
+    let mut k = facts(vec![
+        member(0, f, false),
+        member(1, leader(2), true),
+        member(2, f, false),
+    ]);
+    assert_eq!(pick(&k).unwrap(), "c1-keeper-1");
+    // the leader only once every follower has run the new template for a while (a change
+    // coming faster restarts the followers again, the leader once)
+    k.members.get_mut(&0).unwrap().ready_since =
+        Some(now() - k8s_openapi::jiff::SignedDuration::from_secs(5));
+    assert!(
+        pick(&k).unwrap_err().contains("c1-keeper-0 has not"),
+        "{:?}",
+        pick(&k)
+    );
+    // the restarted follower has not synced yet
+    let k = facts(vec![
+        member(0, f, true),
+        member(1, leader(1), true),
+        member(2, f, false),
+    ]);
+    assert!(
+        pick(&k).unwrap_err().contains("synced (1 of 2"),
+        "{:?}",
+        pick(&k)
+    );
+    // a member not Ready, or stopping
+    let mut k = facts(vec![
+        member(0, f, true),
+        member(1, leader(2), true),
+        member(2, f, false),
+    ]);
+    k.members.get_mut(&2).unwrap().ready = false;
+    assert!(pick(&k).unwrap_err().contains("c1-keeper-2 to serve"));
+    k.members.get_mut(&2).unwrap().ready = true;
+    k.members.get_mut(&2).unwrap().terminating = true;
+    assert!(pick(&k).unwrap_err().contains("c1-keeper-2 to stop"));
+    // a pod missing, no leader known, a role not known
+    let mut k = facts(vec![
+        member(0, f, true),
+        member(1, leader(2), true),
+        member(2, f, false),
+    ]);
+    k.members.remove(&2);
+    k.size = 3;
+    assert!(pick(&k).is_err());
+    let k = facts(vec![
+        member(0, f, true),
+        member(1, f, true),
+        member(2, f, false),
+    ]);
+    assert!(pick(&k).unwrap_err().contains("leader"));
+    let k = facts(vec![
+        member(0, KeeperRole::Unknown, true),
+        member(1, leader(2), true),
+        member(2, f, false),
+    ]);
+    assert!(
+        pick(&k)
+            .unwrap_err()
+            .contains("c1-keeper-0 to report its role")
+    );
+    // one member: nobody to wait for
+    let k = facts(vec![member(0, KeeperRole::Standalone, true)]);
+    assert_eq!(pick(&k).unwrap(), "c1-keeper-0");
+}
+
+/// `mntr` answers of ClickHouse Keeper and ZooKeeper read as roles; a member that is not
+/// serving answers prose.
+#[test]
+fn keeper_roles_are_read_from_mntr() {
+    use crate::plan::facts::KeeperRole;
+    let leader =
+        "zk_version\tv24.8\nzk_server_state\tleader\nzk_followers\t2\nzk_synced_followers\t1\n";
+    assert_eq!(
+        KeeperRole::from_mntr(leader),
+        KeeperRole::Leader {
+            synced_followers: 1
+        }
+    );
+    assert_eq!(
+        KeeperRole::from_mntr("zk_server_state\tfollower\n"),
+        KeeperRole::Follower
+    );
+    assert_eq!(
+        KeeperRole::from_mntr("zk_server_state\tstandalone\n"),
+        KeeperRole::Standalone
+    );
+    assert_eq!(
+        KeeperRole::from_mntr("This ZooKeeper instance is not currently serving requests\n"),
+        KeeperRole::Unknown
+    );
 }
 
 /// Resuming after a pause starts Keeper first; servers start once it serves.
