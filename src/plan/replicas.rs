@@ -25,6 +25,42 @@ pub fn transition_allowed(from: ReplicaState, to: ReplicaState) -> bool {
         )
 }
 
+/// Why a change of the persisted map from `old` to `new` breaks the state machine (S0-06), if
+/// it does: an entry that changes state along a transition the table does not allow, one that
+/// appears in another state than `Pending` (scale-out and taking replicas back both add
+/// `Pending` entries), or one that disappears without having been `Condemned`. Every status
+/// write is checked against the status it replaces; a refused one is a bug, reported instead.
+pub fn map_change_refused(
+    old: &BTreeMap<String, ReplicaStatus>,
+    new: &BTreeMap<String, ReplicaStatus>,
+) -> Option<String> {
+    for (name, after) in new {
+        match old.get(name) {
+            Some(before) if !transition_allowed(before.state, after.state) => {
+                return Some(format!(
+                    "replica {name} would go from {:?} to {:?}",
+                    before.state, after.state
+                ));
+            }
+            None if after.state != ReplicaState::Pending => {
+                return Some(format!(
+                    "replica {name} would appear as {:?}, not Pending",
+                    after.state
+                ));
+            }
+            _ => {}
+        }
+    }
+    old.iter()
+        .find(|(name, before)| !new.contains_key(*name) && before.state != ReplicaState::Condemned)
+        .map(|(name, before)| {
+            format!(
+                "replica {name} would be removed while {:?}, not Condemned",
+                before.state
+            )
+        })
+}
+
 /// What the pass observed of one replica.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplicaFacts {
@@ -343,6 +379,53 @@ mod tests {
             ready: true,
             ready_and_current: true,
         }
+    }
+
+    /// S0-06 at runtime: a map change is refused when an entry takes a transition the table
+    /// does not allow, appears other than `Pending`, or goes without being `Condemned`.
+    #[test]
+    fn a_map_change_outside_the_state_machine_is_refused() {
+        use ReplicaState::*;
+        let map = |entries: &[(&str, ReplicaState)]| -> BTreeMap<String, ReplicaStatus> {
+            entries
+                .iter()
+                .map(|(n, s)| {
+                    (
+                        n.to_string(),
+                        ReplicaStatus {
+                            shard: 0,
+                            state: *s,
+                            is_backup_pod: false,
+                            index: 0,
+                            scale_in_step: None,
+                        },
+                    )
+                })
+                .collect()
+        };
+        let ok = |a: &[(&str, ReplicaState)], b: &[(&str, ReplicaState)]| {
+            map_change_refused(&map(a), &map(b))
+        };
+        // allowed: each transition of the table, a Pending entry added, a Condemned one gone
+        assert_eq!(ok(&[("r1", Pending)], &[("r1", Ready)]), None);
+        assert_eq!(
+            ok(&[("r1", Ready)], &[("r1", Ready), ("r2", Pending)]),
+            None
+        );
+        assert_eq!(
+            ok(&[("r1", Ready), ("r2", Condemned)], &[("r1", Ready)]),
+            None
+        );
+        assert_eq!(ok(&[], &[("r1", Pending), ("r2", Pending)]), None);
+        assert_eq!(ok(&[("r1", Stopped)], &[("r1", Pending)]), None);
+        // refused
+        let why = ok(&[("r1", Condemned)], &[("r1", Ready)]).unwrap();
+        assert!(why.contains("r1 would go from Condemned to Ready"), "{why}");
+        assert!(ok(&[("r1", Ready)], &[("r1", Pending)]).is_some());
+        let why = ok(&[("r1", Ready)], &[("r1", Ready), ("r2", Ready)]).unwrap();
+        assert!(why.contains("r2 would appear as Ready"), "{why}");
+        let why = ok(&[("r1", Ready), ("r2", Ready)], &[("r1", Ready)]).unwrap();
+        assert!(why.contains("r2 would be removed while Ready"), "{why}");
     }
 
     /// S0-06: only the allowed transitions.

@@ -2,8 +2,9 @@
 //! executes one step of a plan that writes to Kubernetes or changes the replica map, and dies
 //! right after it, before it can record anything; a new one takes over. A shard scale-out, a rolling restart, a scale-in and a pause/resume are
 //! driven that way, with rows written every second, until the cluster converges. Afterwards
-//! every acknowledged row is on every replica, Keeper lists only live replicas, and no replica
-//! name was ever used twice.
+//! every acknowledged row is on every replica, Keeper lists only live replicas, no replica
+//! name was ever used twice, and every version of the replica map (from a watch) changed only
+//! along the state machine's transitions (S0-06).
 //!
 //! In CI the scale-in and the rollout run (`kills::`); `CHOP_FULL=1` runs every flow. Also here:
 //! passes planned from a cache that lags behind the operator's own writes.
@@ -107,6 +108,55 @@ async fn drive(
     }
 }
 
+/// Every version of the cluster's replica map, from a watch.
+type MapVersions =
+    Arc<Mutex<Vec<std::collections::BTreeMap<String, clickhouse_operator::api::ReplicaStatus>>>>;
+
+/// Records every version of the cluster's replica map the API server holds until the task is
+/// aborted.
+fn watch_map(client: &Client, ns: &str) -> (MapVersions, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let versions: MapVersions = Arc::default();
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
+    let task = {
+        let versions = versions.clone();
+        tokio::spawn(async move {
+            let config = watcher::Config::default().fields("metadata.name=c1");
+            let mut events = watcher(clusters, config).boxed();
+            while let Some(event) = events.next().await {
+                let (Ok(watcher::Event::Apply(c)) | Ok(watcher::Event::InitApply(c))) = event
+                else {
+                    continue;
+                };
+                let map = c.status.map(|s| s.replica_state_map).unwrap_or_default();
+                let mut v = versions.lock().unwrap();
+                if v.last() != Some(&map) {
+                    v.push(map);
+                }
+            }
+        })
+    };
+    (versions, task)
+}
+
+/// S0-06 end to end: every change between two versions of the map the API server held is
+/// one the replica state machine allows.
+fn assert_transitions_allowed(versions: &MapVersions) {
+    let versions = versions.lock().unwrap();
+    for pair in versions.windows(2) {
+        if let Some(why) =
+            clickhouse_operator::plan::replicas::map_change_refused(&pair[0], &pair[1])
+        {
+            panic!("{why}: {:?} → {:?}", pair[0], pair[1]);
+        }
+    }
+    println!(
+        "{} versions of the replica map, every change allowed",
+        versions.len()
+    );
+}
+
 /// Every name that left the map never comes back.
 fn assert_no_name_reused(names: &[BTreeSet<String>]) {
     let mut gone = BTreeSet::new();
@@ -164,6 +214,7 @@ async fn operator_killed_after_every_step_converges_without_loss() {
     .await;
     wait_ready(&client, &ns, "c1", 1).await;
     drop(op);
+    let (map_versions, map_watch) = watch_map(&client, &ns);
     let workload = Workload::start(&client, &ns, "c1").await;
     let mut names = Vec::new();
     let mut kills = Vec::new();
@@ -207,6 +258,8 @@ async fn operator_killed_after_every_step_converges_without_loss() {
     println!("{batches} batches acknowledged and found on every replica");
     assert_keeper_clean(&client, &ns).await;
     assert_no_name_reused(&names);
+    map_watch.abort();
+    assert_transitions_allowed(&map_versions);
     finish(&client, &ns, op).await;
 }
 

@@ -165,7 +165,9 @@ fn key(cluster: &ClickHouseCluster) -> String {
 
 /// Writes the status when it changed, on the resourceVersion the pass planned from (a
 /// conflict fails the pass, which is retried at once on a fresh read); returns the cluster as
-/// the API server now has it.
+/// the API server now has it. A replica map change the state machine does not allow (S0-06,
+/// [`crate::plan::replicas::map_change_refused`]) is not written: the old map is kept, the
+/// status says `error` with what was refused, and the pass fails.
 async fn write_status(
     cluster: &ClickHouseCluster,
     status: &ClickHouseClusterStatus,
@@ -174,6 +176,41 @@ async fn write_status(
     if cluster.status.as_ref() == Some(status) {
         return Ok(cluster.clone());
     }
+    let old_map = cluster
+        .status
+        .as_ref()
+        .map(|s| s.replica_state_map.clone())
+        .unwrap_or_default();
+    if let Some(why) =
+        crate::plan::replicas::map_change_refused(&old_map, &status.replica_state_map)
+    {
+        // a bug: the map stays as it was, the status says so, and the pass stops here
+        let failure = crate::plan::Failure {
+            reason: FailureReason::Internal,
+            message: format!(
+                "internal error: {why}, which the replica state machine does not allow (S0-06); the replica map was kept as it was and the pass stopped; please report this"
+            ),
+        };
+        tracing::error!(cluster = %cluster.name_any(), error = %failure.message, "refused status write");
+        let mut kept = crate::plan::status::failed(
+            status,
+            cluster.metadata.generation,
+            &failure,
+            Timestamp::now(),
+        );
+        kept.replica_state_map = old_map;
+        write_status_unchecked(cluster, &kept, ctx).await?;
+        return Err(Error::Failed(failure));
+    }
+    write_status_unchecked(cluster, status, ctx).await
+}
+
+/// Writes `status` as it is (see [`write_status`]).
+async fn write_status_unchecked(
+    cluster: &ClickHouseCluster,
+    status: &ClickHouseClusterStatus,
+    ctx: &Context,
+) -> Result<ClickHouseCluster, Error> {
     let api: Api<ClickHouseCluster> = api(ctx, &cluster.namespace().unwrap_or_default());
     let body = json!({
         "apiVersion": ClickHouseCluster::api_version(&()),
