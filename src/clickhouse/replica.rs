@@ -153,6 +153,8 @@ pub struct KeeperCleanup {
     /// cannot clean (no `SYSTEM DROP REPLICA`): to be reported in a status condition
     /// (decision 2), never written to Keeper directly.
     pub left_behind: Vec<TableName>,
+    /// The Keeper node of the leaving replica for each table of `left_behind`.
+    pub left_paths: Vec<String>,
 }
 
 impl KeeperCleanup {
@@ -188,7 +190,12 @@ pub async fn drop_replica_metadata(
                 survivor.exec(&statement, &retry).await?;
                 cleanup.dropped.push(t.table);
             }
-            None => cleanup.left_behind.push(t.table),
+            None => {
+                cleanup
+                    .left_paths
+                    .push(format!("{path}/{}", leaving.replica.0));
+                cleanup.left_behind.push(t.table);
+            }
         }
     }
     if version.supports(Capability::ReplicatedDatabase) {

@@ -435,6 +435,41 @@ mod tests {
         assert_eq!(plan3.status.observed_generation, Some(2));
     }
 
+    /// Decision 2: Keeper metadata a scale-in could not drop (no `SYSTEM DROP REPLICA`) is said
+    /// in condition `KeeperMetadataLeft`, with the nodes left, beside the Warning event, and the
+    /// condition stays in later passes.
+    #[test]
+    fn keeper_metadata_left_behind_sets_a_condition_that_stays() {
+        let c = cluster("c1", serde_json::json!({}));
+        let plan = decide(&c, &world(), now());
+        let left = PlannedEvent {
+            kind: EventType::Warning,
+            reason: status::KEEPER_METADATA_LEFT,
+            action: "ScaleIn",
+            message: "c1-0-1 left …: at /clickhouse/tables/0/default/events/replicas/c1-0-1".into(),
+        };
+        let outcome = action::Outcome {
+            events: vec![left],
+            ..action::Outcome::default()
+        };
+        let (status1, events) = report::report(&plan, &outcome, Some(1), now());
+        let find = |s: &crate::api::ClickHouseClusterStatus| {
+            s.conditions
+                .iter()
+                .find(|c| c.r#type == "KeeperMetadataLeft")
+                .map(|c| (c.status.clone(), c.message.clone()))
+        };
+        let (state, message) = find(&status1).expect("the condition");
+        assert_eq!(state, "True");
+        assert!(message.contains("/replicas/c1-0-1"), "{message}");
+        assert!(events.iter().any(|e| e.reason == "KeeperMetadataLeft"));
+        let mut again = c.clone();
+        again.status = Some(status1);
+        let plan2 = decide(&again, &world(), now());
+        let (status2, _) = report::report(&plan2, &action::Outcome::default(), Some(1), now());
+        assert_eq!(find(&status2).map(|c| c.0).as_deref(), Some("True"));
+    }
+
     /// Decision 10: an unknown schemaPolicy value is used as All, with a Warning event, once.
     #[test]
     fn unknown_schema_policy_gives_one_warning_event() {

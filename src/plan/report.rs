@@ -346,6 +346,22 @@ pub fn report(
     let mut status = plan.status.clone();
     let mut events = plan.events.clone();
     events.extend(outcome.events.iter().cloned());
+    // decision 2: metadata a scale-in could not drop from Keeper is said in a condition
+    if let Some(left) = outcome
+        .events
+        .iter()
+        .rfind(|e| e.reason == status::KEEPER_METADATA_LEFT)
+    {
+        set_condition(
+            &mut status.conditions,
+            status::KEEPER_METADATA_LEFT,
+            true,
+            "NoDropReplica",
+            &left.message,
+            generation,
+            now,
+        );
+    }
     for &i in &outcome.done {
         match plan.actions.get(i) {
             Some(Action::MigrateSchema { replica, .. }) => {

@@ -11,6 +11,9 @@ pub const SPEC_VALID: &str = "SpecValid";
 /// Every server pod of a cluster that ran is down, or its Keeper has no serving member (S2-12).
 pub const FULL_CRASH: &str = "FullCrash";
 pub const REDUNDANT: &str = "Redundant";
+/// A removed replica's Keeper metadata could not be dropped (decision 2): the condition, and the
+/// Warning event of the same reason, name the nodes left. It stays as the record of them.
+pub const KEEPER_METADATA_LEFT: &str = "KeeperMetadataLeft";
 /// The reason of the failed-pass condition (S2-36).
 pub const ERROR_RECONCILE: &str = "ErrorReconcile";
 

@@ -147,7 +147,7 @@ async fn drop_objects(
         Err(_) => Ok(warning(
             "ObjectsNotDropped",
             format!(
-                "{replica} has no running pod: its tables are cleaned from Keeper by a survivor instead"
+                "{replica} has no running pod: its tables were not dropped on it; a survivor drops its Keeper metadata where the server version has SYSTEM DROP REPLICA, else the status names what stays"
             ),
         )),
     }
@@ -218,18 +218,41 @@ async fn drop_keeper_metadata(
             )
         })?;
     if !cleanup.is_clean() {
+        let shown: Vec<&str> = cleanup
+            .left_paths
+            .iter()
+            .take(5)
+            .map(String::as_str)
+            .collect();
+        let more = cleanup.left_paths.len().saturating_sub(shown.len());
         return Ok(warning(
-            "KeeperMetadataLeft",
+            crate::plan::status::KEEPER_METADATA_LEFT,
             format!(
-                "this ClickHouse version cannot drop the Keeper metadata of {replica} for {} table(s)",
-                cleanup.left_behind.len()
+                "{replica} left the cluster, but this ClickHouse version has no SYSTEM DROP REPLICA and its tables were not dropped on it: its Keeper metadata stays for {} table(s), at {}{}; remove those nodes by hand",
+                cleanup.left_behind.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
             ),
         ));
     }
-    Ok(event(
-        "KeeperCleaned",
-        format!("Drop replica {replica}: Keeper metadata removed"),
-    ))
+    let (tables, databases) = (
+        cleanup.dropped.len(),
+        cleanup.dropped_database_replicas.len(),
+    );
+    let message = if tables + databases == 0 {
+        format!(
+            "{replica}: nothing of it was left in Keeper to drop from {survivor} (dropping its tables removed their Keeper metadata)"
+        )
+    } else {
+        format!(
+            "{replica}: Keeper metadata dropped from {survivor} for {tables} table(s) and {databases} replicated database(s)"
+        )
+    };
+    Ok(event("KeeperCleaned", message))
 }
 
 /// Hands the selected PVCs to the PVC cleaner.
