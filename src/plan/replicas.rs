@@ -28,8 +28,10 @@ pub fn transition_allowed(from: ReplicaState, to: ReplicaState) -> bool {
 /// Why a change of the persisted map from `old` to `new` breaks the state machine (S0-06), if
 /// it does: an entry that changes state along a transition the table does not allow, one that
 /// appears in another state than `Pending` (scale-out and taking replicas back both add
-/// `Pending` entries), or one that disappears without having been `Condemned`. Every status
-/// write is checked against the status it replaces; a refused one is a bug, reported instead.
+/// `Pending` entries) or `Ready` (added and found serving with its schema in the same pass,
+/// `Pending → Ready` in one write), or one that disappears without having been `Condemned`.
+/// Every status write is checked against the status it replaces; a refused one is a bug,
+/// reported instead.
 pub fn map_change_refused(
     old: &BTreeMap<String, ReplicaStatus>,
     new: &BTreeMap<String, ReplicaStatus>,
@@ -42,7 +44,7 @@ pub fn map_change_refused(
                     before.state, after.state
                 ));
             }
-            None if after.state != ReplicaState::Pending => {
+            None if !matches!(after.state, ReplicaState::Pending | ReplicaState::Ready) => {
                 return Some(format!(
                     "replica {name} would appear as {:?}, not Pending",
                     after.state
@@ -422,8 +424,11 @@ mod tests {
         let why = ok(&[("r1", Condemned)], &[("r1", Ready)]).unwrap();
         assert!(why.contains("r1 would go from Condemned to Ready"), "{why}");
         assert!(ok(&[("r1", Ready)], &[("r1", Pending)]).is_some());
-        let why = ok(&[("r1", Ready)], &[("r1", Ready), ("r2", Ready)]).unwrap();
-        assert!(why.contains("r2 would appear as Ready"), "{why}");
+        // a replica taken back and found serving in the same pass: Pending → Ready in one write
+        assert_eq!(ok(&[], &[("r1", Ready), ("r2", Pending)]), None);
+        let why = ok(&[("r1", Ready)], &[("r1", Ready), ("r2", Stopped)]).unwrap();
+        assert!(why.contains("r2 would appear as Stopped"), "{why}");
+        assert!(ok(&[("r1", Ready)], &[("r1", Ready), ("r2", Condemned)]).is_some());
         let why = ok(&[("r1", Ready), ("r2", Ready)], &[("r1", Ready)]).unwrap();
         assert!(why.contains("r2 would be removed while Ready"), "{why}");
     }

@@ -478,6 +478,8 @@ async fn rapid_changes_roll_keeper_leader_last_and_keep_a_serving_quorum() {
         .filter(|n| !stored.contains(n))
         .collect();
     assert!(lost.is_empty(), "acknowledged Keeper writes lost: {lost:?}");
-    assert_status_truthful(&observer.stop().await);
+    // four servers and three members restarting over and over: a pass may also wait on a
+    // member in election (2 s per call) before it writes the counts
+    assert_status_truthful_within(&observer.stop().await, Duration::from_secs(15));
     finish(&client, &ns, op).await;
 }

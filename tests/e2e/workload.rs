@@ -361,6 +361,12 @@ pub fn longest_run(
 /// [`STATUS_LAG`] while a pod is not Ready or a Distributed query through a server fails, and
 /// the status's counts of Ready pods follow the pods within the same lag.
 pub fn assert_status_truthful(samples: &[Sample]) {
+    assert_status_truthful_within(samples, STATUS_LAG);
+}
+
+/// [`assert_status_truthful`] with the counts allowed to lag `counts_lag` (a test whose passes
+/// wait on members in election); `ready` is never allowed to lie longer than [`STATUS_LAG`].
+pub fn assert_status_truthful_within(samples: &[Sample], counts_lag: Duration) {
     assert!(samples.len() > 5, "too few samples: {}", samples.len());
     let (lie, first) = longest_run(samples, |s| {
         s.state == ClusterState::Ready && (!s.not_ready.is_empty() || !s.query_failed.is_empty())
@@ -371,7 +377,7 @@ pub fn assert_status_truthful(samples: &[Sample]) {
     );
     let (behind, first) = longest_run(samples, |s| s.status_ready != s.pods_ready);
     assert!(
-        behind <= STATUS_LAG,
+        behind <= counts_lag,
         "the status's ready counts were wrong for {behind:?}: {first:?}"
     );
     let max_lie = longest_run(samples, |s| s.status_ready != s.pods_ready).0;

@@ -491,6 +491,18 @@ impl Sim {
             ..Outcome::default()
         };
         let (status, _) = report(plan, &outcome, self.cluster.metadata.generation, now());
+        // every status the operator would write keeps the replica state machine (S0-06)
+        let old = self
+            .cluster
+            .status
+            .as_ref()
+            .map(|s| s.replica_state_map.clone())
+            .unwrap_or_default();
+        if let Some(why) =
+            crate::plan::replicas::map_change_refused(&old, &status.replica_state_map)
+        {
+            panic!("{why}: {old:?} → {:?}", status.replica_state_map);
+        }
         self.cluster.status = Some(status);
         self.settle();
     }
