@@ -101,11 +101,11 @@ pub fn plan(pass: &mut Pass) {
         statefulset["spec"]["replicas"] = pods.into();
         crate::model::hash::restamp(&mut statefulset);
     }
-    // a template that needs no restart is left as it is: the StatefulSet's rolling update
-    // would roll the members for a field a newer operator adds (invariant 9)
+    // a template that needs no restart is left as it is: the roll would restart the members
+    // for a field a newer operator adds (invariant 9)
     let name = names::keeper(&pass.name);
     let observed = pass.obs.statefulsets.get(&name).map(json_of);
-    let template_written = match &observed {
+    let template_current = match &observed {
         Some(observed) if super::template_covers(observed, &statefulset) => {
             statefulset = super::with_template_of(&statefulset, observed);
             true
@@ -132,7 +132,7 @@ pub fn plan(pass: &mut Pass) {
         pass.apply(kind, object);
     }
     repair(pass);
-    if template_written {
+    if template_current {
         // a template this pass writes is rolled once the StatefulSet has its revision
         roll(pass);
     }

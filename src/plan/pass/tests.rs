@@ -123,15 +123,15 @@ impl Sim {
     /// Keeper's leader: a first start commits the whole list; later, one member added (once
     /// its pod runs) or removed per pass.
     fn keeper_leader(&mut self) {
-        let ready: Vec<String> = (0..9)
-            .map(|i| format!("c1-keeper-{i}"))
-            .filter(|p| {
-                self.obs
-                    .pods
-                    .get(p)
-                    .is_some_and(crate::plan::facts::pod_ready)
-            })
+        let mut ready: Vec<(i32, String)> = self
+            .obs
+            .pods
+            .iter()
+            .filter(|(_, p)| crate::plan::facts::pod_ready(p))
+            .filter_map(|(n, _)| Some((n.strip_prefix("c1-keeper-")?.parse().ok()?, n.clone())))
             .collect();
+        ready.sort();
+        let ready: Vec<String> = ready.into_iter().map(|(_, n)| n).collect();
         if self
             .keeper_leader
             .as_ref()
