@@ -339,15 +339,30 @@ pub async fn wait_status(
     pred: impl Fn(&clickhouse_operator::api::ClickHouseClusterStatus) -> bool,
 ) -> ClickHouseCluster {
     let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
-    wait_for(timeout, what, || {
-        let api = api.clone();
-        let pred = &pred;
-        async move {
-            let c = api.get(name).await.ok()?;
-            c.status.as_ref().filter(|s| pred(s)).map(|_| c.clone())
+    let last = std::sync::Mutex::new(None);
+    let waited = tokio::time::timeout(
+        timeout,
+        wait_for(timeout + Duration::from_secs(60), what, || {
+            let api = api.clone();
+            let (pred, last) = (&pred, &last);
+            async move {
+                let c = api.get(name).await.ok()?;
+                *last.lock().unwrap() = c.status.clone();
+                c.status.as_ref().filter(|s| pred(s)).map(|_| c.clone())
+            }
+        }),
+    )
+    .await;
+    match waited {
+        Ok(c) => c,
+        Err(_) => {
+            let last = last.lock().unwrap().clone();
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; the last status: {:?}",
+                last.map(|s| (s.state, s.message, s.conditions))
+            )
         }
-    })
-    .await
+    }
 }
 
 /// A ClickHouse client for a server pod, as the operator's own user.
