@@ -176,3 +176,19 @@ fn generated_keeper_ensemble_forms_a_quorum() {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// Issue 35: the raft id is the pod's ordinal + 1 whether the host name is the pod's name or,
+/// with `setHostnameAsFQDN`, its full DNS name (whose later labels hold `-` too).
+#[test]
+fn the_raft_id_comes_from_the_ordinal_with_a_short_or_a_full_host_name() {
+    assert_eq!(server_id("c1-keeper-0"), "1");
+    assert_eq!(server_id("my-cluster-keeper-2"), "3");
+    assert_eq!(
+        server_id("c1-keeper-1.c1-keeper-headless.t-1.svc.cluster.local"),
+        "2"
+    );
+    assert_eq!(
+        server_id("db-2-keeper-4.db-2-keeper-headless.prod-eu.svc.k8s-1.example"),
+        "5"
+    );
+}

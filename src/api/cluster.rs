@@ -12,6 +12,30 @@ pub const DEFAULT_SERVER_IMAGE: &str = "clickhouse/clickhouse-server:24.8";
 /// Image used for ClickHouse Keeper when the spec names none.
 pub const DEFAULT_KEEPER_IMAGE: &str = "clickhouse/clickhouse-keeper:24.8";
 
+/// Default `spec.keeper.pod.startupSeconds`: the budget of a Keeper member's startup probe.
+pub const DEFAULT_KEEPER_STARTUP_SECONDS: i32 = 60;
+
+/// Environment variables of the server container that the operator sets or that the server
+/// image's entrypoint acts on: it writes `users.d/default-user.xml` for the user variables
+/// (into the read-only projection of the operator's users, on images that do not honour
+/// `CLICKHOUSE_SKIP_USER_SETUP`, and exits), starts a temporary server for `CLICKHOUSE_DB`, or
+/// reads another main file. Refused in `spec.pod.env` and as keys of `spec.pod.envSecret`.
+pub const SERVER_RESERVED_ENV: &[&str] = &[
+    "CLICKHOUSE_SKIP_USER_SETUP",
+    "CLICKHOUSE_USER",
+    "CLICKHOUSE_PASSWORD",
+    "CLICKHOUSE_PASSWORD_FILE",
+    "CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT",
+    "CLICKHOUSE_DB",
+    "CLICKHOUSE_CONFIG",
+];
+
+/// Environment variables of the Keeper container that the operator sets (the raft id, the
+/// data directory) or that would make the image's entrypoint read another configuration.
+/// Refused in `spec.keeper.pod.env` and as keys of `spec.keeper.pod.envSecret`.
+pub const KEEPER_RESERVED_ENV: &[&str] =
+    &["KEEPER_SERVER_ID", "CLICKHOUSE_DATA_DIR", "KEEPER_CONFIG"];
+
 /// A ClickHouse cluster: server replicas arranged in shards, and the Keeper ensemble they use.
 /// The operator assumes exactly one ClickHouseCluster per namespace.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -105,7 +129,50 @@ pub struct ClickHouseClusterSpec {
     /// Version of the resource format; the operator refuses versions newer than itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cr_version: Option<String>,
+    /// Who the server and Keeper processes run as, and which privileges the servers keep.
+    #[serde(default, skip_serializing_if = "PodSecurity::is_default")]
+    pub pod_security: PodSecurity,
 }
+
+/// `spec.podSecurity`: the user the server and Keeper pods run as, and the capabilities the
+/// servers keep. Either way the pods run as a non-root user with no privilege escalation, a
+/// read-only root filesystem and seccomp `RuntimeDefault`. A change restarts the pods.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSecurity {
+    /// `Fixed` (the default): uid, gid and fsGroup 101, the images' `clickhouse` user.
+    /// `Platform`: left unset for the platform to assign, as OpenShift's `restricted-v2`
+    /// security context constraint does (it refuses a fixed uid outside the namespace's
+    /// range); the images run under any uid (see docs/running-on-real-clusters.md).
+    #[serde(default)]
+    pub ids: PodIds,
+    /// Keep the three capabilities ClickHouse uses in the server container: `IPC_LOCK`
+    /// (locking its binary in memory), `SYS_NICE` (`os_thread_priority`) and `NET_ADMIN`
+    /// (per-thread accounting by taskstats). Off by default: the pods then meet Pod Security
+    /// `restricted`, and ClickHouse logs that the three are off and runs on. On, the namespace
+    /// must allow `privileged` pods, and a non-root process gets them only where the runtime
+    /// grants ambient capabilities or the binary carries file capabilities (the official
+    /// images do not).
+    #[serde(default)]
+    pub clickhouse_capabilities: bool,
+}
+
+impl PodSecurity {
+    fn is_default(&self) -> bool {
+        *self == PodSecurity::default()
+    }
+}
+
+/// Whether the pods' uid, gid and fsGroup are fixed or the platform's.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PodIds {
+    #[default]
+    Fixed,
+    Platform,
+}
+
+/// The capabilities `spec.podSecurity.clickhouseCapabilities` keeps in the server container.
+pub const CLICKHOUSE_CAPABILITIES: &[&str] = &["IPC_LOCK", "SYS_NICE", "NET_ADMIN"];
 
 fn default_shards() -> i32 {
     1

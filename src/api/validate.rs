@@ -65,12 +65,17 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     check_tls(spec, &mut errors);
     check_backup_schedules(spec, &mut errors);
     check_upgrade_options(spec, &mut errors);
-    for (which, pod) in [
-        ("spec.pod", &spec.pod),
-        ("spec.keeper.pod", &spec.keeper.pod),
+    for (which, pod, reserved) in [
+        ("spec.pod", &spec.pod, super::SERVER_RESERVED_ENV),
+        (
+            "spec.keeper.pod",
+            &spec.keeper.pod,
+            super::KEEPER_RESERVED_ENV,
+        ),
     ] {
-        check_pod(which, pod, &mut errors);
+        check_pod(which, pod, reserved, &mut errors);
     }
+    check_keeper_start(spec, &mut errors);
     check_configuration(name, spec, &mut errors);
     check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
@@ -193,13 +198,62 @@ fn check_counts(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     }
 }
 
-/// The server and Keeper images must be named.
+/// The server and Keeper images must be named; Keeper's cannot be a `-distroless` tag.
 fn check_images(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if spec.image.trim().is_empty() {
         errors.add("spec.image", "must not be empty".into());
     }
     if spec.keeper.image.trim().is_empty() {
         errors.add("spec.keeper.image", "must not be empty".into());
+    }
+    if spec.keeper.replicas > 0
+        && spec.keeper.external.is_none()
+        && is_distroless(&spec.keeper.image)
+    {
+        errors.add(
+            "spec.keeper.image",
+            format!(
+                "{:?} is a distroless image: it has no shell, and the Keeper pod needs one (its \
+                 command derives the member's raft id from the pod's ordinal, its readiness probe \
+                 asks `srvr`); use the same version without the -distroless suffix",
+                spec.keeper.image
+            ),
+        );
+    }
+}
+
+/// Is `image` a `-distroless` tag (no shell, no `/entrypoint.sh`)?
+fn is_distroless(image: &str) -> bool {
+    let no_digest = image.split('@').next().unwrap_or_default();
+    let last = no_digest.rsplit('/').next().unwrap_or_default();
+    last.split_once(':')
+        .is_some_and(|(_, tag)| tag.ends_with("-distroless") || tag == "distroless")
+}
+
+/// Keeper's own `startup_timeout` (`spec.keeper.settings`), when given, must end before the
+/// startup probe's budget: Keeper opens its client port, which the probe checks, only with a
+/// quorum or once that timeout has passed.
+fn check_keeper_start(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    let Some(value) = spec.keeper.settings.get("startup_timeout") else {
+        return;
+    };
+    let budget = spec
+        .keeper
+        .pod
+        .startup_seconds
+        .unwrap_or(super::DEFAULT_KEEPER_STARTUP_SECONDS);
+    match value.trim().parse::<i64>() {
+        Ok(ms) if ms > 0 && ms < i64::from(budget) * 1000 => {}
+        Ok(_) | Err(_) => errors.add(
+            "spec.keeper.settings.startup_timeout",
+            format!(
+                "{value:?}: milliseconds, more than 0 and less than the startup probe's budget \
+                 (spec.keeper.pod.startupSeconds, {budget} s = {} ms): Keeper opens its client \
+                 port only with a quorum or after this timeout, and the probe restarts a member \
+                 whose port stays closed longer than its budget; leave it unset for half the budget",
+                i64::from(budget) * 1000
+            ),
+        ),
     }
 }
 
@@ -672,8 +726,22 @@ fn check_destination(at: &str, d: &super::S3Destination, errors: &mut Errors) {
 }
 
 /// The pod settings at `which` (server or Keeper): sidecar names, labels outside the
-/// operator's prefixes, the topology spread key.
-fn check_pod(which: &str, pod: &PodSettings, errors: &mut Errors) {
+/// operator's prefixes, the topology spread key, environment variables the operator or the
+/// image's entrypoint owns (`reserved`).
+fn check_pod(which: &str, pod: &PodSettings, reserved: &[&str], errors: &mut Errors) {
+    for (i, e) in pod.env.iter().enumerate() {
+        if reserved.contains(&e.name.as_str()) {
+            errors.add(
+                &format!("{which}.env[{i}].name"),
+                format!(
+                    "{:?} is set by the operator or acted on by the image's entrypoint against \
+                     the operator's configuration (reserved: {})",
+                    e.name,
+                    reserved.join(", ")
+                ),
+            );
+        }
+    }
     if let Some(secs) = pod.startup_seconds
         && !(10..=86_400).contains(&secs)
     {
@@ -1929,5 +1997,104 @@ mod tests {
         assert!(errors[0].message.contains("upgrade the operator"));
         s.cr_version = Some("x.y".into());
         assert_eq!(fields("c1", &s), vec!["spec.crVersion".to_string()]);
+    }
+
+    /// Issue 35 item 4: a `-distroless` Keeper image has no shell, which the Keeper pod's command
+    /// and readiness probe need: refused with the reason. A distroless server image is fine (no
+    /// command, HTTP probes), and an external Keeper's image is not used.
+    #[test]
+    fn a_distroless_keeper_image_is_refused_with_the_reason() {
+        let mut s = spec();
+        for image in [
+            "clickhouse/clickhouse-keeper:26.1-distroless",
+            "registry.example:5000/ch/clickhouse-keeper:26.1.2.3-distroless@sha256:abc",
+        ] {
+            s.keeper.image = image.into();
+            let (errors, _) = validate("c1", &s);
+            assert_error(
+                &errors,
+                &serde_json::json!(image),
+                "spec.keeper.image",
+                "no shell",
+            );
+        }
+        for image in [
+            "clickhouse/clickhouse-keeper:26.1",
+            "clickhouse/clickhouse-keeper:26.1-alpine",
+            "registry.example:5000/distroless/clickhouse-keeper:26.1",
+        ] {
+            s.keeper.image = image.into();
+            assert!(fields("c1", &s).is_empty(), "{image}");
+        }
+        s.keeper.image = "clickhouse/clickhouse-keeper:26.1".into();
+        s.image = "clickhouse/clickhouse-server:26.1-distroless".into();
+        assert!(fields("c1", &s).is_empty());
+    }
+
+    /// Issue 35 item 5: variables the operator sets or the images' entrypoints act on against
+    /// the operator's configuration are refused in `env`, each with its index.
+    #[test]
+    fn reserved_environment_variables_are_refused_with_their_index() {
+        let var = |name: &str| k8s_openapi::api::core::v1::EnvVar {
+            name: name.into(),
+            value: Some("x".into()),
+            ..Default::default()
+        };
+        let mut s = spec();
+        s.pod.env = vec![
+            var("TZ"),
+            var("CLICKHOUSE_PASSWORD"),
+            var("CLICKHOUSE_SKIP_USER_SETUP"),
+        ];
+        s.keeper.pod.env = vec![
+            var("CLICKHOUSE_DATA_DIR"),
+            var("TZ"),
+            var("KEEPER_SERVER_ID"),
+        ];
+        assert_eq!(
+            fields("c1", &s),
+            [
+                "spec.pod.env[1].name",
+                "spec.pod.env[2].name",
+                "spec.keeper.pod.env[0].name",
+                "spec.keeper.pod.env[2].name",
+            ]
+        );
+        s.pod.env = vec![var("TZ")];
+        s.keeper.pod.env = vec![var("TZ")];
+        assert!(fields("c1", &s).is_empty());
+    }
+
+    /// Issue 35 item 2: Keeper's own `startup_timeout` must end within the startup probe's
+    /// budget, or the probe would restart a member still waiting for its quorum.
+    #[test]
+    fn keepers_startup_timeout_must_end_within_the_probe_budget() {
+        let mut s = spec();
+        for (timeout, startup_seconds, ok) in [
+            ("30000", None, true),
+            ("59999", None, true),
+            ("60000", None, false),
+            ("180000", None, false),
+            ("180000", Some(200), true),
+            ("0", None, false),
+            ("soon", None, false),
+        ] {
+            s.keeper.settings =
+                BTreeMap::from([("startup_timeout".to_string(), timeout.to_string())]);
+            s.keeper.pod.startup_seconds = startup_seconds;
+            let errors = fields("c1", &s);
+            if ok {
+                assert!(
+                    errors.is_empty(),
+                    "{timeout} {startup_seconds:?}: {errors:?}"
+                );
+            } else {
+                assert_eq!(
+                    errors,
+                    ["spec.keeper.settings.startup_timeout"],
+                    "{timeout} {startup_seconds:?}"
+                );
+            }
+        }
     }
 }

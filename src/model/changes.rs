@@ -388,6 +388,16 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         ch.keeper.add(Need::Refused, message);
     }
     pod_settings(s, "spec.pod", &old.pod, &new.pod);
+    if old.pod_security.ids != new.pod_security.ids {
+        s.add(Need::RollingRestart, "spec.podSecurity.ids");
+        ch.keeper.add(Need::RollingRestart, "spec.podSecurity.ids");
+    }
+    if old.pod_security.clickhouse_capabilities != new.pod_security.clickhouse_capabilities {
+        s.add(
+            Need::RollingRestart,
+            "spec.podSecurity.clickhouseCapabilities",
+        );
+    }
     let (oc, nc) = (&old.configuration, &new.configuration);
     let keys: BTreeSet<&String> = oc.settings.keys().chain(nc.settings.keys()).collect();
     for k in keys {

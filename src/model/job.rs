@@ -143,10 +143,18 @@ impl Placement {
         Placement {
             node: spec.node_name.clone(),
             pod_security: spec.security_context.clone(),
+            // the server's, without capabilities it may keep (`clickhouseCapabilities`): the
+            // agent copies files and needs none
             container_security: spec
                 .containers
                 .first()
-                .and_then(|c| c.security_context.clone()),
+                .and_then(|c| c.security_context.clone())
+                .map(|mut s| {
+                    if let Some(caps) = &mut s.capabilities {
+                        caps.add = None;
+                    }
+                    s
+                }),
             server: server
                 .metadata
                 .uid

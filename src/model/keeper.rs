@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ExecAction, PodTemplateSpec, Probe, Service,
-    ServiceSpec, TCPSocketAction, Volume,
+    ConfigMap, ConfigMapVolumeSource, Container, EnvVar, ExecAction, PodTemplateSpec, Probe,
+    Service, ServiceSpec, TCPSocketAction, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -34,15 +34,30 @@ use super::{BuildError, Cluster, KeeperObjects, SecretData, names};
 /// Name of the Keeper container.
 pub const KEEPER_CONTAINER: &str = "keeper";
 
-/// The container command: derives the raft id from the pod's ordinal (the hostname's last
-/// `-` part) and starts the image's entrypoint.
+/// The container command: derives the raft id from the pod's ordinal (the last `-` part of
+/// the host name's first label, so that `setHostnameAsFQDN` changes nothing) and starts the
+/// image's entrypoint.
 pub fn keeper_command() -> Vec<String> {
     vec![
         "/bin/bash".into(),
         "-c".into(),
-        format!("export {SERVER_ID_ENV}=$(( ${{HOSTNAME##*-}} + 1 )); exec /entrypoint.sh"),
+        format!(
+            "h=${{HOSTNAME%%.*}}; export {SERVER_ID_ENV}=$(( ${{h##*-}} + 1 )); exec /entrypoint.sh"
+        ),
     ]
 }
+
+/// The variable the Keeper image's entrypoint reads its data directory from. Unset, the
+/// entrypoint creates `/var/lib/clickhouse/coordination` inside the image's root filesystem,
+/// which the pod makes read-only: that works only where the runtime turns the image's
+/// `VOLUME` into a writable mount (containerd, Docker) and fails on CRI-O and OpenShift. Set
+/// to the data volume, the entrypoint creates the very folders the configuration names there.
+pub const DATA_DIR_ENV: &str = "CLICKHOUSE_DATA_DIR";
+
+/// Environment variables of the Keeper container that the operator sets or the image's
+/// entrypoint would act on against the operator's configuration: refused in
+/// `spec.keeper.pod.env` and as keys of `spec.keeper.pod.envSecret`.
+pub const RESERVED_ENV: &[&str] = crate::api::KEEPER_RESERVED_ENV;
 
 /// Voluntary disruptions Keeper tolerates: `(n-1)/2`, so a majority always stays up. For one
 /// member this is 0: a drain waits rather than stop every insert of the cluster; a user who
@@ -147,6 +162,7 @@ fn keeper_pod(
         }),
         spec: Some(pod_spec(
             pod,
+            &c.spec.pod_security,
             keeper_container(c),
             volumes,
             vec![selector.clone()],
@@ -175,7 +191,7 @@ fn keeper_tls_secrets<'a>(c: &'a Cluster<'_>) -> Vec<(&'static str, &'a str, &'s
 /// The Keeper container: [`keeper_command`], the client and raft ports, the user's
 /// environment; ready once it serves with a quorum, alive while its client port answers.
 /// Default `startupSeconds` of a Keeper member.
-const KEEPER_STARTUP_SECONDS: i32 = 60;
+pub const KEEPER_STARTUP_SECONDS: i32 = crate::api::DEFAULT_KEEPER_STARTUP_SECONDS;
 
 fn keeper_container(c: &Cluster<'_>) -> Container {
     let k = &c.spec.keeper;
@@ -194,7 +210,13 @@ fn keeper_container(c: &Cluster<'_>) -> Container {
             }
             ports
         }),
-        env: env(pod.env.clone()),
+        env: env(std::iter::once(EnvVar {
+            name: DATA_DIR_ENV.into(),
+            value: Some(names::KEEPER_DATA_PATH.into()),
+            ..EnvVar::default()
+        })
+        .chain(pod.env.iter().cloned())
+        .collect()),
         env_from: env_from(pod),
         resources: pod.resources.clone(),
         volume_mounts: Some(
@@ -249,7 +271,7 @@ fn keeper_container(c: &Cluster<'_>) -> Container {
             failure_threshold: Some(6),
             ..Probe::default()
         }),
-        security_context: Some(container_security()),
+        security_context: Some(container_security(&[])),
         termination_message_policy: Some(super::LOG_ON_ERROR.into()),
         ..Container::default()
     }

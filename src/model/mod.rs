@@ -131,6 +131,9 @@ pub enum BuildError {
     /// The user's pod template sets what the operator owns, or is not a pod template.
     #[error("{field}: {detail}")]
     PodTemplate { field: String, detail: String },
+    /// An environment Secret holds a variable the operator or the image's entrypoint owns.
+    #[error("{field}: {detail}")]
+    ReservedEnv { field: String, detail: String },
     /// A Kubernetes quantity that does not parse.
     #[error("{field}: {value:?} is not a quantity such as 10Gi")]
     InvalidQuantity { field: &'static str, value: String },
@@ -221,9 +224,57 @@ pub struct Desired {
 /// Builds every object of the cluster, each stamped with [`labels::OBJECT_HASH`] (and the
 /// StatefulSets with [`labels::TEMPLATE_HASH`]).
 pub fn desired(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
+    check_env_secrets(c, &inputs.secrets)?;
     let mut d = unstamped(c, inputs)?;
     stamp_all(&mut d);
     Ok(d)
+}
+
+/// The environment Secrets (`spec.pod.envSecret`, `spec.keeper.pod.envSecret`) hold no key the
+/// operator or the image's entrypoint owns ([`crate::api::SERVER_RESERVED_ENV`],
+/// [`crate::api::KEEPER_RESERVED_ENV`]): validation refuses the same names in `env`, but a
+/// Secret's keys are known only once it is read. A Secret not read (yet) is not checked here.
+fn check_env_secrets(
+    c: &Cluster<'_>,
+    secrets: &BTreeMap<String, SecretData>,
+) -> Result<(), BuildError> {
+    let pods = [
+        (
+            "spec.pod.envSecret",
+            &c.spec.pod,
+            crate::api::SERVER_RESERVED_ENV,
+        ),
+        (
+            "spec.keeper.pod.envSecret",
+            &c.spec.keeper.pod,
+            crate::api::KEEPER_RESERVED_ENV,
+        ),
+    ];
+    for (field, pod, reserved) in pods {
+        let Some(name) = &pod.env_secret else {
+            continue;
+        };
+        let Some(data) = secrets.get(name) else {
+            continue;
+        };
+        let found: Vec<&str> = data
+            .keys()
+            .map(String::as_str)
+            .filter(|k| reserved.contains(k))
+            .collect();
+        if !found.is_empty() {
+            return Err(BuildError::ReservedEnv {
+                field: field.into(),
+                detail: format!(
+                    "Secret {name:?} has key(s) {}, which the operator sets or the image's \
+                     entrypoint acts on against the operator's configuration (reserved: {})",
+                    found.join(", "),
+                    reserved.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn stamp<K: Resource + serde::Serialize>(obj: &mut K) {
@@ -347,12 +398,79 @@ pub fn with_deferred_log_policy(
     template
 }
 
-/// [`with_deferred_modes`] and [`with_deferred_log_policy`].
+/// The Keeper container's command as operator versions before the data-directory and
+/// host-name fixes wrote it: template hashes count the command as this one, so that a
+/// StatefulSet written then keeps its hash.
+const EARLIER_KEEPER_COMMAND: &str =
+    "export KEEPER_SERVER_ID=$(( ${HOSTNAME##*-} + 1 )); exec /entrypoint.sh";
+
+/// `template` with the Keeper container's command and its [`keeper::DATA_DIR_ENV`] variable
+/// as `kept` (the observed template) has them; `None` gives the command earlier versions
+/// wrote and no such variable (the form template hashes are taken over). Like
+/// [`with_deferred_modes`], both came after ensembles already ran without them (issue 35) and
+/// reach their pods with the next change that rolls them: a different command or variable
+/// alone restarts nothing (invariant 9).
+pub fn with_deferred_keeper_launch(
+    mut template: serde_json::Value,
+    kept: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    let observed = kept.map(|k| {
+        k["spec"]["containers"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["name"] == keeper::KEEPER_CONTAINER))
+            .cloned()
+    });
+    let Some(containers) = template["spec"]["containers"].as_array_mut() else {
+        return template;
+    };
+    let Some(c) = containers
+        .iter_mut()
+        .find(|c| c["name"] == keeper::KEEPER_CONTAINER)
+        .and_then(|c| c.as_object_mut())
+    else {
+        return template;
+    };
+    let (command, data_dir) = match observed {
+        // a container the observed template does not have yet takes both
+        Some(None) => return template,
+        Some(Some(o)) => {
+            let has_data_dir = o["env"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|v| v["name"] == keeper::DATA_DIR_ENV));
+            (o.get("command").cloned(), has_data_dir)
+        }
+        None => (
+            Some(serde_json::json!([
+                "/bin/bash",
+                "-c",
+                EARLIER_KEEPER_COMMAND
+            ])),
+            false,
+        ),
+    };
+    match command {
+        Some(command) => c.insert("command".into(), command),
+        None => c.remove("command"),
+    };
+    if !data_dir && let Some(env) = c.get_mut("env").and_then(|e| e.as_array_mut()) {
+        env.retain(|v| v["name"] != keeper::DATA_DIR_ENV);
+        if env.is_empty() {
+            c.remove("env");
+        }
+    }
+    template
+}
+
+/// [`with_deferred_modes`], [`with_deferred_log_policy`] and
+/// [`with_deferred_keeper_launch`].
 pub fn with_deferred(
     template: serde_json::Value,
     kept: Option<&serde_json::Value>,
 ) -> serde_json::Value {
-    with_deferred_log_policy(with_deferred_modes(template, kept), kept)
+    with_deferred_keeper_launch(
+        with_deferred_log_policy(with_deferred_modes(template, kept), kept),
+        kept,
+    )
 }
 
 /// Is `term` (an item of `preferredDuringSchedulingIgnoredDuringExecution`) the default

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::hash::PodHashes;
 use super::labels;
 use super::{BuildError, Cluster, ReplicaSpec, names};
-use crate::api::{AntiAffinity, PodSettings, StorageSpec, UpdateStrategy};
+use crate::api::{AntiAffinity, PodIds, PodSecurity, PodSettings, StorageSpec, UpdateStrategy};
 use crate::util::quantity;
 
 /// uid and gid of the `clickhouse` user in the official images.
@@ -33,14 +33,15 @@ pub const DATA_VOLUME: &str = "data";
 pub const SERVER_STARTUP_SECONDS: i32 = 120;
 
 /// Pod security: non-root as the images' `clickhouse` user, fsGroup for the volumes, seccomp
-/// RuntimeDefault.
-fn pod_security() -> PodSecurityContext {
+/// RuntimeDefault; with `spec.podSecurity.ids: Platform` the ids are the platform's.
+fn pod_security(security: &PodSecurity) -> PodSecurityContext {
+    let fixed = (security.ids == PodIds::Fixed).then_some(CLICKHOUSE_UID);
     PodSecurityContext {
-        run_as_user: Some(CLICKHOUSE_UID),
-        run_as_group: Some(CLICKHOUSE_UID),
+        run_as_user: fixed,
+        run_as_group: fixed,
         run_as_non_root: Some(true),
-        fs_group: Some(CLICKHOUSE_UID),
-        fs_group_change_policy: Some("OnRootMismatch".into()),
+        fs_group: fixed,
+        fs_group_change_policy: fixed.map(|_| "OnRootMismatch".into()),
         seccomp_profile: Some(SeccompProfile {
             type_: "RuntimeDefault".into(),
             ..SeccompProfile::default()
@@ -49,16 +50,16 @@ fn pod_security() -> PodSecurityContext {
     }
 }
 
-/// Container security: no privilege escalation, no capabilities, read-only root filesystem
-/// (the writable paths are volumes).
-pub(crate) fn container_security() -> SecurityContext {
+/// Container security: no privilege escalation, no capabilities but `keep`, read-only root
+/// filesystem (the writable paths are volumes).
+pub(crate) fn container_security(keep: &[&str]) -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
         capabilities: Some(Capabilities {
             drop: Some(vec!["ALL".into()]),
-            ..Capabilities::default()
+            add: (!keep.is_empty()).then(|| keep.iter().map(|c| c.to_string()).collect()),
         }),
         ..SecurityContext::default()
     }
@@ -178,6 +179,7 @@ pub const DEFAULT_APART_WEIGHT: i32 = 100;
 /// ServiceAccount token (ClickHouse and Keeper never call the Kubernetes API; issue 15).
 pub(crate) fn pod_spec(
     pod: &PodSettings,
+    security: &PodSecurity,
     main: Container,
     volumes: Vec<Volume>,
     spread_selectors: Vec<BTreeMap<String, String>>,
@@ -188,7 +190,7 @@ pub(crate) fn pod_spec(
     PodSpec {
         containers,
         volumes: Some(volumes),
-        security_context: Some(pod_security()),
+        security_context: Some(pod_security(security)),
         affinity: affinity(pod, apart),
         tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
         node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
@@ -409,6 +411,7 @@ fn server_pod(
             termination_grace_period_seconds: Some(60),
             ..pod_spec(
                 pod,
+                &c.spec.pod_security,
                 server_container(c, mounts),
                 volumes,
                 vec![
@@ -530,7 +533,13 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
             failure_threshold: Some(6),
             ..Probe::default()
         }),
-        security_context: Some(container_security()),
+        security_context: Some(container_security(
+            if spec.pod_security.clickhouse_capabilities {
+                crate::api::CLICKHOUSE_CAPABILITIES
+            } else {
+                &[]
+            },
+        )),
         termination_message_policy: Some(super::LOG_ON_ERROR.into()),
         ..Container::default()
     }

@@ -11,6 +11,8 @@ use super::config::server::{REPLICA_FILE, RUNTIME_FILE, SERVER_FILE, SETTINGS_FI
 use super::*;
 use crate::api::ClickHouseCluster;
 
+mod real_images;
+
 const UID: &str = "6f1c9a52-0000-4000-8000-000000000001";
 
 fn cluster(spec: serde_json::Value) -> ClickHouseCluster {
@@ -791,9 +793,17 @@ fn keeper_lists_every_member_and_its_budget_keeps_quorum() {
             [
                 "/bin/bash",
                 "-c",
-                "export KEEPER_SERVER_ID=$(( ${HOSTNAME##*-} + 1 )); exec /entrypoint.sh"
+                "h=${HOSTNAME%%.*}; export KEEPER_SERVER_ID=$(( ${h##*-} + 1 )); exec /entrypoint.sh"
             ]
         );
+        // issue 35: the image's entrypoint creates its folders on the data volume
+        let data_dir = container
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "CLICKHOUSE_DATA_DIR")
+            .and_then(|e| e.value.clone());
+        assert_eq!(data_dir.as_deref(), Some(names::KEEPER_DATA_PATH));
         let mounts: Vec<_> = container
             .volume_mounts
             .clone()
@@ -1535,10 +1545,11 @@ fn assert_a_real_change_rolls(older: &serde_json::Value, desired: &serde_json::V
     assert!(!pod_template_changed(&other, &other));
 }
 
-/// Issue 15, issue 17, issue 32 (S-12) and invariant 9: ClickHouse and Keeper pods mount no
-/// ServiceAccount token, keep a shard's replicas (the Keeper members) apart and mount their
-/// credentials 0440; a StatefulSet written by an operator version that did not say so (its
-/// template lacks all three, the API server's default 0644 on its volumes, its template hash
+/// Issue 15, issue 17, issue 32 (S-12), issue 35 and invariant 9: ClickHouse and Keeper pods
+/// mount no ServiceAccount token, keep a shard's replicas (the Keeper members) apart and mount
+/// their credentials 0440, Keeper's entrypoint is told its data directory and its command
+/// survives `setHostnameAsFQDN`; a StatefulSet written by an operator version that did not say
+/// so (its template lacks all of it, the API server's default 0644 on its volumes, its template hash
 /// taken without them) is not rolled for them, while a real change still is.
 #[test]
 fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for_it() {
@@ -1587,6 +1598,22 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             Some(json!(crate::model::LOG_ON_ERROR)),
             "the main container ends with its log's tail"
         );
+        // nor Keeper's data directory variable and host-name-safe command (issue 35)
+        if main["name"] == crate::model::keeper::KEEPER_CONTAINER {
+            let m = main.as_object_mut().unwrap();
+            m.insert(
+                "command".into(),
+                json!([
+                    "/bin/bash",
+                    "-c",
+                    "export KEEPER_SERVER_ID=$(( ${HOSTNAME##*-} + 1 )); exec /entrypoint.sh"
+                ]),
+            );
+            let env = m["env"].as_array_mut().unwrap();
+            env.retain(|e| e["name"] != "CLICKHOUSE_DATA_DIR");
+            assert!(env.is_empty(), "no other variable: {env:?}");
+            m.remove("env");
+        }
         older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
             serde_json::Value::String(hash::json_hash(&older["spec"]["template"]));
         older["spec"]["template"]["spec"]["containers"][0]["terminationMessagePolicy"] =
@@ -2139,6 +2166,8 @@ fn keeper_coordination_settings_come_from_the_spec() {
             ("operation_timeout_ms".to_string(), "10000".to_string()),
             ("session_timeout_ms".into(), "30000".into()),
             ("raft_logs_level".into(), "warning".into()),
+            // issue 35: half the 60 s startup probe budget
+            ("startup_timeout".into(), "30000".into()),
         ]
     );
     let tuned = cluster(json!({"keeper": {"replicas": 3, "settings": {
@@ -2152,6 +2181,7 @@ fn keeper_coordination_settings_come_from_the_spec() {
             ("session_timeout_ms".into(), "60000".into()),
             ("raft_logs_level".into(), "warning".into()),
             ("snapshot_distance".into(), "50000".into()),
+            ("startup_timeout".into(), "30000".into()),
         ]
     );
     let keeper_template =

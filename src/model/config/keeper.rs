@@ -20,18 +20,35 @@ pub fn keeper_file(c: &Cluster<'_>, members: i32) -> String {
 
 /// What of [`keeper_file`] is read only at startup: everything but the member list, which
 /// Keeper reconfigures at runtime when the file changes. Hashed into the Keeper pod template.
-/// The four-letter-word list is left out of it: it came with an operator version after
-/// ensembles already ran without it, and an operator upgrade restarts no pod (invariant 9), so
-/// it reaches a running member at its next restart.
+/// The four-letter-word list and the operator's `startup_timeout` are left out of it: they
+/// came with operator versions after ensembles already ran without them, and an operator
+/// upgrade restarts no pod (invariant 9), so they reach a running member at its next restart.
 pub fn keeper_restart_part(c: &Cluster<'_>) -> String {
     keeper_element(c, 0, false).to_document()
+}
+
+/// Keeper's `startup_timeout` (ms) unless `spec.keeper.settings` names one: half the member's
+/// startup probe budget (`spec.keeper.pod.startupSeconds`, 60 s by default). Keeper opens its
+/// client port only once it has a quorum, or once this timeout has passed (180 s by default);
+/// the startup probe checks that port, so with Keeper's default a member that waits longer
+/// than the probe's budget for its peers (members started a minute apart, a member added on
+/// scale-up) would be killed and crash-loop. With half the budget the port opens in time and
+/// the readiness probe (`srvr`) keeps the member unready until it serves.
+pub fn startup_timeout_ms(c: &Cluster<'_>) -> i64 {
+    let seconds = c
+        .spec
+        .keeper
+        .pod
+        .startup_seconds
+        .unwrap_or(crate::model::keeper::KEEPER_STARTUP_SECONDS);
+    i64::from(seconds) * 1000 / 2
 }
 
 /// `coordination_settings`: the operator's defaults (in their order, which the hash of
 /// running ensembles was taken over), each replaced by `spec.keeper.settings` where it names
 /// it, then the other settings of the spec (names that are not element names were refused by
 /// validation and are left out).
-fn coordination_settings(c: &Cluster<'_>) -> Element {
+fn coordination_settings(c: &Cluster<'_>, added_later: bool) -> Element {
     let user = &c.spec.keeper.settings;
     let defaults = [
         ("operation_timeout_ms", "10000"),
@@ -47,10 +64,19 @@ fn coordination_settings(c: &Cluster<'_>) -> Element {
             out = out.child(Element::leaf(k, v));
         }
     }
+    if added_later && !user.contains_key(STARTUP_TIMEOUT) {
+        out = out.child(Element::leaf(STARTUP_TIMEOUT, startup_timeout_ms(c)));
+    }
     out
 }
 
-fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Element {
+/// The coordination setting of [`startup_timeout_ms`].
+pub const STARTUP_TIMEOUT: &str = "startup_timeout";
+
+/// The configuration; `added_later`: with what came after ensembles already ran (the
+/// four-letter-word list and the operator's `startup_timeout`), which is left out of
+/// [`keeper_restart_part`].
+fn keeper_element(c: &Cluster<'_>, members: i32, added_later: bool) -> Element {
     let data = names::KEEPER_DATA_PATH;
     let servers = (0..members).map(|i| {
         Element::new("server")
@@ -74,8 +100,8 @@ fn keeper_element(c: &Cluster<'_>, members: i32, four_letter_words: bool) -> Ele
             "snapshot_storage_path",
             format!("{data}/coordination/snapshots"),
         ))
-        .child(coordination_settings(c));
-    if four_letter_words {
+        .child(coordination_settings(c, added_later));
+    if added_later {
         keeper_server = keeper_server.child(Element::leaf(
             "four_letter_word_white_list",
             FOUR_LETTER_WORDS,

@@ -24,6 +24,15 @@ pub const SETTINGS_FILE: &str = "00-operator-settings.xml";
 /// ([`crate::model::names::secret_setting_env`]), which the pod takes from the Secret key.
 pub const SECRET_SETTINGS_FILE: &str = "00-operator-settings-from-secrets.xml";
 pub const RUNTIME_FILE: &str = "00-operator-zz-runtime.xml";
+/// Closes the MySQL and PostgreSQL wire-protocol ports the images' `config.xml` opens (9004,
+/// 9005): nothing of the operator uses them, the pods do not declare them, and they stay
+/// plaintext even with `spec.tls.required`. A user who wants one sets `mysql_port` or
+/// `postgresql_port` in `spec.configuration.settings` (merged later). Reloaded: current
+/// servers close the listeners at the reload, and an operator upgrade restarts nothing for
+/// it (invariant 9).
+pub const CLOSED_PORTS_FILE: &str = "00-operator-closed-ports.xml";
+/// The ports [`CLOSED_PORTS_FILE`] closes.
+pub const CLOSED_PORTS: &[&str] = &["mysql_port", "postgresql_port"];
 /// The per-replica file: macros and `interserver_http_host`.
 pub const REPLICA_FILE: &str = "00-operator-replica.xml";
 /// Keeper path of the distributed DDL queue (`ON CLUSTER`).
@@ -82,6 +91,17 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
             name: SETTINGS_FILE.into(),
             content: Element::new(ROOT).children(restart).to_document(),
             effect: Effect::Restart,
+        },
+        ConfigFile {
+            name: CLOSED_PORTS_FILE.into(),
+            content: Element::new(ROOT)
+                .children(
+                    CLOSED_PORTS
+                        .iter()
+                        .map(|p| Element::new(p).attr("remove", "remove")),
+                )
+                .to_document(),
+            effect: Effect::Reload,
         },
         ConfigFile {
             name: RUNTIME_FILE.into(),
