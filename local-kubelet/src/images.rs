@@ -2,11 +2,14 @@
 //!
 //! | image repository name        | program                                                       |
 //! |------------------------------|---------------------------------------------------------------|
-//! | `*clickhouse-server*`        | Debian's `clickhouse-server --config-file=/etc/clickhouse-server/config.xml` as `clickhouse` |
-//! | `*clickhouse-keeper*`        | ZooKeeper 3.8 (`QuorumPeerMain`), zoo.cfg translated from the Keeper XML, as `zookeeper` |
+//! | `*clickhouse-server*`        | the emulated image entrypoint, then Debian's `clickhouse-server` (18.16) as `clickhouse` |
+//! | `*clickhouse-keeper*`        | the command, or the emulated image entrypoint: ZooKeeper 3.8 (`QuorumPeerMain`) behind Keeper's client port, zoo.cfg translated from the Keeper XML, as `zookeeper` |
 //! | `*clickhouse-operator*`      | the locally built operator binary with the container's args    |
 //! | `busybox`, `debian`, `ubuntu`, `alpine`, `bash` | the container's command and args, run with this machine's programs |
 //! | anything else                | not started: `ErrImagePull`                                   |
+//!
+//! The tag matters for the image's variant (`-distroless`: no shell) and version (what the
+//! server entrypoint honours); see `entrypoint.rs`.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -42,9 +45,143 @@ pub fn kind(image: &str) -> Kind {
     }
 }
 
+/// The tag of an image reference (`""` without one).
+pub fn tag(image: &str) -> String {
+    let no_digest = image.split('@').next().unwrap_or_default();
+    let last = no_digest.rsplit('/').next().unwrap_or_default();
+    last.split_once(':')
+        .map(|(_, t)| t.to_string())
+        .unwrap_or_default()
+}
+
+/// A `-distroless` tag (ClickHouse 26.x): no shell, no `/entrypoint.sh`.
+pub fn is_distroless(image: &str) -> bool {
+    tag(image).ends_with("-distroless")
+}
+
+/// `major.minor` of the tag (`24.8`, `25.3.2.1-alpine` → (25, 3)); `None` for `latest`, `head`
+/// and other names (the newest image).
+pub fn version(image: &str) -> Option<(u32, u32)> {
+    let t = tag(image);
+    let core = t.split(['-', '+']).next().unwrap_or_default();
+    let mut parts = core.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    Some((major, minor))
+}
+
+/// The `VOLUME`s an image declares.
+pub fn declared_volumes(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::ClickHouseServer => &["/var/lib/clickhouse"],
+        Kind::Keeper => &["/var/lib/clickhouse-keeper", "/var/lib/clickhouse"],
+        _ => &[],
+    }
+}
+
+/// What becomes of an image `VOLUME` that no pod volume covers, as container runtimes do it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageVolumes {
+    /// containerd (and Docker): a writable folder of its own, seeded from the image.
+    Containerd,
+    /// CRI-O's default `image_volumes = "mkdir"`: a folder inside the container's root
+    /// filesystem (read-only with `readOnlyRootFilesystem`).
+    Crio,
+    /// no mount at all: the image's folder as it is (read-only with a read-only root).
+    Ignore,
+}
+
+/// The node's choice, `LOCAL_KUBELET_IMAGE_VOLUMES`.
+pub const IMAGE_VOLUMES_ENV: &str = "LOCAL_KUBELET_IMAGE_VOLUMES";
+/// A pod's own choice, overriding the node's.
+pub const IMAGE_VOLUMES_ANNOTATION: &str = "local-kubelet.clickhouse.com/image-volumes";
+
+impl ImageVolumes {
+    pub fn parse(s: &str) -> Option<ImageVolumes> {
+        match s.trim() {
+            "containerd" | "docker" => Some(ImageVolumes::Containerd),
+            "crio" | "cri-o" | "mkdir" => Some(ImageVolumes::Crio),
+            "ignore" => Some(ImageVolumes::Ignore),
+            _ => None,
+        }
+    }
+
+    /// The pod's annotation, else the node's environment, else `containerd`.
+    pub fn of(annotation: Option<&str>, node: Option<&str>) -> Result<ImageVolumes, String> {
+        let (src, v) = match (annotation, node) {
+            (Some(a), _) => (IMAGE_VOLUMES_ANNOTATION, a),
+            (None, Some(n)) if !n.trim().is_empty() => (IMAGE_VOLUMES_ENV, n),
+            _ => return Ok(ImageVolumes::Containerd),
+        };
+        ImageVolumes::parse(v)
+            .ok_or_else(|| format!("{src} {v:?}: one of containerd, crio, ignore"))
+    }
+}
+
+/// Whether an image has the program a command starts with: a `-distroless` image has no shell
+/// and no `/entrypoint.sh`. `Err` is the container runtime's message.
+pub fn runnable(image: &str, argv0: &str) -> Result<(), String> {
+    if !is_distroless(image) {
+        return Ok(());
+    }
+    const MISSING: [&str; 8] = [
+        "/bin/bash",
+        "/bin/sh",
+        "/usr/bin/bash",
+        "/usr/bin/sh",
+        "/entrypoint.sh",
+        "bash",
+        "sh",
+        "entrypoint.sh",
+    ];
+    if !MISSING.contains(&argv0) {
+        return Ok(());
+    }
+    if argv0.starts_with('/') {
+        Err(format!(
+            "exec: \"{argv0}\": stat {argv0}: no such file or directory"
+        ))
+    } else {
+        Err(format!(
+            "exec: \"{argv0}\": executable file not found in $PATH"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn variants_versions_and_image_volumes() {
+        assert!(is_distroless(
+            "clickhouse/clickhouse-keeper:26.1-distroless"
+        ));
+        assert!(!is_distroless("clickhouse/clickhouse-keeper:24.8-alpine"));
+        assert_eq!(version("clickhouse/clickhouse-server:24.8"), Some((24, 8)));
+        assert_eq!(
+            version("reg:5000/clickhouse-server:25.3.2.1-alpine"),
+            Some((25, 3))
+        );
+        assert_eq!(version("clickhouse/clickhouse-server:latest"), None);
+        assert_eq!(
+            ImageVolumes::of(Some("crio"), Some("containerd")),
+            Ok(ImageVolumes::Crio)
+        );
+        assert_eq!(
+            ImageVolumes::of(None, Some("ignore")),
+            Ok(ImageVolumes::Ignore)
+        );
+        assert_eq!(ImageVolumes::of(None, None), Ok(ImageVolumes::Containerd));
+        assert!(ImageVolumes::of(Some("x"), None).is_err());
+        let e = runnable("clickhouse/clickhouse-keeper:26.1-distroless", "/bin/bash").unwrap_err();
+        assert_eq!(
+            e,
+            "exec: \"/bin/bash\": stat /bin/bash: no such file or directory"
+        );
+        assert!(runnable("clickhouse/clickhouse-keeper:26.1-distroless", "sh").is_err());
+        assert!(runnable("clickhouse/clickhouse-keeper:26.1", "/bin/bash").is_ok());
+    }
+
     #[test]
     fn names() {
         assert_eq!(

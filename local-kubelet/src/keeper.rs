@@ -33,6 +33,56 @@ pub struct KeeperConfig {
     /// `keeper_server/four_letter_word_white_list` (ZooKeeper's `4lw.commands.whitelist`);
     /// `None`: every command.
     pub four_letter_words: Option<String>,
+    /// `keeper_server/coordination_settings/startup_timeout` (ms)
+    pub startup_timeout_ms: Option<u64>,
+    /// `path`, `keeper_server/storage_path`, `keeper_server/log_storage_path`: where Keeper
+    /// keeps its state ([`state_dir`]).
+    pub path: Option<String>,
+    pub storage_path: Option<String>,
+    pub log_storage_path: Option<String>,
+}
+
+/// Keeper's default `startup_timeout` (ms), `CoordinationSettings`.
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 180_000;
+
+/// The folder Keeper writes its state to, where the stand-in keeps ZooKeeper's data (and its
+/// dynamic configuration): `storage_path`, else the parent of `log_storage_path`, else
+/// `<path>/coordination` (`path` by default `/var/lib/clickhouse-keeper`), as Keeper's
+/// `KeeperContext` places its state file.
+pub fn state_dir(cfg: &KeeperConfig) -> String {
+    if let Some(s) = cfg.storage_path.as_deref().filter(|s| !s.is_empty()) {
+        return s.trim_end_matches('/').to_string();
+    }
+    if let Some(l) = cfg.log_storage_path.as_deref().filter(|s| !s.is_empty()) {
+        let l = l.trim_end_matches('/');
+        if let Some((parent, _)) = l.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
+            return parent.to_string();
+        }
+    }
+    let path = cfg
+        .path
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("/var/lib/clickhouse-keeper");
+    format!("{}/coordination", path.trim_end_matches('/'))
+}
+
+/// The loopback port ZooKeeper serves clients on; the member's configured client port is
+/// opened by the gate (`keeper-gate`) in front of it. The first of 2181, 12181, … that no
+/// configured port takes (the same on every member of one configuration).
+pub fn internal_client_port(cfg: &KeeperConfig) -> u16 {
+    let client = cfg.tcp_port.unwrap_or(9181);
+    let taken = |p: u16| {
+        p == client
+            || cfg
+                .servers
+                .iter()
+                .any(|(_, _, r)| p == *r || p == r.saturating_add(1))
+    };
+    [2181u16, 12181, 22181, 32181, 42181]
+        .into_iter()
+        .find(|p| !taken(*p))
+        .unwrap_or(52181)
 }
 
 fn child<'a, 'i>(n: roxmltree::Node<'a, 'i>, name: &str) -> Option<roxmltree::Node<'a, 'i>> {
@@ -76,6 +126,22 @@ pub fn merge(cfg: &mut KeeperConfig, xml: &str) -> Result<()> {
     if let Some(w) = child(ks, "four_letter_word_white_list") {
         cfg.four_letter_words = Some(text(w));
     }
+    if let Some(t) = child(ks, "coordination_settings").and_then(|c| child(c, "startup_timeout")) {
+        cfg.startup_timeout_ms = Some(
+            text(t)
+                .parse()
+                .context("keeper_server/coordination_settings/startup_timeout")?,
+        );
+    }
+    if let Some(p) = child(root, "path") {
+        cfg.path = Some(text(p));
+    }
+    if let Some(p) = child(ks, "storage_path") {
+        cfg.storage_path = Some(text(p));
+    }
+    if let Some(p) = child(ks, "log_storage_path") {
+        cfg.log_storage_path = Some(text(p));
+    }
     if let Some(rc) = child(ks, "raft_configuration") {
         let mut servers = Vec::new();
         for s in rc
@@ -101,49 +167,18 @@ pub fn merge(cfg: &mut KeeperConfig, xml: &str) -> Result<()> {
     Ok(())
 }
 
-/// zoo.cfg text and the myid of this member.
-pub fn zoo_cfg(
-    cfg: &KeeperConfig,
-    data_dir: &str,
-    pod_hostname: &str,
-    env: &[(String, String)],
-) -> Result<(String, u32)> {
+/// zoo.cfg text (ZooKeeper's data in `data_dir`). The member's id is taken when it starts
+/// (the emulated Keeper binary reads `server_id`, see `entrypoint.rs`).
+pub fn zoo_cfg(cfg: &KeeperConfig, data_dir: &str) -> Result<String> {
     if cfg.servers.is_empty() && cfg.tcp_port.is_none() {
         bail!(
             "no keeper_server configuration found in the XML files mounted under /etc/clickhouse-keeper"
         );
     }
-    let by_hostname = || {
-        cfg.servers
-            .iter()
-            .find(|(_, h, _)| h.split('.').next() == Some(pod_hostname))
-            .map(|(id, _, _)| *id)
-    };
-    let from_env = cfg.server_id_env.as_ref().and_then(|var| {
-        env.iter()
-            .rev()
-            .find(|(k, _)| k == var)
-            .map(|(_, v)| (var.clone(), v.clone()))
-    });
-    let myid: u32 = if let Some(id) = &cfg.server_id {
-        id.parse()
-            .with_context(|| format!("keeper_server/server_id {id:?}"))?
-    } else if let Some((var, v)) = from_env {
-        v.trim()
-            .parse()
-            .with_context(|| format!("server_id from {var}={v:?}"))?
-    } else {
-        by_hostname().with_context(|| {
-            format!(
-                "no server_id{} and no raft server named after the pod's hostname {pod_hostname}",
-                cfg.server_id_env
-                    .as_ref()
-                    .map(|v| format!(" (from_env {v} is not set)"))
-                    .unwrap_or_default()
-            )
-        })?
-    };
-    let client = cfg.tcp_port.unwrap_or(9181);
+    if cfg.server_id.is_none() && cfg.server_id_env.is_none() {
+        bail!("keeper_server/server_id is not set");
+    }
+    let internal = internal_client_port(cfg);
     let words = cfg.four_letter_words.as_deref().unwrap_or("*");
     if !words
         .chars()
@@ -160,25 +195,23 @@ pub fn zoo_cfg(
     );
     if cfg.servers.is_empty() {
         s.push_str(&format!(
-            "clientPort={client}\nreconfigEnabled=false\nstandaloneEnabled=true\n"
+            "clientPortAddress=127.0.0.1\nclientPort={internal}\nreconfigEnabled=false\nstandaloneEnabled=true\n"
         ));
-        return Ok((s, myid));
-    }
-    if !cfg.servers.iter().any(|(id, _, _)| *id == myid) {
-        bail!("server_id {myid} is not in raft_configuration");
+        return Ok(s);
     }
     // even one member runs as an ensemble, so that it can grow at runtime
     s.push_str("reconfigEnabled=true\nstandaloneEnabled=false\n");
     for (id, host, port) in &cfg.servers {
-        s.push_str(&format!("{}\n", server_line(*id, host, *port, client)));
+        s.push_str(&format!("{}\n", server_line(*id, host, *port, internal)));
     }
-    Ok((s, myid))
+    Ok(s)
 }
 
-/// ZooKeeper's dynamic configuration line of a member (its election port is the raft port + 1).
+/// ZooKeeper's dynamic configuration line of a member (its election port is the raft port + 1;
+/// clients on the loopback port behind the member's gate).
 fn server_line(id: u32, host: &str, port: u16, client: u16) -> String {
     format!(
-        "server.{id}={host}:{port}:{}:participant;0.0.0.0:{client}",
+        "server.{id}={host}:{port}:{}:participant;127.0.0.1:{client}",
         port.saturating_add(1)
     )
 }
@@ -217,7 +250,7 @@ pub fn configured(roots: &[PathBuf]) -> Result<KeeperConfig> {
 /// to add (its dynamic configuration line) or one to remove. Additions first, as ClickHouse
 /// Keeper's leader does.
 pub fn next_change(live: &[u32], want: &KeeperConfig) -> Option<(Vec<String>, Vec<u32>)> {
-    let client = want.tcp_port.unwrap_or(9181);
+    let client = internal_client_port(want);
     if let Some((id, host, port)) = want.servers.iter().find(|(id, _, _)| !live.contains(id)) {
         return Some((vec![server_line(*id, host, *port, client)], vec![]));
     }
@@ -336,25 +369,32 @@ mod tests {
     fn translate() {
         let mut c = KeeperConfig::default();
         merge(&mut c, XML).unwrap();
-        let (cfg, id) = zoo_cfg(&c, "/d", "k-1", &[("KEEPER_ID".into(), "2".into())]).unwrap();
-        assert_eq!(id, 2);
+        let cfg = zoo_cfg(&c, "/d").unwrap();
         assert!(cfg.contains("server.3=k-2.k.ns.svc.cluster.local:9234:9235"));
+        // clients reach ZooKeeper on the loopback port behind the gate
         assert!(
-            cfg.contains("server.1=k-0.k.ns.svc.cluster.local:9234:9235:participant;0.0.0.0:9181"),
+            cfg.contains(
+                "server.1=k-0.k.ns.svc.cluster.local:9234:9235:participant;127.0.0.1:2181"
+            ),
             "{cfg}"
         );
-        c.server_id_env = None;
-        let (_, id) = zoo_cfg(&c, "/d", "k-2", &[]).unwrap();
-        assert_eq!(id, 3);
+        assert!(cfg.contains("dataDir=/d\n"), "{cfg}");
         let mut one = KeeperConfig::default();
-        merge(&mut one, "<yandex><keeper_server><server_id>1</server_id><raft_configuration><server><id>1</id><hostname>a</hostname></server></raft_configuration></keeper_server></yandex>").unwrap();
-        let (cfg, _) = zoo_cfg(&one, "/d", "a", &[]).unwrap();
+        merge(&mut one, "<yandex><keeper_server><server_id>1</server_id><raft_configuration><server><id>1</id><hostname>a</hostname><port>2181</port></server></raft_configuration></keeper_server></yandex>").unwrap();
+        let cfg = zoo_cfg(&one, "/d").unwrap();
         assert!(
-            cfg.contains("server.1=a:9234:9235:participant;0.0.0.0:9181"),
-            "{cfg}"
+            cfg.contains("server.1=a:2181:2182:participant;127.0.0.1:12181"),
+            "a raft port of 2181 moves the loopback client port: {cfg}"
         );
         assert!(cfg.contains("standaloneEnabled=false"), "{cfg}");
-        assert!(zoo_cfg(&KeeperConfig::default(), "/d", "a", &[]).is_err());
+        assert!(zoo_cfg(&KeeperConfig::default(), "/d").is_err());
+        let mut no_id = KeeperConfig::default();
+        merge(
+            &mut no_id,
+            "<clickhouse><keeper_server><tcp_port>9181</tcp_port></keeper_server></clickhouse>",
+        )
+        .unwrap();
+        assert!(zoo_cfg(&no_id, "/d").is_err(), "no server_id");
         // every command without a list, the listed ones with it
         assert!(cfg.contains("4lw.commands.whitelist=*\n"), "{cfg}");
         merge(
@@ -362,16 +402,33 @@ mod tests {
             "<clickhouse><keeper_server><four_letter_word_white_list>ruok,srvr,mntr</four_letter_word_white_list></keeper_server></clickhouse>",
         )
         .unwrap();
-        let (cfg, _) = zoo_cfg(&one, "/d", "a", &[]).unwrap();
+        let cfg = zoo_cfg(&one, "/d").unwrap();
         assert!(
             cfg.contains("4lw.commands.whitelist=ruok,srvr,mntr\n"),
             "{cfg}"
         );
         one.four_letter_words = Some("ruok\nsecureClientPort=1".into());
-        assert!(
-            zoo_cfg(&one, "/d", "a", &[]).is_err(),
-            "no injection into zoo.cfg"
-        );
+        assert!(zoo_cfg(&one, "/d").is_err(), "no injection into zoo.cfg");
+    }
+
+    #[test]
+    fn state_folder_and_startup_timeout() {
+        let mut c = KeeperConfig::default();
+        merge(&mut c, XML).unwrap();
+        assert_eq!(state_dir(&c), "/var/lib/clickhouse-keeper/coordination");
+        assert_eq!(c.startup_timeout_ms, None);
+        merge(
+            &mut c,
+            "<clickhouse><path>/var/lib/clickhouse-keeper</path><keeper_server>\
+             <log_storage_path>/data/k/coordination/log</log_storage_path>\
+             <coordination_settings><startup_timeout>15000</startup_timeout></coordination_settings>\
+             </keeper_server></clickhouse>",
+        )
+        .unwrap();
+        assert_eq!(state_dir(&c), "/data/k/coordination");
+        assert_eq!(c.startup_timeout_ms, Some(15000));
+        c.storage_path = Some("/s/".into());
+        assert_eq!(state_dir(&c), "/s");
     }
 
     #[test]
@@ -382,7 +439,7 @@ mod tests {
         assert_eq!(
             add,
             vec![
-                "server.3=k-2.k.ns.svc.cluster.local:9234:9235:participant;0.0.0.0:9181"
+                "server.3=k-2.k.ns.svc.cluster.local:9234:9235:participant;127.0.0.1:2181"
                     .to_string()
             ]
         );

@@ -6,6 +6,8 @@
 //! Images are mapped to programs installed on this machine (see `images.rs`); any other image is
 //! reported as not runnable (`ErrImagePull`), never as a fake Running container.
 
+mod entrypoint;
+mod gate;
 mod hollow;
 mod hosts;
 mod images;
@@ -161,6 +163,23 @@ fn main() -> Result<()> {
                 .into(),
             arg("--port").and_then(|p| p.parse().ok()).unwrap_or(8123),
         );
+    }
+    if argv.get(1).map(String::as_str) == Some("keeper-gate") {
+        // Keeper's client port, opened once the member serves (see gate.rs)
+        let arg = |name: &str| {
+            argv.iter()
+                .position(|a| a == name)
+                .and_then(|i| argv.get(i + 1))
+                .cloned()
+        };
+        let port = arg("--port").and_then(|p| p.parse().ok()).unwrap_or(9181);
+        let upstream = arg("--upstream")
+            .and_then(|u| u.parse().ok())
+            .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 2181)));
+        let timeout = arg("--startup-timeout-ms")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(keeper::DEFAULT_STARTUP_TIMEOUT_MS);
+        gate::run(port, upstream, std::time::Duration::from_millis(timeout));
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -585,6 +585,8 @@ fn spawn_runner(env: Arc<PodEnv>, c: Container, policy: String) -> Runner {
 enum PrepErr {
     Image(String),
     Config(String),
+    /// the runtime cannot start the command (e.g. no shell in a distroless image)
+    Start(String),
 }
 
 struct Launch {
@@ -600,6 +602,22 @@ struct Launch {
 /// configuration folder. Not `/usr/share/java/*`: that holds six SLF4J bindings, of which the
 /// no-op one won, and the members logged nothing.
 const ZOOKEEPER_CLASSPATH: &str = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar:/etc/zookeeper/conf";
+
+/// Makes every mount of the container's namespace read-only but those in `$lk_keep` and the
+/// kernel's own (proc, sys, dev, cgroup, …); run as root before the program starts.
+const READ_ONLY_ROOT: &str = r#"mapfile -t lk_mounts < /proc/self/mountinfo
+for lk_l in "${lk_mounts[@]}"; do
+  read -r -a lk_f <<< "$lk_l"
+  lk_mp=$(printf '%b' "${lk_f[4]}")
+  lk_fs=${lk_l#* - }; lk_fs=${lk_fs%% *}
+  case "$lk_fs" in proc|sysfs|devtmpfs|devpts|mqueue|cgroup|cgroup2|nsfs|debugfs|tracefs|securityfs|pstore|bpf|fusectl|configfs|hugetlbfs|autofs|binfmt_misc|efivarfs|rpc_pipefs) continue ;; esac
+  case "$lk_mp" in /dev|/dev/*|/proc|/proc/*|/sys|/sys/*) continue ;; esac
+  case "$lk_keep" in *$'\n'"$lk_mp"$'\n'*) continue ;; esac
+  case ",${lk_f[5]}," in *,ro,*) continue ;; esac
+  mount -o remount,bind,ro "$lk_mp" 2>/dev/null || :
+done
+unset lk_l lk_f lk_mp lk_fs lk_keep lk_mounts
+"#;
 
 const BACKOFF_START: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
@@ -658,6 +676,25 @@ async fn run_container(
                 }
                 shared.lock().unwrap().state = waiting("CreateContainerConfigError", &m);
                 wait_stop(&mut stop, Duration::from_secs(2)).await;
+                continue;
+            }
+            Err(PrepErr::Start(m)) => {
+                // as containerd reports a command the image cannot run
+                let m = format!(
+                    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: error during container init: {m}: unknown"
+                );
+                if last_event != m {
+                    event(
+                        &env,
+                        "Warning",
+                        "Failed",
+                        Some(&c.name),
+                        format!("Error: {m}"),
+                    );
+                    last_event = m.clone();
+                }
+                shared.lock().unwrap().state = waiting("RunContainerError", &m);
+                wait_stop(&mut stop, Duration::from_secs(10)).await;
                 continue;
             }
         };
@@ -1236,6 +1273,26 @@ struct Mount {
     src: PathBuf,
     target: String,
     ro: bool,
+    /// stays writable under `readOnlyRootFilesystem` (a volume, an image VOLUME given its own
+    /// folder, the agent's own files); the rest is the image's root filesystem
+    keep: bool,
+}
+
+/// Where a path of the container is on the machine, through the deepest mount that holds it.
+fn host_path(mounts: &[&Mount], p: &str) -> Option<PathBuf> {
+    mounts
+        .iter()
+        .filter(|m| m.target == p || p.starts_with(&format!("{}/", m.target)))
+        .max_by_key(|m| m.target.len())
+        .map(|m| {
+            let rel = p[m.target.len()..].trim_start_matches('/');
+            if rel.is_empty() {
+                m.src.clone()
+            } else {
+                m.src.join(rel)
+            }
+        })
+        .or_else(|| Some(PathBuf::from(p)))
 }
 
 async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<Launch, PrepErr> {
@@ -1323,23 +1380,72 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 util::chown_recursive(&src, Some(uid), Some(want_gid));
             }
         }
+        // configMap, secret, projected and downwardAPI volumes are always read-only
+        let ro = vm.read_only.unwrap_or(false) || v.kind == VolKind::Generated;
         mounts.push(Mount {
             src,
             target: vm.mount_path.trim_end_matches('/').to_string(),
-            ro: vm.read_only.unwrap_or(false),
+            ro,
+            keep: true,
         });
     }
     let mounted = |p: &str| mounts.iter().any(|m| m.target == p);
+    // a path inside a volume's mount (or the mount itself)
+    let covered = |p: &str| {
+        mounts.iter().any(|m| {
+            m.target == p || p.starts_with(&format!("{}/", m.target)) || m.target.is_empty()
+        })
+    };
+    let ro_root = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.read_only_root_filesystem)
+        .unwrap_or(false);
+    let node_mode = std::env::var(images::IMAGE_VOLUMES_ENV).ok();
+    let image_volumes = images::ImageVolumes::of(
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(images::IMAGE_VOLUMES_ANNOTATION))
+            .map(String::as_str),
+        node_mode.as_deref(),
+    )
+    .map_err(PrepErr::Config)?;
+    let distroless = images::is_distroless(&image);
     let mut private: Vec<Mount> = Vec::new();
-    let private_dir = |target: &str, src: PathBuf, private: &mut Vec<Mount>| {
+    // a folder of the image's root filesystem (read-only with readOnlyRootFilesystem), or
+    // with `keep` an image VOLUME of its own
+    let private_dir = |target: &str, src: PathBuf, keep: bool, private: &mut Vec<Mount>| {
         let _ = std::fs::create_dir_all(&src);
         util::chown_recursive(&src, Some(uid), Some(gid));
         private.push(Mount {
             src,
             target: target.to_string(),
             ro: false,
+            keep,
         });
     };
+    // The image's declared VOLUMEs that no pod volume covers: with containerd a writable
+    // folder of their own; with CRI-O (`mkdir`) or `ignore` the image's folder, part of its
+    // root filesystem.
+    for (i, v) in images::declared_volumes(kind).iter().enumerate() {
+        if covered(v) {
+            continue;
+        }
+        let keep = image_volumes == images::ImageVolumes::Containerd;
+        private_dir(
+            v,
+            cdir.join(format!("image-volume-{i}")),
+            keep,
+            &mut private,
+        );
+    }
+    // the image's own /tmp (a container's /tmp is never the machine's)
+    if matches!(kind, Kind::ClickHouseServer | Kind::Keeper) && !covered("/tmp") {
+        let t = cdir.join("tmp");
+        private_dir("/tmp", t.clone(), false, &mut private);
+        let _ = std::fs::set_permissions(&t, std::os::unix::fs::PermissionsExt::from_mode(0o1777));
+    }
     // the termination message: a fresh file per start, read when the container ends
     let termination = cdir.join("termination-log");
     let _ = std::fs::write(&termination, "");
@@ -1352,6 +1458,7 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| "/dev/termination-log".into()),
         ro: false,
+        keep: true,
     });
     let argv: Vec<String>;
     let program: String;
@@ -1366,19 +1473,25 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 if !etc.exists() {
                     let _ = util::copy_tree(Path::new("/etc/clickhouse-server"), &etc);
                     let _ = std::fs::create_dir_all(etc.join("config.d"));
+                    let _ = std::fs::create_dir_all(etc.join("users.d"));
                     // what the official image adds to config.d
                     let _ = std::fs::write(
                         etc.join("config.d/docker_related_config.xml"),
                         "<clickhouse>\n  <listen_host>::</listen_host>\n  <listen_host>0.0.0.0</listen_host>\n  <listen_try>1</listen_try>\n</clickhouse>\n",
                     );
                 }
-                private_dir("/etc/clickhouse-server", etc, &mut private);
+                private_dir("/etc/clickhouse-server", etc, false, &mut private);
             }
-            if !mounted("/var/lib/clickhouse") {
-                private_dir("/var/lib/clickhouse", cdir.join("data"), &mut private);
+            if !covered("/var/log/clickhouse-server") {
+                private_dir(
+                    "/var/log/clickhouse-server",
+                    cdir.join("log"),
+                    false,
+                    &mut private,
+                );
             }
-            if !mounted("/var/log/clickhouse-server") {
-                private_dir("/var/log/clickhouse-server", cdir.join("log"), &mut private);
+            if let Some(cmd) = c.command.as_ref().and_then(|v| v.first()) {
+                images::runnable(&image, cmd).map_err(PrepErr::Start)?;
             }
             if crate::hollow::is_hollow(pod) {
                 let me = std::env::current_exe()
@@ -1393,10 +1506,53 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 ];
                 program = "hollow-server".into();
             } else {
-                argv = vec![
-                    "/usr/sbin/clickhouse-server".into(),
-                    "--config-file=/etc/clickhouse-server/config.xml".into(),
-                ];
+                // the image's entrypoint, with the folders of the configuration as it is now
+                let all_now: Vec<&Mount> = private.iter().chain(mounts.iter()).collect();
+                let host = |p: &str| host_path(&all_now, p);
+                let mut files = Vec::new();
+                if let Some(f) = host("/etc/clickhouse-server/config.xml") {
+                    files.push(std::fs::read_to_string(f).unwrap_or_default());
+                }
+                if let Some(d) = host("/etc/clickhouse-server/config.d") {
+                    let mut names: Vec<PathBuf> = std::fs::read_dir(&d)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| {
+                            p.extension().is_some_and(|x| x == "xml")
+                                && !p
+                                    .file_name()
+                                    .unwrap_or_default()
+                                    .to_string_lossy()
+                                    .starts_with('.')
+                        })
+                        .collect();
+                    names.sort();
+                    for n in names {
+                        files.push(std::fs::read_to_string(n).unwrap_or_default());
+                    }
+                }
+                let dirs = crate::entrypoint::server_dirs(&files);
+                // CLICKHOUSE_SKIP_USER_SETUP: images of 25.1 and newer
+                let skip = images::version(&image).is_none_or(|v| v >= (25, 1));
+                let ep = cdir.join("entrypoint.sh");
+                std::fs::write(
+                    &ep,
+                    crate::entrypoint::server_entrypoint(&dirs, skip, distroless),
+                )
+                .map_err(|e| PrepErr::Config(format!("writing {}: {e}", ep.display())))?;
+                let _ = std::fs::set_permissions(
+                    &ep,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                );
+                private.push(Mount {
+                    src: ep,
+                    target: "/entrypoint.sh".into(),
+                    ro: true,
+                    keep: false,
+                });
+                argv = vec!["/entrypoint.sh".into()];
                 program = "clickhouse-server".into();
             }
         }
@@ -1416,28 +1572,22 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 roots,
                 addr: std::net::SocketAddr::from((env.ip, kc.tcp_port.unwrap_or(9181))),
             });
-            let data_host = match mounts
-                .iter()
-                .find(|m| m.target == "/var/lib/clickhouse-keeper")
-            {
-                Some(m) => m.src.clone(),
-                None => {
-                    let d = cdir.join("keeper-data");
-                    private_dir("/var/lib/clickhouse-keeper", d.clone(), &mut private);
-                    d
-                }
-            };
-            let (cfg, myid) =
-                keeper::zoo_cfg(&kc, "/var/lib/clickhouse-keeper", &env.hostname, &cenv)
-                    .map_err(|e| PrepErr::Config(format!("{e:#}")))?;
-            // written afresh at each start; ZooKeeper moves the member list into a dynamic
-            // file next to zoo.cfg, so the folder is the member's own and writable
+            if !covered("/var/log/clickhouse-keeper") {
+                private_dir(
+                    "/var/log/clickhouse-keeper",
+                    cdir.join("log"),
+                    false,
+                    &mut private,
+                );
+            }
+            let state = keeper::state_dir(&kc);
+            let cfg =
+                keeper::zoo_cfg(&kc, &state).map_err(|e| PrepErr::Config(format!("{e:#}")))?;
+            // the files of the emulated Keeper program: part of the image, read-only
             let conf = cdir.join("zookeeper-conf");
             let _ = std::fs::remove_dir_all(&conf);
             let _ = std::fs::create_dir_all(&conf);
             let _ = std::fs::write(conf.join("zoo.cfg"), cfg);
-            util::chown(&conf, Some(uid), Some(gid));
-            util::chown(&conf.join("zoo.cfg"), Some(uid), Some(gid));
             let _ = std::fs::write(
                 conf.join("log4j.properties"),
                 "log4j.rootLogger=INFO, CONSOLE\nlog4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n\
@@ -1451,41 +1601,84 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 conf.join("dns.security"),
                 "networkaddress.cache.ttl=1\nnetworkaddress.cache.negative.ttl=0\n",
             );
-            let _ = std::fs::write(data_host.join("myid"), format!("{myid}\n"));
-            util::chown(&data_host.join("myid"), Some(uid), Some(gid));
-            private.push(Mount {
-                src: conf,
-                target: "/etc/zookeeper/conf".into(),
-                ro: false,
-            });
             let super_digest = format!(
                 "-Dzookeeper.DigestAuthenticationProvider.superDigest={}",
                 keeper::SUPER_DIGEST
             );
+            let log_dir = format!("-Dzookeeper.log.dir={state}");
             // Keeper's election: a member that finds no leader retries within its election
             // timeout (1–2 s). ZooKeeper's own doubles its wait up to a minute, so a member
             // that started before its peers could sit out most of a minute; bounded here to
             // Keeper's timing. The JVM flags keep the start cheap on a small machine (one GC
-            // thread, the quick compiler only), as Keeper's native start is.
-            argv = [
+            // thread, the quick compiler only), as Keeper's native start is, and write nothing
+            // outside Keeper's folders (no /tmp/hsperfdata_*).
+            let java: Vec<String> = [
                 "/usr/bin/java",
                 "-Xmx512m",
                 "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1",
+                "-XX:-UsePerfData",
                 "-Dzookeeper.fastleader.maxNotificationInterval=2000",
                 "-Dzookeeper.cnxTimeout=2000",
                 super_digest.as_str(),
-                "-Dzookeeper.log.dir=/var/lib/clickhouse-keeper",
+                log_dir.as_str(),
                 "-Dzookeeper.root.logger=INFO,CONSOLE",
                 "-Djava.security.properties=/etc/zookeeper/conf/dns.security",
                 "-cp",
                 ZOOKEEPER_CLASSPATH,
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                "/etc/zookeeper/conf/zoo.cfg",
             ]
             .iter()
             .map(|s| s.to_string())
             .collect();
+            let prog = conf.join("clickhouse-keeper");
+            let _ = std::fs::write(&prog, crate::entrypoint::keeper_program(&kc, &java));
+            let ep = conf.join("entrypoint.sh");
+            let _ = std::fs::write(&ep, crate::entrypoint::keeper_entrypoint(distroless));
+            for f in [&prog, &ep] {
+                let _ = std::fs::set_permissions(
+                    f,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o755),
+                );
+            }
+            // the mount point of the agent's binary (for the gate)
+            let _ = std::fs::write(conf.join("local-kubelet"), "");
+            util::chown_recursive(&conf, Some(uid), Some(gid));
+            private.push(Mount {
+                src: conf,
+                target: crate::entrypoint::ZK_CONF.into(),
+                ro: false,
+                keep: false,
+            });
+            let me = std::env::current_exe()
+                .map_err(|e| PrepErr::Config(format!("the agent's own binary: {e}")))?;
+            private.push(Mount {
+                src: me,
+                target: crate::entrypoint::AGENT_IN_CONTAINER.into(),
+                ro: true,
+                keep: false,
+            });
+            if !distroless {
+                private.push(Mount {
+                    src: ep.clone(),
+                    target: "/entrypoint.sh".into(),
+                    ro: true,
+                    keep: false,
+                });
+            }
+            // the container's command and args as given; none: the image's ENTRYPOINT
+            let mut a = expand_all(&c.command);
+            if a.is_empty() {
+                a.push(if distroless {
+                    crate::entrypoint::ZK_CONF.to_string() + "/entrypoint.sh"
+                } else {
+                    "/entrypoint.sh".into()
+                });
+            } else {
+                images::runnable(&image, &a[0]).map_err(PrepErr::Start)?;
+            }
+            a.extend(expand_all(&c.args));
+            argv = a;
             program = "zookeeper-3.8".into();
         }
         Kind::Operator => {
@@ -1542,20 +1735,41 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
             shell_quote(&src.to_string_lossy())
         ));
     }
-    let targets: Vec<String> = all.iter().map(|m| m.target.clone()).collect();
     for (i, (src, target, ro)) in binds.iter().enumerate() {
         let is_dir = src.is_dir();
         if i >= 2 {
-            // a mount point below another mount is created inside it (in the namespace);
-            // others on the machine's filesystem, recorded for cleanup
-            let inside_other = targets
+            // a mount point below another mount is created inside it: in the source folder
+            // when that mount is read-only (a configMap, secret, projected volume), as a
+            // kubelet and runtime make it, else in the namespace; others on the machine's
+            // filesystem, recorded for cleanup
+            let parent = all
                 .iter()
-                .any(|t| t != target && target.starts_with(&format!("{t}/")));
-            if !inside_other {
-                let _ = util::ensure_mount_point(&ctx.data_dir, Path::new(target), !is_dir);
+                .filter(|m| m.target != *target && target.starts_with(&format!("{}/", m.target)))
+                .max_by_key(|m| m.target.len());
+            match parent {
+                None => {
+                    let _ = util::ensure_mount_point(&ctx.data_dir, Path::new(target), !is_dir);
+                }
+                Some(p) if p.ro && p.src.is_dir() => {
+                    let rel = target[p.target.len()..].trim_start_matches('/');
+                    let at = p.src.join(rel);
+                    if !at.exists() {
+                        if is_dir {
+                            let _ = std::fs::create_dir_all(&at);
+                        } else if let Some(d) = at.parent() {
+                            let _ = std::fs::create_dir_all(d);
+                            let _ = std::fs::write(&at, b"");
+                        }
+                    }
+                }
+                Some(_) => {}
             }
             let t = shell_quote(target);
-            if is_dir {
+            if all.iter().any(|m| {
+                m.ro && m.target != *target && target.starts_with(&format!("{}/", m.target))
+            }) {
+                // created above in the read-only source
+            } else if is_dir {
                 script.push_str(&format!("mkdir -p {t}\n"));
             } else {
                 script.push_str(&format!(
@@ -1574,6 +1788,18 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
     }
     for i in 0..binds.len() {
         script.push_str(&format!("exec {}<&-\n", 10 + i));
+    }
+    if ro_root {
+        // readOnlyRootFilesystem: every other mount of the namespace becomes read-only (the
+        // root, the machine's other filesystems, the image's folders), except the volumes, the
+        // image VOLUMEs of their own, the agent's files and /dev, /proc, /sys
+        let mut keep = String::from("\n/etc/hosts\n/etc/resolv.conf\n");
+        for m in all.iter().filter(|m| m.keep) {
+            keep.push_str(&m.target);
+            keep.push('\n');
+        }
+        script.push_str(&format!("lk_keep={}\n", shell_quote(&keep)));
+        script.push_str(READ_ONLY_ROOT);
     }
     if let Some(wd) = &c.working_dir {
         script.push_str(&format!("cd {} 2>/dev/null || cd /\n", shell_quote(wd)));

@@ -85,6 +85,10 @@ pub async fn run(
             if cmd.is_empty() {
                 return Err("empty exec probe".to_string());
             }
+            // a distroless image has no shell
+            crate::images::runnable(c.image.as_deref().unwrap_or_default(), &cmd[0]).map_err(
+                |e| format!("rpc error: code = Unknown desc = failed to exec in container: {e}"),
+            )?;
             exec_in(pid, &cmd, env).await.map(|_| ())
         } else {
             Ok(())

@@ -602,7 +602,8 @@ fn remove_unwanted(root: &Path, dir: &Path, files: &Files, keep: &[String]) {
             if !kept && !files.keys().any(|k| k.starts_with(&format!("{rel}/"))) {
                 let _ = std::fs::remove_dir(&p);
             }
-        } else if !files.contains_key(&rel) {
+        } else if !files.contains_key(&rel) && !keep.contains(&rel) {
+            // (a file that is another volume's mount point stays)
             let _ = std::fs::remove_file(&p);
         }
     }
