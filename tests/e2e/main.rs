@@ -11,6 +11,7 @@ mod keeper;
 mod kills;
 mod placement;
 mod plan;
+mod real_images;
 mod scale;
 mod security;
 mod storage;

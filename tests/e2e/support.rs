@@ -57,10 +57,15 @@ fn cluster() -> &'static LocalCluster {
         unsafe {
             libc::atexit(stop_cluster_at_exit);
         }
+        // Image volumes as CRI-O makes them (inside the read-only root filesystem): the pods
+        // must not depend on a runtime that mounts the images' VOLUMEs writable (issue 35).
+        let image_volumes =
+            std::env::var("LOCAL_KUBELET_IMAGE_VOLUMES").unwrap_or_else(|_| "crio".into());
         let status = Command::new("bash")
             .arg(repo().join("hack/local-cluster.sh"))
             .arg("up")
             .arg(&dir)
+            .env("LOCAL_KUBELET_IMAGE_VOLUMES", image_volumes)
             .status()
             .expect("run hack/local-cluster.sh");
         assert!(

@@ -1,0 +1,213 @@
+//! Issue 35: pods that would start on the real `clickhouse/clickhouse-server` and
+//! `clickhouse/clickhouse-keeper` images, shown on the node agent that behaves like a kubelet
+//! with them (`local-kubelet/README.md`): a read-only root filesystem enforced, image volumes
+//! as CRI-O makes them (inside the read-only root: the suite's local Kubernetes is started with
+//! `LOCAL_KUBELET_IMAGE_VOLUMES=crio`, so every test here and elsewhere runs under it), the
+//! images' entrypoints emulated, and a Keeper client port that opens only with a quorum or
+//! after Keeper's `startup_timeout`. What is verified how is in
+//! `docs/running-on-real-clusters.md`.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use clickhouse_operator::clickhouse::keeper::four_letter_word;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::*;
+
+/// A pod's uid and the restart count and start time of its main container.
+async fn main_container(client: &Client, ns: &str, pod: &str) -> Option<(String, i32, String)> {
+    let p = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(pod)
+        .await
+        .ok()?;
+    let uid = p.uid()?;
+    let status = p.status?.container_statuses?.into_iter().next()?;
+    let started = status.state?.running?.started_at?.0.to_string();
+    Some((uid, status.restart_count, started))
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Issue 35 item 2: Keeper opens its client port only with a quorum, or once its
+/// `startup_timeout` has passed, and the startup probe checks that port. A member that comes
+/// back while the two others hang (their processes stopped) waits for its quorum longer than
+/// the probe's budget (60 s): the operator's `startup_timeout` (half the budget) opens the
+/// port in time, so the member is never restarted; it stays unready (it does not serve) and
+/// turns Ready once its peers go on. With Keeper's own default (180 s) the probe would kill it
+/// after 60 s and again on every restart.
+#[tokio::test]
+async fn a_keeper_member_waiting_for_its_quorum_beyond_the_probe_budget_is_not_restarted() {
+    let client = client().await;
+    let ns = namespace(&client, "kwait").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let mut stopped = Vec::new();
+    for i in [1, 2] {
+        let pod = format!("c1-keeper-{i}");
+        let ip = pod_ip(&client, &ns, &pod).await;
+        let pid = pid_of("QuorumPeerMain", &pod, Some(&ip));
+        // SAFETY: a signal to a process of this machine
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        stopped.push(pid);
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let old_uid = pods.get("c1-keeper-0").await.unwrap().uid().unwrap();
+    pods.delete("c1-keeper-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (uid, _, started) = wait_for(
+        Duration::from_secs(120),
+        "c1-keeper-0 back and running",
+        || {
+            let (client, ns, old_uid) = (client.clone(), ns.clone(), old_uid.clone());
+            async move {
+                main_container(&client, &ns, "c1-keeper-0")
+                    .await
+                    .filter(|(uid, _, _)| *uid != old_uid)
+            }
+        },
+    )
+    .await;
+    let since = Instant::now();
+    let ip = pod_ip(&client, &ns, "c1-keeper-0").await;
+    let addr: SocketAddr = format!(
+        "{ip}:{}",
+        clickhouse_operator::model::names::KEEPER_CLIENT_PORT
+    )
+    .parse()
+    .unwrap();
+    // closed while the member waits for its quorum, open (not serving) after its timeout
+    let mut closed_at_first = false;
+    let mut opened_after = None;
+    while since.elapsed() < Duration::from_secs(85) {
+        let answer = four_letter_word(addr, "srvr", Duration::from_secs(2)).await;
+        match answer {
+            Err(_) if opened_after.is_none() => closed_at_first = true,
+            Ok(text) => {
+                assert!(!text.contains("Mode: "), "serves without a quorum: {text}");
+                opened_after.get_or_insert(since.elapsed());
+            }
+            Err(_) => {}
+        }
+        let pod = pods.get("c1-keeper-0").await.unwrap();
+        assert_eq!(
+            pod.uid().as_deref(),
+            Some(uid.as_str()),
+            "the pod was replaced"
+        );
+        assert!(!is_ready(&pod), "Ready without a quorum");
+        let (_, restarts, now_started) = main_container(&client, &ns, "c1-keeper-0")
+            .await
+            .expect("the member keeps running");
+        assert_eq!(
+            (restarts, now_started.as_str()),
+            (0, started.as_str()),
+            "the member was restarted after {:?}",
+            since.elapsed()
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    println!(
+        "client port closed at first: {closed_at_first}; open after {opened_after:?} (startup_timeout 30 s)"
+    );
+    assert!(closed_at_first, "the port was open before a quorum");
+    let opened = opened_after.expect("the port opened after startup_timeout");
+    assert!(opened < Duration::from_secs(50), "{opened:?}");
+    for pid in stopped {
+        // SAFETY: as above
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
+    wait_for(
+        Duration::from_secs(120),
+        "c1-keeper-0 Ready once its peers go on",
+        || {
+            let pods = pods.clone();
+            async move { pods.get("c1-keeper-0").await.ok().filter(is_ready) }
+        },
+    )
+    .await;
+    let (_, restarts, _) = main_container(&client, &ns, "c1-keeper-0").await.unwrap();
+    assert_eq!(restarts, 0);
+    wait_status(&client, &ns, "c1", READY, "ready again", |s| {
+        s.state == clickhouse_operator::api::ClusterState::Ready
+    })
+    .await;
+    finish(&client, &ns, op).await;
+}
+
+/// Issue 35 item 3: with `podSecurity.ids: Platform` the operator fixes no uid, gid or
+/// fsGroup, and the pods run under the ids the platform assigns. Here the ids OpenShift's
+/// `restricted-v2` constraint would inject (a uid from the namespace's range, no passwd entry,
+/// group 0, fsGroup the range's first id) are put into the pod templates the way its
+/// admission does; the servers and Keeper start on them, replicate, and the processes run as
+/// that uid.
+#[tokio::test]
+async fn pods_run_under_the_ids_the_platform_assigns() {
+    const UID: i64 = 1_000_650_000;
+    let client = client().await;
+    let ns = namespace(&client, "platform").await;
+    let op = start_operator(&client, &ns, false).await;
+    let assigned = json!({"spec": {"securityContext": {
+        "runAsUser": UID, "runAsGroup": 0, "fsGroup": UID}}});
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "storage": {"size": "1Gi"},
+               "podSecurity": {"ids": "Platform"},
+               "pod": {"template": assigned},
+               "keeper": {"replicas": 1, "pod": {"template": assigned}}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&c);
+    for (program, pod) in [
+        ("clickhouse-server", format!("{}-0", replicas[0])),
+        ("clickhouse-server", format!("{}-0", replicas[1])),
+        ("QuorumPeerMain", "c1-keeper-0".to_string()),
+    ] {
+        let ip = pod_ip(&client, &ns, &pod).await;
+        let pid = pid_of(program, &pod, Some(&ip));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert!(
+            uid_line.split_whitespace().nth(1) == Some(&UID.to_string()),
+            "{pod}: {uid_line}"
+        );
+    }
+    let first = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(
+        &first,
+        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
+    )
+    .await;
+    exec(
+        &first,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
+    )
+    .await;
+    let second = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[1])).await;
+    exec(&second, "SYSTEM SYNC REPLICA default.t").await;
+    assert_eq!(
+        query(&second, "SELECT count() AS v FROM default.t").await,
+        ["1000"]
+    );
+    finish(&client, &ns, op).await;
+}
