@@ -27,9 +27,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the operator (configuration from the environment: WATCH_NAMESPACE,
-    /// MAX_CONCURRENT_RECONCILES, LOG_FORMAT, LOG_LEVEL, HTTP_ADDR, LEADER_ELECTION,
-    /// POD_NAME, POD_NAMESPACE, LEASE_NAME).
+    /// Run the operator (configuration from the environment, listed below).
     Run,
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
@@ -44,13 +42,15 @@ enum Command {
     /// replica; configuration from the environment the Job sets).
     BackupAgent,
     /// Show what applying a ClickHouseCluster file would do. With a kubeconfig it reads the
-    /// running cluster (never writes) and exits 0 when nothing would change, 2 when something
-    /// would, 1 when something is refused or invalid; without one (or with --offline) it shows
-    /// the first pass over an empty namespace.
+    /// running cluster (never writes); without one (or with --offline) it shows the first pass
+    /// of a new cluster in an empty namespace.
+    #[command(after_help = PLAN_EXIT_CODES)]
     Plan {
+        /// The YAML file of ClickHouseClusters (other kinds are skipped); `-` reads standard
+        /// input.
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
-        /// `text` (default) or `json`.
+        /// `text` (default) or `json` (one JSON object per cluster).
         #[arg(short = 'o', long = "output", default_value = "text")]
         output: String,
         /// Do not read any cluster, even with a kubeconfig.
@@ -59,8 +59,44 @@ enum Command {
     },
 }
 
+/// The exit codes of `plan`, live and offline alike.
+const PLAN_EXIT_CODES: &str =
+    "Exit codes (for several clusters: 1 if any gives 1, else 2 if any gives 2):
+  0  nothing would change
+  1  something is refused or invalid (or the command line or the file is wrong)
+  2  something would change";
+
+/// Of two `plan` exit codes, the one a pipeline must see: a refusal (1) over a change (2) over
+/// nothing (0).
+fn worse(a: i32, b: i32) -> i32 {
+    let rank = |c: i32| match c {
+        1 => 2,
+        2 => 1,
+        _ => 0,
+    };
+    if rank(b) > rank(a) { b } else { a }
+}
+
+/// The command line, with the environment `run` reads listed in its help.
+fn cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let command =
+        Cli::command().mut_subcommand("run", |run| run.after_help(runtime::settings::env_help()));
+    command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .unwrap_or_else(|e| {
+            if !e.use_stderr() {
+                e.exit() // --help, --version
+            }
+            // a wrong command line exits 1, as `plan` documents (2 means "would change")
+            let _ = e.print();
+            std::process::exit(1)
+        })
+}
+
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    match cli().command {
         Command::Crd => write_stdout(&api::crd::yaml())?,
         Command::BackupAgent => {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -87,23 +123,20 @@ fn main() -> anyhow::Result<()> {
             } else {
                 rt.block_on(kube::Client::try_default()).ok()
             };
-            let Some(client) = client else {
-                for cluster in &clusters {
-                    offline_plan(cluster)?;
-                }
-                return Ok(());
-            };
             let mut code = 0;
             for cluster in &clusters {
-                let p = rt
-                    .block_on(controller::cluster::preview::preview(&client, cluster))
-                    .map_err(|e| anyhow::anyhow!("reading the cluster: {e}"))?;
+                let p = match &client {
+                    Some(client) => rt
+                        .block_on(controller::cluster::preview::preview(client, cluster))
+                        .map_err(|e| anyhow::anyhow!("reading the cluster: {e}"))?,
+                    None => controller::cluster::preview::offline(cluster),
+                };
                 if output == "json" {
                     write_stdout(&format!("{}\n", serde_json::to_string_pretty(&p)?))?;
                 } else {
                     write_stdout(&p.human())?;
                 }
-                code = code.max(p.exit_code);
+                code = worse(code, p.exit_code);
             }
             std::process::exit(code);
         }
@@ -227,10 +260,22 @@ fn write_stdout(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The ClickHouseClusters of a YAML file (other kinds skipped).
+/// The ClickHouseClusters of a YAML file, or of standard input for `-` (other kinds skipped).
 fn read_clusters(file: &std::path::Path) -> anyhow::Result<Vec<ClickHouseCluster>> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let stdin = file == std::path::Path::new("-");
+    let source = if stdin {
+        "standard input".to_string()
+    } else {
+        file.display().to_string()
+    };
+    let text = if stdin {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading standard input")?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
     let mut out = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let value = serde_yaml::Value::deserialize(doc)?;
@@ -238,35 +283,12 @@ fn read_clusters(file: &std::path::Path) -> anyhow::Result<Vec<ClickHouseCluster
             continue;
         }
         out.push(
-            serde_yaml::from_value(value).with_context(|| {
-                format!("{} holds an invalid ClickHouseCluster", file.display())
-            })?,
+            serde_yaml::from_value(value)
+                .with_context(|| format!("{source} holds an invalid ClickHouseCluster"))?,
         );
     }
-    anyhow::ensure!(
-        !out.is_empty(),
-        "{} holds no ClickHouseCluster",
-        file.display()
-    );
+    anyhow::ensure!(!out.is_empty(), "{source} holds no ClickHouseCluster");
     Ok(out)
-}
-
-/// The first pass over an empty namespace, without any cluster.
-fn offline_plan(cluster: &ClickHouseCluster) -> anyhow::Result<()> {
-    let mut cluster = cluster.clone();
-    // Not read from an API server: give it what the server would.
-    let meta = &mut cluster.metadata;
-    meta.namespace.get_or_insert_with(|| "default".into());
-    meta.uid
-        .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
-    meta.generation.get_or_insert(1);
-    let plan = controller::cluster::offline_plan(&cluster);
-    let actions: Vec<String> = plan.actions.iter().map(|a| a.describe()).collect();
-    write_stdout(&serde_yaml::to_string(&serde_json::json!({
-        "cluster": cluster.metadata.name,
-        "actions": actions,
-        "status": plan.status,
-    }))?)
 }
 
 /// Runs a component beside the operator (`exporter`, `pvc-cleaner`): settings and logging from

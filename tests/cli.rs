@@ -25,7 +25,8 @@ fn crd_output_into_a_closed_pipe_ends_quietly() {
 }
 
 /// Issue 16: without a cluster to read (`--offline`, or a kubeconfig that does not exist),
-/// `plan` shows the first pass over an empty namespace, as before, and exits 0.
+/// `plan` shows the first pass over an empty namespace, and exits 2 as the live plan does when
+/// something would change (a new cluster always does).
 #[test]
 fn plan_without_a_cluster_shows_the_first_pass_offline() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/cluster.yaml");
@@ -40,16 +41,260 @@ fn plan_without_a_cluster_shows_the_first_pass_offline() {
         }
         let out = cmd.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
+        assert_eq!(
+            out.status.code(),
+            Some(2),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(stdout.contains("apply StatefulSet"), "{stdout}");
+        assert!(stdout.contains("(does not exist yet)"), "{stdout}");
+        assert!(stdout.ends_with("Changes would be applied.\n"), "{stdout}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
         .args(["plan", "-f", example, "--offline", "-o", "yaml"])
         .output()
         .unwrap();
-    assert!(!out.status.success(), "an unknown output format is refused");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an unknown output format is refused"
+    );
+}
+
+const CLUSTER_KIND: &str = "apiVersion: clickhouse.com/v1alpha1\nkind: ClickHouseCluster\n";
+
+/// `plan --offline` with `input` on standard input: exit code, standard output, standard error.
+fn plan_stdin(input: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
+        .args(["plan", "--offline", "-f", "-"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every JSON object of a `plan -o json` output, one per cluster.
+fn json_objects(stdout: &str) -> Vec<serde_json::Value> {
+    serde_json::Deserializer::from_str(stdout)
+        .into_iter::<serde_json::Value>()
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+/// `plan -f -` reads standard input (other kinds skipped, every cluster planned), and `-o json`
+/// prints one object per cluster with the same fields as the live plan's, its exit code among
+/// them.
+#[test]
+fn offline_plan_reads_standard_input_and_prints_json() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/examples/cluster.yaml"
+    ))
+    .unwrap();
+    let input = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: skipped}}\n---\n{example}\n---\n\
+         {CLUSTER_KIND}metadata: {{name: second, namespace: other}}\nspec: {{replicas: 1}}\n"
+    );
+    let (code, stdout, stderr) = plan_stdin(&input, &["-o", "json"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let plans = json_objects(&stdout);
+    assert_eq!(plans.len(), 2, "{stdout}");
+    let names: Vec<_> = plans
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p["namespace"].as_str().unwrap(),
+                p["cluster"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(names, ["demo/demo", "other/second"]);
+    for p in &plans {
+        assert_eq!(p["live"], false);
+        assert_eq!(p["exitCode"], 2);
+        assert_eq!(p["changes"], serde_json::json!(["the cluster is created"]));
+        assert_eq!(p["refused"], serde_json::json!([]));
+        let steps: Vec<&str> = p["firstPass"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert!(
+            steps.iter().any(|s| s.starts_with("apply StatefulSet")),
+            "{steps:?}"
+        );
+        assert!(
+            p["objects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|o| o.as_str().unwrap().ends_with(": created"))
+        );
+    }
+    // the text output of the same input: the same plans for people, the same exit code
+    let (code, text, _) = plan_stdin(&input, &[]);
+    assert_eq!(code, Some(2));
+    assert!(
+        text.contains("ClickHouseCluster demo/demo (does not exist yet)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ClickHouseCluster other/second (does not exist yet)"),
+        "{text}"
+    );
+}
+
+/// The exit codes of the offline plan are the live plan's: 1 when something is refused or
+/// invalid (the refusal named, in JSON too), also for a file that holds no cluster or cannot be
+/// read and for a wrong command line; 2 when something would change.
+#[test]
+fn offline_plan_exit_codes_are_the_live_plans() {
+    // refused by the operator: a newer resource format
+    let refused = format!("{CLUSTER_KIND}metadata: {{name: x}}\nspec: {{crVersion: \"99.0.0\"}}\n");
+    let (code, stdout, stderr) = plan_stdin(&refused, &["-o", "json"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let plans = json_objects(&stdout);
+    assert_eq!(plans[0]["exitCode"], 1);
+    assert!(
+        plans[0]["refused"][0]
+            .as_str()
+            .unwrap()
+            .contains("spec.crVersion"),
+        "{stdout}"
+    );
+    assert_eq!(plans[0]["firstPass"], serde_json::json!([]));
+    let (code, text, _) = plan_stdin(&refused, &[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        text.contains("Refused:") && text.contains("spec.crVersion"),
+        "{text}"
+    );
+
+    // one cluster refused, one fine: the highest code
+    let both = format!("{refused}---\n{CLUSTER_KIND}metadata: {{name: y}}\nspec: {{}}\n");
+    let (code, stdout, _) = plan_stdin(&both, &["-o", "json"]);
+    assert_eq!(code, Some(1));
+    let codes: Vec<_> = json_objects(&stdout)
+        .iter()
+        .map(|p| p["exitCode"].clone())
+        .collect();
+    assert_eq!(codes, [1, 2]);
+
+    // invalid: not a ClickHouseCluster spec, no cluster at all, not YAML
+    let invalid = format!("{CLUSTER_KIND}metadata: {{name: x}}\nspec: {{shards: many}}\n");
+    for (input, says) in [
+        (
+            invalid.as_str(),
+            "standard input holds an invalid ClickHouseCluster",
+        ),
+        (
+            "kind: ConfigMap\n",
+            "standard input holds no ClickHouseCluster",
+        ),
+        ("{{{", ""),
+    ] {
+        let (code, stdout, stderr) = plan_stdin(input, &["-o", "json"]);
+        assert_eq!(code, Some(1), "{input}: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    // a file that does not exist, a wrong command line
+    for args in [
+        &["plan", "--offline", "-f", "/nonexistent/cluster.yaml"][..],
+        &["plan", "--offline"][..],
+        &["plan", "--offline", "-f", "-", "--no-such-flag"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+    }
+    // and the codes are documented where they are used
+    let help = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
+        .args(["plan", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8_lossy(&help.stdout);
+    for line in [
+        "0  nothing would change",
+        "1  something is refused or invalid",
+        "2  something would change",
+        "`-` reads standard input",
+    ] {
+        assert!(help.contains(line), "{help}");
+    }
+}
+
+/// `run --help` lists every environment variable the settings read, and the settings read only
+/// the listed ones: the list is `settings::ENV`, and the settings' source names no variable
+/// outside it. README's table of variables lists them too.
+#[test]
+fn run_help_lists_every_environment_variable_the_operator_reads() {
+    use clickhouse_operator::runtime::settings::ENV;
+    let out = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let listed: std::collections::BTreeSet<&str> = ENV.iter().map(|(n, _, _)| *n).collect();
+    for name in &listed {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{name} "))),
+            "{name} is not in `run --help`:\n{help}"
+        );
+    }
+    // every variable named in the settings' source, read through `get("…")` or `env::var("…")`
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/runtime/settings.rs"
+    ))
+    .unwrap();
+    let mut read = std::collections::BTreeSet::new();
+    for opener in ["get(\"", "env::var(\""] {
+        for (i, _) in source.match_indices(opener) {
+            let rest = &source[i + opener.len()..];
+            let name = &rest[..rest.find('"').unwrap()];
+            if !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
+                read.insert(name.to_string());
+            }
+        }
+    }
+    assert!(read.len() >= 15, "{read:?}");
+    for name in &read {
+        assert!(
+            listed.contains(name.as_str()),
+            "{name} is read by src/runtime/settings.rs but not listed in settings::ENV"
+        );
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    for name in &listed {
+        assert!(
+            readme.contains(&format!("| `{name}`")) || readme.contains(&format!(", `{name}` |")),
+            "{name} is not in README's table of variables"
+        );
+    }
 }

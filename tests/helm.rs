@@ -2,6 +2,7 @@
 //!
 //! - `helm lint` and `helm template` of both charts with default and non-default values.
 //! - The chart's CRDs are exactly `deploy/crds.yaml`.
+//! - Both charts' `values.schema.json` refuse misspelled keys and wrong types.
 //! - On the real local Kubernetes (`hack/local-cluster.sh`): the operator installed by its chart
 //!   runs IN the cluster (the node agent maps the `clickhouse-operator` image to the locally built
 //!   binary, with the pod's ServiceAccount token), under the chart's RBAC only; the cluster of
@@ -1033,6 +1034,110 @@ fn charts_refuse_values_that_cannot_work() {
             ],
             "is a Secret the operator owns",
         );
+    }
+}
+
+/// Both charts carry a `values.schema.json`: a misspelled key or a value of the wrong type fails
+/// `helm template` (and so `helm install`) naming it, while correct values pass. The cluster
+/// chart's `spec` is checked against the CRD's schema, its free-form maps and pod templates
+/// stay free.
+#[test]
+fn values_schemas_refuse_misspelled_keys_and_wrong_types() {
+    let helm = helm_or_skip!();
+    let render = |chart: &Path, sets: &[&str]| {
+        let mut c = helm_cmd(helm);
+        c.arg("template").arg("r").arg(chart);
+        for s in sets {
+            c.arg("--set").arg(s);
+        }
+        let out = c.output().expect("helm template");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (chart, sets, says) in [
+        (
+            operator_chart(),
+            &["replicaCont=3"][..],
+            "'replicaCont' not allowed",
+        ),
+        (
+            operator_chart(),
+            &["image.tagg=1.2.3"][..],
+            "'tagg' not allowed",
+        ),
+        (operator_chart(), &["replicaCount=two"][..], "/replicaCount"),
+        (operator_chart(), &["log.format=xml"][..], "/log/format"),
+        (
+            operator_chart(),
+            &["exporter.enabled=yes"][..],
+            "/exporter/enabled",
+        ),
+        (
+            cluster_chart(),
+            &["spec.replcas=2"][..],
+            "'replcas' not allowed",
+        ),
+        (
+            cluster_chart(),
+            &["spec.keeper.replcas=1"][..],
+            "'replcas' not allowed",
+        ),
+        (cluster_chart(), &["spec.shards=two"][..], "/spec/shards"),
+        (
+            cluster_chart(),
+            &["spec.updateStrategy=Fast"][..],
+            "/spec/updateStrategy",
+        ),
+        (
+            cluster_chart(),
+            &["resourceQuota.enable=false"][..],
+            "'enable' not allowed",
+        ),
+        (
+            cluster_chart(),
+            &["usersSecret.users.analyst.password=x"][..],
+            "/usersSecret/users/analyst",
+        ),
+    ] {
+        let (ok, stderr) = render(&chart, sets);
+        assert!(
+            !ok && stderr.contains(says),
+            "{sets:?} passed or said: {stderr}"
+        );
+    }
+    for (chart, sets) in [
+        (operator_chart(), &[][..]),
+        (
+            operator_chart(),
+            &[
+                "replicaCount=3",
+                "image.tag=1.2.3",
+                "log.format=text",
+                "exporter.enabled=true",
+                "exporter.tokenSecret.name=exporter-token",
+                "operatorNetworks={10.0.0.0/8}",
+                "podLabels.team=db",
+            ][..],
+        ),
+        (cluster_chart(), &[][..]),
+        (
+            cluster_chart(),
+            &[
+                "spec.replicas=3",
+                "spec.keeper.replicas=1",
+                "spec.updateStrategy=RollingUpdate",
+                "spec.clientService.annotations.team=analytics",
+                "spec.configuration.settings.logger/level=debug",
+                "spec.pod.template.spec.priorityClassName=high",
+                "usersSecret.create=true",
+                "usersSecret.users.analyst=pw",
+            ][..],
+        ),
+    ] {
+        let (ok, stderr) = render(&chart, sets);
+        assert!(ok, "{sets:?}: {stderr}");
     }
 }
 

@@ -6,6 +6,8 @@ use super::S3Destination;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// One backup of a ClickHouseCluster to an S3-compatible bucket, every shard on its backup
+/// replica. Its spec cannot change, but for `deletionPolicy`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "clickhouse.com",
@@ -58,13 +60,17 @@ impl DeletionPolicy {
     }
 }
 
+/// What the backup did so far.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseBackupStatus {
+    /// `New`, `Starting`, `Running`, `Succeeded` or `Failed`.
     #[serde(default)]
     pub state: BackupState,
+    /// When the backup started (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<String>,
+    /// When it succeeded or failed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<String>,
     /// What happens now, or why the backup failed and what to do.
@@ -98,15 +104,20 @@ pub struct ClickHouseBackupStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ShardBackupStatus {
+    /// The shard's index.
     pub shard: i32,
     /// The shard's backup replica, where every statement and file read of this shard ran.
     pub replica: String,
+    /// Parts of this shard uploaded.
     #[serde(default)]
     pub parts_uploaded: u64,
+    /// Bytes of this shard uploaded.
     #[serde(default)]
     pub bytes_uploaded: u64,
+    /// Parts of this shard referenced from earlier backups instead of uploaded.
     #[serde(default)]
     pub parts_reused: u64,
+    /// Bytes of this shard referenced from earlier backups instead of uploaded.
     #[serde(default)]
     pub bytes_reused: u64,
     /// Done (the shard's manifest is written).

@@ -50,6 +50,8 @@ pub const KEEPER_RESERVED_ENV: &[&str] =
     printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".spec.shards"}"#,
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.clickhouse.readyText"}"#,
+    printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.version"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.host"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -270,6 +272,7 @@ pub struct ExternalKeeper {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeeperNode {
+    /// Host name or address of the member.
     pub host: String,
     /// Default 2181.
     #[serde(default = "default_zookeeper_port")]
@@ -284,6 +287,7 @@ fn default_zookeeper_port() -> i32 {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeeperClusterRef {
+    /// The other ClickHouseCluster's name.
     pub name: String,
     /// Default: this cluster's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -427,10 +431,13 @@ pub struct PodSettings {
     /// Secret whose keys become environment variables; a change of its contents rolls the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_secret: Option<String>,
+    /// Affinity of the pods, besides the anti-affinity of `antiAffinity`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+    /// Tolerations of the pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// Node labels a node must carry to run the pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     /// Keeps the replicas of one shard (for Keeper: the members) on different nodes:
@@ -473,12 +480,42 @@ pub struct PodSettings {
     pub template: Option<serde_json::Value>,
 }
 
-/// `spec.pod.template`: any object; the operator checks it ([`crate::model::pod_template`]).
+/// `spec.pod.template`: a pod template, checked by the operator ([`crate::model::pod_template`]),
+/// which names the path of whatever it refuses; the API server only keeps the shape.
 fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let map = schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": {"type": "string"}
+    });
+    let mut labels = map.clone();
+    labels.insert(
+        "description".into(),
+        "Extra labels of the pods (the operator's own are refused).".into(),
+    );
+    let mut annotations = map;
+    annotations.insert(
+        "description".into(),
+        "Extra annotations of the pods (the operator's own are refused).".into(),
+    );
     schemars::json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
-        "description": "A pod template merged over the generated one (see the README)."
+        "description": "A pod template merged over the generated one.",
+        "properties": {
+            "metadata": {
+                "type": "object",
+                "description": "Labels and annotations of the pods (nothing else).",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"labels": labels, "annotations": annotations}
+            },
+            "spec": {
+                "type": "object",
+                "description": "A PodSpec (see `kubectl explain pod.spec`) merged over the \
+                    generated one; the main container is `clickhouse` for servers, `keeper` for \
+                    Keeper.",
+                "x-kubernetes-preserve-unknown-fields": true
+            }
+        }
     })
 }
 
@@ -502,6 +539,7 @@ impl PodSettings {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerMetricsSpec {
+    /// Serve the endpoint (default false).
     #[serde(default)]
     pub enabled: bool,
     /// Default 9363.
@@ -583,6 +621,7 @@ pub struct VersionSource {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigMapKey {
+    /// The ConfigMap's name.
     pub name: String,
     /// Default `versions.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -602,6 +641,7 @@ pub struct UpgradeStatus {
     /// The last image written into `spec.image` by a check, and when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_upgrade: Option<String>,
+    /// When that image was written (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_upgrade_time: Option<String>,
 }
@@ -808,6 +848,7 @@ pub struct SecretKeyRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UsersSpec {
+    /// The Secret (same namespace) whose keys are user names and values their passwords.
     pub secret_name: String,
     /// Settings profile given to these users.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -844,6 +885,8 @@ pub struct AccountSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
+    /// Serve the secure ports with the certificate of `serverCertSecret` (default false).
+    /// Turning it on or off stops every server and starts them again.
     #[serde(default)]
     pub enabled: bool,
     /// Secret of type kubernetes.io/tls with the server certificate and key.
@@ -912,6 +955,7 @@ pub struct AgentPodSettings {
     /// Resources of the agent's container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// PriorityClass of the agent pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
     /// Extra environment variables, such as `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` (a proxy
@@ -919,8 +963,10 @@ pub struct AgentPodSettings {
     /// configured with are refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Extra labels of the agent pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Extra annotations of the agent pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
@@ -1031,6 +1077,8 @@ impl S3Destination {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupSchedule {
+    /// The schedule's name, unique in the cluster: a DNS label of at most 63 characters. Its
+    /// backups are named after it.
     pub name: String,
     /// Cron expression with five fields, e.g. `0 3 * * *`.
     pub schedule: String,
@@ -1074,11 +1122,13 @@ impl Default for NetworkPolicies {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientServiceSpec {
+    /// Create the client Service `<cluster>` (default true).
     #[serde(default = "default_true")]
     pub enabled: bool,
     /// `ClusterIP` (default), `NodePort` or `LoadBalancer`.
     #[serde(default)]
     pub r#type: ClientServiceType,
+    /// Annotations of the Service, e.g. for a cloud's load balancer.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     /// Extra labels of the Service (the operator's own labels cannot be set).
@@ -1128,12 +1178,17 @@ pub enum ClientServiceType {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseClusterStatus {
+    /// `initializing`, `ready` (every pod Ready on its current revision and every shard
+    /// reachable through every server), `paused`, `stopping` or `error`.
     #[serde(default)]
     pub state: ClusterState,
+    /// What happens now, or what is wrong, naming the field or object concerned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The cluster's conditions, as Kubernetes conventions describe them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Internal state of every replica StatefulSet, keyed by its name. For the operator's own
@@ -1143,11 +1198,16 @@ pub struct ClickHouseClusterStatus {
     /// Creation index the next new replica gets; replica names are never reused.
     #[serde(default)]
     pub next_replica_index: i64,
+    /// The server pods: asked for, Ready, Ready on the current revision.
     #[serde(default)]
     pub clickhouse: ComponentStatus,
+    /// The Keeper pods: asked for, Ready, Ready on the current revision.
     #[serde(default)]
     pub keeper: ComponentStatus,
-    /// The cluster endpoint (the client Service's address).
+    /// The cluster endpoint, the client Service's address: `<cluster>.<namespace>.svc.<domain>`,
+    /// or for a `LoadBalancer` the IP or hostname of its ingress once it has one. Unset while
+    /// the Service does not exist (or has no ingress yet) and when `clientService.enabled` is
+    /// false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// The schema policy in force after normalisation.
@@ -1193,15 +1253,20 @@ impl std::fmt::Display for ClusterState {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// The condition's type, e.g. `Ready`.
     pub r#type: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// Why, as one CamelCase word.
     #[serde(default)]
     pub reason: String,
+    /// Why, in words.
     #[serde(default)]
     pub message: String,
+    /// When `status` last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+    /// The `metadata.generation` the condition was set for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
@@ -1210,8 +1275,11 @@ pub struct Condition {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
+    /// The shard's index.
     pub shard: i32,
+    /// `Pending`, `Ready`, `Stopped` or `Condemned` (being removed).
     pub state: ReplicaState,
+    /// The shard's backup replica: backups run on it, and a rollout restarts it last.
     #[serde(default)]
     pub is_backup_pod: bool,
     /// Creation index: orders replicas by age (names carry no ordinal).
@@ -1278,6 +1346,8 @@ impl ComponentStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EffectiveSchemaPolicy {
+    /// What is copied onto a new replica: `None` or `All`.
     pub replica: String,
+    /// What is copied onto a new shard: `None`, `All` or `DistributedTablesOnly`.
     pub shard: String,
 }

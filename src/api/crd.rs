@@ -172,8 +172,104 @@ fn patch(
         for (path, key, value) in limits {
             schema_at(root, path)[*key] = json!(value);
         }
+        strip_unknown_formats(root);
     }
     serde_json::from_value(v).expect("a patched CRD deserialises")
+}
+
+/// The `format` values the API server knows, by the schema's `type`: the integer and number
+/// formats of OpenAPI and the string formats of the apiextensions validation (compared without
+/// `-`, as the API server does). Any other format makes it warn `unrecognized format` when the
+/// CRD is applied, and validates nothing.
+pub const KNOWN_FORMATS: &[(&str, &[&str])] = &[
+    ("integer", &["int32", "int64"]),
+    ("number", &["float", "double"]),
+    (
+        "string",
+        &[
+            "bsonobjectid",
+            "uri",
+            "email",
+            "hostname",
+            "ipv4",
+            "ipv6",
+            "cidr",
+            "mac",
+            "uuid",
+            "uuid3",
+            "uuid4",
+            "uuid5",
+            "isbn",
+            "isbn10",
+            "isbn13",
+            "creditcard",
+            "ssn",
+            "hexcolor",
+            "rgbcolor",
+            "byte",
+            "password",
+            "date",
+            "duration",
+            "datetime",
+        ],
+    ),
+];
+
+/// Whether the API server knows `format` for a schema of type `ty`.
+pub fn known_format(ty: Option<&str>, format: &str) -> bool {
+    let normalised = format.replace('-', "");
+    KNOWN_FORMATS
+        .iter()
+        .any(|(t, formats)| ty == Some(*t) && formats.contains(&normalised.as_str()))
+}
+
+/// Visits every schema node under `node` (itself first), with its path (`.`-joined property
+/// names, `[]` for array items, `{}` for map values).
+fn walk_schema(node: &mut Value, path: &str, visit: &mut dyn FnMut(&str, &mut Value)) {
+    visit(path, node);
+    let Some(obj) = node.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(props)) = obj.get_mut("properties") {
+        for (name, child) in props.iter_mut() {
+            let sub = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            walk_schema(child, &sub, visit);
+        }
+    }
+    if let Some(items) = obj.get_mut("items") {
+        walk_schema(items, &format!("{path}[]"), visit);
+    }
+    if let Some(extra @ Value::Object(_)) = obj.get_mut("additionalProperties") {
+        walk_schema(extra, &format!("{path}{{}}"), visit);
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(Value::Array(list)) = obj.get_mut(key) {
+            for child in list {
+                walk_schema(child, path, visit);
+            }
+        }
+    }
+}
+
+/// Drops every `format` the API server does not know (schemars gives `uint64`, `uint32`, … for
+/// unsigned integers).
+fn strip_unknown_formats(root: &mut Value) {
+    walk_schema(root, "", &mut |_, node| {
+        let Some(obj) = node.as_object_mut() else {
+            return;
+        };
+        let known = match obj.get("format").and_then(Value::as_str) {
+            None => return,
+            Some(f) => known_format(obj.get("type").and_then(Value::as_str), f),
+        };
+        if !known {
+            obj.remove("format");
+        }
+    });
 }
 
 pub fn cluster_crd() -> CustomResourceDefinition {
@@ -231,6 +327,75 @@ pub fn restore_crd() -> CustomResourceDefinition {
     )
 }
 
+/// `charts/onprem-clickhouse-cluster/values.schema.json`: the chart's own values, and `spec` as
+/// the ClickHouseCluster CRD has it with unknown fields refused (`additionalProperties: false`
+/// on every object of fixed fields), so that a misspelled or mistyped value fails `helm
+/// install` and `helm template` instead of being dropped by the API server.
+pub fn cluster_chart_values_schema() -> Value {
+    fn strict(node: &mut Value) {
+        let Some(obj) = node.as_object_mut() else {
+            return;
+        };
+        obj.retain(|k, _| !k.starts_with("x-kubernetes-validations") && k != "nullable");
+        let open = obj.contains_key("x-kubernetes-preserve-unknown-fields")
+            || obj.contains_key("additionalProperties");
+        if obj.contains_key("properties") && !open {
+            obj.insert("additionalProperties".into(), json!(false));
+        }
+        for key in ["properties"] {
+            if let Some(Value::Object(props)) = obj.get_mut(key) {
+                props.values_mut().for_each(strict);
+            }
+        }
+        for key in ["items", "additionalProperties"] {
+            if let Some(child) = obj.get_mut(key) {
+                strict(child);
+            }
+        }
+        for key in ["allOf", "anyOf", "oneOf"] {
+            if let Some(Value::Array(list)) = obj.get_mut(key) {
+                list.iter_mut().for_each(strict);
+            }
+        }
+    }
+    let crd = serde_json::to_value(cluster_crd()).expect("a CRD serialises");
+    let mut spec =
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone();
+    strict(&mut spec);
+    let strings = |description: &str| {
+        json!({"type": "object", "description": description,
+               "additionalProperties": {"type": "string"}})
+    };
+    json!({
+        "$schema": "https://json-schema.org/draft-07/schema#",
+        "title": "Values of the onprem-clickhouse-cluster chart (generated by `cargo test --lib values_schema` with CHOP_WRITE_VALUES_SCHEMA=1; spec is the ClickHouseCluster CRD's)",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "nameOverride": {"type": "string", "description": "Name of the ClickHouseCluster (default: the release name)."},
+            "resourceQuota": {
+                "type": "object",
+                "description": "The ResourceQuota that keeps the cluster the only one of its namespace.",
+                "additionalProperties": false,
+                "properties": {"enabled": {"type": "boolean", "description": "Must stay on."}}
+            },
+            "labels": strings("Labels of the ClickHouseCluster."),
+            "annotations": strings("Annotations of the ClickHouseCluster."),
+            "spec": spec,
+            "usersSecret": {
+                "type": "object",
+                "description": "A Secret of ClickHouse users made by the chart.",
+                "additionalProperties": false,
+                "properties": {
+                    "create": {"type": "boolean", "description": "Create it (spec.users.secretName then points at it unless spec.users is set)."},
+                    "name": {"type": "string", "description": "Its name (default <cluster name>-user-passwords)."},
+                    "users": strings("User name: password.")
+                }
+            }
+        }
+    })
+}
+
 /// All CRDs as one multi-document YAML, exactly as committed in `deploy/crds.yaml`.
 pub fn yaml() -> String {
     let mut out = String::from("# Generated by `clickhouse-operator crd`. Do not edit.\n");
@@ -248,6 +413,101 @@ mod tests {
     fn schema(crd: &CustomResourceDefinition) -> Value {
         serde_json::to_value(crd).unwrap()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
             .clone()
+    }
+
+    /// Every schema node of the three CRDs: (CRD kind, path, node).
+    fn every_node(mut visit: impl FnMut(&str, &str, &Value)) {
+        for crd in all() {
+            let mut s = schema(&crd);
+            walk_schema(&mut s, "", &mut |path, node| {
+                visit(&crd.spec.names.kind, path, node)
+            });
+        }
+    }
+
+    /// `kubectl explain` shows a description for every field of every CRD.
+    #[test]
+    fn every_property_has_a_description() {
+        let mut missing = Vec::new();
+        every_node(|kind, path, node| {
+            let Some(props) = node.get("properties").and_then(Value::as_object) else {
+                return;
+            };
+            for (name, child) in props {
+                let described = child
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| !d.trim().is_empty());
+                if !described {
+                    let sub = if path.is_empty() {
+                        name.clone()
+                    } else {
+                        format!("{path}.{name}")
+                    };
+                    missing.push(format!("{kind} {sub}"));
+                }
+            }
+        });
+        assert!(
+            missing.is_empty(),
+            "{} properties without a description:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
+
+    /// The API server warns `unrecognized format` on any other format when the CRDs are applied.
+    #[test]
+    fn every_format_is_one_the_api_server_knows() {
+        let mut unknown = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        every_node(|kind, path, node| {
+            if let Some(f) = node.get("format").and_then(Value::as_str) {
+                let ty = node.get("type").and_then(Value::as_str);
+                seen.insert(f.to_string());
+                if !known_format(ty, f) {
+                    unknown.push(format!("{kind} {path}: {ty:?} {f:?}"));
+                }
+            }
+        });
+        assert!(unknown.is_empty(), "{}", unknown.join("\n"));
+        // the formats that carry meaning stay
+        assert!(seen.contains("int32") && seen.contains("int64"), "{seen:?}");
+        assert!(!known_format(Some("integer"), "uint64"));
+        assert!(!known_format(Some("integer"), "uint32"));
+        assert!(known_format(Some("string"), "date-time"));
+        assert!(!known_format(Some("string"), "int32"));
+    }
+
+    /// The cluster chart's values schema is the committed one; `CHOP_WRITE_VALUES_SCHEMA=1`
+    /// writes it.
+    #[test]
+    fn committed_values_schema_matches_the_crd() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/charts/onprem-clickhouse-cluster/values.schema.json"
+        );
+        let want = format!(
+            "{}\n",
+            serde_json::to_string_pretty(&cluster_chart_values_schema()).unwrap()
+        );
+        if std::env::var_os("CHOP_WRITE_VALUES_SCHEMA").is_some() {
+            std::fs::write(path, &want).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == want,
+            "{path} drifted from the CRD: run `CHOP_WRITE_VALUES_SCHEMA=1 cargo test --lib values_schema`"
+        );
+        // unknown fields of spec are refused, free-form ones stay free
+        let v = cluster_chart_values_schema();
+        let spec = &v["properties"]["spec"];
+        assert_eq!(spec["additionalProperties"], false);
+        assert_eq!(spec["properties"]["keeper"]["additionalProperties"], false);
+        let template = &spec["properties"]["pod"]["properties"]["template"];
+        assert!(template.get("additionalProperties").is_none(), "{template}");
+        let settings = &spec["properties"]["configuration"]["properties"]["settings"];
+        assert_eq!(settings["additionalProperties"]["type"], "string");
     }
 
     #[test]
@@ -289,9 +549,20 @@ mod tests {
             .as_ref()
             .unwrap()
             .iter()
-            .map(|c| c.name.as_str())
+            .map(|c| (c.name.as_str(), c.json_path.as_str()))
             .collect();
-        assert_eq!(cols, ["State", "Shards", "Replicas", "Ready", "Age"]);
+        assert_eq!(
+            cols,
+            [
+                ("State", ".status.state"),
+                ("Shards", ".spec.shards"),
+                ("Replicas", ".spec.replicas"),
+                ("Ready", ".status.clickhouse.readyText"),
+                ("Version", ".status.version"),
+                ("Endpoint", ".status.host"),
+                ("Age", ".metadata.creationTimestamp"),
+            ]
+        );
         let b = backup_crd();
         assert_eq!(b.spec.names.short_names, Some(vec!["chb".to_string()]));
         // States are enumerated (S0-06, S2-35).

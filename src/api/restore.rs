@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::S3Destination;
 
+/// One restore of a backup into a ClickHouseCluster with as many shards. Its spec cannot
+/// change.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "clickhouse.com",
@@ -44,15 +46,20 @@ pub struct ClickHouseRestoreSpec {
     pub allow_external_sources: bool,
 }
 
+/// What the restore did so far.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseRestoreStatus {
+    /// `New`, `Running`, `Succeeded` or `Failed`.
     #[serde(default)]
     pub state: RestoreState,
+    /// When the restore started (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<String>,
+    /// When it succeeded or failed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<String>,
+    /// What happens now, or why the restore failed and what to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Why it failed, as one word (`Bucket`, `Credentials`, `ReplicaRemoved`, `AgentFailed`, …);
@@ -63,6 +70,7 @@ pub struct ClickHouseRestoreStatus {
     /// others) and what it did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shards: Vec<ShardRestoreStatus>,
+    /// Bytes downloaded from the bucket, all shards.
     #[serde(default)]
     pub bytes_downloaded: u64,
 }
@@ -70,12 +78,17 @@ pub struct ClickHouseRestoreStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ShardRestoreStatus {
+    /// The shard's index.
     pub shard: i32,
+    /// The replica the shard's parts were attached on.
     pub replica: String,
+    /// Parts of this shard attached.
     #[serde(default)]
     pub parts_attached: u64,
+    /// Bytes of this shard downloaded.
     #[serde(default)]
     pub bytes_downloaded: u64,
+    /// Done (the shard's restore agent finished).
     #[serde(default)]
     pub done: bool,
 }

@@ -237,9 +237,111 @@ fn parse_max_concurrent(value: Option<&str>) -> Result<u16, String> {
     }
 }
 
+/// Every environment variable [`Settings`] reads (`run`, `pvc-cleaner` and `exporter` read
+/// them): name, default, meaning. `clickhouse-operator run --help` lists them from here, and
+/// [`Settings::from_lookup`] reads no other.
+pub const ENV: &[(&str, &str, &str)] = &[
+    (
+        "WATCH_NAMESPACE",
+        "all",
+        "comma-separated namespaces to watch",
+    ),
+    (
+        "MAX_CONCURRENT_RECONCILES",
+        "1",
+        "objects of each kind reconciled in parallel",
+    ),
+    ("LOG_FORMAT", "json", "json or text"),
+    (
+        "LOG_LEVEL",
+        "info",
+        "a tracing filter, e.g. info,clickhouse_operator=debug",
+    ),
+    (
+        "HTTP_ADDR",
+        "0.0.0.0:8080",
+        "/metrics, /healthz and /readyz",
+    ),
+    (
+        "LEADER_ELECTION",
+        "true",
+        "only the holder of the Lease acts; a standby takes over",
+    ),
+    (
+        "PVC_CLEANER",
+        "true",
+        "also run the PVC cleaner in the operator",
+    ),
+    (
+        "PVC_DELETE_KEY",
+        "a key of this process",
+        "the key (16 characters or more) PVCs handed to the PVC cleaner are signed with",
+    ),
+    ("POD_NAME", "HOSTNAME", "identity in the Lease"),
+    (
+        "HOSTNAME",
+        "clickhouse-operator-<pid>",
+        "identity in the Lease without POD_NAME",
+    ),
+    (
+        "POD_NAMESPACE",
+        "default",
+        "namespace of the Lease and of EXPORTER_CREDENTIALS_SECRET",
+    ),
+    (
+        "LEASE_NAME",
+        "clickhouse-operator-leader",
+        "name of the Lease",
+    ),
+    (
+        "POD_IP",
+        "none",
+        "the operator's address: OPERATOR_NETWORKS defaults to its /16 (IPv6: /64)",
+    ),
+    (
+        "OPERATOR_NETWORKS",
+        "around POD_IP, or this machine's addresses",
+        "comma-separated addresses or CIDRs the operator connects to ClickHouse from",
+    ),
+    (
+        "OPERATOR_POD_SELECTOR",
+        "none",
+        "key=value,... of the operator's pods, which the clusters' NetworkPolicies let in",
+    ),
+    (
+        "EXPORTER_CREDENTIALS_SECRET",
+        "none",
+        "the Secret the operator publishes exporter credentials in",
+    ),
+    (
+        "OPERATOR_IMAGE",
+        "the released image of this version",
+        "the image of backup and restore Jobs",
+    ),
+];
+
+/// The list of [`ENV`] for `--help`.
+pub fn env_help() -> String {
+    let width = ENV.iter().map(|(n, _, _)| n.len()).max().unwrap_or(0);
+    let mut out = String::from("Environment (default in brackets):\n");
+    for (name, default, meaning) in ENV {
+        out.push_str(&format!("  {name:width$}  {meaning} [{default}]\n"));
+    }
+    out.push_str("Kubernetes: the in-cluster configuration, or KUBECONFIG.");
+    out
+}
+
 impl Settings {
-    /// Reads the settings through `get` (the process environment in production).
+    /// Reads the settings through `get` (the process environment in production); only the
+    /// variables of [`ENV`].
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let get = |name: &str| {
+            debug_assert!(
+                ENV.iter().any(|(n, _, _)| *n == name),
+                "{name} is read but not listed in settings::ENV"
+            );
+            get(name)
+        };
         let log_format = match get("LOG_FORMAT")
             .as_deref()
             .map(str::to_ascii_lowercase)
@@ -366,6 +468,25 @@ mod tests {
         assert!(parse_max_concurrent(Some("0")).is_err());
         assert!(parse_max_concurrent(Some("-1")).is_err());
         assert!(parse_max_concurrent(Some("many")).is_err());
+    }
+
+    /// With (nearly) nothing set, every variable of [`ENV`] is read (the fallbacks too), and
+    /// no other.
+    #[test]
+    fn the_settings_read_exactly_the_listed_variables() {
+        let read = std::sync::Mutex::new(BTreeSet::new());
+        let settings = Settings::from_lookup(|k| {
+            read.lock().unwrap().insert(k.to_string());
+            (k == "OPERATOR_NETWORKS").then(|| "10.0.0.0/8".to_string())
+        });
+        assert!(settings.is_ok(), "{settings:?}");
+        let listed: BTreeSet<String> = ENV.iter().map(|(n, _, _)| n.to_string()).collect();
+        assert_eq!(read.into_inner().unwrap(), listed);
+        assert_eq!(listed.len(), ENV.len(), "a variable is listed twice");
+        let help = env_help();
+        for (name, _, _) in ENV {
+            assert!(help.contains(name), "{help}");
+        }
     }
 
     #[test]

@@ -497,3 +497,69 @@ pub fn offline_plan(cluster: &ClickHouseCluster) -> Plan {
     world.observed.operator_secret_present = true;
     plan::decide(cluster, &world, Timestamp::now())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ClickHouseClusterSpec, ClientServiceType};
+    use serde_json::Value;
+
+    fn cluster(r#type: ClientServiceType, enabled: bool) -> ClickHouseCluster {
+        let mut spec: ClickHouseClusterSpec = serde_json::from_value(json!({})).unwrap();
+        spec.client_service.r#type = r#type;
+        spec.client_service.enabled = enabled;
+        spec.cluster_domain = Some("example.internal".into());
+        let mut c = ClickHouseCluster::new("demo", spec);
+        c.metadata.namespace = Some("analytics".into());
+        c.metadata.uid = Some("00000000-0000-0000-0000-000000000001".into());
+        c.metadata.generation = Some(1);
+        c
+    }
+
+    /// The `host` the status report gives with the client Service `demo` observed as `service`
+    /// (`None`: not observed).
+    fn host(c: &ClickHouseCluster, service: Option<Value>) -> Option<String> {
+        let mut world = World::default();
+        world.observed.operator_secret_present = true;
+        if let Some(svc) = service {
+            world
+                .observed
+                .objects
+                .insert((Kind::Service, "demo".into()), svc);
+        }
+        plan::decide(c, &world, Timestamp::now()).status.host
+    }
+
+    /// The `Endpoint` column of `kubectl get chc` (`status.host`): the client Service's DNS
+    /// name once the Service exists, a LoadBalancer's ingress address once it has one, nothing
+    /// otherwise.
+    #[test]
+    fn status_host_is_the_client_services_address() {
+        let svc = json!({"metadata": {"name": "demo"}, "spec": {"type": "ClusterIP"}});
+        let c = cluster(ClientServiceType::ClusterIP, true);
+        assert_eq!(host(&c, None), None);
+        assert_eq!(
+            host(&c, Some(svc.clone())).as_deref(),
+            Some("demo.analytics.svc.example.internal")
+        );
+        let c = cluster(ClientServiceType::NodePort, true);
+        assert_eq!(
+            host(&c, Some(svc)).as_deref(),
+            Some("demo.analytics.svc.example.internal")
+        );
+
+        let c = cluster(ClientServiceType::LoadBalancer, true);
+        let pending = json!({"metadata": {"name": "demo"}, "status": {"loadBalancer": {}}});
+        assert_eq!(host(&c, Some(pending)), None);
+        let ip = json!({"metadata": {"name": "demo"},
+            "status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.7"}]}}});
+        assert_eq!(host(&c, Some(ip)).as_deref(), Some("203.0.113.7"));
+        let name = json!({"metadata": {"name": "demo"},
+            "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.com"}]}}});
+        assert_eq!(host(&c, Some(name)).as_deref(), Some("lb.example.com"));
+
+        let c = cluster(ClientServiceType::ClusterIP, false);
+        let svc = json!({"metadata": {"name": "demo"}});
+        assert_eq!(host(&c, Some(svc)), None);
+    }
+}

@@ -19,7 +19,7 @@ use crate::model::changes::{Need, classify};
 use crate::model::names;
 use crate::plan::action::Action;
 use crate::plan::facts::Kind;
-use crate::plan::{FailureReason, decide, rollout};
+use crate::plan::{FailureReason, Plan, World, decide, rollout};
 
 /// What applying a file would do.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -206,6 +206,20 @@ pub async fn preview(client: &Client, file: &ClickHouseCluster) -> Result<Previe
         read_lag(&proposed, &mut world, &plan.lag_checks).await;
         plan = decide(&proposed, &world, Timestamp::now());
     }
+    fill(&mut out, &plan, &world, &proposed, live.as_ref());
+    Ok(out)
+}
+
+/// The rest of a preview, from the first pass's plan over `world`: what is refused or waited
+/// for, the first pass's steps and changed fields, the restart order, the replicas condemned
+/// and the exit code.
+fn fill(
+    out: &mut Preview,
+    plan: &Plan,
+    world: &World,
+    proposed: &ClickHouseCluster,
+    live: Option<&ClickHouseCluster>,
+) {
     if let Some(f) = &plan.failure {
         match f.reason {
             FailureReason::InvalidSpec
@@ -271,8 +285,7 @@ pub async fn preview(client: &Client, file: &ClickHouseCluster) -> Result<Previe
     .map(|w| w.iter().map(|r| names::replica_pod(r)).collect())
     .collect();
     let was_condemned = |r: &str| {
-        live.as_ref()
-            .and_then(|l| l.status.as_ref())
+        live.and_then(|l| l.status.as_ref())
             .and_then(|s| s.replica_state_map.get(r))
             .is_some_and(|e| e.state == ReplicaState::Condemned)
     };
@@ -294,7 +307,32 @@ pub async fn preview(client: &Client, file: &ClickHouseCluster) -> Result<Previe
     } else {
         2
     };
-    Ok(out)
+}
+
+/// What applying `file` to an empty namespace would do, without any cluster to read (`plan
+/// --offline`): the first pass of a new cluster, in the namespace of the file (default
+/// `default`), with the same fields and exit code as [`preview`].
+pub fn offline(file: &ClickHouseCluster) -> Preview {
+    let mut proposed = file.clone();
+    // Not read from an API server: give it what the server would.
+    let meta = &mut proposed.metadata;
+    let ns = meta
+        .namespace
+        .get_or_insert_with(|| "default".into())
+        .clone();
+    meta.uid
+        .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+    meta.generation.get_or_insert(1);
+    let mut out = Preview {
+        namespace: ns,
+        cluster: file.name_any(),
+        live: false,
+        changes: vec!["the cluster is created".into()],
+        ..Preview::default()
+    };
+    let plan = super::offline_plan(&proposed);
+    fill(&mut out, &plan, &World::default(), &proposed, None);
+    out
 }
 
 impl Preview {
