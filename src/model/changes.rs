@@ -1,6 +1,6 @@
 //! PURE: what a spec change needs, per component — the table of S2-14…S2-23 carried over to
-//! ClickHouse (S2-14 … S2-23). The planner turns these needs into actions; the README's table
-//! is this module's.
+//! ClickHouse (S2-14 … S2-23). The planner turns these needs into actions; the table of
+//! docs/changes.md is this module's.
 //!
 //! | change | server | keeper |
 //! |---|---|---|
