@@ -248,7 +248,7 @@ fn offline_plan_exit_codes_are_the_live_plans() {
 
 /// `run --help` lists every environment variable the settings read, and the settings read only
 /// the listed ones: the list is `settings::ENV`, and the settings' source names no variable
-/// outside it. README's table of variables lists them too.
+/// outside it. The table of variables in docs/operations.md lists them too.
 #[test]
 fn run_help_lists_every_environment_variable_the_operator_reads() {
     use clickhouse_operator::runtime::settings::ENV;
@@ -289,12 +289,15 @@ fn run_help_lists_every_environment_variable_the_operator_reads() {
             "{name} is read by src/runtime/settings.rs but not listed in settings::ENV"
         );
     }
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let docs = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/operations.md"
+    ))
+    .unwrap();
     for name in &listed {
         assert!(
-            readme.contains(&format!("| `{name}`")) || readme.contains(&format!(", `{name}` |")),
-            "{name} is not in README's table of variables"
+            docs.contains(&format!("| `{name}`")) || docs.contains(&format!(", `{name}` |")),
+            "{name} is not in the table of variables of docs/operations.md"
         );
     }
 }
