@@ -289,11 +289,8 @@ fn run_help_lists_every_environment_variable_the_operator_reads() {
             "{name} is read by src/runtime/settings.rs but not listed in settings::ENV"
         );
     }
-    let docs = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/operations.md"
-    ))
-    .unwrap();
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
     for name in &listed {
         assert!(
             docs.contains(&format!("| `{name}`")) || docs.contains(&format!(", `{name}` |")),

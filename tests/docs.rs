@@ -167,7 +167,10 @@ fn constraints(schema: &Value) -> Vec<String> {
     if let Some(max) = schema.get("maxItems") {
         out.push(format!("at most {max} items"));
     }
-    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+    if let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
         for rule in rules {
             if let Some(m) = rule.get("message").and_then(Value::as_str) {
                 out.push(format!("refused by the API server: {m}"));
@@ -452,7 +455,13 @@ fn links(text: &str) -> Vec<String> {
         if l.starts_with('[')
             && let Some(i) = l.find("]: ")
         {
-            out.push(l[i + 3..].split_whitespace().next().unwrap_or("").to_string());
+            out.push(
+                l[i + 3..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            );
         }
     }
     out
@@ -521,7 +530,9 @@ fn every_relative_link_points_at_a_file_and_heading_that_exist() {
             }
             if let Some(anchor) = anchor {
                 if !target.is_file() || target.extension().is_none_or(|e| e != "md") {
-                    broken.push(format!("{name}: {link}: an anchor into a file that is not Markdown"));
+                    broken.push(format!(
+                        "{name}: {link}: an anchor into a file that is not Markdown"
+                    ));
                     continue;
                 }
                 let target_text = std::fs::read_to_string(&target).unwrap();
