@@ -128,6 +128,7 @@ fn inputs() -> Inputs {
         cluster_secret: Some(Password("c1uster-secret".into())),
         exporter_password: Some(Password("exp0rter-pw".into())),
         server_version: None,
+        backup_collections: Vec::new(),
     }
 }
 

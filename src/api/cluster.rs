@@ -387,6 +387,24 @@ impl ClickHouseClusterSpec {
         ]
     }
 
+    /// The Secrets of the backup destinations (`spec.backup.destination`,
+    /// `allowedDestinations`), each once: their keys become the servers' named collections
+    /// where the Secret opts in.
+    pub fn backup_secrets(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for d in self
+            .backup
+            .destination
+            .iter()
+            .chain(&self.backup.allowed_destinations)
+        {
+            if !out.contains(&d.secret_name) {
+                out.push(d.secret_name.clone());
+            }
+        }
+        out
+    }
+
     /// The Secrets the cluster reads: (field naming it, Secret name), each Secret once.
     pub fn referenced_secrets(&self) -> Vec<(&'static str, String)> {
         let mut out: Vec<(&'static str, String)> = self

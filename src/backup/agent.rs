@@ -40,6 +40,9 @@ pub struct BackupJob {
     pub bucket: Bucket,
     /// The access key and secret key: a server with `BACKUP` writes to the bucket itself.
     pub credentials: (String, String),
+    /// The named collection of the servers that holds the bucket and its keys (see
+    /// [`Target`]).
+    pub collection: Option<String>,
     pub base: Option<String>,
     /// `db` or `db.table`; empty: everything.
     pub scope: Vec<String>,
@@ -204,7 +207,12 @@ impl BackupJob {
         tables: Vec<sql::Table>,
         base: Option<&ShardManifest>,
     ) -> Result<Report, String> {
-        let (access, secret) = &self.credentials;
+        let target_of = Target::of(
+            version,
+            self.collection.as_deref(),
+            &self.bucket,
+            &self.credentials,
+        );
         let names: Vec<String> = databases
             .iter()
             .filter(|d| {
@@ -217,18 +225,17 @@ impl BackupJob {
             .map(|d| d.name.clone())
             .collect();
         let dir = manifest::native_dir(&self.backup, self.shard);
-        let target = sql::s3_target(&format!("{}/", self.bucket.http_url(&dir)), access, secret);
+        let target = target_of.sql(&dir);
         let base_target = base
             .and_then(|b| b.native.as_ref())
-            .map(|d| sql::s3_target(&format!("{}/", self.bucket.http_url(d)), access, secret));
-        let started = self
-            .server
-            .query(
-                &sql::backup_sql(&names, &target, base_target.as_deref()),
-                &QueryOptions::new(),
-            )
-            .await
-            .map_err(|e| format!("BACKUP on {}: {e}", self.replica))?;
+            .map(|d| target_of.sql(d));
+        let started = start(
+            &self.server,
+            &sql::backup_sql(&names, &target, base_target.as_deref()),
+            &target_of,
+        )
+        .await
+        .map_err(|e| format!("BACKUP on {}: {e}", self.replica))?;
         let id = started
             .decode(self.server.endpoint(), "BACKUP", |r| {
                 Ok(r.str("id")?.to_string())
@@ -441,6 +448,9 @@ pub struct RestoreJob {
     pub bucket: Bucket,
     /// The access key and secret key: a server with `BACKUP` reads the bucket itself.
     pub credentials: (String, String),
+    /// The named collection of the servers that holds the bucket and its keys (see
+    /// [`Target`]).
+    pub collection: Option<String>,
     /// Restore into tables that already hold rows (their rows stay, the backup's are added).
     pub into_non_empty: bool,
     /// What the restore allows beyond the cluster (engines, table functions, dictionaries).
@@ -579,16 +589,22 @@ impl RestoreJob {
         shard: &checks::CheckedShard,
         dir: &str,
     ) -> Result<u64, String> {
-        let (access, secret) = &self.credentials;
-        let source = sql::s3_target(&format!("{}/", self.bucket.http_url(dir)), access, secret);
+        let version = server.version().await.map_err(|e| e.to_string())?;
+        let source_of = Target::of(
+            version,
+            self.collection.as_deref(),
+            &self.bucket,
+            &self.credentials,
+        );
+        let source = source_of.sql(dir);
         let names: Vec<String> = shard.databases.iter().map(|d| d.name.clone()).collect();
-        let started = server
-            .query(
-                &sql::restore_sql(&names, &source, self.into_non_empty),
-                &QueryOptions::new(),
-            )
-            .await
-            .map_err(|e| format!("RESTORE: {e}"))?;
+        let started = start(
+            server,
+            &sql::restore_sql(&names, &source, self.into_non_empty),
+            &source_of,
+        )
+        .await
+        .map_err(|e| format!("RESTORE: {e}"))?;
         let id = started
             .decode(server.endpoint(), "RESTORE", |r| {
                 Ok(r.str("id")?.to_string())
@@ -768,6 +784,7 @@ async fn run_from_env() -> Result<Report, String> {
                     .unwrap_or_default(),
                 bucket,
                 credentials,
+                collection: opt("S3_COLLECTION"),
                 base: opt("BASE_BACKUP"),
                 scope: opt("TABLES")
                     .map(|t| t.split(',').map(str::to_string).collect())
@@ -784,6 +801,7 @@ async fn run_from_env() -> Result<Report, String> {
                 data_dir,
                 bucket,
                 credentials,
+                collection: opt("S3_COLLECTION"),
                 into_non_empty: opt("INTO_NON_EMPTY").is_some_and(|v| v == "true"),
                 allow: checks::Allow {
                     external: opt("ALLOW_EXTERNAL_SOURCES").is_some_and(|v| v == "true"),
@@ -796,9 +814,160 @@ async fn run_from_env() -> Result<Report, String> {
     }
 }
 
+/// Where a server's own `BACKUP` writes or `RESTORE` reads (issue 31, S-2): on a server that
+/// reads named collections from its configuration, the collection the operator keeps there
+/// with the bucket and its keys, so that no key is in the statement; on older ones
+/// (22.8 to 23.7) the keys in the statement, masked in every log and error of the operator and
+/// its agents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Target {
+    Collection {
+        name: String,
+        /// The bucket's prefix, ending in `/` (or empty).
+        prefix: String,
+    },
+    Keys {
+        /// `<endpoint>/<bucket>/<prefix>/`.
+        base: String,
+        access: String,
+        secret: String,
+    },
+}
+
+/// How long a statement waits for the servers to load a named collection the operator has just
+/// written (the kubelet updates a Secret's files within about a minute; the servers reload
+/// their configuration within seconds of that).
+const COLLECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(150);
+
+impl Target {
+    fn of(
+        version: crate::clickhouse::Version,
+        collection: Option<&str>,
+        bucket: &Bucket,
+        (access, secret): &(String, String),
+    ) -> Target {
+        match collection {
+            Some(name)
+                if version.supports(crate::clickhouse::Capability::BackupNamedCollection) =>
+            {
+                Target::Collection {
+                    name: name.to_string(),
+                    prefix: bucket.key_prefix(),
+                }
+            }
+            _ => Target::Keys {
+                base: format!("{}/", bucket.http_url("").trim_end_matches('/')),
+                access: access.clone(),
+                secret: secret.clone(),
+            },
+        }
+    }
+
+    /// `S3(…)` of folder `dir` of the bucket.
+    fn sql(&self, dir: &str) -> String {
+        match self {
+            Target::Collection { name, prefix } => {
+                sql::s3_collection_target(name, &format!("{prefix}{dir}/"))
+            }
+            Target::Keys {
+                base,
+                access,
+                secret,
+            } => sql::s3_target(&format!("{base}{dir}/"), access, secret),
+        }
+    }
+}
+
+/// The server does not know the named collection (yet).
+fn collection_unknown(e: &impl std::fmt::Display) -> bool {
+    let text = e.to_string().to_lowercase();
+    text.contains("no collection named")
+        || text.contains("no named collection")
+        || text.contains("named_collection_doesnt_exist")
+}
+
+/// Starts `statement` (a `BACKUP` or `RESTORE … ASYNC`); with a named collection, waits up to
+/// [`COLLECTION_WAIT`] for the server to know it.
+async fn start(
+    server: &Client,
+    statement: &str,
+    target: &Target,
+) -> Result<crate::clickhouse::client::Rows, String> {
+    let started = std::time::Instant::now();
+    loop {
+        match server.query(statement, &QueryOptions::new()).await {
+            Ok(rows) => return Ok(rows),
+            Err(e) if matches!(target, Target::Collection { .. }) && collection_unknown(&e) => {
+                if started.elapsed() > COLLECTION_WAIT {
+                    let Target::Collection { name, .. } = target else {
+                        unreachable!()
+                    };
+                    return Err(format!(
+                        "the server has not loaded named collection {name} (the destination's bucket and keys) within {} s: check that the destination's Secret carries the label clickhouse.com/s3-credentials and that the cluster's users Secret reached the pod",
+                        COLLECTION_WAIT.as_secs()
+                    ));
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 31 (S-2): a server that reads named collections gets the collection and a folder
+    /// in it, never a key; an older server (or no collection) gets the keys.
+    #[test]
+    fn a_server_with_named_collections_gets_no_key_in_the_statement() {
+        let d = crate::api::S3Destination {
+            endpoint: "https://s3.example.com".into(),
+            bucket: "b".into(),
+            prefix: Some("ns/c1".into()),
+            ..Default::default()
+        };
+        let bucket = Bucket::open(
+            &d,
+            "AKID",
+            "SECRETKEY",
+            "",
+            super::super::store::Patience::Quick,
+        )
+        .unwrap();
+        let keys = ("AKID".to_string(), "SECRETKEY".to_string());
+        let modern = Target::of(
+            "24.8".parse().unwrap(),
+            Some("chop_s3_0123456789abcdef"),
+            &bucket,
+            &keys,
+        );
+        let sql = modern.sql("backups/b1/shard-0");
+        assert_eq!(
+            sql,
+            "S3(chop_s3_0123456789abcdef, 'ns/c1/backups/b1/shard-0/')"
+        );
+        assert!(!sql.contains("AKID") && !sql.contains("SECRETKEY"));
+        for (version, collection) in [("23.7", Some("chop_s3_0123456789abcdef")), ("24.8", None)] {
+            let old = Target::of(version.parse().unwrap(), collection, &bucket, &keys);
+            let sql = old.sql("backups/b1/shard-0");
+            assert!(
+                sql.contains("'https://s3.example.com/b/ns/c1/backups/b1/shard-0/'"),
+                "{sql}"
+            );
+            assert!(sql.contains("SECRETKEY"), "{sql}");
+        }
+        assert!(collection_unknown(
+            &"Code: 36. DB::Exception: There is no collection named `chop_s3_x` in config. (BAD_ARGUMENTS)"
+        ));
+        assert!(collection_unknown(
+            &"Code: 669. DB::Exception: There is no named collection `chop_s3_x`. (NAMED_COLLECTION_DOESNT_EXIST)"
+        ));
+        assert!(!collection_unknown(
+            &"Code: 243. DB::Exception: Access Denied"
+        ));
+    }
 
     #[test]
     fn table_data_paths_map_into_the_snapshot() {

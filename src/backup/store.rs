@@ -133,6 +133,15 @@ impl Bucket {
         }
     }
 
+    /// The bucket's prefix as keys start with it: `<prefix>/`, or empty.
+    pub fn key_prefix(&self) -> String {
+        if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        }
+    }
+
     /// `<endpoint>/<bucket>/<prefix>/<key>`: the URL a server's `S3(…)` function takes.
     pub fn http_url(&self, key: &str) -> String {
         format!(

@@ -116,6 +116,21 @@ pub fn s3_target(url: &str, access_key_id: &str, secret_access_key: &str) -> Str
     )
 }
 
+/// `S3(<collection>, '<folder>')`: the bucket and keys of named collection `collection` of the
+/// server's configuration, and a folder in it; no key in the statement. The name is the
+/// operator's own (`chop_s3_<hex>`), written as an identifier.
+pub fn s3_collection_target(collection: &str, folder: &str) -> String {
+    let plain = collection
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let name = if plain && !collection.is_empty() {
+        collection.to_string()
+    } else {
+        ident(collection)
+    };
+    format!("S3({name}, {})", literal(folder))
+}
+
 /// The server's own backup of whole databases to `target`, incremental on `base` (another
 /// `S3(…)` target) when given, started in the background (`ASYNC`: the statement returns the
 /// backup's `id` and `status` at once; [`backup_status_sql`] follows it).
@@ -168,6 +183,19 @@ pub fn modern_examples() -> Vec<String> {
     vec![
         backup_sql(&dbs, &t, None),
         backup_sql(&dbs, &t, Some(&base)),
+        backup_sql(
+            &dbs,
+            &s3_collection_target("chop_s3_0123456789abcdef", "ns/c1/backups/b2/shard-0/"),
+            Some(&s3_collection_target(
+                "chop_s3_0123456789abcdef",
+                "ns/c1/backups/b1/shard-0/",
+            )),
+        ),
+        restore_sql(
+            &dbs,
+            &s3_collection_target("chop_s3_0123456789abcdef", "ns/c1/backups/b2/shard-0/"),
+            false,
+        ),
         backup_status_sql("5f5a1c1e-0c55-4d5c-9e3a-7f6b0a9d4c21"),
         restore_sql(&dbs, &t, false),
         restore_sql(&dbs, &t, true),

@@ -100,6 +100,10 @@ pub enum Capability {
     SystemDropDatabaseReplica,
     /// `BACKUP … TO …` / `RESTORE` and `system.backups`.
     Backup,
+    /// `BACKUP … TO S3(named_collection, 'path')` with a collection from the configuration
+    /// files, hidden from the preprocessed copy and usable only with the grant `NAMED
+    /// COLLECTION`: the S3 keys stay out of the statement.
+    BackupNamedCollection,
     /// `system.databases.engine_full` is used to recreate a database (S1-10: from 22.12).
     DatabaseEngineFull,
     /// `SYSTEM SYNC REPLICA db.t LIGHTWEIGHT`.
@@ -148,6 +152,13 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     (Capability::SystemDropDatabaseReplica, Version::new(23, 1)),
     // 22.8: `BACKUP`/`RESTORE` usable without the experimental flag.
     (Capability::Backup, Version::new(22, 8)),
+    // `BACKUP … TO S3(named_collection, 'directory')` with `<named_collections>` of the
+    // configuration was described by ClickHouse's maintainers in issue #42721 (2022-10-26) as
+    // already there. The operator keeps S3 keys there only where the keys are also hidden from
+    // the preprocessed copy on the data volume (`hide_in_preprocessed`, PR #53818, 23.8) and a
+    // user needs the grant `NAMED COLLECTION` to use a collection (seen on 26.x in
+    // `tests/modern_config.rs`; its first release is not pinned): 23.8, the later candidate.
+    (Capability::BackupNamedCollection, Version::new(23, 8)),
     // 22.12: S1-10.
     (Capability::DatabaseEngineFull, Version::new(22, 12)),
     // PR #48085 "More options for SYSTEM SYNC REPLICA" (LIGHTWEIGHT and PULL), opened
@@ -243,6 +254,7 @@ mod tests {
             Capability::SqlUserDefinedFunctions,
             Capability::SystemDropDatabaseReplica,
             Capability::Backup,
+            Capability::BackupNamedCollection,
             Capability::DatabaseEngineFull,
             Capability::SyncReplicaLightweight,
             Capability::ClusterSecret,

@@ -578,6 +578,7 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
         cluster_secret: Some(Password("c1uster-secret".into())),
         server_version: None,
         exporter_password: None,
+        backup_collections: Vec::new(),
     };
     desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }

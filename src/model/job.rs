@@ -268,6 +268,7 @@ impl AgentJob {
             env("S3_ENDPOINT", &d.endpoint),
             env("S3_BUCKET", &d.bucket),
             env("S3_PREFIX", &self.prefix),
+            env("S3_COLLECTION", super::S3Collection::name_of(d)),
             env(
                 "S3_REGION",
                 d.region.clone().unwrap_or_else(|| "us-east-1".into()),

@@ -112,6 +112,44 @@ pub struct Inputs {
     pub server_version: Option<crate::clickhouse::Version>,
     /// The password of the metrics exporter's read-only account, from `<cluster>-operator`.
     pub exporter_password: Option<Password>,
+    /// The S3 credentials of the cluster's backup destinations (`spec.backup.destination` and
+    /// `allowedDestinations`, each from a Secret that opts in), as named collections the
+    /// servers' `BACKUP`/`RESTORE` statements name instead of carrying the keys; written only
+    /// where `server_version` has [`crate::clickhouse::Capability::BackupNamedCollection`].
+    pub backup_collections: Vec<S3Collection>,
+}
+
+/// One backup destination's bucket and keys as a named collection of the servers'
+/// configuration (`<named_collections>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Collection {
+    /// [`S3Collection::name_of`] the destination.
+    pub name: String,
+    /// [`S3Collection::url_of`] the destination.
+    pub url: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+impl S3Collection {
+    /// The collection that holds destination `d`'s bucket and keys (`chop_s3_<hash>`, a plain
+    /// identifier in statements and grants): the same for every prefix in the bucket, another
+    /// for another endpoint, bucket, Secret or key name.
+    pub fn name_of(d: &crate::api::S3Destination) -> String {
+        let identity = serde_json::json!([
+            d.endpoint.trim_end_matches('/'),
+            d.bucket,
+            d.secret_name,
+            d.access_key_id_key(),
+            d.secret_access_key_key(),
+        ]);
+        format!("chop_s3_{}", hash::json_hash(&identity))
+    }
+
+    /// The URL of destination `d`'s bucket, ending in `/` (a statement names a folder in it).
+    pub fn url_of(d: &crate::api::S3Destination) -> String {
+        format!("{}/{}/", d.endpoint.trim_end_matches('/'), d.bucket)
+    }
 }
 
 /// Why the desired state cannot be built; each names the field the user can fix.

@@ -49,6 +49,7 @@ fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
         cluster_secret: Some(Password("c1uster-secret".into())),
         server_version: None,
         exporter_password: Some(Password("exporter-secret-pw".into())),
+        backup_collections: Vec::new(),
     }
 }
 
@@ -2950,4 +2951,69 @@ fn keeper_client_settings_join_the_operators_zookeeper_element() {
         );
         assert!(!common_file(&d, SETTINGS_FILE).contains("zookeeper"));
     }
+}
+
+/// Issue 31 (S-2): the backup destinations' buckets and keys are named collections in the file
+/// the servers reload (no restart: no pod template changes), each key hidden from the
+/// preprocessed copy, and only where every server reads them from its configuration for
+/// `BACKUP`, hides them from the preprocessed copy and requires a grant to use them (23.8+);
+/// 18.16 to 23.7 get none (the keys go in the statement there).
+#[test]
+fn backup_destinations_become_named_collections_only_where_the_servers_read_them() {
+    let c = cluster(json!({"shards": 1, "replicas": 2}));
+    let mut i = inputs(replicas(1, 2));
+    i.backup_collections = vec![S3Collection {
+        name: "chop_s3_0123456789abcdef".into(),
+        url: "https://s3.example.com/backups/".into(),
+        access_key_id: "AKIDEXAMPLE".into(),
+        secret_access_key: "wJalr/SECRET+key".into(),
+    }];
+    let mut by_version = Vec::new();
+    for version in [
+        None,
+        Some("18.16.1"),
+        Some("22.8.5"),
+        Some("23.7.1"),
+        Some("23.8.2"),
+        Some("26.1.2"),
+    ] {
+        i.server_version = version.map(|v| v.parse().unwrap());
+        let d = build(&c, &i);
+        let remote = remote_file(&d);
+        let doc = parse(&remote);
+        let collection = doc
+            .descendants()
+            .find(|n| n.has_tag_name("chop_s3_0123456789abcdef"));
+        by_version.push((version, collection.is_some()));
+        if let Some(n) = collection {
+            assert_eq!(n.parent().unwrap().tag_name().name(), "named_collections");
+            let child = |tag: &str| n.children().find(|c| c.has_tag_name(tag)).unwrap();
+            assert_eq!(child("url").text(), Some("https://s3.example.com/backups/"));
+            for (tag, value) in [
+                ("access_key_id", "AKIDEXAMPLE"),
+                ("secret_access_key", "wJalr/SECRET+key"),
+            ] {
+                assert_eq!(child(tag).text(), Some(value));
+                assert_eq!(child(tag).attribute("hide_in_preprocessed"), Some("true"));
+            }
+        }
+        // nothing a pod template carries changes with the collections
+        let without = {
+            let mut j = i.clone();
+            j.backup_collections.clear();
+            build(&c, &j)
+        };
+        assert_eq!(templates(&d), templates(&without), "{version:?}");
+    }
+    assert_eq!(
+        by_version,
+        vec![
+            (None, false),
+            (Some("18.16.1"), false),
+            (Some("22.8.5"), false),
+            (Some("23.7.1"), false),
+            (Some("23.8.2"), true),
+            (Some("26.1.2"), true),
+        ]
+    );
 }

@@ -85,7 +85,8 @@ impl LastWrites {
     }
 }
 
-/// The clusters of the Secret's namespace that reference it (users, TLS, environment).
+/// The clusters of the Secret's namespace that reference it (users, TLS, environment, backup
+/// destinations).
 pub fn clusters_referencing_secret(
     clusters: &[Arc<ClickHouseCluster>],
     secret: &PartialObjectMeta<Secret>,
@@ -99,7 +100,10 @@ pub fn clusters_referencing_secret(
     clusters
         .iter()
         .filter(|c| c.metadata.namespace.as_deref() == Some(ns))
-        .filter(|c| c.spec.referenced_secrets().iter().any(|(_, s)| s == name))
+        .filter(|c| {
+            c.spec.referenced_secrets().iter().any(|(_, s)| s == name)
+                || c.spec.backup_secrets().iter().any(|s| s == name)
+        })
         .map(|c| ObjectRef::from_obj(c.as_ref()))
         .collect()
 }

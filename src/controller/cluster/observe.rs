@@ -301,6 +301,9 @@ struct Lists {
     owned_secrets: Vec<Secret>,
     /// (field, Secret name, the Secret if it exists) of every Secret the spec references.
     referenced: Vec<(&'static str, String, Option<Secret>)>,
+    /// The Secrets of the cluster's backup destinations that exist (their keys become named
+    /// collections of the servers where the Secret opts in).
+    backup_secrets: Vec<Secret>,
     /// A backup of the cluster that is running.
     backup_in_flight: Option<String>,
 }
@@ -327,6 +330,10 @@ async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists,
         let found = secrets.get_opt(&secret).await?;
         referenced.push((field, secret, found));
     }
+    let mut backup_secrets = Vec::new();
+    for secret in cluster.spec.backup_secrets() {
+        backup_secrets.extend(secrets.get_opt(&secret).await?);
+    }
     // the lists at once: a pass that reads the API server waits for one round trip, not nine
     let all = ListParams::default();
     let (backups, statefulsets, pods, pvcs, configmaps, services, pdbs, network_policies, owned) =
@@ -351,6 +358,7 @@ async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists,
         network_policies,
         owned_secrets: owned,
         referenced,
+        backup_secrets,
         backup_in_flight: running_backup(&name, &backups),
     })
 }
@@ -370,6 +378,31 @@ where
         .items)
 }
 
+/// Secret `name` of `ns`, read from the API server only when it changed since it was last read
+/// (the cache watches every Secret's metadata, and keeps the data of those read).
+async fn cached_secret(
+    caches: &Caches,
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Secret>, Error> {
+    Ok(match caches.secret_version(ns, name) {
+        None => None,
+        Some(version) => match caches.secret_at(ns, name, &version) {
+            Some(s) => Some((*s).clone()),
+            None => {
+                let s = Api::<Secret>::namespaced(client.clone(), ns)
+                    .get_opt(name)
+                    .await?;
+                if let Some(s) = &s {
+                    caches.remember_secret(s);
+                }
+                s
+            }
+        },
+    })
+}
+
 async fn from_caches(
     cluster: &ClickHouseCluster,
     caches: &Caches,
@@ -379,23 +412,12 @@ async fn from_caches(
     let name = cluster.name_any();
     let mut referenced = Vec::new();
     for (field, secret) in cluster.spec.referenced_secrets() {
-        // read again only when the Secret changed since it was last read
-        let found = match caches.secret_version(&ns, &secret) {
-            None => None,
-            Some(version) => match caches.secret_at(&ns, &secret, &version) {
-                Some(s) => Some((*s).clone()),
-                None => {
-                    let s = Api::<Secret>::namespaced(client.clone(), &ns)
-                        .get_opt(&secret)
-                        .await?;
-                    if let Some(s) = &s {
-                        caches.remember_secret(s);
-                    }
-                    s
-                }
-            },
-        };
+        let found = cached_secret(caches, client, &ns, &secret).await?;
         referenced.push((field, secret, found));
+    }
+    let mut backup_secrets = Vec::new();
+    for secret in cluster.spec.backup_secrets() {
+        backup_secrets.extend(cached_secret(caches, client, &ns, &secret).await?);
     }
     let backups = cache::group(&caches.backups, &ns, &name);
     Ok(Lists {
@@ -408,6 +430,7 @@ async fn from_caches(
         network_policies: cache::group(&caches.network_policies, &ns, &name),
         owned_secrets: cache::group(&caches.owned_secrets, &ns, &name),
         referenced,
+        backup_secrets,
         backup_in_flight: running_backup(&name, &backups),
     })
 }
@@ -457,6 +480,9 @@ async fn build(
     o.inputs.cluster_password = generated(names::CLUSTER_PASSWORD_KEY);
     o.inputs.cluster_secret = generated(names::CLUSTER_SECRET_KEY);
     o.inputs.exporter_password = generated(names::EXPORTER_PASSWORD_KEY);
+    o.inputs.backup_collections = crate::plan::backup::destination::collections(cluster, |n| {
+        lists.backup_secrets.iter().find(|s| s.name_any() == n)
+    });
     o.inputs.operator_networks = operator.networks;
     o.inputs.operator_pods = operator.pods;
     o.keeper_identity_in_use = lists

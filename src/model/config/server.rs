@@ -305,10 +305,26 @@ pub fn remote_servers_file(
     replicas: &[ReplicaSpec],
     account: (&str, &Password),
     secret: Option<&Password>,
+    collections: &[crate::model::S3Collection],
 ) -> Result<String, BuildError> {
-    Ok(Element::new(ROOT)
-        .child(remote_servers(c, replicas, account, secret)?)
-        .to_document())
+    let mut root = Element::new(ROOT).child(remote_servers(c, replicas, account, secret)?);
+    if !collections.is_empty() {
+        root = root.child(named_collections(collections));
+    }
+    Ok(root.to_document())
+}
+
+/// The backup destinations' buckets and keys as named collections (issue 31, S-2): a `BACKUP`
+/// or `RESTORE` names the collection and a folder in it, so the keys are in no statement, no
+/// query log and no error text. In the file the servers reload (a rotated key is in force
+/// without a restart), each key hidden from the preprocessed copy on the data volume.
+pub fn named_collections(collections: &[crate::model::S3Collection]) -> Element {
+    Element::new("named_collections").children(collections.iter().map(|n| {
+        Element::new(&n.name)
+            .child(Element::leaf("url", &n.url))
+            .child(Element::leaf("access_key_id", &n.access_key_id).secret())
+            .child(Element::leaf("secret_access_key", &n.secret_access_key).secret())
+    }))
 }
 
 /// The file with `interserver_http_credentials`, kept in the Secret `<cluster>-users` and

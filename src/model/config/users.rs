@@ -205,7 +205,14 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 .map(String::as_str)
                 .filter(|u| *u != DEFAULT_USER && *u != names::OPERATOR_USER),
         );
-        operator_grants(&definers)
+        let mut grants = operator_grants(&definers);
+        // the backup destinations' named collections, which its agents' statements name
+        grants.extend(
+            crate::model::secret::backup_collections(inputs)
+                .iter()
+                .map(|c| format!("GRANT NAMED COLLECTION ON {}", c.name)),
+        );
+        grants
     } else {
         Vec::new()
     };

@@ -185,6 +185,37 @@ fn with_destination(cluster: &ClickHouseCluster, d: &S3Destination) -> ClickHous
     c
 }
 
+/// The named collections of the cluster's backup destinations (`spec.backup.destination` and
+/// `allowedDestinations`) whose Secret may be used (see [`credentials`]); `secret` finds a
+/// Secret of the namespace by name. A destination whose Secret is refused gets none: a backup
+/// to it is refused with the reason when it runs.
+pub fn collections<'a>(
+    cluster: &ClickHouseCluster,
+    secret: impl Fn(&str) -> Option<&'a Secret>,
+) -> Vec<crate::model::S3Collection> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+    let mut out: Vec<crate::model::S3Collection> = Vec::new();
+    let own = &cluster.spec.backup;
+    for d in own.destination.iter().chain(&own.allowed_destinations) {
+        let collection = crate::model::S3Collection::name_of(d);
+        if out.iter().any(|c| c.name == collection) {
+            continue;
+        }
+        if let Ok((access_key_id, secret_access_key)) =
+            credentials(d, secret(&d.secret_name), &name, Some(&cluster.spec), &ns)
+        {
+            out.push(crate::model::S3Collection {
+                name: collection,
+                url: crate::model::S3Collection::url_of(d),
+                access_key_id,
+                secret_access_key,
+            });
+        }
+    }
+    out
+}
+
 /// The access key id and secret key of `d` from `secret` (the Secret it names, if it exists),
 /// for a backup or restore of cluster `name` (whose spec is `spec`, if the cluster exists).
 pub fn credentials(
@@ -277,6 +308,63 @@ mod tests {
         c.spec.backup.allowed_destinations =
             vec![dest("https://dr.example.com", "dr-backups", "dr-creds")];
         c
+    }
+
+    fn s3_secret(name: &str, opted_in: bool) -> Secret {
+        let labels = if opted_in {
+            json!({CREDENTIALS_LABEL: "true"})
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "data": {"accessKeyId": "QUtJRA==", "secretAccessKey": "U0VDUkVU"},
+        }))
+        .unwrap()
+    }
+
+    /// Issue 31 (S-2): each destination the cluster names becomes one named collection with
+    /// its bucket's URL and its Secret's keys, only when that Secret opts in; the name stays
+    /// the same for another prefix in the same bucket and differs for another bucket or
+    /// Secret.
+    #[test]
+    fn the_clusters_destinations_become_named_collections_when_their_secrets_opt_in() {
+        let mut c = cluster();
+        // the same bucket and Secret under another prefix: no second collection
+        let mut sibling = dest("https://s3.example.com", "backups", "s3-creds");
+        sibling.prefix = Some("elsewhere".into());
+        c.spec.backup.allowed_destinations.push(sibling);
+        let secrets = [s3_secret("s3-creds", true), s3_secret("dr-creds", false)];
+        let find = |n: &str| {
+            secrets
+                .iter()
+                .find(|s| s.metadata.name.as_deref() == Some(n))
+        };
+        let got = collections(&c, find);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let main = &got[0];
+        assert_eq!(main.url, "https://s3.example.com/backups/");
+        assert_eq!(
+            (main.access_key_id.as_str(), main.secret_access_key.as_str()),
+            ("AKID", "SECRET")
+        );
+        assert!(main.name.starts_with("chop_s3_") && main.name.len() == "chop_s3_".len() + 16);
+        let dr_opted = [s3_secret("s3-creds", true), s3_secret("dr-creds", true)];
+        let find = |n: &str| {
+            dr_opted
+                .iter()
+                .find(|s| s.metadata.name.as_deref() == Some(n))
+        };
+        let both = collections(&c, find);
+        assert_eq!(both.len(), 2);
+        assert_ne!(both[0].name, both[1].name);
+        assert_eq!(both[1].url, "https://dr.example.com/dr-backups/");
+        // the cluster's own Secrets never: the operator's, as a destination's Secret
+        c.spec.backup.destination = Some(dest("https://s3.example.com", "backups", "c1-operator"));
+        c.spec.backup.allowed_destinations.clear();
+        let own = [s3_secret("c1-operator", true)];
+        let find = |n: &str| own.iter().find(|s| s.metadata.name.as_deref() == Some(n));
+        assert!(collections(&c, find).is_empty());
     }
 
     /// Issue 31 (S-3): a backup's own destination is used only when its cluster names it,
