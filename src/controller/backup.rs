@@ -179,7 +179,7 @@ async fn delete(backup: &ClickHouseBackup, ctx: &Context) -> Result<Action, Erro
             Ok(Action::await_change())
         }
         Deletion::RemoveData(d) => {
-            let cluster = ctx.cluster(&ns, &backup.spec.cluster_name);
+            let cluster = ctx.cluster_or_api(&ns, &backup.spec.cluster_name).await?;
             match remove_backup_data(
                 ctx,
                 &ns,

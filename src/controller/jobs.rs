@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
-use super::{Context, MANAGER, PassTimer};
+use super::{Context, MANAGER, PassTimer, StepPoint};
 use crate::api::{ClickHouseCluster, S3Destination};
 use crate::backup::checks;
 use crate::backup::store::{Bucket, Patience};
@@ -40,6 +40,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Bucket(#[from] crate::backup::store::Error),
+    /// A test's fault-injection hook stopped the pass ([`super::AfterJobStep`]).
+    #[error("stopped {0} (fault injection)")]
+    Stopped(String),
 }
 
 impl Error {
@@ -48,6 +51,7 @@ impl Error {
         match self {
             Error::Kube(_) => "KubernetesApi",
             Error::Bucket(_) => "Bucket",
+            Error::Stopped(_) => "Internal",
         }
     }
 }
@@ -124,6 +128,19 @@ fn key<K: JobResource>(object: &K) -> String {
 
 /// One pass of a backup or restore.
 pub async fn reconcile<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // every line the pass logs names its resource and cluster (the log trail)
+    let span = tracing::info_span!(
+        "pass",
+        namespace = %object.namespace().unwrap_or_default(),
+        kind = %K::KIND,
+        name = %object.name_any(),
+        cluster = %object.cluster_name(),
+    );
+    tracing::Instrument::instrument(pass(object, ctx), span).await
+}
+
+/// One pass of a backup or restore: [`reconcile`] without its span.
+async fn pass<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _permit = K::permits(&ctx)
         .acquire()
         .await
@@ -157,6 +174,11 @@ pub async fn reconcile<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Res
             &Patch::Apply(&body),
         )
         .await?;
+        let state = state_of(&plan.status);
+        if state != state_of(&old) {
+            info!(from = %state_of(&old), to = %state, message = plan.failure.as_ref().map_or("", |f| f.message.as_str()), "state changed");
+        }
+        crash_at(&ctx, StepPoint::After, &format!("write status {state}"))?;
     }
     publish(&ctx, object.as_ref(), &plan).await;
     if let Some(f) = &plan.failure {
@@ -193,7 +215,7 @@ async fn observe<K: JobResource>(
 ) -> Result<Common, Error> {
     let ns = object.namespace().unwrap_or_default();
     let now = Timestamp::now();
-    let cluster = ctx.cluster(&ns, object.cluster_name());
+    let cluster = ctx.cluster_or_api(&ns, object.cluster_name()).await?;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let of_cluster = pods
         .list(&ListParams::default().labels(&format!(
@@ -268,6 +290,7 @@ async fn act(
     let mut outcome = Outcome::default();
     let refused = |reason, message: String| Some(Failure::new(reason, message));
     for step in steps {
+        crash_at(ctx, StepPoint::Before, &step.describe())?;
         match step {
             Step::CheckBucket {
                 destination,
@@ -378,8 +401,25 @@ async fn act(
                 info!(namespace = %ns, backup = %manifest.backup, manifest = %bucket.url(&key), "backup manifest written");
             }
         }
+        crash_at(ctx, StepPoint::After, &step.describe())?;
     }
     Ok(outcome)
+}
+
+/// The `state` of a backup's or restore's status.
+fn state_of(status: &impl Serialize) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.get("state")?.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The fault-injection hook ([`super::AfterJobStep`]; never set in the operator binary).
+fn crash_at(ctx: &Context, point: StepPoint, what: &str) -> Result<(), Error> {
+    match &ctx.faults.after_job_step {
+        Some(hook) if hook(point, what) => Err(Error::Stopped(format!("{point:?} {what}"))),
+        _ => Ok(()),
+    }
 }
 
 /// The bucket of destination `d` with the keys of its Secret (only a Secret that opts in, see

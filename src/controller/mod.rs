@@ -87,6 +87,25 @@ impl Context {
         let key = ObjectRef::<ClickHouseCluster>::new(name).within(namespace);
         self.clusters.iter().find_map(|s| s.get(&key))
     }
+
+    /// [`Context::cluster`], asking the API server when the cache does not have it: a cache
+    /// that is still filling after the operator started (or lags behind) is no proof that the
+    /// cluster is gone, and a backup or restore fails for a deleted cluster.
+    pub async fn cluster_or_api(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<ClickHouseCluster>>, kube::Error> {
+        if let Some(c) = self.cluster(namespace, name) {
+            return Ok(Some(c));
+        }
+        Ok(
+            Api::<ClickHouseCluster>::namespaced(self.client.clone(), namespace)
+                .get_opt(name)
+                .await?
+                .map(Arc::new),
+        )
+    }
 }
 
 /// Runs the controllers until a shutdown signal. `lost_leadership` resolves when this replica
@@ -120,6 +139,11 @@ pub enum StepPoint {
 /// died (fault-injection tests, decision 24; never set in the operator binary).
 pub type AfterStep = Arc<dyn Fn(StepPoint, &crate::plan::action::Action) -> bool + Send + Sync>;
 
+/// The same for a backup or restore pass ([`jobs`]): called before and after each step of its
+/// plan (named by [`crate::plan::backup::Step::describe`]) and after its status write
+/// (`"write status <state>"`); `true` stops the pass there, as if the process had died.
+pub type AfterJobStep = Arc<dyn Fn(StepPoint, &str) -> bool + Send + Sync>;
+
 /// Given the cluster as the watch cache holds it when a pass starts, the copy the pass gets
 /// instead: an older one plays a cache that lags behind the API server (decision 24).
 pub type StaleCache = Arc<dyn Fn(Arc<ClickHouseCluster>) -> Arc<ClickHouseCluster> + Send + Sync>;
@@ -128,6 +152,7 @@ pub type StaleCache = Arc<dyn Fn(Arc<ClickHouseCluster>) -> Arc<ClickHouseCluste
 #[derive(Clone, Default)]
 pub struct Faults {
     pub after_step: Option<AfterStep>,
+    pub after_job_step: Option<AfterJobStep>,
     pub stale_cache: Option<StaleCache>,
 }
 

@@ -57,10 +57,12 @@ impl JobResource for ClickHouseRestore {
         let ns = self.namespace().unwrap_or_default();
         let backups: Api<ClickHouseBackup> = Api::namespaced(ctx.client.clone(), &ns);
         let named = backups.get_opt(&self.spec.backup_name).await?;
-        let backup_cluster_destination = named
-            .as_ref()
-            .and_then(|b| ctx.cluster(&ns, &b.spec.cluster_name))
-            .and_then(|c| c.spec.backup.destination.clone());
+        let backup_cluster = match &named {
+            Some(b) => ctx.cluster_or_api(&ns, &b.spec.cluster_name).await?,
+            None => None,
+        };
+        let backup_cluster_destination =
+            backup_cluster.and_then(|c| c.spec.backup.destination.clone());
         Ok(World {
             now: common.now,
             cluster: common.cluster,

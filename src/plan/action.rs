@@ -109,6 +109,30 @@ impl Action {
         }
     }
 
+    /// Why the plan asks for the step, in a few words: the operator's log names it beside
+    /// each step it ran (the log trail).
+    pub fn why(&self) -> &'static str {
+        match self {
+            Action::CreateOperatorSecret => "the cluster has no credentials yet",
+            Action::AdoptOperatorSecret => "the cluster was created again on retained volumes",
+            Action::AddExporterPassword => "the Secret was made before the exporter's account",
+            Action::PublishExporterCredentials => "the exporter reads the cluster's credentials",
+            Action::Apply { create: true, .. } => "the object is missing",
+            Action::Apply { create: false, .. } => "the object differs from what the spec asks",
+            Action::OrphanStatefulSet { .. } => "a field a StatefulSet cannot change changed",
+            Action::ResizePvc { .. } => "spec.storage asks for more space",
+            Action::LabelPvc { .. } => "spec.storage asks for these labels and annotations",
+            Action::SetServing { serving: false, .. } => "its replica restarts next",
+            Action::SetServing { serving: true, .. } => "its replica is not restarted after all",
+            Action::RestartPod { .. } => "the pod runs an old revision",
+            Action::MigrateSchema { .. } => "a new replica needs the shard's tables",
+            Action::ScaleIn(_) => "the replica is condemned (scale-in)",
+            Action::Delete { .. } => "the spec no longer asks for it",
+            Action::DropDnsCache { .. } => "a host's address may have changed",
+            Action::EnsureKeeperRoot { .. } => "the external Keeper has no root for the cluster",
+        }
+    }
+
     /// The step writes to the Kubernetes API (the others run SQL only).
     pub fn writes_kubernetes(&self) -> bool {
         use super::scale_in::ScaleInAction as S;

@@ -225,6 +225,33 @@ fn operator_networks(explicit: Option<&str>, pod_ip: Option<&str>) -> Result<Vec
     Ok(local)
 }
 
+/// `LOG_LEVEL`: a level or a filter (`info`, `clickhouse_operator=debug,kube=warn`); one that
+/// does not parse is refused at start rather than silently replaced.
+fn parse_log_level(value: Option<&str>) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let level = value
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("info");
+    // a bare word is a target to the filter's syntax, so `verbose` or `infos` would parse (and
+    // log nothing of the operator's own): a directive without `=` must be a level
+    if let Some(bad) = level.split(',').map(str::trim).find(|d| {
+        !d.is_empty()
+            && !d.contains('=')
+            && !d.contains('[')
+            && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
+    }) {
+        return Err(format!(
+            "LOG_LEVEL {level:?}: {bad:?} is not a level (off, error, warn, info, debug, trace); a filter names targets as target=level"
+        ));
+    }
+    tracing_subscriber::EnvFilter::try_new(level)
+        .map(|_| level.to_string())
+        .map_err(|e| {
+            format!("LOG_LEVEL {level:?} is not a level (error, warn, info, debug, trace) or a filter: {e}")
+        })
+}
+
 fn parse_max_concurrent(value: Option<&str>) -> Result<u16, String> {
     match value.map(str::trim).filter(|v| !v.is_empty()) {
         None => Ok(1),
@@ -401,9 +428,7 @@ impl Settings {
                 get("MAX_CONCURRENT_RECONCILES").as_deref(),
             )?,
             log_format,
-            log_level: get("LOG_LEVEL")
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "info".into()),
+            log_level: parse_log_level(get("LOG_LEVEL").as_deref())?,
             http_addr,
             leader_election,
             pvc_cleaner,
@@ -457,6 +482,24 @@ mod tests {
         let only = WatchNamespaces::parse(Some("t1")).unwrap();
         assert!(only.includes("t1") && !only.includes("t2"));
         assert!(WatchNamespaces::All.includes("anything"));
+    }
+
+    /// A level or a filter is taken; a word that is neither, or a filter that does not parse,
+    /// is refused at start with what is wrong (not silently replaced by `info`).
+    #[test]
+    fn a_log_level_that_is_not_a_level_or_filter_is_refused() {
+        assert_eq!(parse_log_level(None), Ok("info".into()));
+        assert_eq!(parse_log_level(Some(" ")), Ok("info".into()));
+        assert_eq!(parse_log_level(Some("debug")), Ok("debug".into()));
+        assert_eq!(parse_log_level(Some("WARN")), Ok("WARN".into()));
+        assert_eq!(
+            parse_log_level(Some("info,clickhouse_operator=debug,kube=warn")),
+            Ok("info,clickhouse_operator=debug,kube=warn".into())
+        );
+        for bad in ["verbose", "infos", "info,chatty", "kube=loud"] {
+            let e = parse_log_level(Some(bad)).unwrap_err();
+            assert!(e.contains("LOG_LEVEL"), "{bad}: {e}");
+        }
     }
 
     /// S2-08: the default is 1; zero and garbage are refused.

@@ -122,12 +122,48 @@ impl std::io::Write for LogTee {
             hits.push(line.chars().take(300).collect());
         }
         drop(watched);
+        let line = without_ansi(&line);
+        if line.contains("pass{") && (line.contains(" INFO ") || line.contains(" WARN ")) {
+            TRAIL.lock().unwrap().push(line);
+        }
         tracing_subscriber::fmt::TestWriter::new().write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// The operators' info and warning lines logged within a pass (the log trail), without colours.
+static TRAIL: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn without_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // an escape sequence: `ESC [ … letter`
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The info and warning lines of the in-process operators' passes so far that contain `needle`.
+pub fn trail(needle: &str) -> Vec<String> {
+    TRAIL
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(needle))
+        .cloned()
+        .collect()
 }
 
 /// From now on, a log line of any in-process operator that holds one of `secrets` is recorded

@@ -16,7 +16,7 @@ use kube::api::{
 };
 use rand::Rng;
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::observe::ch_client;
 use super::{Error, KIND, api, dynamic, ignore_not_found, scale_in, write_status};
@@ -102,6 +102,7 @@ pub async fn act(
         }
         match result {
             Ok(Done::Finished(event)) => {
+                log_done(step, event.as_ref());
                 outcome.done.push(i);
                 outcome.events.extend(event);
                 if step.records_progress() {
@@ -138,6 +139,19 @@ pub async fn act(
         }
     }
     Ok(outcome)
+}
+
+/// The log trail: one info line for each step that changed something, with why; the pass's
+/// span adds the namespace and the cluster. A DNS cache drop, best effort and frequent while
+/// pods move, stays at debug.
+fn log_done(step: &Action, event: Option<&PlannedEvent>) {
+    let (reason, message) = event.map_or(("", ""), |e| (e.reason, e.message.as_str()));
+    match step {
+        Action::DropDnsCache { .. } => {
+            debug!(step = %step.describe(), why = step.why(), "done")
+        }
+        _ => info!(step = %step.describe(), why = step.why(), reason, message, "done"),
+    }
 }
 
 /// The fault-injection hook ([`crate::controller::AfterStep`]).

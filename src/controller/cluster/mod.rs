@@ -405,6 +405,20 @@ pub async fn reconcile(
     cluster: Arc<ClickHouseCluster>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    // every line the pass logs names its cluster (the log trail)
+    let span = tracing::info_span!(
+        "pass",
+        namespace = %cluster.metadata.namespace.as_deref().unwrap_or_default(),
+        cluster = %cluster.name_any(),
+    );
+    tracing::Instrument::instrument(reconcile_in_span(cluster, ctx), span).await
+}
+
+/// One pass of `cluster`: [`reconcile`] without its span.
+async fn reconcile_in_span(
+    cluster: Arc<ClickHouseCluster>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     // an idle health check waits for one of the idle slots first, so that it never queues
     // ahead of more than a few passes a change triggered (issue 19)
     let _idle_permit = if ctx.pacer.take_idle(&key(&cluster)) {

@@ -336,6 +336,20 @@ pub enum Step {
     },
 }
 
+impl Step {
+    /// The step in a few words: the fault-injection hook and the logs name it so.
+    pub fn describe(&self) -> String {
+        match self {
+            Step::CheckBucket { .. } => "check the bucket".into(),
+            Step::ReadManifest { backup, .. } => format!("read the manifest of {backup}"),
+            Step::CreateAgent(job) => format!("create the agent of shard {}", job.shard),
+            Step::WriteManifest { manifest, .. } => {
+                format!("write the manifest of {}", manifest.backup)
+            }
+        }
+    }
+}
+
 /// What the steps found. (Once a backup or restore is over, the controller removes its agent
 /// Jobs after writing its status: no step.)
 #[derive(Clone, Debug, Default, PartialEq)]
