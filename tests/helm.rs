@@ -1147,3 +1147,123 @@ fn values_schemas_refuse_misspelled_keys_and_wrong_types() {
 
 #[path = "helm/in_cluster.rs"]
 mod in_cluster;
+
+/// Every value of the operator chart's `values.yaml` is in the chart README's table (itself, or
+/// a value it belongs to, such as `resources` for `resources.requests.cpu`), and the table names
+/// no value that does not exist: a value added, renamed or removed without the README fails.
+/// In the table, `` `a.b`, `.c` `` stands for `a.b` and `a.c`.
+#[test]
+fn the_operator_charts_readme_names_every_value_and_no_other() {
+    let values: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(operator_chart().join("values.yaml")).unwrap(),
+    )
+    .unwrap();
+    fn leaves(v: &Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Mapping(m) if !m.is_empty() => {
+                for (k, v) in m {
+                    let k = k.as_str().unwrap();
+                    let p = if path.is_empty() {
+                        k.to_string()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    leaves(v, &p, out);
+                }
+            }
+            _ => out.push(path.to_string()),
+        }
+    }
+    let mut all = Vec::new();
+    leaves(&values, "", &mut all);
+    let readme = std::fs::read_to_string(operator_chart().join("README.md")).unwrap();
+    let mut named = BTreeSet::new();
+    for row in readme.lines().filter(|l| l.starts_with("| `")) {
+        let first = row.split(" | ").next().unwrap().trim_start_matches("| ");
+        let mut parent = String::new();
+        for token in first.split('`').skip(1).step_by(2) {
+            let full = match token.strip_prefix('.') {
+                Some(rest) => format!("{parent}.{rest}"),
+                None => token.to_string(),
+            };
+            parent = full
+                .rsplit_once('.')
+                .map_or(String::new(), |(p, _)| p.to_string());
+            named.insert(full);
+        }
+    }
+    let covered = |leaf: &str| {
+        let mut p = leaf.to_string();
+        loop {
+            if named.contains(&p) {
+                return true;
+            }
+            match p.rsplit_once('.') {
+                Some((up, _)) => p = up.to_string(),
+                None => return false,
+            }
+        }
+    };
+    let missing: Vec<&String> = all.iter().filter(|l| !covered(l)).collect();
+    assert!(
+        missing.is_empty(),
+        "values not in charts/clickhouse-operator/README.md: {missing:?}"
+    );
+    let unknown: Vec<&String> = named
+        .iter()
+        .filter(|n| {
+            !all.iter()
+                .any(|l| l == *n || l.starts_with(&format!("{n}.")))
+        })
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "the README names values that do not exist: {unknown:?}"
+    );
+}
+
+/// The alerts link their runbook when `runbookBaseUrl` is set, each to a section of
+/// `docs/runbooks.md` that exists; without it they carry no link.
+#[test]
+fn every_alert_links_a_runbook_section_that_exists() {
+    let helm = helm_or_skip!();
+    let runbooks = std::fs::read_to_string(repo().join("docs/runbooks.md")).unwrap();
+    let anchors: BTreeSet<String> = runbooks
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(|h| h.trim().to_lowercase())
+        .collect();
+    for (base, linked) in [("https://docs.example.com/runbooks.md", true), ("", false)] {
+        let docs = template(
+            helm,
+            &operator_chart(),
+            "ops",
+            &[
+                "exporter.enabled=true",
+                "exporter.prometheusRule.enabled=true",
+                &format!("exporter.prometheusRule.runbookBaseUrl={base}"),
+            ],
+            false,
+        );
+        let rule = one(&docs, "PrometheusRule", "rel-clickhouse-operator-exporter");
+        let rules = s(rule, "spec.groups.0.rules")
+            .unwrap()
+            .as_sequence()
+            .unwrap();
+        assert_eq!(rules.len(), 9);
+        for r in rules {
+            let alert = text(r, "alert");
+            let url = s(r, "annotations.runbook_url").and_then(Value::as_str);
+            if linked {
+                let want = format!("{base}#{}", alert.to_lowercase());
+                assert_eq!(url, Some(want.as_str()), "{alert}");
+                assert!(
+                    anchors.contains(&alert.to_lowercase()),
+                    "no section {alert} in docs/runbooks.md"
+                );
+            } else {
+                assert_eq!(url, None, "{alert}");
+            }
+        }
+    }
+}
