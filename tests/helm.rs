@@ -1267,3 +1267,26 @@ fn every_alert_links_a_runbook_section_that_exists() {
         }
     }
 }
+
+/// With more than one replica the operator gets a PodDisruptionBudget that keeps one of its pods
+/// through a drain, selecting exactly the Deployment's pods; with one replica, or switched off,
+/// none (it would block every drain).
+#[test]
+fn the_operator_keeps_a_pod_through_voluntary_evictions() {
+    let helm = helm_or_skip!();
+    let docs = template(helm, &operator_chart(), "ops", &[], false);
+    let pdb = one(&docs, "PodDisruptionBudget", "rel-clickhouse-operator");
+    let deployment = one(&docs, "Deployment", "rel-clickhouse-operator");
+    assert_eq!(text(pdb, "spec.minAvailable"), "1");
+    assert_eq!(
+        s(pdb, "spec.selector.matchLabels"),
+        s(deployment, "spec.selector.matchLabels")
+    );
+    for sets in [
+        &["replicaCount=1"][..],
+        &["podDisruptionBudget.enabled=false"][..],
+    ] {
+        let docs = template(helm, &operator_chart(), "ops", sets, false);
+        assert!(of_kind(&docs, "PodDisruptionBudget").is_empty(), "{sets:?}");
+    }
+}
