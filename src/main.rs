@@ -57,6 +57,21 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
+    /// Print every object the operator would create for the ClickHouseClusters of a file, as
+    /// YAML: the ConfigMaps with the servers' and Keeper's configuration files, the users
+    /// Secret with its files in `stringData` (placeholder passwords: the real ones are
+    /// generated at creation), StatefulSets, Services, PodDisruptionBudgets, NetworkPolicies.
+    /// Offline: reads no cluster and no Secret; what depends on the servers' version is left
+    /// out, as on a new cluster's first pass.
+    Render {
+        /// The YAML file of ClickHouseClusters (other kinds are skipped); `-` reads standard
+        /// input.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell), e.g.
+    /// `clickhouse-operator completions bash > /etc/bash_completion.d/clickhouse-operator`.
+    Completions { shell: clap_complete::Shell },
 }
 
 /// The exit codes of `plan`, live and offline alike.
@@ -98,6 +113,28 @@ fn cli() -> Cli {
 fn main() -> anyhow::Result<()> {
     match cli().command {
         Command::Crd => write_stdout(&api::crd::yaml())?,
+        Command::Render { file } => {
+            let mut text = String::new();
+            for cluster in read_clusters(&file)? {
+                let objects = controller::cluster::preview::render(&cluster).map_err(|e| {
+                    anyhow::anyhow!(
+                        "ClickHouseCluster {}: {e}",
+                        kube::ResourceExt::name_any(&cluster)
+                    )
+                })?;
+                for o in objects {
+                    text.push_str("---\n");
+                    text.push_str(&serde_yaml::to_string(&o)?);
+                }
+            }
+            write_stdout(&text)?;
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "clickhouse-operator", &mut out);
+            write_stdout(&String::from_utf8_lossy(&out))?;
+        }
         Command::BackupAgent => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -298,3 +298,114 @@ fn run_help_lists_every_environment_variable_the_operator_reads() {
         );
     }
 }
+
+fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `render` prints every object the operator would create for the example cluster (2 shards
+/// × 2 replicas, 3 Keeper members) as YAML a reader and `kubectl apply --dry-run` can take:
+/// a StatefulSet per replica and one for Keeper, the configuration files readable in the
+/// ConfigMaps and the users Secret's `stringData` (with no real password: they are generated
+/// at creation), and the names a pass would give. An invalid spec is refused with its field.
+#[test]
+fn render_prints_every_object_and_configuration_file_of_a_spec() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/cluster.yaml");
+    let (code, stdout, stderr) = run_cli(&["render", "-f", example]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let kind = |d: &serde_yaml::Value| d["kind"].as_str().unwrap_or_default().to_string();
+    let name = |d: &serde_yaml::Value| {
+        d["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let of = |k: &str| -> Vec<String> { docs.iter().filter(|d| kind(d) == k).map(name).collect() };
+    assert_eq!(
+        of("StatefulSet"),
+        [
+            "demo-keeper",
+            "demo-0-0",
+            "demo-0-1",
+            "demo-1-2",
+            "demo-1-3"
+        ],
+        "{stdout}"
+    );
+    assert_eq!(of("Secret"), ["demo-users"]);
+    assert!(of("ConfigMap").contains(&"demo-common".to_string()));
+    assert!(
+        docs.iter()
+            .all(|d| d["apiVersion"].is_string() && d["metadata"]["namespace"] == "demo")
+    );
+    let users = docs.iter().find(|d| kind(d) == "Secret").unwrap();
+    assert!(users.get("data").is_none());
+    let remote = users["stringData"]["00-operator-remote-servers.xml"]
+        .as_str()
+        .unwrap();
+    assert!(
+        remote.contains("<remote_servers") && remote.contains("demo-1-3-0.demo-headless.demo.svc"),
+        "{remote}"
+    );
+    let common = docs.iter().find(|d| name(d) == "demo-common").unwrap();
+    assert!(
+        common["data"]["00-operator-server.xml"]
+            .as_str()
+            .unwrap()
+            .contains("<http_port>8123</http_port>")
+    );
+
+    let (code, _, stderr) = plan_like_render(
+        "apiVersion: clickhouse.com/v1alpha1\nkind: ClickHouseCluster\nmetadata: {name: c1}\nspec: {shards: 0}\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("shards"), "{stderr}");
+}
+
+fn plan_like_render(input: &str) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
+        .args(["render", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `completions <shell>` prints a script that completes the subcommands and their flags.
+#[test]
+fn completions_complete_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, stdout, stderr) = run_cli(&["completions", shell]);
+        assert_eq!(code, Some(0), "{shell}: {stderr}");
+        for word in ["clickhouse-operator", "render", "plan", "--offline"] {
+            assert!(stdout.contains(word), "{shell}: no {word}");
+        }
+    }
+    let (code, _, _) = run_cli(&["completions", "cmd.exe"]);
+    assert_eq!(code, Some(1));
+}

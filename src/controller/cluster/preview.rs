@@ -335,6 +335,99 @@ pub fn offline(file: &ClickHouseCluster) -> Preview {
     out
 }
 
+/// Every object the operator would create for `file` as a new cluster (`render`): the
+/// ConfigMaps with the configuration files the servers and Keeper read, the users Secret with
+/// its files as `stringData` (password hashes of placeholders: the real passwords are generated
+/// at creation), the StatefulSets, Services, PodDisruptionBudgets and NetworkPolicies, each as
+/// a pass builds it. Offline: the replicas are named as a new cluster's are, no server version
+/// is known yet (what depends on one is left out, as on a first pass), Secrets the spec names
+/// are not read. The operator's own credentials Secret is not shown.
+pub fn render(file: &ClickHouseCluster) -> Result<Vec<serde_json::Value>, String> {
+    use crate::model::{self, Inputs, Password, ReplicaSpec};
+    let mut c = file.clone();
+    c.metadata.namespace.get_or_insert_with(|| "default".into());
+    c.metadata
+        .uid
+        .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
+    c.metadata.generation.get_or_insert(1);
+    let (errors, _) = crate::api::validate::validate(&c.name_any(), &c.spec);
+    if !errors.is_empty() {
+        let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        return Err(said.join("; "));
+    }
+    let name = c.name_any();
+    let per_shard = i64::from(c.spec.replicas);
+    let replicas = (0..c.spec.shards)
+        .flat_map(|s| {
+            let name = name.clone();
+            (0..per_shard).map(move |i| ReplicaSpec::new(&name, s, i64::from(s) * per_shard + i))
+        })
+        .collect();
+    let placeholder = || Some(Password("generated-at-creation".into()));
+    let inputs = Inputs {
+        replicas,
+        operator_password: Password("generated-at-creation".into()),
+        interserver_password: placeholder(),
+        keeper_password: placeholder(),
+        cluster_password: placeholder(),
+        cluster_secret: placeholder(),
+        exporter_password: placeholder(),
+        ..Inputs::default()
+    };
+    let cluster = model::Cluster::new(&c).map_err(|e| e.to_string())?;
+    let d = model::desired(&cluster, &inputs).map_err(|e| e.to_string())?;
+    let json = |v: &dyn erased::Json| v.json();
+    let mut out: Vec<serde_json::Value> = Vec::new();
+    out.push(json(&d.common_config));
+    out.extend(d.replica_configs.iter().map(|o| json(o)));
+    let mut users = json(&d.users_secret);
+    if let Some(m) = users.as_object_mut() {
+        m.remove("data");
+    }
+    users["stringData"] = d
+        .users_secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned().into()))
+        .collect::<serde_json::Map<String, serde_json::Value>>()
+        .into();
+    out.push(users);
+    if let Some(k) = &d.keeper {
+        out.push(json(&k.config));
+        out.push(json(&k.headless_service));
+        out.push(json(&k.client_service));
+        out.push(json(&k.pdb));
+        out.push(json(&k.statefulset));
+    }
+    out.push(json(&d.headless_service));
+    out.extend(d.client_service.iter().map(|o| json(o)));
+    out.extend(d.replica_services.iter().map(|o| json(o)));
+    out.extend(d.shard_pdbs.iter().map(|o| json(o)));
+    out.extend(d.network_policies.iter().map(|o| json(o)));
+    out.extend(d.server_statefulsets.iter().map(|o| json(o)));
+    Ok(out)
+}
+
+/// A Kubernetes object as JSON with its `apiVersion` and `kind`.
+mod erased {
+    pub trait Json {
+        fn json(&self) -> serde_json::Value;
+    }
+
+    impl<K> Json for K
+    where
+        K: k8s_openapi::Resource + serde::Serialize,
+    {
+        fn json(&self) -> serde_json::Value {
+            let mut v = serde_json::to_value(self).expect("Kubernetes objects serialise");
+            v["apiVersion"] = K::API_VERSION.into();
+            v["kind"] = K::KIND.into();
+            v
+        }
+    }
+}
+
 impl Preview {
     /// For people.
     pub fn human(&self) -> String {
