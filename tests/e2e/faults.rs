@@ -1060,3 +1060,84 @@ async fn a_server_hung_during_the_schema_copy_holds_the_pass_no_longer_than_its_
     println!("{batches} batches acknowledged and found on every replica");
     finish(&client, &ns, op).await;
 }
+
+/// Issue 33 item 6 (S2-12, the two-minute rule of `plan::facts::UNSCHEDULABLE_GRACE`): a node
+/// selector no node matches, under write load. While the canary's new pod is Pending the status
+/// names the pod and the scheduler's own reason, and the cluster is not `error`; once the pod
+/// has been unschedulable for more than two minutes the state is `error` with that said;
+/// reverting the selector brings the cluster back to `ready` with every acknowledged row on
+/// every replica.
+#[tokio::test]
+async fn an_unschedulable_pod_is_named_with_the_schedulers_reason_and_an_error_after_two_minutes() {
+    let client = client().await;
+    let ns = namespace(&client, "unsched").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"pod": {"nodeSelector": {"example.com/no-such-node": "x"}}}),
+    )
+    .await;
+    let pending = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(120),
+        "the status naming the Pending pod",
+        |s| {
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("cannot be scheduled"))
+        },
+    )
+    .await;
+    let seen = Instant::now();
+    let s = pending.status.unwrap();
+    let message = s.message.unwrap_or_default();
+    println!("pending: {:?}: {message}", s.state);
+    assert_ne!(s.state, ClusterState::Error, "{message}");
+    assert!(
+        message.contains("node(s) didn't match") || message.contains("node affinity/selector"),
+        "the scheduler's reason: {message}"
+    );
+    let failed = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(240),
+        "state error after two minutes unschedulable",
+        |s| s.state == ClusterState::Error,
+    )
+    .await;
+    let message = failed.status.unwrap().message.unwrap_or_default();
+    println!(
+        "error {:?} after the first Pending status: {message}",
+        seen.elapsed()
+    );
+    assert!(
+        message.contains("unschedulable for more than 2 minutes"),
+        "{message}"
+    );
+    assert!(
+        seen.elapsed() > Duration::from_secs(60),
+        "an error only after two minutes Pending: {:?}",
+        seen.elapsed()
+    );
+    patch_spec(&client, &ns, "c1", json!({"pod": {"nodeSelector": null}})).await;
+    let started = Instant::now();
+    wait_ready(&client, &ns, "c1", 3).await;
+    println!("ready {:?} after the revert", started.elapsed());
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged, each on every replica");
+    finish(&client, &ns, op).await;
+}
