@@ -812,3 +812,92 @@ async fn settings_and_files_from_secret_keys_reach_the_servers() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// Issue 33 item 6 (S2-09, bad input): a new cluster whose users Secret does not exist yet is
+/// `error` with the Secret and the field that names it, and nothing is created (no credentials
+/// Secret, ConfigMap or StatefulSet: a half-built cluster would start without its users);
+/// creating the Secret heals it without touching the spec, and its user is in the users file.
+#[tokio::test]
+async fn a_missing_users_secret_is_named_nothing_is_created_and_creating_it_heals() {
+    use clickhouse_operator::api::ClusterState;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{ListParams, PostParams};
+    let client = client().await;
+    let ns = namespace(&client, "nosecret").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "users": {"secretName": "app-users"}}),
+    )
+    .await;
+    let failed = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "the missing Secret said",
+        |s| s.state == ClusterState::Error,
+    )
+    .await;
+    let s = failed.status.unwrap();
+    let message = s.message.unwrap_or_default();
+    println!("{message}");
+    assert!(
+        message.contains("Secret app-users")
+            && message.contains("spec.users.secretName")
+            && message.contains("does not exist"),
+        "{message}"
+    );
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.message.starts_with("MissingSecret: ")),
+        "{:?}",
+        s.conditions
+    );
+    // a few more passes: still nothing of the cluster exists
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let lp = ListParams::default().labels("clickhouse.com/cluster=c1");
+    assert!(
+        Api::<StatefulSet>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    assert!(secrets.get_opt("c1-operator").await.unwrap().is_none());
+    let users: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-users"},
+        "stringData": {"alice": "alice-pw"},
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &users)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    println!("ready {:?} after the Secret was created", started.elapsed());
+    assert_eq!(ready.status.unwrap().state, ClusterState::Ready);
+    let users_file = secrets.get("c1-users").await.unwrap().data.unwrap()
+        [clickhouse_operator::model::names::USERS_FILE]
+        .0
+        .clone();
+    let users_file = String::from_utf8_lossy(&users_file).into_owned();
+    assert!(users_file.contains("<alice"), "{users_file}");
+    finish(&client, &ns, op).await;
+}
