@@ -66,9 +66,16 @@ const CLUSTER_KIND: &str = "apiVersion: clickhouse.com/v1alpha1\nkind: ClickHous
 
 /// `plan --offline` with `input` on standard input: exit code, standard output, standard error.
 fn plan_stdin(input: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut all = vec!["plan", "--offline", "-f", "-"];
+    all.extend(args);
+    run_cli_with_stdin(&all, input)
+}
+
+/// The operator's command line with `args` and `input` on standard input: exit code, standard
+/// output, standard error.
+fn run_cli_with_stdin(args: &[&str], input: &str) -> (Option<i32>, String, String) {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
-        .args(["plan", "--offline", "-f", "-"])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -300,15 +307,7 @@ fn run_help_lists_every_environment_variable_the_operator_reads() {
 }
 
 fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    run_cli_with_stdin(args, "")
 }
 
 /// `render` prints every object the operator would create for the example cluster (2 shards
@@ -366,34 +365,12 @@ fn render_prints_every_object_and_configuration_file_of_a_spec() {
             .contains("<http_port>8123</http_port>")
     );
 
-    let (code, _, stderr) = plan_like_render(
+    let (code, _, stderr) = run_cli_with_stdin(
+        &["render", "-f", "-"],
         "apiVersion: clickhouse.com/v1alpha1\nkind: ClickHouseCluster\nmetadata: {name: c1}\nspec: {shards: 0}\n",
     );
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("shards"), "{stderr}");
-}
-
-fn plan_like_render(input: &str) -> (Option<i32>, String, String) {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
-        .args(["render", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `completions <shell>` prints a script that completes the subcommands and their flags.

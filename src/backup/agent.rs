@@ -895,13 +895,13 @@ async fn start(
 ) -> Result<crate::clickhouse::client::Rows, String> {
     let started = std::time::Instant::now();
     loop {
-        match server.query(statement, &QueryOptions::new()).await {
+        let e = match server.query(statement, &QueryOptions::new()).await {
             Ok(rows) => return Ok(rows),
-            Err(e) if matches!(target, Target::Collection { .. }) && collection_unknown(&e) => {
+            Err(e) => e,
+        };
+        match target {
+            Target::Collection { name, .. } if collection_unknown(&e) => {
                 if started.elapsed() > COLLECTION_WAIT {
-                    let Target::Collection { name, .. } = target else {
-                        unreachable!()
-                    };
                     return Err(format!(
                         "the server has not loaded named collection {name} (the destination's bucket and keys) within {} s: check that the destination's Secret carries the label clickhouse.com/s3-credentials and that the cluster's users Secret reached the pod",
                         COLLECTION_WAIT.as_secs()
@@ -909,7 +909,7 @@ async fn start(
                 }
                 tokio::time::sleep(std::time::Duration::from_secs(5)).await;
             }
-            Err(e) => return Err(e.to_string()),
+            _ => return Err(e.to_string()),
         }
     }
 }

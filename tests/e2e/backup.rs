@@ -1777,6 +1777,26 @@ where
     }
 }
 
+/// An operator died right after each of `steps`, and each of the 2 shards' agent Jobs had one
+/// UID: no agent was created twice.
+fn assert_each_step_survived(
+    kills: &[String],
+    jobs: &BTreeMap<String, std::collections::BTreeSet<String>>,
+    steps: &[&str],
+) {
+    for want in steps {
+        assert!(
+            kills.iter().any(|k| k == want),
+            "no kill after {want:?}: {kills:?}"
+        );
+    }
+    assert_eq!(jobs.len(), 2, "one agent Job per shard: {jobs:?}");
+    assert!(
+        jobs.values().all(|u| u.len() == 1),
+        "an agent Job was created again: {jobs:?}"
+    );
+}
+
 /// Issue 31 (S0-19, invariants 1 and 6 for backups): a backup of a 2-shard × 2-replica cluster
 /// under write load, then a restore of it, each driven by operators that die right after every
 /// kind of step once (the bucket checked, each shard's agent Job created, the manifest read or
@@ -1847,22 +1867,16 @@ async fn a_backup_and_its_restore_survive_the_operator_killed_after_every_step()
     );
     let b = backups.get("b1").await.unwrap().status.unwrap();
     assert_eq!(b.state, BackupState::Succeeded, "{:?}", b.message);
-    for want in [
-        "check the bucket",
-        "create the agent of shard 0",
-        "create the agent of shard 1",
-        "write the manifest of b1",
-        "write status Succeeded",
-    ] {
-        assert!(
-            kills.iter().any(|k| k == want),
-            "no kill after {want:?}: {kills:?}"
-        );
-    }
-    assert_eq!(jobs.len(), 2, "one agent Job per shard: {jobs:?}");
-    assert!(
-        jobs.values().all(|u| u.len() == 1),
-        "an agent Job was created again: {jobs:?}"
+    assert_each_step_survived(
+        &kills,
+        &jobs,
+        &[
+            "check the bucket",
+            "create the agent of shard 0",
+            "create the agent of shard 1",
+            "write the manifest of b1",
+            "write status Succeeded",
+        ],
     );
 
     // the writer's rows: every acknowledged one on every replica
@@ -1904,21 +1918,15 @@ async fn a_backup_and_its_restore_survive_the_operator_killed_after_every_step()
     );
     let r = restores.get("r1").await.unwrap().status.unwrap();
     assert_eq!(r.state, RestoreState::Succeeded, "{:?}", r.message);
-    for want in [
-        "read the manifest of b1",
-        "create the agent of shard 0",
-        "create the agent of shard 1",
-        "write status Succeeded",
-    ] {
-        assert!(
-            kills.iter().any(|k| k == want),
-            "no kill after {want:?}: {kills:?}"
-        );
-    }
-    assert_eq!(jobs.len(), 2, "one agent Job per shard: {jobs:?}");
-    assert!(
-        jobs.values().all(|u| u.len() == 1),
-        "an agent Job was created again: {jobs:?}"
+    assert_each_step_survived(
+        &kills,
+        &jobs,
+        &[
+            "read the manifest of b1",
+            "create the agent of shard 0",
+            "create the agent of shard 1",
+            "write status Succeeded",
+        ],
     );
     let op = start_operator_env(&client, &ns, &[]).await;
     wait_for(

@@ -522,6 +522,39 @@ mod tests {
     use crate::api::{ClickHouseClusterSpec, ClientServiceType};
     use serde_json::Value;
 
+    /// A change of a Secret triggers a pass of the clusters of its namespace that read it: the
+    /// users Secret, and (issue 31) a backup destination's Secret, whose keys the servers keep
+    /// as a named collection, so that a rotated key reaches them.
+    #[test]
+    fn a_changed_secret_triggers_the_clusters_that_read_it_backup_destinations_included() {
+        use kube::core::PartialObjectMetaExt;
+        let c: ClickHouseCluster = serde_json::from_value(json!({
+            "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseCluster",
+            "metadata": {"name": "c1", "namespace": "ns"},
+            "spec": {"users": {"secretName": "app-users"},
+                     "backup": {"destination": {"endpoint": "https://s3.example.com", "bucket": "b",
+                                                "secretName": "s3-creds"},
+                                "allowedDestinations": [{"endpoint": "https://dr.example.com",
+                                                         "bucket": "dr", "secretName": "dr-creds"}]}}
+        }))
+        .unwrap();
+        let clusters = vec![Arc::new(c)];
+        let triggered = |ns: &str, name: &str| {
+            let meta = kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                ..Default::default()
+            }
+            .into_response_partial::<Secret>();
+            clusters_referencing_secret(&clusters, &meta).len()
+        };
+        assert_eq!(triggered("ns", "app-users"), 1);
+        assert_eq!(triggered("ns", "s3-creds"), 1);
+        assert_eq!(triggered("ns", "dr-creds"), 1);
+        assert_eq!(triggered("ns", "other"), 0);
+        assert_eq!(triggered("elsewhere", "s3-creds"), 0);
+    }
+
     fn cluster(r#type: ClientServiceType, enabled: bool) -> ClickHouseCluster {
         let mut spec: ClickHouseClusterSpec = serde_json::from_value(json!({})).unwrap();
         spec.client_service.r#type = r#type;

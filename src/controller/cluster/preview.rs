@@ -355,14 +355,22 @@ pub fn render(file: &ClickHouseCluster) -> Result<Vec<serde_json::Value>, String
         let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
         return Err(said.join("; "));
     }
-    let name = c.name_any();
-    let per_shard = i64::from(c.spec.replicas);
-    let replicas = (0..c.spec.shards)
-        .flat_map(|s| {
-            let name = name.clone();
-            (0..per_shard).map(move |i| ReplicaSpec::new(&name, s, i64::from(s) * per_shard + i))
-        })
+    // the replicas a new cluster's first pass records, named by the planner itself
+    let topology = crate::plan::replicas::Topology {
+        cluster: &c.name_any(),
+        shards: c.spec.shards,
+        replicas: c.spec.replicas,
+        paused: false,
+        allow_shard_removal: false,
+    };
+    let first =
+        crate::plan::replicas::plan_map(&topology, &Default::default(), 0, |_| Default::default());
+    let mut replicas: Vec<ReplicaSpec> = first
+        .map
+        .values()
+        .map(|r| ReplicaSpec::new(topology.cluster, r.shard, r.index))
         .collect();
+    replicas.sort_by_key(|r| r.index);
     let placeholder = || Some(Password("generated-at-creation".into()));
     let inputs = Inputs {
         replicas,
@@ -376,11 +384,10 @@ pub fn render(file: &ClickHouseCluster) -> Result<Vec<serde_json::Value>, String
     };
     let cluster = model::Cluster::new(&c).map_err(|e| e.to_string())?;
     let d = model::desired(&cluster, &inputs).map_err(|e| e.to_string())?;
-    let json = |v: &dyn erased::Json| v.json();
     let mut out: Vec<serde_json::Value> = Vec::new();
-    out.push(json(&d.common_config));
-    out.extend(d.replica_configs.iter().map(|o| json(o)));
-    let mut users = json(&d.users_secret);
+    out.push(manifest(&d.common_config));
+    out.extend(d.replica_configs.iter().map(manifest));
+    let mut users = manifest(&d.users_secret);
     if let Some(m) = users.as_object_mut() {
         m.remove("data");
     }
@@ -394,38 +401,27 @@ pub fn render(file: &ClickHouseCluster) -> Result<Vec<serde_json::Value>, String
         .into();
     out.push(users);
     if let Some(k) = &d.keeper {
-        out.push(json(&k.config));
-        out.push(json(&k.headless_service));
-        out.push(json(&k.client_service));
-        out.push(json(&k.pdb));
-        out.push(json(&k.statefulset));
+        out.push(manifest(&k.config));
+        out.push(manifest(&k.headless_service));
+        out.push(manifest(&k.client_service));
+        out.push(manifest(&k.pdb));
+        out.push(manifest(&k.statefulset));
     }
-    out.push(json(&d.headless_service));
-    out.extend(d.client_service.iter().map(|o| json(o)));
-    out.extend(d.replica_services.iter().map(|o| json(o)));
-    out.extend(d.shard_pdbs.iter().map(|o| json(o)));
-    out.extend(d.network_policies.iter().map(|o| json(o)));
-    out.extend(d.server_statefulsets.iter().map(|o| json(o)));
+    out.push(manifest(&d.headless_service));
+    out.extend(d.client_service.iter().map(manifest));
+    out.extend(d.replica_services.iter().map(manifest));
+    out.extend(d.shard_pdbs.iter().map(manifest));
+    out.extend(d.network_policies.iter().map(manifest));
+    out.extend(d.server_statefulsets.iter().map(manifest));
     Ok(out)
 }
 
-/// A Kubernetes object as JSON with its `apiVersion` and `kind`.
-mod erased {
-    pub trait Json {
-        fn json(&self) -> serde_json::Value;
-    }
-
-    impl<K> Json for K
-    where
-        K: k8s_openapi::Resource + serde::Serialize,
-    {
-        fn json(&self) -> serde_json::Value {
-            let mut v = serde_json::to_value(self).expect("Kubernetes objects serialise");
-            v["apiVersion"] = K::API_VERSION.into();
-            v["kind"] = K::KIND.into();
-            v
-        }
-    }
+/// A Kubernetes object as JSON with its `apiVersion` and `kind`, as `kubectl apply` takes it.
+fn manifest<K: k8s_openapi::Resource + serde::Serialize>(object: &K) -> serde_json::Value {
+    let mut v = crate::plan::pass::json_of(object);
+    v["apiVersion"] = K::API_VERSION.into();
+    v["kind"] = K::KIND.into();
+    v
 }
 
 impl Preview {
