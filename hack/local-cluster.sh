@@ -18,6 +18,8 @@
 #   LOCAL_KUBELET_BIN       use this local-kubelet binary instead of `cargo build -p local-kubelet`
 #   CLICKHOUSE_OPERATOR_BIN binary the agent runs for *clickhouse-operator* images
 #                           (default: <target dir>/debug/clickhouse-operator)
+#   LOCAL_KUBELET_IMAGE_STORE an OCI image layout folder (hack/image.sh writes target/image/oci):
+#                           pods whose image is in it run from the image's own root filesystem
 #   LOCAL_CLUSTER_TIMEOUT   seconds to wait for readiness (default 120)
 #   NODE_NAME               Node name of the agent (default node-1)
 set -euo pipefail

@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash hack/setup.sh
+# the operator's image and packaged charts (target/image/): the image tests read them, and the
+# local Kubernetes of the end-to-end tests runs the operator's pods from that image
+bash hack/image.sh
 cargo build --workspace --quiet
 bash hack/next-operator.sh >/dev/null
 log="$(mktemp)"

@@ -15,6 +15,7 @@ mod keeper;
 mod kubelet_api;
 mod net;
 mod node;
+mod oci;
 mod pods;
 mod probes;
 mod services;
@@ -49,6 +50,10 @@ pub struct Ctx {
     /// host:port of the API server as the agent reaches it (from the kubeconfig)
     pub api_upstream: String,
     pub operator_bin: PathBuf,
+    /// an OCI image layout folder: pods of its images run from them (oci.rs)
+    pub image_store: Option<PathBuf>,
+    /// this program, for `chroot-exec`
+    pub self_exe: PathBuf,
     /// container logs: <log dir>/<ns>_<pod>_<uid8>/<container>.log
     pub log_dir: PathBuf,
     pub pods: Store<Pod>,
@@ -74,6 +79,7 @@ struct Args {
     data_dir: PathBuf,
     ca_file: Option<PathBuf>,
     operator_bin: PathBuf,
+    image_store: Option<PathBuf>,
     log_dir: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
@@ -92,6 +98,9 @@ fn parse_args() -> Result<Args> {
         operator_bin: std::env::var_os("CLICKHOUSE_OPERATOR_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from("target/debug/clickhouse-operator")),
+        image_store: std::env::var_os(oci::STORE_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
         log_dir: None,
         tls_cert: None,
         tls_key: None,
@@ -108,6 +117,7 @@ fn parse_args() -> Result<Args> {
             "--data-dir" => a.data_dir = val("--data-dir")?.into(),
             "--ca-file" => a.ca_file = Some(val("--ca-file")?.into()),
             "--operator-binary" => a.operator_bin = val("--operator-binary")?.into(),
+            "--image-store" => a.image_store = Some(val("--image-store")?.into()),
             "--log-dir" => a.log_dir = Some(val("--log-dir")?.into()),
             "--bridge" => a.bridge = val("--bridge")?,
             "--pod-cidr" => a.pod_cidr = val("--pod-cidr")?,
@@ -116,7 +126,7 @@ fn parse_args() -> Result<Args> {
             "-h" | "--help" => {
                 println!(
                     "usage: local-kubelet [run|cleanup] --kubeconfig FILE --node-name NAME \
-                     --data-dir DIR --ca-file CA.crt --operator-binary PATH [--log-dir DIR] [--bridge chbr0 --pod-cidr 198.18.0.0/19] \
+                     --data-dir DIR --ca-file CA.crt --operator-binary PATH [--image-store OCI-LAYOUT-DIR] [--log-dir DIR] [--bridge chbr0 --pod-cidr 198.18.0.0/19] \
                      [--tls-cert-file F --tls-private-key-file F]"
                 );
                 std::process::exit(0);
@@ -148,6 +158,10 @@ where
 
 fn main() -> Result<()> {
     let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("chroot-exec") {
+        // a container of a stored image, entering its root filesystem (oci.rs)
+        oci::chroot_exec(&argv[2..]);
+    }
     if argv.get(1).map(String::as_str) == Some("hollow-server") {
         // a light process of its own: no runtime, no threads but one per connection
         let arg = |name: &str| {
@@ -256,6 +270,8 @@ async fn agent() -> Result<()> {
         ca_file,
         api_upstream,
         operator_bin: args.operator_bin,
+        image_store: args.image_store,
+        self_exe: std::env::current_exe()?,
         log_dir,
         ipam: Mutex::new(net::Ipam::default()),
         shutting_down: Default::default(),

@@ -7,6 +7,7 @@ use crate::images::{self, Kind};
 use crate::keeper;
 use crate::net;
 use crate::net::gateway;
+use crate::oci;
 use crate::probes;
 use crate::util::{self, shell_quote};
 use crate::volumes::{VolKind, VolumeState};
@@ -1298,8 +1299,22 @@ fn host_path(mounts: &[&Mount], p: &str) -> Option<PathBuf> {
 async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<Launch, PrepErr> {
     let ctx = &env.ctx;
     let image = c.image.clone().unwrap_or_default();
-    let kind = images::kind(&image);
-    if kind == Kind::Unknown {
+    // an image of the store runs from its own root filesystem (oci.rs); others are programs
+    // of this machine (images.rs)
+    let stored = match ctx.image_store.as_deref() {
+        Some(store) => oci::find(store, &image)
+            .map_err(PrepErr::Image)?
+            .map(|img| oci::unpack(&img, &ctx.data_dir).map(|rootfs| (img, rootfs)))
+            .transpose()
+            .map_err(PrepErr::Image)?,
+        None => None,
+    };
+    let kind = if stored.is_some() {
+        Kind::Unknown
+    } else {
+        images::kind(&image)
+    };
+    if kind == Kind::Unknown && stored.is_none() {
         return Err(PrepErr::Image(format!(
             "image {image:?} cannot run on node {}: local-kubelet runs clickhouse-server, \
              clickhouse-keeper, clickhouse-operator and busybox/debian/ubuntu/alpine/bash images \
@@ -1314,6 +1329,28 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
         _ => "root",
     };
     let (mut uid, mut gid, mut home) = run_as(pod, c, default_user);
+    if let Some((img, rootfs)) = &stored {
+        // the image's Env under the kubelet's variables and the pod's (the image's PATH over
+        // the default one), its User unless the pod sets one
+        for (i, kv) in img.config.env.iter().enumerate() {
+            cenv.insert(1 + i, kv.clone());
+        }
+        let (iu, ig, ih) = oci::user(rootfs, &img.config.user).map_err(PrepErr::Config)?;
+        let sc =
+            |f: fn(&k8s_openapi::api::core::v1::SecurityContext) -> Option<i64>,
+             p: fn(&k8s_openapi::api::core::v1::PodSecurityContext) -> Option<i64>| {
+                c.security_context.as_ref().and_then(f).or_else(|| {
+                    pod.spec
+                        .as_ref()
+                        .and_then(|s| s.security_context.as_ref())
+                        .and_then(p)
+                })
+            };
+        if sc(|s| s.run_as_user, |s| s.run_as_user).is_none() {
+            (uid, home) = (iu, ih);
+            gid = sc(|s| s.run_as_group, |s| s.run_as_group).map_or(ig, |g| g as u32);
+        }
+    }
     let psc0 = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let non_root = c
         .security_context
@@ -1328,7 +1365,7 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
         .or_else(|| psc0.and_then(|s| s.run_as_user))
         .is_some();
     if non_root && uid == 0 {
-        if kind == Kind::Operator && !explicit_user {
+        if kind == Kind::Operator && !explicit_user && stored.is_none() {
             // the operator's image runs as the distroless `nonroot` user
             (uid, gid, home) = (65532, 65532, "/".to_string());
         } else {
@@ -1466,7 +1503,20 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
     let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
         v.iter().flatten().map(|s| util::expand(s, &cenv)).collect()
     };
+    let mut root: Option<PathBuf> = None;
+    let mut working_dir = c.working_dir.clone();
     match kind {
+        _ if stored.is_some() => {
+            let (img, rootfs) = stored.as_ref().expect("checked");
+            argv = oci::argv(&img.config, &expand_all(&c.command), &expand_all(&c.args));
+            program = format!("{}@{}", images::repository_name(&image), img.digest);
+            root = Some(oci::container_root(rootfs, &cdir).map_err(PrepErr::Image)?);
+            if working_dir.as_deref().is_none_or(str::is_empty)
+                && !img.config.working_dir.is_empty()
+            {
+                working_dir = Some(img.config.working_dir.clone());
+            }
+        }
         Kind::ClickHouseServer => {
             if !mounted("/etc/clickhouse-server") {
                 let etc = cdir.join("etc-clickhouse-server");
@@ -1735,9 +1785,27 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
             shell_quote(&src.to_string_lossy())
         ));
     }
+    // a container of a stored image: its own root filesystem (a bind of itself, so that it can
+    // be made read-only), with /proc, /sys and a /dev of its own, as a runtime gives it
+    let at = |t: &str| match &root {
+        Some(r) => format!("{}{t}", r.display()),
+        None => t.to_string(),
+    };
+    if let Some(r) = &root {
+        let r = shell_quote(&r.to_string_lossy());
+        script.push_str(&format!(
+            "mount --bind {r} {r}\nmkdir -p {r}/proc {r}/sys {r}/dev\n\
+             mount -t proc proc {r}/proc\n\
+             mount -t sysfs -o ro,nosuid,nodev,noexec sysfs {r}/sys\n\
+             mount -t tmpfs -o nosuid,mode=755 tmpfs {r}/dev\n\
+             for d in null zero full random urandom tty; do : > {r}/dev/$d; \
+             mount --bind /dev/$d {r}/dev/$d; done\n\
+             mkdir -p {r}/dev/shm\nmount -t tmpfs -o nosuid,nodev,mode=1777 shm {r}/dev/shm\n"
+        ));
+    }
     for (i, (src, target, ro)) in binds.iter().enumerate() {
         let is_dir = src.is_dir();
-        if i >= 2 {
+        if i >= 2 || root.is_some() {
             // a mount point below another mount is created inside it: in the source folder
             // when that mount is read-only (a configMap, secret, projected volume), as a
             // kubelet and runtime make it, else in the namespace; others on the machine's
@@ -1747,9 +1815,10 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 .filter(|m| m.target != *target && target.starts_with(&format!("{}/", m.target)))
                 .max_by_key(|m| m.target.len());
             match parent {
-                None => {
+                None if root.is_none() => {
                     let _ = util::ensure_mount_point(&ctx.data_dir, Path::new(target), !is_dir);
                 }
+                None => {}
                 Some(p) if p.ro && p.src.is_dir() => {
                     let rel = target[p.target.len()..].trim_start_matches('/');
                     let at = p.src.join(rel);
@@ -1764,7 +1833,7 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 }
                 Some(_) => {}
             }
-            let t = shell_quote(target);
+            let t = shell_quote(&at(target));
             if all.iter().any(|m| {
                 m.ro && m.target != *target && target.starts_with(&format!("{}/", m.target))
             }) {
@@ -1777,7 +1846,7 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
                 ));
             }
         }
-        let t = shell_quote(target);
+        let t = shell_quote(&at(target));
         script.push_str(&format!(
             "mount --no-canonicalize --bind /proc/self/fd/{} {t}\n",
             10 + i
@@ -1789,7 +1858,14 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
     for i in 0..binds.len() {
         script.push_str(&format!("exec {}<&-\n", 10 + i));
     }
-    if ro_root {
+    if let Some(r) = &root {
+        if ro_root {
+            script.push_str(&format!(
+                "mount -o remount,bind,ro {}\n",
+                shell_quote(&r.to_string_lossy())
+            ));
+        }
+    } else if ro_root {
         // readOnlyRootFilesystem: every other mount of the namespace becomes read-only (the
         // root, the machine's other filesystems, the image's folders), except the volumes, the
         // image VOLUMEs of their own, the agent's files and /dev, /proc, /sys
@@ -1801,13 +1877,35 @@ async fn prepare(env: &PodEnv, pod: &Pod, c: &Container) -> std::result::Result<
         script.push_str(&format!("lk_keep={}\n", shell_quote(&keep)));
         script.push_str(READ_ONLY_ROOT);
     }
-    if let Some(wd) = &c.working_dir {
+    let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+    if let Some(r) = &root {
+        let mut g = groups.clone();
+        if !g.is_empty() {
+            g.insert(0, gid);
+            g.dedup();
+        }
+        let g: Vec<String> = g.iter().map(|x| x.to_string()).collect();
+        script.push_str(&format!(
+            "exec {} chroot-exec --root {} --wd {} --uid {uid} --gid {gid} --groups {} -- {}\n",
+            shell_quote(&ctx.self_exe.to_string_lossy()),
+            shell_quote(&r.to_string_lossy()),
+            shell_quote(
+                working_dir
+                    .as_deref()
+                    .filter(|w| !w.is_empty())
+                    .unwrap_or("/")
+            ),
+            shell_quote(&g.join(",")),
+            quoted.join(" ")
+        ));
+    } else if let Some(wd) = &working_dir {
         script.push_str(&format!("cd {} 2>/dev/null || cd /\n", shell_quote(wd)));
     } else {
         script.push_str("cd / \n");
     }
-    let quoted: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
-    if uid == 0 {
+    if root.is_some() {
+        // exec'd above
+    } else if uid == 0 {
         script.push_str(&format!("exec {}\n", quoted.join(" ")));
     } else {
         let groups_arg = if !groups.is_empty() {

@@ -211,3 +211,141 @@ async fn pods_run_under_the_ids_the_platform_assigns() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// What `hack/image.sh` built: (image reference, manifest digest, version).
+fn built_image() -> (String, String, String) {
+    let env = repo_path("target/image/image.env");
+    let text = std::fs::read_to_string(&env).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: run `bash hack/image.sh` first (the README's test command does)",
+            env.display()
+        )
+    });
+    let get = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} in {}", env.display()))
+            .to_string()
+    };
+    (get("IMAGE"), get("DIGEST"), get("VERSION"))
+}
+
+fn repo_path(p: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+/// docs/operations.md, "The image": the operator installed from its packaged chart runs from
+/// the image `hack/image.sh` built, not from a binary of the machine: the node agent, holding
+/// that image in its store (`LOCAL_KUBELET_IMAGE_STORE`), unpacks its root filesystem and
+/// starts its entrypoint as its user (`local-kubelet/src/oci.rs`), and reports the image's
+/// digest as the container's `imageID`. From there the operator (leader election on, its
+/// Lease in its own namespace, watching another) brings up a replicated cluster whose rows
+/// reach both replicas: its names resolve, its API token, CA and ClickHouse connections work
+/// inside the image.
+#[tokio::test]
+async fn the_operator_runs_from_its_packaged_chart_and_image_and_serves_a_cluster() {
+    let (image, digest, version) = built_image();
+    let client = client().await;
+    let op_ns = namespace(&client, "imgop").await;
+    let ns = namespace(&client, "img").await;
+    let chart = repo_path(&format!("target/image/clickhouse-operator-{version}.tgz"));
+    helm_run(&[
+        "install",
+        "op",
+        &chart.to_string_lossy(),
+        "-n",
+        &op_ns,
+        "--skip-crds",
+        "--set",
+        "replicaCount=1",
+        "--set",
+        "pvcCleaner.enabled=false",
+        "--set",
+        &format!("watchNamespace={ns}"),
+    ]);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &op_ns);
+    let op_pod = wait_for(Duration::from_secs(180), "the operator pod Ready", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels("app.kubernetes.io/component=operator"),
+                )
+                .await
+                .ok()?
+                .items
+                .pop()?;
+            is_ready(&p).then_some(p)
+        }
+    })
+    .await;
+    let status = op_pod.status.clone().unwrap().container_statuses.unwrap();
+    assert_eq!(status[0].image, image, "the chart names the built image");
+    assert!(
+        status[0].image_id.ends_with(&format!("@{digest}")),
+        "the container ran from the built image {digest}: imageID {}",
+        status[0].image_id
+    );
+    // the process: the image's binary, inside the image's root filesystem, as its user
+    let name = op_pod.name_any();
+    let pid = pid_of("/clickhouse-operator", &name, None);
+    let root = std::fs::read_link(format!("/proc/{pid}/root")).unwrap();
+    assert!(
+        root.ends_with("rootfs") && root != std::path::Path::new("/"),
+        "the operator's root is the image's root filesystem: {}",
+        root.display()
+    );
+    assert!(root.join("clickhouse-operator").is_file());
+    assert!(!root.join("bin/sh").exists(), "no shell in the image");
+    let proc_status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid_line = proc_status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uid_line.split_whitespace().nth(1),
+        Some("65532"),
+        "{uid_line}"
+    );
+
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "storage": {"size": "1Gi"},
+               "keeper": {"replicas": 1}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&c);
+    let first = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(
+        &first,
+        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
+    )
+    .await;
+    exec(
+        &first,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
+    )
+    .await;
+    for r in &replicas {
+        let s = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        exec(&s, "SYSTEM SYNC REPLICA default.t").await;
+        assert_eq!(
+            query(
+                &s,
+                "SELECT concat(toString(count()), '/', toString(sum(n))) AS v FROM default.t"
+            )
+            .await,
+            ["1000/499500"],
+            "{r}"
+        );
+    }
+    // the operator in the pod deletes what it made
+    clean_up(&client, &ns).await;
+    helm_run(&["uninstall", "op", "-n", &op_ns, "--wait"]);
+    let all: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for n in [&ns, &op_ns] {
+        let _ = all.delete(n, &DeleteParams::default()).await;
+    }
+}

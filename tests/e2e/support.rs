@@ -66,6 +66,8 @@ fn cluster() -> &'static LocalCluster {
             .arg("up")
             .arg(&dir)
             .env("LOCAL_KUBELET_IMAGE_VOLUMES", image_volumes)
+            // the operator's image as `hack/image.sh` wrote it: pods of that image run from it
+            .env("LOCAL_KUBELET_IMAGE_STORE", repo().join("target/image/oci"))
             .status()
             .expect("run hack/local-cluster.sh");
         assert!(

@@ -52,6 +52,8 @@ fn kubeconfig() -> &'static Path {
             .arg(repo().join("hack/local-cluster.sh"))
             .arg("up")
             .arg(&dir)
+            // the operator's image as `hack/image.sh` wrote it: pods of that image run from it
+            .env("LOCAL_KUBELET_IMAGE_STORE", repo().join("target/image/oci"))
             .status()
             .expect("run hack/local-cluster.sh")
             .success();
@@ -1124,7 +1126,10 @@ async fn crd_upgrade_with_server_side_apply_over_older_crds() {
 
 /// "Install with Helm" runs as written: the marked shell block of README.md (once the section is
 /// there) or else of charts/README.md, with only its first two lines (namespaces and image)
-/// replaced to suit the local cluster.
+/// replaced to suit the local cluster. The charts it installs are the ones `hack/image.sh`
+/// packaged, and the image is the one it built: every operator pod seen while the block runs
+/// reports that image's digest as its `imageID` (the node agent runs it from the image's root
+/// filesystem, `local-kubelet/src/oci.rs`), so what users install is what ran here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_with_helm_readme_runs_as_written() {
     let helm_bin = match helm() {
@@ -1162,7 +1167,28 @@ async fn install_with_helm_readme_runs_as_written() {
     );
     let first = format!("export OPERATOR_NS={op_ns} CLUSTER_NS={ch_ns}");
     lines[0] = &first;
-    lines[1] = "export IMAGE_REPO=localhost/clickhouse-operator IMAGE_TAG=dev";
+    // the image `hack/image.sh` built, as its image.env names it
+    let built = std::fs::read_to_string(repo().join("target/image/image.env"))
+        .expect("target/image/image.env: run `bash hack/image.sh` first");
+    let built_var = |k: &str| {
+        built
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} in target/image/image.env"))
+            .to_string()
+    };
+    let (image, digest) = (built_var("IMAGE"), built_var("DIGEST"));
+    let (image_repo, image_tag) = image.rsplit_once(':').unwrap();
+    assert_eq!(image_tag, env!("CARGO_PKG_VERSION"));
+    let second = format!("export IMAGE_REPO={image_repo} IMAGE_TAG={image_tag}");
+    lines[1] = &second;
+    assert!(
+        block.contains(&format!(
+            "target/image/clickhouse-operator-{}.tgz",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "the block installs the packaged chart of this version"
+    );
     let script = lines.join("\n");
     struct Cleanup(String, String);
     impl Drop for Cleanup {
@@ -1231,10 +1257,46 @@ async fn install_with_helm_readme_runs_as_written() {
         .env("PATH", path)
         .env("KUBECONFIG", kubeconfig())
         .envs(envs);
+    // the image ids of the operator's pods (operator and PVC cleaner) while the block runs
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::<(String, String)>::new()));
+    let watcher = {
+        let (seen, op_ns) = (seen.clone(), op_ns.clone());
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client().await, &op_ns);
+        tokio::spawn(async move {
+            loop {
+                for p in pods
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    for c in p
+                        .status
+                        .and_then(|s| s.container_statuses)
+                        .unwrap_or_default()
+                    {
+                        if c.state.as_ref().is_some_and(|s| s.running.is_some()) {
+                            seen.lock().unwrap().insert((c.image, c.image_id));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
     let started = Instant::now();
     let out = tokio::task::spawn_blocking(move || cmd.output().expect("bash"))
         .await
         .unwrap();
+    watcher.abort();
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "no operator container seen running");
+    for (img, id) in &seen {
+        assert!(
+            img == &image && id.ends_with(&format!("@{digest}")),
+            "an operator container ran {img} ({id}), not the built image {image}@{digest}"
+        );
+    }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}\n{stderr}\n(ran in {:?})", started.elapsed());
