@@ -1,11 +1,11 @@
-//! Metrics of every ClickHouse server and Keeper member (issue 14): `clickhouse-operator
-//! exporter` discovers the clusters from the API at each scrape, asks every server pod
-//! (`system.metrics`, `system.events`, `system.asynchronous_metrics`, `system.replicas`,
-//! `system.parts`, `system.disks`) and every Keeper member (`mntr`), concurrently with a limit
-//! and a timeout per host, and answers in the Prometheus text format with the labels
-//! `namespace`, `cluster`, `shard`, `replica`, `pod`. A host that does not answer gets
-//! `clickhouse_up 0` (or `keeper_up 0`) and the others report as usual. It reads only, needs
-//! no leader, and restarts no pod (nothing is added to the server pods).
+//! Metrics of every ClickHouse server and Keeper member (docs/monitoring.md, "The exporter: servers
+//! and Keeper"): `clickhouse-operator exporter` discovers the clusters from the API at each scrape,
+//! asks every server pod (`system.metrics`, `system.events`, `system.asynchronous_metrics`,
+//! `system.replicas`, `system.parts`, `system.disks`) and every Keeper member (`mntr`),
+//! concurrently with a limit and a timeout per host, and answers in the Prometheus text format with
+//! the labels `namespace`, `cluster`, `shard`, `replica`, `pod`. A host that does not answer gets
+//! `clickhouse_up 0` (or `keeper_up 0`) and the others report as usual. It reads only, needs no
+//! leader, and restarts no pod (nothing is added to the server pods).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,7 +32,7 @@ pub const HOST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(15);
 /// How long a scrape's answer is served again by default (`EXPORTER_CACHE_SECONDS`): requests
 /// within it cost nothing, and requests during a scrape wait for it instead of starting
-/// another (issue 32, S-6).
+/// another (decision 36).
 pub const CACHE_FOR: Duration = Duration::from_secs(10);
 
 /// The labels of one host.
@@ -323,7 +323,7 @@ pub async fn targets(
     for c in clusters {
         let ns = c.namespace().unwrap_or_default();
         let name = c.name_any();
-        // its own read-only account, never the operator's (issue 32, S-6)
+        // its own read-only account, never the operator's (decision 36)
         let (password, ca) = match &published {
             Some(data) => crate::controller::exporter_credentials::read(data, &ns, &name),
             None => {
@@ -655,7 +655,7 @@ pub async fn serve(
 mod tests {
     use super::*;
 
-    /// Issue 32 (S-6): requests within [`CACHE_FOR`] share one scrape, also those that arrive
+    /// Decision 36: requests within [`CACHE_FOR`] share one scrape, also those that arrive
     /// while it runs; a later request scrapes again.
     #[tokio::test(start_paused = true)]
     async fn scrapes_are_shared_and_cached_for_their_interval() {
@@ -686,7 +686,7 @@ mod tests {
         assert_eq!(scrape(cache.clone(), runs.clone()).await, "scrape 1");
     }
 
-    /// Issue 32 (S-6): with a token, `/metrics` needs it as a bearer token.
+    /// Decision 36: with a token, `/metrics` needs it as a bearer token.
     #[test]
     fn a_token_guards_the_metrics() {
         assert!(authorized(None, None));
@@ -696,7 +696,7 @@ mod tests {
         assert!(!authorized(Some("s3cret"), Some("Basic s3cret")));
     }
 
-    /// Issue 32 (S-6): a scrape ends by its deadline whatever its hosts do: one that does not
+    /// Decision 36: a scrape ends by its deadline whatever its hosts do: one that does not
     /// answer, and those still waiting for their turn, are reported down.
     #[tokio::test]
     async fn a_scrape_ends_by_its_deadline_with_the_hosts_left_down() {
@@ -748,8 +748,9 @@ mod tests {
         assert!(up.iter().all(|l| l.ends_with(" 0")), "{up:?}");
     }
 
-    /// Issue 14: a member whose pod is gone is reported down, not left out; replicas being
-    /// removed or stopped, and every member of a stopping cluster, are not expected.
+    /// A member whose pod is gone is reported down, not left out; replicas being removed or
+    /// stopped, and every member of a stopping cluster, are not expected (docs/monitoring.md,
+    /// "The exporter: servers and Keeper").
     #[test]
     fn members_the_cluster_should_run_are_expected_even_without_a_pod() {
         use crate::api::{ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaStatus};

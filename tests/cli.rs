@@ -3,9 +3,9 @@
 use std::io::Read;
 use std::process::{Command, Stdio};
 
-/// Issue 16: `clickhouse-operator crd | head` ends quietly when the reader goes away: exit code
-/// 0, nothing on standard error (the CRDs are far larger than a pipe's buffer, so the writer
-/// meets the closed pipe).
+/// docs/operations.md, "The commands": `clickhouse-operator crd | head` ends quietly when the
+/// reader goes away: exit code 0, nothing on standard error (the CRDs are far larger than a pipe's
+/// buffer, so the writer meets the closed pipe).
 #[test]
 fn crd_output_into_a_closed_pipe_ends_quietly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
@@ -24,9 +24,9 @@ fn crd_output_into_a_closed_pipe_ends_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
 }
 
-/// Issue 16: without a cluster to read (`--offline`, or a kubeconfig that does not exist),
-/// `plan` shows the first pass over an empty namespace, and exits 2 as the live plan does when
-/// something would change (a new cluster always does).
+/// docs/operations.md, "The commands": without a cluster to read (`--offline`, or a kubeconfig that
+/// does not exist), `plan` shows the first pass over an empty namespace, and exits 2 as the live
+/// plan does when something would change (a new cluster always does).
 #[test]
 fn plan_without_a_cluster_shows_the_first_pass_offline() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/cluster.yaml");

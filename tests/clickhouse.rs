@@ -679,10 +679,11 @@ async fn https_with_the_clusters_ca_is_verified() {
     ));
 }
 
-/// Issue 15: a server whose certificate names only a DNS name (as cert-manager issues them) is
-/// reached by address and verified by that name; verifying it against its address, as a client
-/// without the name does, fails the handshake with an error that names the endpoint and the
-/// certificate. Without a CA the client still talks HTTPS (unverified), never plain HTTP.
+/// SECURITY.md, "What the operator protects": a server whose certificate names only a DNS name (as
+/// cert-manager issues them) is reached by address and verified by that name; verifying it against
+/// its address, as a client without the name does, fails the handshake with an error that names the
+/// endpoint and the certificate. Without a CA the client still talks HTTPS (unverified), never
+/// plain HTTP.
 #[tokio::test]
 async fn https_verifies_the_server_by_its_dns_name() {
     let _serial = SERIAL.lock().await;
@@ -769,7 +770,7 @@ async fn keeper_client_speaks_the_zookeeper_protocol_to_a_real_server() {
     assert!(refused.code().is_some(), "{refused}");
     s.close().await;
 
-    // Issue 32 (S-5): the ACLs of an external root, as a real ZooKeeper applies them. The root
+    // Decision 38: the ACLs of an external root, as a real ZooKeeper applies them. The root
     // belongs to its cluster's digest identity; the level above lets everyone create and
     // delete children, nobody change its ACL.
     let (own, shared) =

@@ -220,13 +220,13 @@ fn chart_crds_are_identical_to_deploy_crds() {
 }
 
 /// Every RBAC rule of the chart says why it is there (a comment right above it).
-/// Issue 14: the exporter is off by default; on, it is its own Deployment (`exporter`, one
-/// replica, the hardened pod of the operator) with its own ServiceAccount whose rights are read
+/// docs/monitoring.md: the exporter is off by default; on, it is its own Deployment (`exporter`,
+/// one replica, the hardened pod of the operator) with its own ServiceAccount whose rights are read
 /// only (list clusters and pods, per watched namespace when the operator watches a list; get the
-/// one Secret the operator publishes the clusters' exporter credentials in, issue 32 S-6), a
-/// Service, and on request a ServiceMonitor and a PrometheusRule with the alerts people
-/// page on; Grafana dashboards (cluster overview, host, Keeper, operator) in a ConfigMap with the
-/// sidecar's label, on request.
+/// one Secret the operator publishes the clusters' exporter credentials in, decision 36), a
+/// Service, and on request a ServiceMonitor and a PrometheusRule with the alerts people page on;
+/// Grafana dashboards (cluster overview, host, Keeper, operator) in a ConfigMap with the sidecar's
+/// label, on request.
 #[test]
 fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
     let helm = helm_or_skip!();
@@ -273,7 +273,7 @@ fn exporter_renders_read_only_with_its_monitor_and_alerts_on_request() {
         "clickhouseclusters".to_string(),
         "list".to_string()
     )));
-    // issue 32 (S-6): no Secret of any namespace; one Secret of its own, named
+    // decision 36: no Secret of any namespace; one Secret of its own, named
     assert!(
         !rules.iter().any(|r| r.1 == "secrets"),
         "the exporter reads no Secret cluster-wide: {rules:?}"
@@ -431,7 +431,7 @@ fn promtool() -> PathBuf {
     )
 }
 
-/// Issue 14: the alert rules the chart renders pass `promtool check rules`, and
+/// docs/monitoring.md, "Alerts": the alert rules the chart renders pass `promtool check rules`, and
 /// `promtool test rules` (tests/helm/alerts_test.yaml) shows each alert firing on the series
 /// it watches only after its `for:` duration and staying silent on healthy values, with the
 /// annotations users will read. A rule with a broken expression or a changed threshold fails.
@@ -528,7 +528,7 @@ fn every_rbac_rule_of_the_chart_says_why() {
     );
 }
 
-/// Issue 32 (S-6): the chart's pods are reached on their metrics port only (from
+/// Decision 40: the chart's pods are reached on their metrics port only (from
 /// `networkPolicy.metricsFrom`), the PVC cleaner not at all.
 #[test]
 fn the_chart_closes_its_own_pods_but_their_metrics_port() {
@@ -582,7 +582,7 @@ fn the_chart_closes_its_own_pods_but_their_metrics_port() {
     assert!(of_kind(&off, "NetworkPolicy").is_empty());
 }
 
-/// Issue 32 (S-8): the chart adds the three kinds to the built-in roles: `view` reads them
+/// Decision 40: the chart adds the three kinds to the built-in roles: `view` reads them
 /// (status too), `edit` and `admin` also write them; none writes a status; off with
 /// `rbac.aggregatedRoles=false`.
 #[test]
@@ -761,7 +761,7 @@ fn operator_chart_defaults_render_a_hardened_leader_elected_deployment() {
     assert_eq!(text(cc, "args.0"), "pvc-cleaner");
     assert_eq!(text(cc, "securityContext.readOnlyRootFilesystem"), "true");
     one(&d, "ServiceAccount", "rel-clickhouse-operator-pvc-cleaner");
-    // issue 32 (S-7): the operator and the cleaner share the key of the PVC deletion proof,
+    // decision 39: the operator and the cleaner share the key of the PVC deletion proof,
     // from the chart's Secret, never inline
     let key_of = |container: &Value| -> String {
         let e = s(container, "env")

@@ -6,8 +6,9 @@
 //! paths and the listen address so the server runs unprivileged on 127.0.0.1 with free ports;
 //! nothing else of the generated configuration is changed.
 //!
-//! The generated `storage_configuration` (issue 17: a further disk and a storage policy) is in
-//! the files: 18.16, older than storage policies, boots with it and ignores it.
+//! The generated `storage_configuration` (docs/configuration.md, "Storage": a further disk and a
+//! storage policy) is in the files: 18.16, older than storage policies, boots with it and ignores
+//! it.
 //!
 //! What 18.16 cannot show: `getMacro()` does not exist there (the macros are read from
 //! `system.macros` instead); the pod and Keeper hosts do not resolve outside Kubernetes, so
@@ -179,7 +180,7 @@ fn start(d: &Desired, dir: PathBuf, extra: &str) -> (ServerGuard, u16) {
         &replica.data.as_ref().unwrap()[REPLICA_FILE],
     );
     write(&dir.join("users.d").join(names::USERS_FILE), &users_file(d));
-    // the users.d files of spec.configuration.files, from the users Secret (issue 17)
+    // the users.d files of spec.configuration.files, from the users Secret (docs/changes.md)
     for file in users_d_files(d) {
         let key = names::users_d_key(&file);
         write(
@@ -314,7 +315,7 @@ fn generated_config_boots_a_real_server() {
     assert_ne!(code, 200, "a wrong password was accepted: {body}");
     let alice = ("alice", "alice pw & <x>");
     assert_eq!(query(port, Some(alice), "SELECT 1"), (200, "1\n".into()));
-    // a user of a users.d file from spec.configuration.files (issue 17)
+    // a user of a users.d file from spec.configuration.files (docs/changes.md)
     assert_eq!(
         query(port, Some(("carol", "carol-pw")), "SELECT 1"),
         (200, "1\n".into())
@@ -419,7 +420,7 @@ fn generated_tls_config_serves_https() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
 }
 
-/// Issue 15: why the cluster `<secret>` waits for every server to report 20.10 or later. The
+/// Decision 33: why the cluster `<secret>` waits for every server to report 20.10 or later. The
 /// files as written for such servers (the secret in `remote_servers`, `<grants>` for the
 /// operator's account) on 18.16: the server starts and every account logs in (it ignores
 /// `<grants>`), but it refuses the `remote_servers` with the secret (Code 137, "Unknown element

@@ -177,7 +177,7 @@ fn generated_keeper_ensemble_forms_a_quorum() {
     }
 }
 
-/// Issue 35: the raft id is the pod's ordinal + 1 whether the host name is the pod's name or,
+/// Decision 42: the raft id is the pod's ordinal + 1 whether the host name is the pod's name or,
 /// with `setHostnameAsFQDN`, its full DNS name (whose later labels hold `-` too).
 #[test]
 fn the_raft_id_comes_from_the_ordinal_with_a_short_or_a_full_host_name() {

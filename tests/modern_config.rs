@@ -1,7 +1,7 @@
 //! The server configuration and users files the operator generates load in a current ClickHouse
-//! engine (issue 16): chDB 4.4, the ClickHouse 26.x engine as a Python module (installed from
-//! PyPI by `hack/chdb.sh`), is started on them with `chdb.connect(':memory:?config-file=…')`,
-//! and its own system tables are read back.
+//! engine (docs/testing.md, "What is proven on which ClickHouse"): chDB 4.4, the ClickHouse 26.x
+//! engine as a Python module (installed from PyPI by `hack/chdb.sh`), is started on them with
+//! `chdb.connect(':memory:?config-file=…')`, and its own system tables are read back.
 //!
 //! Layout: one replica's files are written into a temporary folder as the server pod has them
 //! under `/etc/clickhouse-server` (see `src/model/statefulset.rs`): `config.d/` holds the common
@@ -375,7 +375,7 @@ const CLUSTERS: &str = "SELECT cluster, shard_num, replica_num, host_name, port,
      internal_replication FROM system.clusters ORDER BY cluster, shard_num, replica_num";
 
 /// Checks the rows of [`CLUSTERS`]: exactly `shards`, each a list of pod host names, in the
-/// cluster `cluster`, on `port`, as the cluster's own account (issue 15: not the operator's).
+/// cluster `cluster`, on `port`, as the cluster's own account (decision 27: not the operator's).
 /// Nothing else (no example cluster of the image).
 fn check_clusters(
     rows: &[String],
@@ -476,7 +476,7 @@ const C1_HOSTS: [&[&str]; 2] = [
     ],
 ];
 
-/// Issue 16: the example cluster of `deploy/examples/cluster.yaml` (2 shards × 2 replicas,
+/// docs/testing.md: the example cluster of `deploy/examples/cluster.yaml` (2 shards × 2 replicas,
 /// 3 Keeper members, its users Secret) loads on ClickHouse 26.x as replica `demo-1-3`:
 /// `system.clusters` lists exactly the 2 × 2 pods of `demo` (the image's example cluster is
 /// replaced), the macros and `interserver_http_host` are the replica's, the default profile's
@@ -580,12 +580,12 @@ fn example_cluster_loads_with_its_clusters_macros_profile_and_keeper_nodes() {
     assert!(!r.log.contains("demo-keeper-3"), "a fourth Keeper node");
 }
 
-/// Issue 16: `spec.configuration.settings`, `profiles`, `quotas` and a users Secret load on
+/// docs/testing.md: `spec.configuration.settings`, `profiles`, `quotas` and a users Secret load on
 /// ClickHouse 26.x: the settings file overrides the image (`max_connections`), nested and
 /// reloadable settings are in force, every profile and its settings are in
 /// `system.settings_profile_elements`, the Secret's users get `spec.users.profile` and the
 /// operator's user the default profile, all with SHA-256 hashes of their passwords (as the
-/// engine computes them), each account only from its networks (issue 15: the operator's, an
+/// engine computes them), each account only from its networks (decision 27: the operator's, an
 /// account's own, the cluster's pods by name for the cluster's account and `default`); the
 /// quota's limits are in `system.quota_limits`.
 #[test]
@@ -647,7 +647,7 @@ fn settings_profiles_quotas_and_users_are_in_force() {
         [
             "app\tmax_threads\t3",
             "app\treadonly\t1",
-            // issue 32 (S-6): the exporter's account reads and sets nothing but its session
+            // decision 36: the exporter's account reads and sets nothing but its session
             "clickhouse_exporter\tmax_execution_time\t10",
             "clickhouse_exporter\treadonly\t2",
             "default\tmax_execution_time\t60",
@@ -668,7 +668,7 @@ fn settings_profiles_quotas_and_users_are_in_force() {
             "default\tdefault"
         ]
     );
-    // issue 15: every account only from its networks (the IPv4-mapped form of an IPv4 network
+    // decision 27: every account only from its networks (the IPv4-mapped form of an IPv4 network
     // is taken as it is); the cluster's account and `default` from the cluster's pods by name
     let servers = C1_HOSTS
         .iter()
@@ -738,7 +738,7 @@ fn self_signed(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     ok.then_some((crt, key))
 }
 
-/// Issue 16: with `tls.enabled` the generated `openSSL` section, secure ports and secure
+/// docs/testing.md: with `tls.enabled` the generated `openSSL` section, secure ports and secure
 /// `remote_servers` load on ClickHouse 26.x. As generated, the server's TLS context is built
 /// from the generated section: it fails on the CA file the pod mounts at
 /// `/etc/clickhouse-server/ca/ca.crt`, which does not exist here (the image's section names no
@@ -832,7 +832,7 @@ fn tls_sections_build_tls_contexts_and_clusters_use_the_secure_port() {
     );
 }
 
-/// Issue 16: with `tls.required` the plain ports are removed from the image's configuration
+/// docs/testing.md: with `tls.required` the plain ports are removed from the image's configuration
 /// and the interserver HTTPS port replaces the HTTP one on ClickHouse 26.x (`http_port` and
 /// `tcp_port` are not server settings chDB reports; their removal is not observable here).
 #[test]
@@ -871,7 +871,7 @@ fn custom_files() -> serde_json::Value {
     })
 }
 
-/// Issue 16: `spec.configuration.files` load on ClickHouse 26.x next to the operator's files
+/// docs/testing.md: `spec.configuration.files` load on ClickHouse 26.x next to the operator's files
 /// and merge after them (their names sort after `00-operator-`): a custom cluster is added to
 /// the operator's `remote_servers`, and where a custom file and the spec's settings set the
 /// same element (nested or not), the custom file wins — the later file in name order wins.
@@ -906,7 +906,7 @@ fn custom_files_merge_after_the_operators_files() {
     assert_eq!(r.rows(3), ["3000"]);
 }
 
-/// Issue 16: a profile setting ClickHouse 26.x does not know fails the whole load (the users
+/// docs/testing.md: a profile setting ClickHouse 26.x does not know fails the whole load (the users
 /// file is refused, so no user could log in). The operator passes the names of
 /// `spec.configuration.profiles` through unchecked: a misspelt setting in the spec gives a
 /// users file a current server refuses.
@@ -930,7 +930,7 @@ fn an_unknown_profile_setting_fails_the_load() {
     );
 }
 
-/// Issue 16: malformed XML fails the load on ClickHouse 26.x, in `config.d/` (a custom file
+/// docs/testing.md: malformed XML fails the load on ClickHouse 26.x, in `config.d/` (a custom file
 /// with a mismatched closing tag) and in `users.d/` (the generated users file with one closing
 /// tag dropped), while the same layout with the well-formed file loads.
 #[test]
@@ -963,8 +963,8 @@ fn malformed_xml_fails_the_load() {
     );
 }
 
-/// Issue 16: the `system.clusters` check notices a generated `remote_servers` file that lacks
-/// one replica of the spec (here `c1-1-3`, removed from the file after generation).
+/// docs/testing.md: the `system.clusters` check notices a generated `remote_servers` file that
+/// lacks one replica of the spec (here `c1-1-3`, removed from the file after generation).
 #[test]
 fn a_replica_missing_from_remote_servers_is_noticed() {
     let (c, i) = c1(serde_json::json!({}));
@@ -1006,13 +1006,13 @@ fn merged_logger_level(d: &Desired) -> Option<String> {
     level
 }
 
-/// Issue 16: `spec.configuration.settings: {logger/level: debug}` is reloadable, so it goes to
-/// the runtime file; the server file sets `logger/level` to `information` by default. Files
-/// merge in name order, the later one winning, so the runtime file must sort after the server
-/// file (it once did not, and the spec's level was silently ignored). chDB cannot show the
-/// level (it forces `logger.level` to `trace`), so the merge is computed from the files, by the
-/// rule the custom-files test proves on 26.x. Checked by hand on Debian's 18.16 server: with
-/// the runtime file sorting first no `<Debug>` line is logged; sorting last, `<Debug>` lines are.
+/// docs/testing.md: `spec.configuration.settings: {logger/level: debug}` is reloadable, so it goes
+/// to the runtime file; the server file sets `logger/level` to `information` by default. Files
+/// merge in name order, the later one winning, so the runtime file must sort after the server file
+/// (it once did not, and the spec's level was silently ignored). chDB cannot show the level (it
+/// forces `logger.level` to `trace`), so the merge is computed from the files, by the rule the
+/// custom-files test proves on 26.x. Checked by hand on Debian's 18.16 server: with the runtime
+/// file sorting first no `<Debug>` line is logged; sorting last, `<Debug>` lines are.
 #[test]
 fn a_logger_level_from_the_spec_is_not_overridden_by_the_operators_default() {
     let (c, i) = c1(serde_json::json!({
@@ -1025,9 +1025,9 @@ fn a_logger_level_from_the_spec_is_not_overridden_by_the_operators_default() {
     assert_eq!(merged_logger_level(&d).as_deref(), Some("debug"));
 }
 
-/// Issue 14: with `serverMetrics` on, the generated `prometheus` section (the servers' own
-/// endpoint of ClickHouse 20.1 and later) loads on 26.x with everything else. chDB serves no
-/// port, so that the endpoint answers is not shown here.
+/// docs/monitoring.md, "The servers' own endpoint": with `serverMetrics` on, the generated
+/// `prometheus` section (the servers' own endpoint of ClickHouse 20.1 and later) loads on 26.x with
+/// everything else. chDB serves no port, so that the endpoint answers is not shown here.
 #[test]
 fn the_servers_own_prometheus_section_loads() {
     let (c, i) = c1(serde_json::json!({"serverMetrics": {"enabled": true, "port": 9400}}));
@@ -1038,13 +1038,13 @@ fn the_servers_own_prometheus_section_loads() {
     check_clusters(&r.rows(0), "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
 }
 
-/// Issue 17: the disks and storage policy of `spec.storage` load on ClickHouse 26.x and work:
-/// `system.disks` has the further disk, `system.storage_policies` the policy's volumes in the
-/// spec's order with their disks and move factor, and a table of the policy with a `TTL … TO
-/// VOLUME 'cold'` keeps its expired rows on the cold disk and its current rows on the default
-/// one (`system.parts.disk_name`). Test-only: the disk's path is moved into the temporary
-/// folder (the pod mounts its volume at `/var/lib/clickhouse-disks/cold/`, which the model's
-/// unit test checks); the data volume is chDB's own.
+/// docs/configuration.md, "Storage": the disks and storage policy of `spec.storage` load on
+/// ClickHouse 26.x and work: `system.disks` has the further disk, `system.storage_policies` the
+/// policy's volumes in the spec's order with their disks and move factor, and a table of the policy
+/// with a `TTL … TO VOLUME 'cold'` keeps its expired rows on the cold disk and its current rows on
+/// the default one (`system.parts.disk_name`). Test-only: the disk's path is moved into the
+/// temporary folder (the pod mounts its volume at `/var/lib/clickhouse-disks/cold/`, which the
+/// model's unit test checks); the data volume is chDB's own.
 #[test]
 fn disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk() {
     let (c, i) = c1(serde_json::json!({"storage": {
@@ -1099,7 +1099,7 @@ fn disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk() {
     assert_eq!(run.rows(5), ["cold\t100", "default\t50"]);
 }
 
-/// Issue 15: for servers that report 20.10 or later the cluster carries its `<secret>` and no
+/// Decision 33: for servers that report 20.10 or later the cluster carries its `<secret>` and no
 /// replica names an account; the 26.x engine loads it and lists the cluster with every pod
 /// (the account column then shows `default`: remote shards run a query as its initiator).
 /// With 23.6 or later the operator's account has its grants (`SHOW GRANTS`), nothing else
@@ -1176,15 +1176,15 @@ fn a_cluster_secret_and_the_operators_grants_load() {
     );
 }
 
-/// Issue 15: the operator's grants allow every kind of statement the operator, its backup
-/// agents and the exporter send — built by the operator's own statement builders — and refuse
-/// what it never sends. The chDB session is always `default`, so a test-only users file gives
-/// `default` exactly the grants the generated users file gives the operator's account (copied
-/// out of that file); every statement must then pass the access check (it may still fail for
-/// another reason: no Keeper, no remote server, no S3 here, a table that is not replicated),
-/// and access management, mutations, `TRUNCATE`, other `SYSTEM` statements and file or
-/// URL table functions are refused with ACCESS_DENIED (`KILL QUERY` is not among them: a user
-/// may always kill its own queries).
+/// SECURITY.md, "What the operator protects": the operator's grants allow every kind of statement
+/// the operator, its backup agents and the exporter send — built by the operator's own statement
+/// builders — and refuse what it never sends. The chDB session is always `default`, so a test-only
+/// users file gives `default` exactly the grants the generated users file gives the operator's
+/// account (copied out of that file); every statement must then pass the access check (it may still
+/// fail for another reason: no Keeper, no remote server, no S3 here, a table that is not
+/// replicated), and access management, mutations, `TRUNCATE`, other `SYSTEM` statements and file or
+/// URL table functions are refused with ACCESS_DENIED (`KILL QUERY` is not among them: a user may
+/// always kill its own queries).
 #[test]
 fn the_operators_grants_allow_its_statements_and_nothing_else() {
     use clickhouse_operator::clickhouse::backup as chbackup;
@@ -1317,11 +1317,12 @@ fn the_operators_grants_allow_its_statements_and_nothing_else() {
     }
 }
 
-/// Issue 15: with `spec.keeper.tls` the servers' `zookeeper` section names every member on the
-/// secure client port with `secure` set; the 26.x engine loads it and tries exactly those
-/// members (the hosts do not resolve here, so the log naming them is the proof). Keeper's own
-/// side (`tcp_port_secure`, raft `secure`, its `openSSL`) is configuration only: chDB runs no
-/// Keeper and the test stand-in refuses it (`src/model/tests.rs`, `local-kubelet`).
+/// docs/security.md, "What a cluster gets": with `spec.keeper.tls` the servers' `zookeeper` section
+/// names every member on the secure client port with `secure` set; the 26.x engine loads it and
+/// tries exactly those members (the hosts do not resolve here, so the log naming them is the
+/// proof). Keeper's own side (`tcp_port_secure`, raft `secure`, its `openSSL`) is configuration
+/// only: chDB runs no Keeper and the test stand-in refuses it (`src/model/tests.rs`,
+/// `local-kubelet`).
 #[test]
 fn servers_reach_a_tls_keeper_on_its_secure_port() {
     let (c, i) = c1(serde_json::json!({
@@ -1355,7 +1356,7 @@ fn servers_reach_a_tls_keeper_on_its_secure_port() {
     assert!(!r.log.contains(":9181"), "a member on the plain port");
 }
 
-/// Issue 32 (S-6): the exporter's account reads what the exporter sends and nothing else. As in
+/// Decision 36: the exporter's account reads what the exporter sends and nothing else. As in
 /// the operator's grants test, the chDB session is `default`, so a test-only users file gives
 /// `default` the exporter's grants and profile copied out of the generated users file. Every
 /// statement of [`clickhouse_operator::exporter::queries`] passes; reading a table outside
@@ -1420,7 +1421,7 @@ fn the_exporters_account_reads_the_system_tables_and_nothing_else() {
     assert_eq!(r.rows(all.len() - 1), ["2"], "the session is read-only");
 }
 
-/// Issue 32 (S-12): the 26.x engine takes the settings of `secretSettings` from the environment
+/// Decision 34: the 26.x engine takes the settings of `secretSettings` from the environment
 /// variables the pod sets from their Secret keys (`from_env`, with `hide_in_preprocessed`):
 /// a server setting (`max_table_size_to_drop`) and a nested one (a `merge_tree` setting) are in force with
 /// the values of the variables, which appear in no file of the layout.
@@ -1470,7 +1471,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Issue 31 (S-2): on a server that reads named collections for `BACKUP`, the operator keeps
+/// Decision 35: on a server that reads named collections for `BACKUP`, the operator keeps
 /// each backup destination's bucket and keys in a named collection of the file the servers
 /// reload, and the agent's statements name the collection and a folder in it: no key is in any
 /// statement. The 26.x engine loads the file, and as the operator's account (its grants) a

@@ -77,12 +77,12 @@ fn statements_for(v: Version) -> Vec<String> {
     statements
 }
 
-/// Issue 16: every statement the builders produce for every version row of
-/// `clickhouse::version::CAPABILITIES` at or above 22 (and a current 25.8), plus the backup
-/// and restore statements (`BACKUP … TO S3(…) ASYNC` with and without `base_backup`,
-/// `system.backups`, `RESTORE … FROM S3(…)`), parses on a current ClickHouse and round-trips
-/// (formatting the formatted statement gives it back); a statement with a syntax error is
-/// refused, so the check can fail. Replica removal and schema copy are covered through
+/// docs/testing.md, "What is proven on which ClickHouse": every statement the builders produce for
+/// every version row of `clickhouse::version::CAPABILITIES` at or above 22 (and a current 25.8),
+/// plus the backup and restore statements (`BACKUP … TO S3(…) ASYNC` with and without
+/// `base_backup`, `system.backups`, `RESTORE … FROM S3(…)`), parses on a current ClickHouse and
+/// round-trips (formatting the formatted statement gives it back); a statement with a syntax error
+/// is refused, so the check can fail. Replica removal and schema copy are covered through
 /// `SYSTEM SYNC REPLICA … LIGHTWEIGHT`, `SYSTEM DROP [DATABASE] REPLICA`, `DROP … SYNC` and
 /// discovery through `clusterAllReplicas`.
 #[test]
@@ -124,7 +124,7 @@ fn modern_statements_parse_and_round_trip_on_a_current_clickhouse() {
     }
 }
 
-/// Issue 31 (S-1): a restore runs a backup's statements only as the operator's lexer rebuilds
+/// Decision 29: a restore runs a backup's statements only as the operator's lexer rebuilds
 /// them from their tokens (`backup::checks`). Modern `CREATE` statements of every kind a backup
 /// holds (codecs, TTLs, lambdas, array and tuple access, negative enum values, `DEFINER`,
 /// projections, indexes, JSON and Map types, settings) mean the same after the rebuild: a

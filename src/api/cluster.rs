@@ -578,7 +578,7 @@ fn default_server_metrics_port() -> i32 {
     9363
 }
 
-/// Automatic version upgrades (seed 002, S2-24).
+/// Automatic version upgrades (S2-24, decision 15).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeOptions {

@@ -1160,7 +1160,7 @@ mod tests {
         validate(name, s).0.into_iter().map(|e| e.field).collect()
     }
 
-    /// Issue 32 (S-12): settings and files from Secret keys follow the rules of `settings` and
+    /// Decision 34: settings and files from Secret keys follow the rules of `settings` and
     /// `files`, name valid Secrets and keys that are not the operator's own, overlap nothing
     /// else, and the environment variables they use are the operator's.
     #[test]
@@ -1364,7 +1364,7 @@ mod tests {
         assert!(f.contains(&"spec.pod.envSecret".to_string()), "{f:?}");
     }
 
-    /// Issue 17: `replicaFiles` keys are replica names of this cluster and their files follow
+    /// S2-10: `replicaFiles` keys are replica names of this cluster and their files follow
     /// the rules of `shardFiles`, without hiding a common or a shard file.
     #[test]
     fn replica_files_are_checked_with_the_field_named() {
@@ -1411,7 +1411,7 @@ mod tests {
         }
     }
 
-    /// Issue 17: disks, policies and the log volume are checked with the field named: disk
+    /// S2-10: disks, policies and the log volume are checked with the field named: disk
     /// names (DNS-safe, not `default`, unique), sizes, a policy's volumes and their disks
     /// (declared ones or `default`, each in one volume), the move factor, PVC labels.
     #[test]
@@ -1495,8 +1495,9 @@ mod tests {
         }
     }
 
-    /// Issue 15: the settings the operator writes itself are refused with the field named,
-    /// nested keys too; other keys, `logger/level` among them, are accepted.
+    /// SECURITY.md, "What the operator protects": the settings the operator writes itself are
+    /// refused with the field named, nested keys too; other keys, `logger/level` among them, are
+    /// accepted.
     #[test]
     fn settings_the_operator_owns_are_refused() {
         let mut s = spec();
@@ -1525,7 +1526,7 @@ mod tests {
             "logger/level",
             "pathological",
             "merge_tree/parts_to_throw_insert",
-            // issue 33: the Keeper client's own settings are the user's
+            // the Keeper client's own settings are the user's (docs/reference/api.md)
             "zookeeper/session_timeout_ms",
             "zookeeper/operation_timeout_ms",
         ] {
@@ -1552,7 +1553,7 @@ mod tests {
         );
     }
 
-    /// Issue 14: the servers' own metrics port must not be one the servers already use.
+    /// S2-10: the servers' own metrics port must not be one the servers already use.
     #[test]
     fn the_server_metrics_port_must_be_free() {
         let mut s = spec();
@@ -1573,7 +1574,7 @@ mod tests {
         );
     }
 
-    /// Issue 17: the client Service's options must fit its type, its networks be CIDRs and
+    /// S2-10: the client Service's options must fit its type, its networks be CIDRs and
     /// its labels not the operator's.
     #[test]
     fn client_service_options_fit_its_type() {
@@ -1611,7 +1612,7 @@ mod tests {
         assert!(fields("c1", &s).is_empty());
     }
 
-    /// Issue 17: an external Keeper needs no own members, either nodes or a cluster reference,
+    /// Decision 28: an external Keeper needs no own members, either nodes or a cluster reference,
     /// and an absolute root path; with it, several replicas need no Keeper of their own.
     #[test]
     fn an_external_keeper_is_checked_with_its_field() {
@@ -1658,7 +1659,7 @@ mod tests {
         }
     }
 
-    /// Issue 17: shard files are named by a shard index, plain file names, not the operator's
+    /// S2-10: shard files are named by a shard index, plain file names, not the operator's
     /// and not also common files; Keeper settings are element names.
     #[test]
     fn shard_files_and_keeper_settings_are_checked() {
@@ -1693,7 +1694,7 @@ mod tests {
         assert_eq!(fields("c1", &s), vec!["spec.keeper.settings".to_string()]);
     }
 
-    /// Issue 15: an unknown profile for the users would make ClickHouse refuse the whole users
+    /// S2-10: an unknown profile for the users would make ClickHouse refuse the whole users
     /// file; `tls.required` without a CA would lock the operator out.
     #[test]
     fn an_unknown_users_profile_and_required_tls_without_a_ca_are_refused() {
@@ -1721,7 +1722,7 @@ mod tests {
         assert!(fields("c1", &s).is_empty());
     }
 
-    /// Issue 15: Keeper over TLS needs the cluster's TLS with a CA, the cluster's own Keeper,
+    /// S2-10: Keeper over TLS needs the cluster's TLS with a CA, the cluster's own Keeper,
     /// and images that do not name a version older than 22.3; each refused with its field.
     #[test]
     fn keeper_tls_needs_cluster_tls_a_ca_an_own_ensemble_and_new_enough_images() {
@@ -1750,7 +1751,7 @@ mod tests {
         assert!(fields("c1", &s).contains(&"spec.keeper.tls".to_string()));
     }
 
-    /// Issue 15: the users' networks and per-user accounts are checked before ClickHouse sees
+    /// Decision 27: the users' networks and per-user accounts are checked before ClickHouse sees
     /// them: a network that is not an address or CIDR, an unknown profile or quota, a database
     /// that is not a name, each refused with its field.
     #[test]
@@ -1842,7 +1843,7 @@ mod tests {
         );
     }
 
-    /// Issue 32 (S-4): a plain-HTTP version source only with `insecure`; allowed repositories
+    /// Decision 37: a plain-HTTP version source only with `insecure`; allowed repositories
     /// are repositories, not images.
     #[test]
     fn an_upgrade_source_is_https_and_repositories_carry_no_tag() {
@@ -1924,7 +1925,7 @@ mod tests {
         );
     }
 
-    /// Issue 31: the agent's pods take extra environment variables, never one the agent is
+    /// Decision 26: the agent's pods take extra environment variables, never one the agent is
     /// configured with.
     #[test]
     fn agent_environment_cannot_override_the_agents_own() {
@@ -1951,7 +1952,7 @@ mod tests {
         );
     }
 
-    /// Issue 31 (S-3): a plain-HTTP endpoint only with `insecure`, for the cluster's destination
+    /// Decision 29: a plain-HTTP endpoint only with `insecure`, for the cluster's destination
     /// and every destination it allows.
     #[test]
     fn plain_http_destinations_need_insecure() {
@@ -1999,8 +2000,8 @@ mod tests {
         assert_eq!(fields("c1", &s), vec!["spec.crVersion".to_string()]);
     }
 
-    /// Issue 35 item 4: a `-distroless` Keeper image has no shell, which the Keeper pod's command
-    /// and readiness probe need: refused with the reason. A distroless server image is fine (no
+    /// Decision 42: a `-distroless` Keeper image has no shell, which the Keeper pod's command and
+    /// readiness probe need: refused with the reason. A distroless server image is fine (no
     /// command, HTTP probes), and an external Keeper's image is not used.
     #[test]
     fn a_distroless_keeper_image_is_refused_with_the_reason() {
@@ -2031,7 +2032,7 @@ mod tests {
         assert!(fields("c1", &s).is_empty());
     }
 
-    /// Issue 35 item 5: variables the operator sets or the images' entrypoints act on against
+    /// Decision 42: variables the operator sets or the images' entrypoints act on against
     /// the operator's configuration are refused in `env`, each with its index.
     #[test]
     fn reserved_environment_variables_are_refused_with_their_index() {
@@ -2065,7 +2066,7 @@ mod tests {
         assert!(fields("c1", &s).is_empty());
     }
 
-    /// Issue 35 item 2: Keeper's own `startup_timeout` must end within the startup probe's
+    /// Decision 42: Keeper's own `startup_timeout` must end within the startup probe's
     /// budget, or the probe would restart a member still waiting for its quorum.
     #[test]
     fn keepers_startup_timeout_must_end_within_the_probe_budget() {

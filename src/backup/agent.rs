@@ -814,7 +814,7 @@ async fn run_from_env() -> Result<Report, String> {
     }
 }
 
-/// Where a server's own `BACKUP` writes or `RESTORE` reads (issue 31, S-2): on a server that
+/// Where a server's own `BACKUP` writes or `RESTORE` reads (decision 35): on a server that
 /// reads named collections from its configuration, the collection the operator keeps there
 /// with the bucket and its keys, so that no key is in the statement; on older ones
 /// (22.8 to 23.7) the keys in the statement, masked in every log and error of the operator and
@@ -918,7 +918,7 @@ async fn start(
 mod tests {
     use super::*;
 
-    /// Issue 31 (S-2): a server that reads named collections gets the collection and a folder
+    /// Decision 35: a server that reads named collections gets the collection and a folder
     /// in it, never a key; an older server (or no collection) gets the keys.
     #[test]
     fn a_server_with_named_collections_gets_no_key_in_the_statement() {

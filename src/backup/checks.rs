@@ -1,7 +1,7 @@
-//! What a restore takes from a bucket, checked before anything is written (S-1). A bucket is
-//! hostile until checked: whoever can write to it, or point a restore at a bucket of their own,
-//! chooses every byte of the manifests. So a restore never executes a statement or uses a name
-//! from a manifest as it is:
+//! What a restore takes from a bucket, checked before anything is written (decision 29). A bucket
+//! is hostile until checked: whoever can write to it, or point a restore at a bucket of their own,
+//! chooses every byte of the manifests. So a restore never executes a statement or uses a name from
+//! a manifest as it is:
 //!
 //! - every statement is lexed ([`crate::clickhouse::lexer`]), checked as one `CREATE` of the
 //!   object the manifest lists it for, and rebuilt from its tokens in the operator's own quoting;

@@ -1,5 +1,5 @@
-//! Backups to S3-compatible storage and restores from them (seed 000: on each shard's backup
-//! replica; seed 002: schedules, Smart Update waits). See decision 26 for the design:
+//! Backups to S3-compatible storage and restores from them (S0-04: on each shard's backup
+//! replica; S2-40 and S2-27: schedules, Smart Update waits). See decision 26 for the design:
 //!
 //! The Job side: what runs in an agent's pod. The decisions are in `plan::backup`, the Job and
 //! the manifests' format in `model::job` and `model::manifest`.

@@ -443,7 +443,7 @@ mod tests {
         assert_eq!(again, t);
     }
 
-    /// S-2: what is logged of, or said about, a statement holds none of its literals.
+    /// Decision 35: what is logged of, or said about, a statement holds none of its literals.
     #[test]
     fn summaries_and_masks_hold_no_literal() {
         let backup = "BACKUP DATABASE `db` TO S3('http://s3/b/', 'AKIA', 'very-secret') ASYNC";

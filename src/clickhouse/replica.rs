@@ -313,7 +313,7 @@ pub async fn shards_answering(client: &Client, cluster: &ClusterName) -> Result<
 /// `cluster`; with a Keeper (`ddl_path`: the distributed DDL queue's path), Keeper lets it read
 /// that queue and none of its replicated tables is read-only. The error says why not, for the
 /// status: the query's error, Keeper's answer (`Not authenticated` when the servers do not have
-/// the identity the nodes were created for, issue 33), or the read-only table with Keeper's
+/// the identity the nodes were created for, decision 30), or the read-only table with Keeper's
 /// answer for its path.
 pub async fn serving(
     client: &Client,

@@ -1,4 +1,4 @@
-//! Watch-fed caches of what a pass reads (issue 19): the objects of every cluster, indexed by
+//! Watch-fed caches of what a pass reads (decision 41): the objects of every cluster, indexed by
 //! namespace and cluster so that a pass finds its own without scanning the others, kept by the
 //! same watch streams that trigger the passes (an event is in the cache before the pass it
 //! triggers starts). An idle cluster's pass sends no request to the API server: it reads these
@@ -378,7 +378,7 @@ mod tests {
         v.into_iter().map(|o| o.name_any()).collect()
     }
 
-    /// Issue 19: the index follows the watch (a relist replaces everything at once, an object
+    /// Decision 41: the index follows the watch (a relist replaces everything at once, an object
     /// that changes cluster or is deleted leaves its old group), finds a cluster's objects
     /// without the others, and keeps no managed fields but other writers'.
     #[test]
@@ -395,7 +395,7 @@ mod tests {
         assert_eq!(names(i.group("a", "c1")), ["c1-x"]);
         assert_eq!(names(i.group("b", "c1")), ["c1-x"]);
         assert!(i.group("a", "c1")[0].metadata.managed_fields.is_none());
-        // another writer's entry stays: a hand edit the next pass repairs (issue 33)
+        // another writer's entry stays: a hand edit the next pass repairs (decision 30)
         let mut edited = cm("a", "c1-z", Some("c1"), "5");
         edited
             .metadata

@@ -1,5 +1,5 @@
 //! The exporter's credentials, published in one Secret of the operator's namespace
-//! (`EXPORTER_CREDENTIALS_SECRET`, issue 32 S-6): for each cluster, the password of its
+//! (`EXPORTER_CREDENTIALS_SECRET`, decision 36): for each cluster, the password of its
 //! read-only account `clickhouse_exporter` and the CA its servers' certificates are verified
 //! with, under [`names::exporter_credential_key`]. The exporter may then read that one Secret
 //! (RBAC `resourceNames`) and no other: not `<cluster>-operator`, which also holds the
@@ -150,7 +150,7 @@ pub fn read(
 mod tests {
     use super::*;
 
-    /// Issue 32 (S-6): a cluster's entry is its own two keys, set or removed by a merge patch
+    /// Decision 36: a cluster's entry is its own two keys, set or removed by a merge patch
     /// that touches no other cluster's; the exporter reads back what was published.
     #[test]
     fn each_cluster_has_its_own_keys_and_reads_back_what_was_published() {

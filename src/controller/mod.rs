@@ -58,17 +58,17 @@ pub struct Context {
     pub faults: Faults,
     /// The image of backup and restore Jobs (`OPERATOR_IMAGE`).
     pub operator_image: String,
-    /// The watch-fed caches passes read (issue 19).
+    /// The watch-fed caches passes read (decision 41).
     pub caches: cache::Caches,
-    /// Where the operator connects from (`OPERATOR_NETWORKS`, issue 15).
+    /// Where the operator connects from (`OPERATOR_NETWORKS`, decision 27).
     pub operator_networks: Vec<String>,
     /// Where its pods are (`OPERATOR_POD_SELECTOR`), for the NetworkPolicies.
     pub operator_pods: Option<crate::model::network_policy::OperatorPods>,
-    /// Paces the health checks of idle clusters (issue 19).
+    /// Paces the health checks of idle clusters (decision 41).
     pub pacer: crate::runtime::backoff::Pacer,
     /// MAX_CONCURRENT_RECONCILES.
     pub concurrency: u16,
-    /// Signs the PVCs handed to the PVC cleaner (issue 32, S-7).
+    /// Signs the PVCs handed to the PVC cleaner (decision 39).
     pub pvc_delete_key: crate::runtime::settings::PvcDeleteKey,
     /// Where the exporter's credentials are published (`EXPORTER_CREDENTIALS_SECRET`).
     pub exporter_credentials: Option<exporter_credentials::Publisher>,

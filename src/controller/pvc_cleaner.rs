@@ -2,7 +2,7 @@
 //! uses them. It never touches an unlabelled PVC, never one a pod still mounts, and never one
 //! without a valid proof: the annotation `clickhouse.com/delete-pvc-proof`, an HMAC-SHA256 of
 //! the PVC's namespace, name and uid under the key only the operator and the cleaner hold
-//! (`PVC_DELETE_KEY`, issue 32, S-7). Labels are set by anyone who may patch a PVC; the proof
+//! (`PVC_DELETE_KEY`, decision 39). Labels are set by anyone who may patch a PVC; the proof
 //! only by the operator, when a scale-in or a cluster's `reclaimPolicy: Delete` hands a PVC
 //! over. It reads no ClickHouseCluster, so it runs as its own component
 //! (`clickhouse-operator pvc-cleaner`).
@@ -206,7 +206,7 @@ mod tests {
         assert_eq!(names, ["a"]);
     }
 
-    /// Issue 15 (confused deputy): a PVC that carries the delete label but not this operator's
+    /// Decision 39 (confused deputy): a PVC that carries the delete label but not this operator's
     /// cluster labels is never deleted.
     #[test]
     fn a_delete_label_alone_does_not_make_a_pvc_deletable() {
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(names, ["ours"]);
     }
 
-    /// Issue 32 (S-7): every label the operator sets can be set by whoever may patch a PVC;
+    /// Decision 39: every label the operator sets can be set by whoever may patch a PVC;
     /// the proof cannot. A foreign PVC with all the labels, one with a proof copied from another
     /// PVC, one with a proof under another key, or one recreated under the same name (another
     /// uid) is kept.

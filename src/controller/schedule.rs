@@ -1,4 +1,4 @@
-//! Backup schedules (seed 002): every few seconds the elected operator looks at each cluster's
+//! Backup schedules (S2-40): every few seconds the elected operator looks at each cluster's
 //! `spec.backup.schedules`. A schedule whose slot is due gets an ordinary ClickHouseBackup owned
 //! by the cluster (none while the cluster is paused, none while one of the schedule is still
 //! running); retention removes the schedule's oldest successful backups beyond `keep`, with

@@ -1,4 +1,4 @@
-//! Automatic version upgrades (seed 002, S2-24): on the schedule of `spec.upgradeOptions`, the
+//! Automatic version upgrades (S2-24, decision 15): on the schedule of `spec.upgradeOptions`, the
 //! elected operator reads the cluster's version source and acts on the verdict of
 //! [`crate::plan::upgrade::decide`]: a newer allowed version is written into the resource's
 //! `spec.image` (never into a StatefulSet; Smart Update rolls it out), with an event naming both
@@ -53,7 +53,7 @@ async fn read_source(ctx: &Context, ns: &str, source: &VersionSource) -> Result<
     fetch(url, source.insecure, READ_TIMEOUT).await
 }
 
-/// GETs a version document (issue 32, S-4): `https://` only unless `insecure`; redirects only
+/// GETs a version document (decision 37): `https://` only unless `insecure`; redirects only
 /// to the same scheme, host and port; no proxy from the environment; the answer read up to
 /// [`MAX_DOCUMENT`] bytes and refused beyond; all of it within `timeout`. An error names what
 /// went wrong with the source the cluster named, never a host it was sent to, an address or
@@ -319,7 +319,7 @@ mod tests {
         format!("http://127.0.0.1:{port}")
     }
 
-    /// Issue 32 (S-4): the version source is read within bounds, and what goes wrong is said
+    /// Decision 37: the version source is read within bounds, and what goes wrong is said
     /// without a host, an address or the answer's content: plain http without `insecure`, a
     /// redirect to another host, an answer over 64 KiB (with or without a length), silence and
     /// an error status are refused; a redirect within the host and a document are read.

@@ -648,7 +648,7 @@ mod tests {
         assert_eq!(needs(&ch.keeper), set(keeper), "keeper: {old} → {new}");
     }
 
-    /// Issue 17: a replica's own files restart that replica.
+    /// A replica's own files (`configuration.replicaFiles`) restart that replica.
     #[test]
     fn replica_files_restart_that_replica() {
         let ch = classify(
@@ -667,7 +667,8 @@ mod tests {
         );
     }
 
-    /// Issue 17: disks, the log volume, policies and PVC labels, classified.
+    /// Disks, the log volume, policies and PVC labels, classified (docs/configuration.md,
+    /// "Storage").
     #[test]
     fn disks_logs_policies_and_pvc_labels_are_classified() {
         let disk = json!({"storage": {"disks": [{"name": "cold", "size": "10Gi"}]}});
@@ -814,7 +815,7 @@ mod tests {
             &[],
             rr,
         );
-        // issue 17: the pod template, for servers and for Keeper
+        // the pod template, for servers and for Keeper (decision 28)
         row(
             json!({}),
             json!({"pod": {"template": {"spec": {"imagePullSecrets": [{"name": "r"}]}}}}),
@@ -866,7 +867,7 @@ mod tests {
         );
     }
 
-    /// Issue 32 (S-12): settings and files from Secret keys are read at startup: adding,
+    /// Decision 34: settings and files from Secret keys are read at startup: adding,
     /// removing or repointing one rolls the servers, never Keeper.
     #[test]
     fn secret_settings_and_files_roll_the_servers() {
@@ -1010,7 +1011,7 @@ mod tests {
         );
     }
 
-    /// Issue 17: the external Keeper's nodes are reloaded; its root stays.
+    /// Decision 28: the external Keeper's nodes are reloaded; its root stays.
     #[test]
     fn the_external_keepers_nodes_reload_and_its_root_stays() {
         let ext = |nodes: serde_json::Value, root: serde_json::Value| json!({"keeper": {"replicas": 0, "external": {"nodes": nodes, "root": root}}});
@@ -1028,8 +1029,8 @@ mod tests {
         );
     }
 
-    /// Issue 17: a `users.d` file's contents reload; adding or removing one restarts (the pods
-    /// mount it).
+    /// docs/changes.md: a `users.d` file's contents reload; adding or removing one restarts (the
+    /// pods mount it).
     #[test]
     fn users_d_files_reload_and_a_new_one_restarts() {
         let f = |c: &str| json!({"configuration": {"files": {"users.d/bi.xml": c}}});
@@ -1042,8 +1043,8 @@ mod tests {
         row(json!({}), f("<clickhouse/>"), &[Need::RollingRestart], &[]);
     }
 
-    /// Issue 17: a shard's files restart that shard's servers (as built: none for a shard the
-    /// cluster does not have).
+    /// A shard's files (`configuration.shardFiles`) restart that shard's servers (as built: none
+    /// for a shard the cluster does not have).
     #[test]
     fn shard_files_restart_the_servers() {
         row(
@@ -1061,7 +1062,7 @@ mod tests {
         );
     }
 
-    /// Issue 17: Keeper's coordination settings restart its members only.
+    /// Keeper's coordination settings (`spec.keeper.settings`) restart its members only.
     #[test]
     fn keeper_settings_restart_the_members() {
         row(
@@ -1072,7 +1073,7 @@ mod tests {
         );
     }
 
-    /// Issue 17: the cluster domain is fixed once the cluster exists (the API server refuses the
+    /// Decision 28: the cluster domain is fixed once the cluster exists (the API server refuses the
     /// change too); stating the default is no change.
     #[test]
     fn the_cluster_domain_cannot_change() {
@@ -1090,8 +1091,8 @@ mod tests {
         );
     }
 
-    /// Issue 15: Keeper over TLS is fixed once the cluster exists (the API server refuses the
-    /// change too).
+    /// Keeper over TLS is fixed once the cluster exists (the API server refuses the change too;
+    /// docs/security.md, "What a cluster gets").
     #[test]
     fn keeper_tls_cannot_change() {
         let tls = json!({"enabled": true, "serverCertSecret": "t", "caSecret": "ca"});

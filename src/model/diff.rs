@@ -347,7 +347,7 @@ mod tests {
                    "spec": {"containers": [{"name": "clickhouse", "image": image, "env": env}]}}}})
     }
 
-    /// Issue 33 item 3: what a hand edit added to a list or a map the operator writes is found
+    /// Decision 30: what a hand edit added to a list or a map the operator writes is found
     /// by its writer's managed fields, with the key of a list element, deepest and last first;
     /// what the operator and Kubernetes' controllers wrote is not.
     #[test]

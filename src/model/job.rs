@@ -177,9 +177,9 @@ fn server_restarts(pod: &Pod) -> i32 {
 }
 
 /// Why the server an agent Job was started beside is no longer the one it worked with: its pod
-/// gone, replaced, being deleted, or its server restarted. A backup whose server changed under
-/// it is not trusted, even when its agent reports success (seed 000: a backup replica that dies
-/// mid-backup fails the backup).
+/// gone, replaced, being deleted, or its server restarted. A backup whose server changed under it
+/// is not trusted, even when its agent reports success (S0-04, decision 26: a backup replica that
+/// dies mid-backup fails the backup).
 pub fn server_changed(job: &Job, server: Option<&Pod>) -> Option<String> {
     let annotations = job.metadata.annotations.as_ref()?;
     let uid = annotations.get(SERVER_POD_UID)?;
@@ -443,7 +443,7 @@ mod tests {
         }
     }
 
-    /// Issue 13: with TLS and a CA the agent talks HTTPS to the servers and verifies them with
+    /// Decision 26: with TLS and a CA the agent talks HTTPS to the servers and verifies them with
     /// the CA from its Secret (never inline); without, plain HTTP on the HTTP port.
     #[test]
     fn the_agent_verifies_tls_servers_with_the_clusters_ca() {
@@ -559,7 +559,7 @@ mod tests {
         .unwrap()
     }
 
-    /// Seed 000 (S0-04): a backup replica that dies mid-backup fails the backup. The Job keeps
+    /// S0-04, decision 26: a backup replica that dies mid-backup fails the backup. The Job keeps
     /// the identity of the server it started beside; any change of it is named, a sidecar's
     /// restart is not one.
     #[test]
@@ -602,7 +602,7 @@ mod tests {
         assert_eq!(server_changed(&job().build(), None), None);
     }
 
-    /// Issue 31: the cluster's agent settings reach the agent's pod (pull secrets, tolerations,
+    /// Decision 26: the cluster's agent settings reach the agent's pod (pull secrets, tolerations,
     /// resources, priority class, labels under the operator's own, annotations, environment
     /// after the agent's own), and every variable the builder sets is one the settings cannot.
     #[test]

@@ -337,7 +337,7 @@ pub const DEFERRED_TEMPLATE_FIELDS: &[&[&str]] = &[&["spec", "automountServiceAc
 
 /// The volumes of credentials the operator generates (server configuration and users files,
 /// TLS certificate and CA), mounted readable by the owner and the pod's `fsGroup` only
-/// ([`SECRET_FILE_MODE`], issue 32 S-12).
+/// ([`SECRET_FILE_MODE`], decision 34).
 pub const SECRET_VOLUMES: &[&str] = &["config-d", "users-d", "tls", "ca"];
 
 /// `defaultMode` of [`SECRET_VOLUMES`]: 0440 (the servers and Keeper run as the `fsGroup`).
@@ -389,7 +389,7 @@ pub fn with_deferred_modes(
 }
 
 /// `terminationMessagePolicy` of the server and Keeper containers: a container that fails ends
-/// with the tail of its log as termination message, which the status reports (issue 33).
+/// with the tail of its log as termination message, which the status reports (decision 30).
 pub const LOG_ON_ERROR: &str = "FallbackToLogsOnError";
 
 /// `template` with the `terminationMessagePolicy` of the server and Keeper containers as
@@ -445,7 +445,7 @@ const EARLIER_KEEPER_COMMAND: &str =
 /// `template` with the Keeper container's command and its [`keeper::DATA_DIR_ENV`] variable
 /// as `kept` (the observed template) has them; `None` gives the command earlier versions
 /// wrote and no such variable (the form template hashes are taken over). Like
-/// [`with_deferred_modes`], both came after ensembles already ran without them (issue 35) and
+/// [`with_deferred_modes`], both came after ensembles already ran without them (decision 42) and
 /// reach their pods with the next change that rolls them: a different command or variable
 /// alone restarts nothing (invariant 9).
 pub fn with_deferred_keeper_launch(

@@ -37,14 +37,14 @@ pub const INTERSERVER_USER: &str = "interserver";
 /// Key of the generated `interserver_http_credentials` file in the Secret `<cluster>-users`
 /// (projected into `config.d/`; read at startup only).
 pub const INTERSERVER_FILE: &str = "00-operator-interserver.xml";
-/// The metrics exporter's account: reads `system` tables only (issue 32, S-6).
+/// The metrics exporter's account: reads `system` tables only (decision 36).
 pub const EXPORTER_USER: &str = "clickhouse_exporter";
 /// Key of [`EXPORTER_USER`]'s password in `<cluster>-operator`; added to a cluster created
 /// before it (its account lives in the users file, which the servers reload: no restart).
 pub const EXPORTER_PASSWORD_KEY: &str = "exporter-password";
 /// The key of a cluster's exporter credential (`what`: [`EXPORTER_CREDENTIAL_PASSWORD`] or
 /// [`EXPORTER_CREDENTIAL_CA`]) in the one Secret the operator publishes them in for the
-/// exporter (`EXPORTER_CREDENTIALS_SECRET`, issue 32 S-6): `<namespace>_<cluster>_<what>`;
+/// exporter (`EXPORTER_CREDENTIALS_SECRET`, decision 36): `<namespace>_<cluster>_<what>`;
 /// neither a namespace nor a cluster name has `_`, so no two clusters share a key.
 pub fn exporter_credential_key(namespace: &str, cluster: &str, what: &str) -> String {
     format!("{namespace}_{cluster}_{what}")

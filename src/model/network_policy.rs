@@ -1,4 +1,4 @@
-//! NetworkPolicies of a cluster (issue 15), unless `spec.networkPolicy.enabled` is false: who
+//! NetworkPolicies of a cluster (decision 27), unless `spec.networkPolicy.enabled` is false: who
 //! may reach which port of its pods. Egress is not restricted.
 //!
 //! - `<cluster>-server` selects the server pods: every port from the cluster's own server pods
@@ -147,7 +147,7 @@ pub fn policies(c: &Cluster<'_>, inputs: &Inputs) -> Vec<NetworkPolicy> {
         let mut clients = vec![servers()];
         clients.extend(operator_peers(inputs));
         // the servers of clusters that use this cluster's Keeper, in the namespaces it allows
-        // (issue 32, S-5): the pod labels alone can be set by anyone who may create a pod
+        // (decision 38): the pod labels alone can be set by anyone who may create a pod
         for ns in &c.spec.keeper.allowed_namespaces {
             clients.push(NetworkPolicyPeer {
                 namespace_selector: Some(selector(BTreeMap::from([(

@@ -1,4 +1,4 @@
-//! PURE: the user's pod template (`spec.pod.template`, `spec.keeper.pod.template`; issue 17)
+//! PURE: the user's pod template (`spec.pod.template`, `spec.keeper.pod.template`; decision 28)
 //! merged over the pod template the operator generates, so that any pod field Kubernetes has
 //! (image pull secrets, a ServiceAccount, a priority class, init containers, extra volumes and
 //! mounts, security contexts, probes, lifecycle hooks, host aliases, a runtime class, …) can be
@@ -337,7 +337,7 @@ mod tests {
         }
     }
 
-    /// Issue 17: pod fields without a field of their own reach the pod template; lists merge
+    /// Decision 28: pod fields without a field of their own reach the pod template; lists merge
     /// by name and are appended to; the main container keeps what the operator generated.
     #[test]
     fn the_users_pod_template_is_merged_over_the_generated_one() {
@@ -409,7 +409,7 @@ mod tests {
         assert_eq!(s["containers"][1]["volumeMounts"][0]["name"], "extra");
     }
 
-    /// Issue 17: what the operator owns is refused with its path.
+    /// Decision 28: what the operator owns is refused with its path.
     #[test]
     fn protected_fields_of_the_pod_template_are_refused_with_their_path() {
         let at = "spec.pod.template";

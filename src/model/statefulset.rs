@@ -176,7 +176,7 @@ pub const DEFAULT_APART_WEIGHT: i32 = 100;
 /// user's topology key among the pods matching each of `spread_selectors` (for servers: all of
 /// the cluster's, and each shard's own, so that a shard does not sit in one zone); no service
 /// links, and no
-/// ServiceAccount token (ClickHouse and Keeper never call the Kubernetes API; issue 15).
+/// ServiceAccount token (ClickHouse and Keeper never call the Kubernetes API; decision 32).
 pub(crate) fn pod_spec(
     pod: &PodSettings,
     security: &PodSecurity,

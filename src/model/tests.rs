@@ -253,7 +253,7 @@ fn no_config_map_or_built_object_contains_a_plain_password() {
     assert!(!format!("{:?}", i.operator_password).contains("operator-secret-pw"));
 }
 
-/// Issue 19 (a roll restarts each server promptly): the default profile, the servers' global
+/// Decision 41 (a roll restarts each server promptly): the default profile, the servers' global
 /// settings, has `poll_interval` 1 s, so an idle connection to a stopping server (a peer's
 /// Distributed pool, a client's pool) holds it for about a second, not ClickHouse's 10 s; the
 /// user's own value and the user's other settings of that profile stay, other profiles get
@@ -692,7 +692,7 @@ fn pause_scales_every_statefulset_to_zero() {
 }
 
 /// S2-26 / S2-33 / S2-34: SmartUpdate and OnDelete give OnDelete; RollingUpdate gives
-/// RollingUpdate. Keeper is always `OnDelete`: the operator rolls its members (issue 33).
+/// RollingUpdate. Keeper is always `OnDelete`: the operator rolls its members (decision 31).
 #[test]
 fn update_strategy_maps_to_the_statefulset_strategy() {
     for (strategy, want) in [
@@ -797,7 +797,7 @@ fn keeper_lists_every_member_and_its_budget_keeps_quorum() {
                 "h=${HOSTNAME%%.*}; export KEEPER_SERVER_ID=$(( ${h##*-} + 1 )); exec /entrypoint.sh"
             ]
         );
-        // issue 35: the image's entrypoint creates its folders on the data volume
+        // decision 42: the image's entrypoint creates its folders on the data volume
         let data_dir = container
             .env
             .iter()
@@ -1111,7 +1111,7 @@ fn user_networks(users: &str, user: &str) -> Vec<String> {
         .collect()
 }
 
-/// Issue 32 (S-6): the metrics exporter logs in as an account of its own, never the
+/// Decision 36: the metrics exporter logs in as an account of its own, never the
 /// operator's: from the operator's networks, with a read-only profile; where the servers have
 /// SQL privileges for users of the users file, it reads the `system` tables and sees the other
 /// tables' metadata (`SHOW`) but not their rows; a user of `spec.users` of that name does not
@@ -1202,7 +1202,7 @@ fn the_exporter_logs_in_read_only_as_its_own_account() {
     assert!(!users_file(&build(&c, &none)).contains(names::EXPORTER_USER));
 }
 
-/// Issue 15: no generated account accepts any address. The operator's account accepts the
+/// Decision 27: no generated account accepts any address. The operator's account accepts the
 /// operator's networks and the pod itself; the cluster's own account (as which Distributed
 /// queries and `ON CLUSTER` reach the other shards) only the cluster's server pods by name (in
 /// a cluster from before that account, the operator's accepts them); the users of the Secret accept
@@ -1409,9 +1409,10 @@ proptest::proptest! {
     }
 }
 
-/// Issue 14: the servers' own Prometheus endpoint is off by default (nothing generated, so no
-/// existing pod template changes); on, the server file has the `prometheus` section on its port
-/// and every server container declares that port as `prometheus`, and the change restarts.
+/// docs/monitoring.md, "The servers' own endpoint": the servers' own Prometheus endpoint is off by
+/// default (nothing generated, so no existing pod template changes); on, the server file has the
+/// `prometheus` section on its port and every server container declares that port as `prometheus`,
+/// and the change restarts.
 #[test]
 fn the_servers_own_prometheus_endpoint_is_generated_only_when_asked() {
     let off = cluster(serde_json::json!({"shards": 1, "replicas": 2}));
@@ -1461,7 +1462,7 @@ fn the_servers_own_prometheus_endpoint_is_generated_only_when_asked() {
     assert!(ch.server.needs(crate::model::changes::Need::RollingRestart));
 }
 
-/// Issue 15: replication between the servers is authenticated. With a replication password
+/// Decision 27: replication between the servers is authenticated. With a replication password
 /// (every cluster created by this version), `<cluster>-users` holds an
 /// `interserver_http_credentials` file with it, every server pod projects that file into
 /// `config.d/` and carries its hash, so a new password restarts the servers; the password is in
@@ -1546,12 +1547,12 @@ fn assert_a_real_change_rolls(older: &serde_json::Value, desired: &serde_json::V
     assert!(!pod_template_changed(&other, &other));
 }
 
-/// Issue 15, issue 17, issue 32 (S-12), issue 35 and invariant 9: ClickHouse and Keeper pods
-/// mount no ServiceAccount token, keep a shard's replicas (the Keeper members) apart and mount
-/// their credentials 0440, Keeper's entrypoint is told its data directory and its command
-/// survives `setHostnameAsFQDN`; a StatefulSet written by an operator version that did not say
-/// so (its template lacks all of it, the API server's default 0644 on its volumes, its template hash
-/// taken without them) is not rolled for them, while a real change still is.
+/// Decisions 28, 32, 34 and 42, and invariant 9: ClickHouse and Keeper pods mount no ServiceAccount
+/// token, keep a shard's replicas (the Keeper members) apart and mount their credentials 0440,
+/// Keeper's entrypoint is told its data directory and its command survives `setHostnameAsFQDN`; a
+/// StatefulSet written by an operator version that did not say so (its template lacks all of it,
+/// the API server's default 0644 on its volumes, its template hash taken without them) is not
+/// rolled for them, while a real change still is.
 #[test]
 fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for_it() {
     use crate::model::changes::pod_template_changed;
@@ -1564,7 +1565,7 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
         let spec = sts.spec.template.spec.as_ref().unwrap();
         assert_eq!(spec.automount_service_account_token, Some(false));
         let desired = serde_json::to_value(sts).unwrap();
-        // as a previous version wrote it: no such field, no default anti-affinity (issue 17),
+        // as a previous version wrote it: no such field, no default anti-affinity (decision 28),
         // hash over what it had
         let mut older = desired.clone();
         let older_spec = older["spec"]["template"]["spec"].as_object_mut().unwrap();
@@ -1573,7 +1574,7 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             older_spec.remove("affinity").is_some(),
             "the default anti-affinity is in the template"
         );
-        // nor a mode on the volumes of credentials (issue 32, S-12): the hash was taken without
+        // nor a mode on the volumes of credentials (decision 34): the hash was taken without
         // it, and the API server wrote its default 0644
         let mut modes = 0;
         for v in older["spec"]["template"]["spec"]["volumes"]
@@ -1589,7 +1590,7 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             }
         }
         assert!(modes > 0 || sts.metadata.name.as_deref().unwrap().contains("keeper"));
-        // nor the main container's log-on-error termination message (issue 33): the API server
+        // nor the main container's log-on-error termination message (decision 30): the API server
         // wrote its default `File`
         let main = &mut older["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(
@@ -1599,7 +1600,7 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             Some(json!(crate::model::LOG_ON_ERROR)),
             "the main container ends with its log's tail"
         );
-        // nor Keeper's data directory variable and host-name-safe command (issue 35)
+        // nor Keeper's data directory variable and host-name-safe command (decision 42)
         if main["name"] == crate::model::keeper::KEEPER_CONTAINER {
             let m = main.as_object_mut().unwrap();
             m.insert(
@@ -1638,7 +1639,7 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
     }
 }
 
-/// Issue 15: ClickHouse authenticates to Keeper. With a Keeper password (every cluster created
+/// Decision 27: ClickHouse authenticates to Keeper. With a Keeper password (every cluster created
 /// by this version) `<cluster>-users` holds a file that merges `zookeeper/identity`
 /// (`clickhouse:<password>`, escaped) into the runtime file's `zookeeper` section: it sorts after
 /// that file and does not replace the section. Every server pod projects it into `config.d/`;
@@ -1725,7 +1726,7 @@ fn servers_authenticate_to_keeper_with_a_generated_identity() {
     }
 }
 
-/// Issue 15 and invariant 9: Keeper members answer only the four-letter words the probe and the
+/// Decision 27 and invariant 9: Keeper members answer only the four-letter words the probe and the
 /// exporter use; the list is in the configuration but not in the pod template's hash, so an
 /// ensemble an older operator created is not restarted for it.
 #[test]
@@ -1750,7 +1751,7 @@ fn keeper_answers_few_four_letter_words_without_a_restart_for_them() {
     assert!(probe.contains("printf srvr"), "{probe}");
 }
 
-/// Issue 15: the NetworkPolicies. `<cluster>-server` selects the server pods: every port from
+/// Decision 27: the NetworkPolicies. `<cluster>-server` selects the server pods: every port from
 /// the cluster's servers, the client ports (not the interserver one) from the operator (its
 /// pods by selector in its namespace, or its networks without one), the backup agents and the
 /// spec's clients (everyone when none). `<cluster>-keeper` selects the Keeper pods: every port
@@ -1838,7 +1839,7 @@ fn network_policies_let_in_only_what_each_port_needs() {
     assert_eq!(
         from.len(),
         2,
-        "the servers and the operator: no other namespace unless allowed (issue 32, S-5)"
+        "the servers and the operator: no other namespace unless allowed (decision 38)"
     );
     let mut shared = c.clone();
     shared.spec.keeper.allowed_namespaces = vec!["tenant-a".into()];
@@ -1891,7 +1892,7 @@ fn network_policies_let_in_only_what_each_port_needs() {
     );
 }
 
-/// Issue 17: `spec.pod.template` and `spec.keeper.pod.template` reach every server and Keeper
+/// Decision 28: `spec.pod.template` and `spec.keeper.pod.template` reach every server and Keeper
 /// pod template (an init container, an extra volume mounted into the main container, a pull
 /// secret); one that sets what the operator owns is an error naming the field, for the servers
 /// and for Keeper alike, and nothing is built.
@@ -1951,7 +1952,7 @@ fn pod_templates_reach_the_server_and_keeper_pods_and_owned_fields_are_refused()
     }
 }
 
-/// Issue 17: `spec.clusterDomain` names every host the servers and Keeper know each other by
+/// Decision 28: `spec.clusterDomain` names every host the servers and Keeper know each other by
 /// (`remote_servers`, the Keeper nodes, the interserver host, Keeper's raft members).
 #[test]
 fn the_cluster_domain_names_every_host() {
@@ -1985,8 +1986,8 @@ fn the_cluster_domain_names_every_host() {
     );
 }
 
-/// Issue 17: the client Service carries the user's labels, source ranges and traffic policy;
-/// with `perReplica`, every replica gets `<replica>-client` selecting its pod only.
+/// docs/configuration.md: the client Service carries the user's labels, source ranges and traffic
+/// policy; with `perReplica`, every replica gets `<replica>-client` selecting its pod only.
 #[test]
 fn client_service_options_and_per_replica_services() {
     let c = cluster(json!({"clientService": {"type": "LoadBalancer",
@@ -2041,7 +2042,7 @@ fn client_service_options_and_per_replica_services() {
     assert_eq!(spec.load_balancer_source_ranges, None);
 }
 
-/// Issue 17: an external Keeper: the servers list its nodes (or the referenced cluster's Keeper
+/// Decision 28: an external Keeper: the servers list its nodes (or the referenced cluster's Keeper
 /// Service) under the cluster's root, keep their Keeper identity, carry the labels the other
 /// cluster's Keeper NetworkPolicy admits, and the cluster has no Keeper objects of its own.
 #[test]
@@ -2092,7 +2093,7 @@ fn an_external_keeper_is_listed_under_the_clusters_root() {
     assert_eq!(l[labels::KEEPER_OF_NAMESPACE], "infra");
 }
 
-/// Issue 17: the replicas of one shard, and the Keeper members, are kept on different nodes:
+/// Decision 28: the replicas of one shard, and the Keeper members, are kept on different nodes:
 /// preferred by default, required or not at all when the spec says so; the user's own affinity
 /// terms stay.
 #[test]
@@ -2136,8 +2137,8 @@ fn replicas_of_a_shard_and_keeper_members_are_kept_apart() {
     assert!(keeper.template.spec.as_ref().unwrap().affinity.is_none());
 }
 
-/// Issue 17: Keeper's coordination settings from the spec replace the operator's defaults where
-/// they name them and add to them otherwise; without any, the file is as before (so running
+/// docs/changes.md: Keeper's coordination settings from the spec replace the operator's defaults
+/// where they name them and add to them otherwise; without any, the file is as before (so running
 /// ensembles keep their hash); a change restarts the members, not the servers.
 #[test]
 fn keeper_coordination_settings_come_from_the_spec() {
@@ -2167,7 +2168,7 @@ fn keeper_coordination_settings_come_from_the_spec() {
             ("operation_timeout_ms".to_string(), "10000".to_string()),
             ("session_timeout_ms".into(), "30000".into()),
             ("raft_logs_level".into(), "warning".into()),
-            // issue 35: half the 60 s startup probe budget
+            // decision 42: half the 60 s startup probe budget
             ("startup_timeout".into(), "30000".into()),
         ]
     );
@@ -2195,7 +2196,7 @@ fn keeper_coordination_settings_come_from_the_spec() {
     assert_eq!(templates(&d), templates(&t), "the servers do not");
 }
 
-/// Issue 17: a shard's own configuration files reach that shard's replicas only (their
+/// docs/changes.md: a shard's own configuration files reach that shard's replicas only (their
 /// ConfigMaps, projected into `config.d`), and a change restarts only them: the other shard's
 /// pod templates are those of a cluster without shard files.
 #[test]
@@ -2229,7 +2230,7 @@ fn shard_files_reach_that_shards_replicas_only() {
     assert!(annotation(&b[2], labels::SHARD_FILES_HASH).is_some());
 }
 
-/// Issue 17: a replica's own configuration files (`configuration.replicaFiles`, keyed by the
+/// docs/changes.md: a replica's own configuration files (`configuration.replicaFiles`, keyed by the
 /// replica's name) reach that replica only (its ConfigMap, projected into `config.d`), and a
 /// change restarts only it: every other pod template is that of a cluster without them.
 #[test]
@@ -2269,7 +2270,7 @@ fn replica_files_reach_that_replica_only() {
     assert!(annotation(&b[3], labels::REPLICA_FILES_HASH).is_some());
 }
 
-/// Issue 17: a `users.d/` file of `configuration.files` is kept in `<cluster>-users` and
+/// docs/changes.md: a `users.d/` file of `configuration.files` is kept in `<cluster>-users` and
 /// projected into `users.d` (not in any ConfigMap, as it may hold passwords); the operator's
 /// own names stay reserved there too.
 #[test]
@@ -2321,10 +2322,10 @@ fn users_d_files_go_to_users_d_through_the_users_secret() {
     ));
 }
 
-/// Issue 17: further disks, storage policies and a log volume: a claim template and a mount
-/// per disk (`disk-<name>` at `/var/lib/clickhouse-disks/<name>`), the log volume's claim
-/// instead of scratch space, `storage_configuration` with the disks at their mount paths and
-/// the policies' volumes in the spec's order; PVC labels and annotations on every claim
+/// docs/configuration.md, "Storage": further disks, storage policies and a log volume: a claim
+/// template and a mount per disk (`disk-<name>` at `/var/lib/clickhouse-disks/<name>`), the log
+/// volume's claim instead of scratch space, `storage_configuration` with the disks at their mount
+/// paths and the policies' volumes in the spec's order; PVC labels and annotations on every claim
 /// template under the operator's labels. Without them the objects are the same as before.
 #[test]
 fn disks_policies_and_a_log_volume_become_claims_mounts_and_storage_configuration() {
@@ -2415,7 +2416,8 @@ fn disks_policies_and_a_log_volume_become_claims_mounts_and_storage_configuratio
     assert!(claim0.metadata.annotations.is_none());
 }
 
-/// Issue 17: the Keeper's PVC labels and annotations come from `spec.keeper.storage`.
+/// docs/configuration.md, "Storage": the Keeper's PVC labels and annotations come from
+/// `spec.keeper.storage`.
 #[test]
 fn keeper_pvcs_carry_the_labels_of_keeper_storage() {
     let c = cluster(json!({"keeper": {"storage": {"size": "1Gi", "labels": {"team": "k"}}}}));
@@ -2425,11 +2427,12 @@ fn keeper_pvcs_carry_the_labels_of_keeper_storage() {
     assert_eq!(claim.metadata.labels.as_ref().unwrap()["team"], "k");
 }
 
-/// Issue 17 and invariant 9: `topologySpreadKey` spreads each shard's replicas over the
-/// topology (a constraint selecting the shard's pods) besides the whole cluster's, so that with
-/// two zones no shard sits in one; a StatefulSet written before the shard constraint existed
-/// (only the cluster-wide one, its hash taken without the other) is not rolled for it, while a
-/// real change still rolls and then writes both. Keeper members get the one spread only.
+/// docs/configuration.md ("Placement") and invariant 9: `topologySpreadKey` spreads each shard's
+/// replicas over the topology (a constraint selecting the shard's pods) besides the whole
+/// cluster's, so that with two zones no shard sits in one; a StatefulSet written before the shard
+/// constraint existed (only the cluster-wide one, its hash taken without the other) is not rolled
+/// for it, while a real change still rolls and then writes both. Keeper members get the one spread
+/// only.
 #[test]
 fn each_shard_is_spread_over_the_topology_and_an_older_template_is_not_rolled_for_it() {
     use crate::model::changes::pod_template_changed;
@@ -2508,12 +2511,12 @@ fn each_shard_is_spread_over_the_topology_and_an_older_template_is_not_rolled_fo
     assert_eq!(spread.len(), 1);
 }
 
-/// Issue 15: `spec.keeper.tls` (configuration only: the ZooKeeper stand-in refuses it): Keeper
-/// serves a secure client port besides the plain one (its probes, the operator's own sessions
-/// and clusters on `keeper.external.clusterRef` use that), raft over TLS, an `openSSL` with the
-/// cluster's certificate verified against its CA, both mounted into the members; the servers
-/// reach every member on the secure port; the Keeper NetworkPolicy admits it; a new
-/// certificate restarts the members (its hash is in their template). Without it none of this
+/// docs/security.md, "What a cluster gets": `spec.keeper.tls` (configuration only: the ZooKeeper
+/// stand-in refuses it): Keeper serves a secure client port besides the plain one (its probes, the
+/// operator's own sessions and clusters on `keeper.external.clusterRef` use that), raft over TLS,
+/// an `openSSL` with the cluster's certificate verified against its CA, both mounted into the
+/// members; the servers reach every member on the secure port; the Keeper NetworkPolicy admits it;
+/// a new certificate restarts the members (its hash is in their template). Without it none of this
 /// is there.
 #[test]
 fn keeper_tls_secures_client_and_raft_traffic_with_the_clusters_certificate() {
@@ -2614,7 +2617,7 @@ fn keeper_tls_secures_client_and_raft_traffic_with_the_clusters_certificate() {
     );
 }
 
-/// Issue 32 (S-9): every element of the generated files that holds a credential — a password,
+/// Decision 34: every element of the generated files that holds a credential — a password,
 /// a password hash, the cluster's `<secret>`, the Keeper identity — carries
 /// `hide_in_preprocessed`, so that servers of 23.8 and later leave it out of the merged copy
 /// they write to `preprocessed_configs/` on the data volume (ClickHouse's `ConfigProcessor::
@@ -2706,7 +2709,7 @@ fn the_keeper_identity_is_read_from_old_and_new_files() {
     assert_eq!(config::server::keeper_identity_of("<clickhouse/>"), None);
 }
 
-/// Issue 32 (S-12): the volumes of credentials (configuration and users files from the Secret,
+/// Decision 34: the volumes of credentials (configuration and users files from the Secret,
 /// TLS certificate and CA) are mounted 0440, readable by the servers' and Keeper's `fsGroup`
 /// and no other user of the pod; a ConfigMap-only volume keeps the default.
 #[test]
@@ -2743,7 +2746,7 @@ fn credentials_are_mounted_readable_by_the_pods_group_only() {
     }
 }
 
-/// Issue 32 (S-12): a setting of `secretSettings` is written as an element that reads the
+/// Decision 34: a setting of `secretSettings` is written as an element that reads the
 /// server container's environment variable (`from_env`, hidden from the preprocessed copy),
 /// which the pod takes from the Secret key; a file of `secretFiles` is projected from its
 /// Secret key into `config.d` or `users.d`. No value is in a ConfigMap or the pod template; a
@@ -2911,10 +2914,10 @@ fn secret_settings_and_files_reach_the_servers_from_their_secret_keys_only() {
     );
 }
 
-/// Issue 33: the Keeper client's own settings (`zookeeper/session_timeout_ms`, …) go inside
-/// the operator's `zookeeper` element, after the members, in the file the servers reload (one
-/// element: ClickHouse would not merge two of the same name in one file), with an own and an
-/// external Keeper alike; no other file has them.
+/// The Keeper client's own settings (`zookeeper/session_timeout_ms`, …), which are the user's
+/// (docs/reference/api.md), go inside the operator's `zookeeper` element, after the members, in the
+/// file the servers reload (one element: ClickHouse would not merge two of the same name in one
+/// file), with an own and an external Keeper alike; no other file has them.
 #[test]
 fn keeper_client_settings_join_the_operators_zookeeper_element() {
     for keeper in [
@@ -2953,7 +2956,7 @@ fn keeper_client_settings_join_the_operators_zookeeper_element() {
     }
 }
 
-/// Issue 31 (S-2): the backup destinations' buckets and keys are named collections in the file
+/// Decision 35: the backup destinations' buckets and keys are named collections in the file
 /// the servers reload (no restart: no pod template changes), each key hidden from the
 /// preprocessed copy, and only where every server reads them from its configuration for
 /// `BACKUP`, hides them from the preprocessed copy and requires a grant to use them (23.8+);

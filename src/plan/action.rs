@@ -13,13 +13,13 @@ pub enum Action {
     CreateOperatorSecret,
     /// Make the cluster the owner of `<cluster>-operator` again: a Secret kept from a deleted
     /// cluster of the same name whose volumes were retained, handed to those volumes at its
-    /// deletion (issue 33).
+    /// deletion (decision 30).
     AdoptOperatorSecret,
     /// Add a random password for the metrics exporter's account to an `<cluster>-operator`
     /// made before it existed (unless the Secret changed since it was observed).
     AddExporterPassword,
     /// Publish the exporter's password and the cluster's CA where the exporter reads them
-    /// (`EXPORTER_CREDENTIALS_SECRET`, issue 32 S-6).
+    /// (`EXPORTER_CREDENTIALS_SECRET`, decision 36).
     PublishExporterCredentials,
     /// Server-side apply of a built object; `create` when the object was not observed, so that
     /// an existing object that is not the cluster's is never taken over.

@@ -97,7 +97,7 @@ pub struct Observed {
     pub exporter_credentials_published: Option<bool>,
 }
 
-/// What the cluster whose Keeper another one references says to it (issue 32, S-5).
+/// What the cluster whose Keeper another one references says to it (decision 38).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeeperOwner {
     /// It lists the referencing namespace in `spec.keeper.allowedNamespaces`.
@@ -567,7 +567,7 @@ fn old_revision(sts: &StatefulSet, p: &Pod) -> bool {
 /// Why a pod cannot run, if it cannot (S2-31, S2-39). A container that keeps crashing is
 /// reported with the last error its log shows (read from its previous run's log, else from its
 /// termination message, which is its log's tail, `FallbackToLogsOnError`), with every
-/// credential the cluster uses masked (issue 33).
+/// credential the cluster uses masked (decision 30).
 fn pod_failing(p: &Pod, now: Timestamp, obs: &Observed) -> Option<String> {
     let inputs = &obs.inputs;
     let name = p.metadata.name.clone().unwrap_or_default();
@@ -756,7 +756,7 @@ mod tests {
         .unwrap()
     }
 
-    /// Issue 33 item 1: a server that keeps crashing is reported with the last error of its
+    /// Decision 30: a server that keeps crashing is reported with the last error of its
     /// log (its termination message), without the timestamp, and without any credential the
     /// line repeats.
     #[test]

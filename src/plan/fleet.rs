@@ -1,4 +1,4 @@
-//! PURE: which ClickHouse version the cluster's configuration may rely on (issue 15).
+//! PURE: which ClickHouse version the cluster's configuration may rely on (decision 33).
 //!
 //! Some of what the operator writes is understood only by newer servers: the cluster
 //! `<secret>` (20.10) makes 18.16 refuse the whole `remote_servers` file, `<grants>` of a users
@@ -65,7 +65,7 @@ mod tests {
             .collect()
     }
 
-    /// Issue 15: the version is taken from what every server reports, the lowest one.
+    /// Decision 33: the version is taken from what every server reports, the lowest one.
     #[test]
     fn the_recorded_version_is_the_lowest_every_server_reports() {
         let (a, b) = ("a".to_string(), "b".to_string());
@@ -99,7 +99,7 @@ mod tests {
         assert_eq!(recorded_version(None, &BTreeMap::new(), &[]), None);
     }
 
-    /// Issue 15: the image tag never raises the version (the local kubelet runs 18.16 for a
+    /// Decision 33: the image tag never raises the version (the local kubelet runs 18.16 for a
     /// `24.8` tag) but lowers it, so a downgrade turns newer features off before any pod
     /// restarts on the older image; a tag that names no version changes nothing.
     #[test]

@@ -520,7 +520,7 @@ mod tests {
         assert!(cond.message.contains("single copy"));
     }
 
-    /// Issue 32 (S-14): a LoadBalancer or NodePort client Service without TLS is allowed, and
+    /// Decision 40: a LoadBalancer or NodePort client Service without TLS is allowed, and
     /// said once: a `PlainTextExposure` condition and one Warning event when it starts.
     #[test]
     fn a_client_service_outside_the_cluster_without_tls_draws_a_warning_once() {

@@ -227,7 +227,7 @@ pub fn adopt_observed(
 }
 
 /// The replicas of a cluster created again with the name of a deleted one whose volumes were
-/// retained (`reclaimPolicy: Retain`, issue 33): while the map is empty and no server
+/// retained (`reclaimPolicy: Retain`, decision 30): while the map is empty and no server
 /// StatefulSet exists, each data PVC named like a replica's (`data-<cluster>-<shard>-<index>-0`,
 /// its labels agreeing) that is neither being deleted nor handed to the PVC cleaner is taken
 /// back as `Pending`, so that the cluster comes back on its data instead of beside it.

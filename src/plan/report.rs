@@ -308,7 +308,7 @@ fn state(
             waits.push("waiting for the client Service's address".into());
         }
     }
-    // why pods are not Ready, where they say (issue 33: a crash loop names its last error)
+    // why pods are not Ready, where they say (decision 30: a crash loop names its last error)
     let failing = wanted
         .iter()
         .map(|n| pass.facts.server(n))

@@ -403,10 +403,10 @@ mod tests {
         }
     }
 
-    /// Issue 17: when every replica of a shard is on the new template at once (their
-    /// StatefulSets recreated for a new volume), one healthy replica at a time goes out of
-    /// traffic and restarts, the newest first and the backup replica last: the others wait
-    /// their turn in traffic (both were taken out and restarted together before).
+    /// Decision 5, for a new volume (docs/configuration.md, "Storage"): when every replica of a
+    /// shard is on the new template at once (their StatefulSets recreated), one healthy replica at
+    /// a time goes out of traffic and restarts, the newest first and the backup replica last: the
+    /// others wait their turn in traffic (both were taken out and restarted together before).
     #[test]
     fn replicas_all_on_the_new_template_still_restart_one_at_a_time() {
         let mut ms = vec![member("a0", 0, 0, true), member("a1", 0, 1, false)];
@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(p.exclude_pods, ["a0"], "{p:?}");
     }
 
-    /// Issue 17: with every replica of two shards on the new template at once, one replica of
+    /// Decision 5: with every replica of two shards on the new template at once, one replica of
     /// the whole cluster restarts first (the canary); the other shard waits until it is back.
     #[test]
     fn recreated_statefulsets_restart_a_canary_first() {

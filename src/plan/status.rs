@@ -80,7 +80,7 @@ pub fn failed(
     s
 }
 
-/// The condition about the cluster's reach outside Kubernetes (issue 32, S-14).
+/// The condition about the cluster's reach outside Kubernetes (decision 40).
 pub const EXPOSURE: &str = "PlainTextExposure";
 
 /// Sets the `PlainTextExposure` condition: `True` while the client Service reaches outside the

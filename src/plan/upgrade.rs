@@ -1,4 +1,4 @@
-//! PURE: automatic version upgrades (seed 002, S2-24). At a scheduled time, and only while the
+//! PURE: automatic version upgrades (S2-24, decision 15). At a scheduled time, and only while the
 //! cluster is `ready`, the operator reads a version document and, if it offers a newer allowed
 //! version than the one in `spec.image`, writes that version's image into `spec.image`; Smart
 //! Update then rolls it out. Never a downgrade, unless `apply` names that exact version.
@@ -67,7 +67,7 @@ pub enum Verdict {
 
 /// Parses a version document.
 /// Errors say where the document is wrong, never what it holds: a source may be any URL, and
-/// its answer must not travel into a status (issue 32, S-4).
+/// its answer must not travel into a status (decision 37).
 pub fn parse_document(text: &str) -> Result<VersionDocument, String> {
     let doc: VersionDocument = serde_json::from_str(text).map_err(|e| {
         let kind = match e.classify() {
@@ -111,7 +111,7 @@ pub fn repository(image: &str) -> &str {
 }
 
 /// The decision of one check for a cluster running `image`; an offered image must come from
-/// `image`'s repository or one of `allowed` (issue 32, S-4: a version source picks a version,
+/// `image`'s repository or one of `allowed` (decision 37: a version source picks a version,
 /// not what runs with the cluster's credentials and volumes).
 pub fn decide(
     apply: &Apply,
@@ -235,7 +235,7 @@ mod tests {
         }
     }
 
-    /// S2-24 / issue 16: the decision table of an upgrade check.
+    /// S2-24, decision 15: the decision table of an upgrade check.
     #[test]
     fn an_upgrade_check_decides_by_apply_state_and_source() {
         let d = doc();
@@ -388,7 +388,7 @@ mod tests {
         assert!(Apply::parse("soon").is_err());
     }
 
-    /// Issue 32 (S-4): a version source picks a version, not a repository: an image of another
+    /// Decision 37: a version source picks a version, not a repository: an image of another
     /// repository is refused unless the cluster allows it; a digest is fine.
     #[test]
     fn an_offered_image_of_another_repository_is_refused_unless_allowed() {

@@ -119,7 +119,7 @@ mod tests {
 /// share the operator.
 pub const MAX_IDLE_RECHECK: Duration = Duration::from_secs(60);
 
-/// How long an idle `ready` cluster waits for its next health check (issue 19): [`RECHECK`],
+/// How long an idle `ready` cluster waits for its next health check (decision 41): [`RECHECK`],
 /// or longer when `clusters` idle checks of `mean_pass` each would otherwise take more than
 /// half of the time of the `concurrency` pass slots (about half: the spread below), so that a new or changed cluster always finds a slot
 /// (with one slot, 5 s re-checks of 20 ms passes fill it at 250 clusters and new clusters wait
@@ -166,7 +166,7 @@ pub fn is_idle_check(due: Option<std::time::Instant>, now: std::time::Instant) -
 
 /// How many idle health checks may hold or wait for a pass slot at once: half the slots (at
 /// least one), so that a pass a change triggers never queues behind more than that many of
-/// them (issue 19: at 1000 clusters the checks queued ahead of a pod's change delayed the
+/// them (decision 41: at 1000 clusters the checks queued ahead of a pod's change delayed the
 /// status by over a second).
 pub fn idle_slots(concurrency: u16) -> usize {
     usize::from(concurrency.max(2) / 2)
@@ -272,7 +272,7 @@ pub fn spread_of(key: &str) -> f64 {
 mod pacing_tests {
     use super::*;
 
-    /// Issue 19: few clusters are checked every 5 s; beyond what half the pass slots can
+    /// Decision 41: few clusters are checked every 5 s; beyond what half the pass slots can
     /// check every 5 s, the period grows so that they use at most half; never beyond a minute.
     fn close(a: Duration, b: Duration) -> bool {
         a.abs_diff(b) < Duration::from_millis(1)
@@ -311,7 +311,7 @@ mod pacing_tests {
         assert!((0.0..1.0).contains(&a));
     }
 
-    /// Issue 19: a pass that starts when its cluster's idle check is due counts as that check
+    /// Decision 41: a pass that starts when its cluster's idle check is due counts as that check
     /// (and waits for an idle slot); one that starts earlier was triggered by a change, as is
     /// any pass of a cluster with nothing scheduled; the schedule is used once. Idle checks
     /// get half the slots, at least one.

@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(judge(Some(&no_renew), "a", now), Verdict::Acquire);
     }
 
-    /// Issue 15: after a partition the old leader stops acting before its lease can be taken
+    /// S2-06: after a partition the old leader stops acting before its lease can be taken
     /// over: it gives up once it has not renewed for the renew deadline, which leaves a margin
     /// of at least one renew period before the lease duration runs out.
     #[test]

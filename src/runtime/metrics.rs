@@ -393,9 +393,9 @@ mod tests {
         assert!(text.contains("clickhouse_operator_last_successful_reconcile_timestamp_seconds{"));
     }
 
-    /// Issue 14: per cluster, its state as a labelled gauge, its pods desired/ready/updated,
-    /// its condemned replicas and its last successful backup; `build_info`; every series of a
-    /// deleted cluster removed.
+    /// Per cluster, its state as a labelled gauge, its pods desired/ready/updated, its condemned
+    /// replicas and its last successful backup; `build_info`; every series of a deleted cluster
+    /// removed (docs/monitoring.md, "The operator's metrics").
     #[test]
     fn cluster_series_follow_the_status_and_go_with_the_cluster() {
         let m = Metrics::default();

@@ -120,9 +120,9 @@ pub struct Settings {
     /// NetworkPolicies let these pods in. Unset: they let the operator's networks in.
     pub operator_pod_labels: Option<std::collections::BTreeMap<String, String>>,
     /// The Secret, in `lease_namespace`, where the operator publishes each cluster's exporter
-    /// credentials and the exporter reads them (`EXPORTER_CREDENTIALS_SECRET`; the chart
-    /// creates it), so that the exporter may read that one Secret and no other (issue 32,
-    /// S-6). Unset: nothing is published, and the exporter reads each cluster's own Secrets.
+    /// credentials and the exporter reads them (`EXPORTER_CREDENTIALS_SECRET`; the chart creates
+    /// it), so that the exporter may read that one Secret and no other (decision 36). Unset:
+    /// nothing is published, and the exporter reads each cluster's own Secrets.
     pub exporter_credentials: Option<String>,
 }
 
@@ -572,7 +572,7 @@ mod tests {
         }
     }
 
-    /// Issue 15: the operator's account accepts logins from `OPERATOR_NETWORKS`; unset, from
+    /// Decision 27: the operator's account accepts logins from `OPERATOR_NETWORKS`; unset, from
     /// the pod network around `POD_IP`, or outside a pod around this machine's addresses (never
     /// loopback alone, never everything); a bad value is refused with its variable.
     #[test]

@@ -1,4 +1,4 @@
-//! Networks ClickHouse accounts may connect from (issue 15): addresses and CIDRs as ClickHouse's
+//! Networks ClickHouse accounts may connect from (decision 27): addresses and CIDRs as ClickHouse's
 //! `<networks><ip>` takes them, checked here so that a typo is refused with its field instead of
 //! making ClickHouse reject the whole users file.
 
@@ -72,7 +72,7 @@ pub fn parse_list(value: &str, field: &str) -> Result<Vec<String>, String> {
 mod tests {
     use super::*;
 
-    /// Issue 15: addresses and networks are checked and written canonically; garbage, a bad
+    /// Decision 27: addresses and networks are checked and written canonically; garbage, a bad
     /// prefix or a host name is refused with the field named.
     #[test]
     fn networks_are_checked_and_canonical() {

@@ -249,7 +249,7 @@ async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
     out
 }
 
-/// S0-04, seed 000, decision 26: a 2-shard × 2-replica cluster is backed up to a real S3 server, each
+/// S0-04, decision 26: a 2-shard × 2-replica cluster is backed up to a real S3 server, each
 /// shard on its backup replica only (its FREEZE statements are in that replica's query log and
 /// in no other's); the bucket holds the manifest, written last, and each shard's parts. A second,
 /// incremental backup after a few more rows (a new partition: parts of the old ones do not
@@ -562,7 +562,7 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
     out
 }
 
-/// Issue 31 (S-1): whoever can write to the bucket writes manifests for a backup no
+/// Decision 29: whoever can write to the bucket writes manifests for a backup no
 /// ClickHouseBackup here took, and a ClickHouseRestore names it. Shard 0's part would be written
 /// over the server's `metadata/` folder (its part name climbs out of `detached/`), with the file
 /// in the bucket where the manifest says; shard 1's database "statement" drops the table, and
@@ -695,7 +695,7 @@ async fn restore_from_a_lying_bucket_changes_nothing(
     assert_eq!(&rows_per_replica(client, ns).await, rows);
 }
 
-/// Issue 31: `deletionPolicy: Delete` on the full backup, which the incremental one builds on,
+/// Decision 26: `deletionPolicy: Delete` on the full backup, which the incremental one builds on,
 /// then the full backup deleted: its manifests and every object no other backup references are
 /// gone from the bucket before the resource goes, the parts the incremental backup references
 /// stay (it can still be restored), and an event says what was removed.
@@ -811,7 +811,7 @@ async fn operator_secrets(client: &Client, ns: &str, cluster: &str) -> Vec<Strin
         .collect()
 }
 
-/// Issue 31 (S-2): none of `secrets` (the S3 keys and the cluster's generated passwords the
+/// Decision 29: none of `secrets` (the S3 keys and the cluster's generated passwords the
 /// backups and restores of `ns` used) is in the status of a ClickHouseBackup or
 /// ClickHouseRestore of `ns`, an Event of `ns`, an agent pod still there (its termination
 /// message), the log of any agent of `ns` (the local kubelet keeps it after the pod: its last
@@ -996,10 +996,10 @@ async fn proxy() -> Proxy {
     }
 }
 
-/// S2-40, seed 002: a schedule `*/1 * * * *` with `keep: 2` creates a backup each minute (incremental
+/// S2-40: a schedule `*/1 * * * *` with `keep: 2` creates a backup each minute (incremental
 /// on the one before); retention removes the oldest successful ones with their data, never a
 /// part a kept backup still references; no backup is created while the cluster is paused.
-/// Issue 31: the cluster's `backup.agent` settings reach every agent pod (labels, annotations,
+/// Decision 26: the cluster's `backup.agent` settings reach every agent pod (labels, annotations,
 /// tolerations, resources, pull secrets, environment), and with `HTTP_PROXY` among them every
 /// agent reaches the bucket through that proxy (a relay in this test process that counts what
 /// it carried) while still reaching its server directly.
@@ -1221,7 +1221,7 @@ async fn scheduled_backups_run_each_minute_keep_two_and_stop_while_paused() {
     finish(&client, &ns, op).await;
 }
 
-/// S2-27, seed 002: a Smart Update waits while a backup of the cluster is `Running` and says so; no
+/// S2-27: a Smart Update waits while a backup of the cluster is `Running` and says so; no
 /// server pod is deleted until the backup is over. Here the backup's agent cannot start (the
 /// operator is told to run an image that does not exist), so the backup stays `Running` until
 /// the operator gives up on its agent (after two minutes) and fails it, naming the cause; then
@@ -1304,11 +1304,11 @@ async fn a_rollout_waits_while_a_backup_runs() {
     finish(&client, &ns, op).await;
 }
 
-/// S0-04, seed 000: the backup replica's pod deleted (its server stopped, the pod recreated by
+/// S0-04, decision 26: the backup replica's pod deleted (its server stopped, the pod recreated by
 /// its StatefulSet) while the agent works. The backup ends `Failed`
 /// naming the replica and the cause, its manifest is never written (nothing looks complete), and
 /// the next backup, once the replica is back, succeeds and holds every row.
-/// Issue 31: the cluster has a further disk (`storage.disks`), which backups once refused: the
+/// Decision 26: the cluster has a further disk (`storage.disks`), which backups once refused: the
 /// agent mounts it beside the data volume, and the backup and its restore hold every row. 18.16
 /// ignores storage policies, so its parts are all on the data volume here; a freeze that
 /// snapshots parts on several disks is read from each (`backup::agent`, not run here).
@@ -1479,11 +1479,11 @@ fn drop_page_cache() -> bool {
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
-/// Benchmark (issues 13 and 31), not a test: backup and restore throughput of a table of at
-/// least 1 GiB on disk (random 64-bit columns, which do not compress), beside a plain copy of
-/// the same parts on the same disk and to and from the same S3 server by another client (curl,
-/// SigV4, four files at a time). The backup and restore times include the operator's passes and
-/// the agent Jobs' start. Run it with `hack/bench.sh backup`.
+/// Benchmark (docs/internals.md, "Benchmarks"), not a test: backup and restore throughput of a
+/// table of at least 1 GiB on disk (random 64-bit columns, which do not compress), beside a plain
+/// copy of the same parts on the same disk and to and from the same S3 server by another client
+/// (curl, SigV4, four files at a time). The backup and restore times include the operator's passes
+/// and the agent Jobs' start. Run it with `hack/bench.sh backup`.
 #[tokio::test]
 #[ignore = "a benchmark: hack/bench.sh backup"]
 async fn benchmark_backup_and_restore_throughput() {
@@ -1797,10 +1797,10 @@ fn assert_each_step_survived(
     );
 }
 
-/// Issue 31 (S0-19, invariants 1 and 6 for backups): a backup of a 2-shard × 2-replica cluster
-/// under write load, then a restore of it, each driven by operators that die right after every
-/// kind of step once (the bucket checked, each shard's agent Job created, the manifest read or
-/// written, each status written), before anything records it. Each ends `Succeeded`; no agent
+/// Decisions 24 and 26 (S0-19, invariants 1 and 6 for backups): a backup of a 2-shard × 2-replica
+/// cluster under write load, then a restore of it, each driven by operators that die right after
+/// every kind of step once (the bucket checked, each shard's agent Job created, the manifest read
+/// or written, each status written), before anything records it. Each ends `Succeeded`; no agent
 /// Job is ever created twice (one UID per Job); every acknowledged row of the writer is on every
 /// replica; the restored table holds exactly the rows it had, on every replica; no Secret value
 /// leaked.

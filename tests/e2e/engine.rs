@@ -110,7 +110,7 @@ async fn scale_out_then_in_keeps_data_and_leaves_no_trace() {
         ["100"]
     );
     // S0-28 / S0-29: their PVCs were labelled, then deleted by the PVC cleaner once unused.
-    // Issue 32 (S-7): a PVC someone else labelled the same way, with every label the operator
+    // Decision 39: a PVC someone else labelled the same way, with every label the operator
     // sets, is kept: the labels are not the operator's proof.
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let foreign: PersistentVolumeClaim = serde_json::from_value(json!({

@@ -1,5 +1,5 @@
-//! The metrics exporter (issue 14) against real 18.16 servers and the Keeper stand-in: every
-//! server and Keeper member of the cluster is in one scrape with its labels; a server that is
+//! The metrics exporter (docs/monitoring.md) against real 18.16 servers and the Keeper stand-in:
+//! every server and Keeper member of the cluster is in one scrape with its labels; a server that is
 //! down reports `clickhouse_up 0` while the others keep reporting.
 
 use std::time::{Duration, Instant};
@@ -22,24 +22,24 @@ fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
         .and_then(|l| l.rsplit(' ').next())
 }
 
-/// Issue 14, end to end: the exporter runs as a pod of the operator chart (`exporter.enabled`,
-/// scoped to the test namespace by `watchNamespace`, so under the chart's namespaced Role), and
-/// its `/metrics` holds, for each of the four servers of a 2×2 cluster, `clickhouse_up 1`, its
-/// `system.metrics`, `system.events`, replication and parts figures of a replicated table, with
-/// the labels namespace, cluster, shard, replica and pod; and for each of the three Keeper
-/// members `keeper_up 1` with its `mntr` figures. Five queries move that host's query counter by
-/// at least five; a replica that stops fetching shows a replication queue after an insert on
-/// the other replica of its shard. Every metric the chart's dashboards and alert rules use is in
-/// the real output (or named, with the reason, as absent on these servers). With one server hung
-/// (its process stopped), the very next scrape reports it `clickhouse_up 0` while the three
-/// others still report `1` with their metrics; running again, it is reported up again; the same
-/// with the server killed (SIGKILL) until the node restarted it. (A member whose pod is gone is
-/// reported down too: `exporter::tests`.)
+/// docs/monitoring.md, end to end: the exporter runs as a pod of the operator chart
+/// (`exporter.enabled`, scoped to the test namespace by `watchNamespace`, so under the chart's
+/// namespaced Role), and its `/metrics` holds, for each of the four servers of a 2×2 cluster,
+/// `clickhouse_up 1`, its `system.metrics`, `system.events`, replication and parts figures of a
+/// replicated table, with the labels namespace, cluster, shard, replica and pod; and for each of
+/// the three Keeper members `keeper_up 1` with its `mntr` figures. Five queries move that host's
+/// query counter by at least five; a replica that stops fetching shows a replication queue after an
+/// insert on the other replica of its shard. Every metric the chart's dashboards and alert rules
+/// use is in the real output (or named, with the reason, as absent on these servers). With one
+/// server hung (its process stopped), the very next scrape reports it `clickhouse_up 0` while the
+/// three others still report `1` with their metrics; running again, it is reported up again; the
+/// same with the server killed (SIGKILL) until the node restarted it. (A member whose pod is gone
+/// is reported down too: `exporter::tests`.)
 #[tokio::test]
 async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported() {
     let client = client().await;
     let ns = namespace(&client, "export").await;
-    // issue 32 (S-6): the operator publishes the exporter's credentials in the chart's Secret
+    // decision 36: the operator publishes the exporter's credentials in the chart's Secret
     let credentials = "m-clickhouse-operator-exporter-credentials";
     let op = start_operator_env(
         &client,
@@ -88,7 +88,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    // issue 32 (S-6): the exporter's ServiceAccount may read its one Secret, no other
+    // decision 36: the exporter's ServiceAccount may read its one Secret, no other
     for (secret, allowed) in [
         (credentials, true),
         ("c1-operator", false),
@@ -120,7 +120,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    // issue 32 (S-6): /metrics answers only with the token of the chart's Secret
+    // decision 36: /metrics answers only with the token of the chart's Secret
     let anonymous = http.get(&url).send().await.unwrap();
     assert_eq!(anonymous.status().as_u16(), 401, "no token, no metrics");
     // a request at once: within the exporter's 1 s cache, the last scrape's answer
@@ -158,7 +158,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         let c = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
         exec(&c, "INSERT INTO default.t VALUES (1)").await;
     }
-    // issue 32 (S-6): the exporter's own account reads the system tables and nothing else
+    // decision 36: the exporter's own account reads the system tables and nothing else
     {
         use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint, QueryOptions};
         let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
@@ -231,7 +231,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         },
     )
     .await;
-    // issue 32 (S-6): a request right after a scrape gets that scrape's answer, unchanged (a
+    // decision 36: a request right after a scrape gets that scrape's answer, unchanged (a
     // fresh one differs: the servers' counters move between two scrapes)
     let again = fetch().await.expect("a request within the cache's second");
     assert!(again == text, "a second scrape within the cache's interval");
@@ -518,9 +518,9 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Benchmark (issue 14), not a test: the exporter's scrape time and memory for 20 and 100 hosts,
-/// simulated by pointing it at the two real 18.16 servers of a cluster 10 and 50 times each (with
-/// its Keeper member once). Run it with `hack/bench.sh exporter`.
+/// Benchmark (docs/internals.md, "Benchmarks"), not a test: the exporter's scrape time and memory
+/// for 20 and 100 hosts, simulated by pointing it at the two real 18.16 servers of a cluster 10 and
+/// 50 times each (with its Keeper member once). Run it with `hack/bench.sh exporter`.
 #[tokio::test]
 #[ignore = "a benchmark: hack/bench.sh exporter"]
 async fn benchmark_exporter_scrape_of_20_and_100_hosts() {

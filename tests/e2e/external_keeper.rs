@@ -1,4 +1,4 @@
-//! A cluster that uses another cluster's Keeper ensemble (issue 17), on the local Kubernetes
+//! A cluster that uses another cluster's Keeper ensemble (decision 28), on the local Kubernetes
 //! with real ClickHouse 18.16 servers and the Keeper stand-in (ZooKeeper 3.8).
 
 use serde_json::json;
@@ -13,13 +13,13 @@ async fn count(client: &kube::Client, ns: &str, cluster: &str, pod: &str) -> u64
         .unwrap()
 }
 
-/// Issue 17: cluster `b` keeps its replication metadata and DDL queue under its own root in
+/// Decision 28: cluster `b` keeps its replication metadata and DDL queue under its own root in
 /// cluster `a`'s Keeper (another namespace): both replicate a table of the same Keeper path
 /// without seeing each other's rows, on every replica; `b`'s root exists before its servers
 /// start, stays when `b` is deleted with `reclaimPolicy: Retain` (b created again takes it over
 /// with its rows) and goes when `b` is deleted with `Delete`, while `a`'s paths and replication
 /// are untouched.
-/// Issue 32 (S-5): `b` is refused, with the reason in its status, until `a` lists `b`'s
+/// Decision 38: `b` is refused, with the reason in its status, until `a` lists `b`'s
 /// namespace in `spec.keeper.allowedNamespaces`; `b`'s root belongs to `b`'s identity alone, so
 /// `a`'s servers can list the roots but not read inside `b`'s. A third cluster on the same
 /// ensemble by its members' address can neither nest its root inside `b`'s nor take `b`'s root
@@ -125,7 +125,7 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     let a_paths = query(&a0, &under("/clickhouse/tables/0/t/replicas".into())).await;
     assert_eq!(a_paths.len(), 2, "a's two replicas: {a_paths:?}");
 
-    // issue 32 (S-5): another cluster on the same ensemble (by its members' address) may
+    // decision 38: another cluster on the same ensemble (by its members' address) may
     // neither nest its root inside b's nor take b's root: refused before anything is created
     let keeper_ip =
         kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns_a)
@@ -180,7 +180,7 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
 
     // b deleted with `reclaimPolicy: Retain` (the default): its root stays with its volumes
     // (a still may not read it), and b created again takes over its credentials, its root and
-    // its rows (issue 33)
+    // its rows (decision 30)
     let b_spec = json!({"replicas": 2, "storage": {"size": "1Gi"},
         "keeper": {"replicas": 0, "external": {"clusterRef": {"name": "a", "namespace": ns_a}}}});
     clean_up(&client, &ns_b).await;

@@ -400,7 +400,8 @@ async fn a_replica_that_cannot_catch_up_stops_the_rollout_until_it_does() {
     finish(&client, &ns, op).await;
 }
 
-/// Issue 33: the status of a running 2-shard cluster replaced by `{}` (as a backup tool or a
+/// A lost status (docs/operations.md, "What happens on a bad day"): the status of a running
+/// 2-shard cluster replaced by `{}` (as a backup tool or a
 /// hand edit may do): the map is taken back from the server StatefulSets before anything is
 /// written, so no version of the Secret holding `remote_servers` lacks a replica (watched
 /// throughout; the servers reload it within seconds, and one without the cluster fails every
@@ -554,7 +555,7 @@ async fn credentials(
     Some((data, owners))
 }
 
-/// Issue 33 item 1: a cluster deleted and created again with the same name, as a GitOps tool or
+/// Decision 30: a cluster deleted and created again with the same name, as a GitOps tool or
 /// `kubectl delete -f` / `apply -f` does, with rows written every second throughout. With
 /// `reclaimPolicy: Retain` (the default) the credentials Secret outlives the cluster, owned by
 /// the retained volumes; the cluster created again takes it over with the replicas of those
@@ -726,7 +727,7 @@ async fn a_cluster_deleted_and_created_again_comes_back_with_every_row() {
     finish(&client, &ns, op).await;
 }
 
-/// Issue 33 item 3: edits by hand to what the operator owns are repaired, lists and maps
+/// Decision 30: edits by hand to what the operator owns are repaired, lists and maps
 /// included, under write load: an environment variable added to a server's and to Keeper's
 /// container, an annotation added to a server's pod template, and a probe's period changed.
 /// Server-side apply alone leaves what another field manager added; the operator removes it
@@ -971,7 +972,7 @@ async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back
     finish(&client, &ns, op).await;
 }
 
-/// Issue 33 item 8: a server that stops answering in the middle of a pass holds it no longer
+/// Decision 31: a server that stops answering in the middle of a pass holds it no longer
 /// than the step budget. A scale-out from one replica to two, rows written throughout; right
 /// before the schema copy onto the new replica starts, its server process is stopped (SIGSTOP
 /// from the operator's step hook, so that the copy meets a server that accepts connections and
@@ -1061,7 +1062,7 @@ async fn a_server_hung_during_the_schema_copy_holds_the_pass_no_longer_than_its_
     finish(&client, &ns, op).await;
 }
 
-/// Issue 33 item 6 (S2-12, the two-minute rule of `plan::facts::UNSCHEDULABLE_GRACE`): a node
+/// S2-31 and S2-39 (the two-minute rule of `plan::facts::UNSCHEDULABLE_GRACE`): a node
 /// selector no node matches, under write load. While the canary's new pod is Pending the status
 /// names the pod and the scheduler's own reason, and the cluster is not `error`; once the pod
 /// has been unschedulable for more than two minutes the state is `error` with that said;

@@ -156,7 +156,7 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
             "{name} → {domain}: {err}"
         );
     }
-    // Transition rule: Keeper over TLS is set at creation and stays (issue 15)
+    // Transition rule: Keeper over TLS is set at creation and stays (docs/changes.md)
     for (name, tls) in [("ok", true), ("domain-ok", true)] {
         let err = api
             .patch(
@@ -381,8 +381,9 @@ async fn invalid_spec_reports_error_and_recovers() {
 /// Architecture rule and invariant 6: a pass in which nothing changed sends no write. Over
 /// several re-checks (every 5 s) of a ready cluster, with real pods, the operator's write
 /// counter does not move; a second operator started on it (a restart) writes nothing either.
-/// Issue 14: the cluster's metric series (state, pods) follow its status and are removed with
-/// the cluster. Issue 19: the idle passes read the watch-fed caches, none the API server.
+/// The cluster's metric series (state, pods) follow its status and are removed with the cluster
+/// (docs/monitoring.md, "The operator's metrics"). The idle passes read the watch-fed caches,
+/// none the API server (decision 41).
 #[tokio::test]
 async fn idle_passes_write_nothing() {
     let client = client().await;
@@ -421,7 +422,7 @@ async fn idle_passes_write_nothing() {
         "the 5 s re-check ran: {before}\n{after}"
     );
     assert_eq!(writes(&before), writes(&after), "no write on idle passes");
-    // issue 19: idle passes plan from the watch-fed caches, not from lists of the API server
+    // decision 41: idle passes plan from the watch-fed caches, not from lists of the API server
     let observed = |m: &str, source: &str| {
         let series =
             format!("clickhouse_operator_cluster_observations_total{{source=\"{source}\"}}");
@@ -450,7 +451,7 @@ async fn idle_passes_write_nothing() {
         None,
         "the restarted operator wrote nothing: {m}"
     );
-    // issue 14: the cluster's series follow its status
+    // the cluster's series follow its status (docs/monitoring.md)
     for line in [
         format!(
             r#"clickhouse_operator_cluster_state{{namespace="{ns}",cluster="c1",state="ready"}} 1"#

@@ -302,7 +302,7 @@ impl RoleSampler {
     }
 }
 
-/// Issue 33 item 2: five pod-template changes 10 s apart to the servers and to Keeper, twice,
+/// Decision 31: five pod-template changes 10 s apart to the servers and to Keeper, twice,
 /// on a 2×2 cluster with 3 Keeper members, while rows are written every second and Keeper is
 /// written every 200 ms. The operator rolls Keeper itself (followers first, the leader last,
 /// the next member once the leader reports every follower synced), coalescing to the newest

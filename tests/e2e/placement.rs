@@ -1,4 +1,4 @@
-//! Placement (issue 17) as the real scheduler decides it. The local Kubernetes has one node
+//! Placement (decision 28) as the real scheduler decides it. The local Kubernetes has one node
 //! with a kubelet; this test adds a second Node object without one (its status and Lease
 //! written by the test, a taint that only this test's pods tolerate), so the scheduler has two
 //! nodes to choose from. A pod it places there never runs: the test reads the scheduler's
@@ -70,7 +70,7 @@ async fn fake_node(client: &kube::Client, name: &str) -> tokio::task::JoinHandle
     })
 }
 
-/// Issue 17: with two nodes, the scheduler puts the two replicas of each shard on different
+/// Decision 28: with two nodes, the scheduler puts the two replicas of each shard on different
 /// nodes (the default, preferred anti-affinity), for both shards of a 2×2 cluster.
 #[tokio::test]
 async fn the_replicas_of_each_shard_are_scheduled_on_different_nodes() {

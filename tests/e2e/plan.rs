@@ -1,7 +1,8 @@
-//! `clickhouse-operator plan` against the running cluster (issue 16): the binary, given the
-//! test cluster's kubeconfig, reads the live resource, its objects, pods and servers, and says
-//! what a changed file would do, with the exit code a pipeline gates on. The operator is stopped
-//! while `plan` runs, and the API server's audit log shows that `plan` wrote nothing.
+//! `clickhouse-operator plan` against the running cluster (docs/operations.md, "The commands"): the
+//! binary, given the test cluster's kubeconfig, reads the live resource, its objects, pods and
+//! servers, and says what a changed file would do, with the exit code a pipeline gates on. The
+//! operator is stopped while `plan` runs, and the API server's audit log shows that `plan` wrote
+//! nothing.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -96,9 +97,9 @@ fn writes_since(audit: &Path, from: usize, ns: &str) -> Vec<String> {
         .collect()
 }
 
-/// Issue 16: with a kubeconfig, `plan` shows what a change would do to the running cluster:
-/// a no-op exits 0; an image change exits 2, shows the changed field of the object it writes
-/// first (old and new image) and lists every server pod once, in rollout order
+/// docs/operations.md, "The commands": with a kubeconfig, `plan` shows what a change would do to
+/// the running cluster: a no-op exits 0; an image change exits 2, shows the changed field of the
+/// object it writes first (old and new image) and lists every server pod once, in rollout order
 /// (the canary alone, then the shards in parallel, each shard's backup replica after its
 /// other replicas); a profile
 /// change is a reload without restarts; a scale-in names the condemned replicas (never a

@@ -1,4 +1,4 @@
-//! Issue 35: pods that would start on the real `clickhouse/clickhouse-server` and
+//! Decision 42: pods that would start on the real `clickhouse/clickhouse-server` and
 //! `clickhouse/clickhouse-keeper` images, shown on the node agent that behaves like a kubelet
 //! with them (`local-kubelet/README.md`): a read-only root filesystem enforced, image volumes
 //! as CRI-O makes them (inside the read-only root: the suite's local Kubernetes is started with
@@ -37,7 +37,7 @@ fn is_ready(p: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Issue 35 item 2: Keeper opens its client port only with a quorum, or once its
+/// Decision 42: Keeper opens its client port only with a quorum, or once its
 /// `startup_timeout` has passed, and the startup probe checks that port. A member that comes
 /// back while the two others hang (their processes stopped) waits for its quorum longer than
 /// the probe's budget (60 s): the operator's `startup_timeout` (half the budget) opens the
@@ -151,7 +151,7 @@ async fn a_keeper_member_waiting_for_its_quorum_beyond_the_probe_budget_is_not_r
     finish(&client, &ns, op).await;
 }
 
-/// Issue 35 item 3: with `podSecurity.ids: Platform` the operator fixes no uid, gid or
+/// Decision 42: with `podSecurity.ids: Platform` the operator fixes no uid, gid or
 /// fsGroup, and the pods run under the ids the platform assigns. Here the ids OpenShift's
 /// `restricted-v2` constraint would inject (a uid from the namespace's range, no passwd entry,
 /// group 0, fsGroup the range's first id) are put into the pod templates the way its

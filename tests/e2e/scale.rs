@@ -1,7 +1,7 @@
-//! Benchmarks of issue 19 (not tests: they print figures and assert nothing about speed): the
-//! operator installed by its chart as a pod of the local Kubernetes, under its own
-//! ServiceAccount, in front of N real single-replica clusters (ClickHouse 18.16, no Keeper).
-//! Run them with `hack/bench.sh scale` (`BENCH_CLUSTERS="1 20 50"` to choose N).
+//! The benchmarks of docs/internals.md, "Benchmarks" (not tests: they print figures and assert
+//! nothing about speed): the operator installed by its chart as a pod of the local Kubernetes,
+//! under its own ServiceAccount, in front of N real single-replica clusters (ClickHouse 18.16, no
+//! Keeper). Run them with `hack/bench.sh scale` (`BENCH_CLUSTERS="1 20 50"` to choose N).
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -237,9 +237,9 @@ async fn install_operator(client: &kube::Client, ns: &str, debug_log: bool) -> (
     .await
 }
 
-/// Benchmark (issue 19): for each N in `BENCH_CLUSTERS` (default "1 20"), the operator from its
-/// chart (one replica, watching every namespace) creates N single-replica clusters, each in a
-/// namespace of its own; printed: the time until all are `ready`, then over
+/// Benchmark (docs/internals.md, "Benchmarks"): for each N in `BENCH_CLUSTERS` (default "1 20"),
+/// the operator from its chart (one replica, watching every namespace) creates N single-replica
+/// clusters, each in a namespace of its own; printed: the time until all are `ready`, then over
 /// one idle minute the operator's API requests (beyond its leader Lease) per minute and per
 /// cluster, its CPU seconds and resident memory, the idle passes (health checks) per cluster and
 /// minute and the operator's CPU per pass, the p50/p99 of the idle passes, and the status lag
@@ -495,9 +495,9 @@ where
     }
 }
 
-/// Benchmark (issue 19): the lifecycle of a 2×2 cluster with 3 Keeper members under the
-/// operator from its chart, on real 18.16 servers: create (every pod Ready, then status
-/// `ready`), add a shard, a rolling restart of every server (an environment variable added;
+/// Benchmark (docs/internals.md, "Benchmarks"): the lifecycle of a 2×2 cluster with 3 Keeper
+/// members under the operator from its chart, on real 18.16 servers: create (every pod Ready, then
+/// status `ready`), add a shard, a rolling restart of every server (an environment variable added;
 /// each pod restarted once), scale-in of a replica per shard. Printed: seconds from the change
 /// to the pods and to the status. Run with `hack/bench.sh lifecycle` (`BENCH_ROUNDS`, default 1).
 #[tokio::test]

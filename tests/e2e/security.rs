@@ -1,6 +1,6 @@
-//! Issue 15 on real 18.16 servers and the Keeper stand-in (ZooKeeper 3.8, which enforces the same
-//! digest ACLs and four-letter-word list as Keeper): what a process that is not part of a
-//! cluster can and cannot do to it.
+//! What decision 27 closes, on real 18.16 servers and the Keeper stand-in (ZooKeeper 3.8, which
+//! enforces the same digest ACLs and four-letter-word list as Keeper): what a process that is not
+//! part of a cluster can and cannot do to it.
 
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::support::*;
 
-/// Issue 15, decision 27: replication is authenticated. A cluster gets a generated replication
+/// Decision 27: replication is authenticated. A cluster gets a generated replication
 /// password (`interserver-password` in `<cluster>-operator`); its servers replicate with it (a row
 /// inserted on one replica reaches the other, through `ON CLUSTER` DDL), while a fetch of the
 /// same data part from the interserver port by a process that is not a server of the cluster
@@ -302,7 +302,7 @@ async fn run_in_foreign_pod(
     pods.logs(name, &LogParams::default()).await.unwrap()
 }
 
-/// Issue 15, decision 27: no generated account accepts any address. With the operator's
+/// Decision 27: no generated account accepts any address. With the operator's
 /// networks set to the address it connects from (`OPERATOR_NETWORKS`, here this machine's address on the pod
 /// network), a process in a pod that is not part of the cluster cannot log in as the operator's
 /// account, nor as a user of the users Secret whose networks are the default (the operator's),
@@ -647,13 +647,13 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
     finish(&client, &ns, op).await;
 }
 
-/// Issue 32 (S-12) on 18.16: a server setting from a Secret key (`secretSettings`: the server's
+/// Decision 34 on 18.16: a server setting from a Secret key (`secretSettings`: the server's
 /// `timezone`) and a `config.d` file from a Secret key (`secretFiles`: a `merge_tree` setting)
-/// are in force on every replica (and, issue 33, the Keeper client's `session_timeout_ms` is in
-/// the servers' merged `zookeeper` section), while neither value is in the cluster resource or any
-/// ConfigMap. A new value of the key rolls the servers and is in force after; a reference to a
-/// key the Secret does not have is said in the status (MissingSecret) with no pod restarted,
-/// and the cluster is ready again once it is put back.
+/// are in force on every replica (and the Keeper client's `session_timeout_ms`, a setting of the
+/// user's, is in the servers' merged `zookeeper` section), while neither value is in the cluster
+/// resource or any ConfigMap. A new value of the key rolls the servers and is in force after; a
+/// reference to a key the Secret does not have is said in the status (MissingSecret) with no pod
+/// restarted, and the cluster is ready again once it is put back.
 #[tokio::test]
 async fn settings_and_files_from_secret_keys_reach_the_servers() {
     use k8s_openapi::api::core::v1::ConfigMap;
@@ -673,7 +673,7 @@ async fn settings_and_files_from_secret_keys_reach_the_servers() {
         .unwrap();
     let op = start_operator(&client, &ns, false).await;
     let configuration = json!({
-        // issue 33: the Keeper client's own settings are the user's
+        // the Keeper client's own settings are the user's (docs/reference/api.md)
         "settings": {"zookeeper/session_timeout_ms": "17000"},
         "secretSettings": {"timezone": {"name": "server-config", "key": "tz"}},
         "secretFiles": {"merge-tree.xml": {"name": "server-config", "key": "merge-tree.xml"}}
@@ -813,7 +813,7 @@ async fn settings_and_files_from_secret_keys_reach_the_servers() {
     finish(&client, &ns, op).await;
 }
 
-/// Issue 33 item 6 (S2-09, bad input): a new cluster whose users Secret does not exist yet is
+/// S2-09 and S2-10 (bad input): a new cluster whose users Secret does not exist yet is
 /// `error` with the Secret and the field that names it, and nothing is created (no credentials
 /// Secret, ConfigMap or StatefulSet: a half-built cluster would start without its users);
 /// creating the Secret heals it without touching the spec, and its user is in the users file.

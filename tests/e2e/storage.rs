@@ -1,11 +1,12 @@
-//! Several volumes per server replica (issue 17) on the local Kubernetes with real ClickHouse
-//! 18.16 servers: further disks and a log volume become PVCs of their own with the labels and
-//! annotations of `spec.storage`, mounted where the generated `storage_configuration` declares
-//! them; a disk added to a running cluster under writes restarts each server once, one at a
-//! time, and loses no acknowledged row; a disk cannot be removed, and the Keeper's volume grows
-//! in place. 18.16 predates storage policies (19.15) and ignores `storage_configuration`, so
-//! parts moving between disks is proven on ClickHouse 26.x by `tests/modern_config.rs`
-//! (`disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk`), not here.
+//! Several volumes per server replica (docs/configuration.md, "Storage") on the local Kubernetes
+//! with real ClickHouse 18.16 servers: further disks and a log volume become PVCs of their own with
+//! the labels and annotations of `spec.storage`, mounted where the generated
+//! `storage_configuration` declares them; a disk added to a running cluster under writes restarts
+//! each server once, one at a time, and loses no acknowledged row; a disk cannot be removed, and
+//! the Keeper's volume grows in place. 18.16 predates storage policies (19.15) and ignores
+//! `storage_configuration`, so parts moving between disks is proven on ClickHouse 26.x by
+//! `tests/modern_config.rs` (`disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk`), not
+//! here.
 
 use std::time::Duration;
 
@@ -32,12 +33,12 @@ fn storage(disks: &[&str]) -> serde_json::Value {
             {"name": "cold", "disks": ["cold"]}]}}})
 }
 
-/// Issue 17: a cluster with a further disk and a log volume: every replica has the PVCs
-/// `disk-cold-<pod>` and `logs-<pod>` with the user's labels and annotations; the server writes
-/// its log into the log volume (found in that PVC's folder on the node) and the disk is mounted
-/// at the path `storage_configuration` names. A disk added under writes restarts every server
-/// exactly once, at most one down at a time, every acknowledged row is on every replica after,
-/// and the new PVCs exist; removing a disk is refused by the API server. The Keeper's volume
+/// docs/configuration.md, "Storage": a cluster with a further disk and a log volume: every replica
+/// has the PVCs `disk-cold-<pod>` and `logs-<pod>` with the user's labels and annotations; the
+/// server writes its log into the log volume (found in that PVC's folder on the node) and the disk
+/// is mounted at the path `storage_configuration` names. A disk added under writes restarts every
+/// server exactly once, at most one down at a time, every acknowledged row is on every replica
+/// after, and the new PVCs exist; removing a disk is refused by the API server. The Keeper's volume
 /// grows in place with volume scaling, no Keeper pod restarted.
 #[tokio::test]
 async fn disks_and_a_log_volume_get_their_own_pvcs_and_a_disk_added_under_writes_loses_nothing() {

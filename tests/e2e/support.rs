@@ -58,7 +58,7 @@ fn cluster() -> &'static LocalCluster {
             libc::atexit(stop_cluster_at_exit);
         }
         // Image volumes as CRI-O makes them (inside the read-only root filesystem): the pods
-        // must not depend on a runtime that mounts the images' VOLUMEs writable (issue 35).
+        // must not depend on a runtime that mounts the images' VOLUMEs writable (decision 42).
         let image_volumes =
             std::env::var("LOCAL_KUBELET_IMAGE_VOLUMES").unwrap_or_else(|_| "crio".into());
         let status = Command::new("bash")

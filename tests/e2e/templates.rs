@@ -1,4 +1,4 @@
-//! Pod templates (issue 17) on the local Kubernetes with real ClickHouse 18.16 servers: what the
+//! Pod templates (decision 28) on the local Kubernetes with real ClickHouse 18.16 servers: what the
 //! user's template adds runs in the pods (a pull secret is recorded by the node agent), a change to it rolls them one at a time, and a
 //! template that sets what the operator owns is refused without touching a pod.
 
@@ -42,7 +42,7 @@ async fn markers(client: &kube::Client, ns: &str, pods: &[String]) -> Vec<String
     out
 }
 
-/// Issue 17: an init container and an extra volume from `spec.pod.template` are in the running
+/// Decision 28: an init container and an extra volume from `spec.pod.template` are in the running
 /// server pods (the init container ran first: the server reads what it wrote, through a mount
 /// nested in the data volume's), a pull secret from `spec.keeper.pod.template` is on the Keeper
 /// pod; changing the template restarts every server pod exactly once, one at a time, the backup
@@ -194,9 +194,9 @@ async fn a_pod_template_adds_init_containers_and_volumes_and_a_change_rolls_one_
     finish(&client, &ns, op).await;
 }
 
-/// Issue 17: with `clientService.perReplica`, every replica gets `<replica>-client`, and a
-/// query through it always lands on that replica; the client Service carries the user's
-/// labels. Switching it off removes those Services and restarts no pod.
+/// docs/configuration.md, "Pod templates": with `clientService.perReplica`, every replica gets
+/// `<replica>-client`, and a query through it always lands on that replica; the client Service
+/// carries the user's labels. Switching it off removes those Services and restarts no pod.
 #[tokio::test]
 async fn per_replica_services_reach_their_replica_and_go_when_switched_off() {
     use k8s_openapi::api::core::v1::Service;
@@ -278,8 +278,8 @@ async fn per_replica_services_reach_their_replica_and_go_when_switched_off() {
     finish(&client, &ns, op).await;
 }
 
-/// Issue 17: `configuration.shardFiles` reach that shard's servers only, and a change restarts
-/// only that shard's replicas.
+/// docs/changes.md: `configuration.shardFiles` reach that shard's servers only, and a change
+/// restarts only that shard's replicas.
 #[tokio::test]
 async fn shard_files_reach_one_shard_and_a_change_restarts_only_it() {
     let client = client().await;

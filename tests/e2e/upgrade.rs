@@ -256,7 +256,7 @@ async fn swapping_the_operator_binary_for_the_next_version_restarts_no_pod() {
     finish(&client, &ns, op).await;
 }
 
-/// S2-24, issue 16: automatic version upgrades from a ConfigMap source on a one-minute
+/// S2-24, decision 15: automatic version upgrades from a ConfigMap source on a one-minute
 /// schedule. While the cluster is paused, slots pass and nothing changes. Once it is ready, the
 /// next slot writes the latest offered image into `spec.image`, once; Smart Update rolls every
 /// server one at a time, the backup replica last; later slots find that version current. A

@@ -418,7 +418,7 @@ async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
     )
     .await;
     eprintln!("leader: {leader} ({:?})", started.elapsed());
-    // issue 32 (S-10): without operatorNetworks, the chart gives the operator the pod CIDRs the
+    // decision 40: without operatorNetworks, the chart gives the operator the pod CIDRs the
     // Nodes publish, not a guess, and says which
     let node_cidrs: BTreeSet<String> = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .list(&ListParams::default())

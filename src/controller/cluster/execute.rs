@@ -39,7 +39,7 @@ pub enum Done {
 /// The longest a step that talks to servers (a schema copy, a scale-in's drops) may hold a
 /// pass: each call is bounded already, but a server that stopped answering (a hung process)
 /// costs every call its timeout and retries, and the steps after it (and other clusters'
-/// passes) would wait for all of them (issue 33, invariant 11).
+/// passes) would wait for all of them (decision 31, invariant 11).
 pub const SERVER_STEP_BUDGET: Duration = Duration::from_secs(20);
 
 /// A best-effort DNS cache drop waits no longer than this for its server.

@@ -1,10 +1,10 @@
-//! The cluster's root path in an external Keeper (`spec.keeper.external`, issue 17): created,
+//! The cluster's root path in an external Keeper (`spec.keeper.external`, decision 28): created,
 //! every missing level of it, before the servers start (ClickHouse refuses a root that does not
 //! exist), and removed with everything under it when the cluster is deleted with
 //! `reclaimPolicy: Delete`, once its servers are gone (with `Retain` it stays with the volumes). The operator speaks to the ensemble itself ([`crate::clickhouse::keeper`]), as the
 //! servers' Keeper identity, so it may remove what they created.
 //!
-//! ACLs (issue 32, S-5): the root belongs to the cluster's digest identity alone; the levels
+//! ACLs (decision 38): the root belongs to the cluster's digest identity alone; the levels
 //! above it, which several clusters' roots may share, let everyone read them and create and
 //! delete (empty) children, and nobody write them or change their ACL. A node an older operator
 //! created open to everyone gets these ACLs at the next pass that ensures the root.
@@ -12,9 +12,9 @@
 //! Ownership: the root's data names the cluster it was made for ([`marker`], its UID). A root
 //! inside another cluster's root, or one that exists with content and was not made for this
 //! cluster, is refused before anything is created; one made for another UID whose ACL is this
-//! cluster's identity alone is the root of a deleted cluster whose credentials this one took
-//! over with its retained volumes (issue 33), and is taken over; removal leaves alone a root that names
-//! another cluster and every root of another cluster found under it, so deleting one cluster
+//! cluster's identity alone is the root of a deleted cluster whose credentials this one took over
+//! with its retained volumes (decision 30), and is taken over; removal leaves alone a root that
+//! names another cluster and every root of another cluster found under it, so deleting one cluster
 //! never takes another's replication metadata with it.
 
 use std::net::SocketAddr;

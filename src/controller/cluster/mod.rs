@@ -420,7 +420,7 @@ async fn reconcile_in_span(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     // an idle health check waits for one of the idle slots first, so that it never queues
-    // ahead of more than a few passes a change triggered (issue 19)
+    // ahead of more than a few passes a change triggered (decision 41)
     let _idle_permit = if ctx.pacer.take_idle(&key(&cluster)) {
         Some(
             ctx.idle_permits
@@ -478,7 +478,7 @@ async fn reconcile_in_span(
         .as_ref()
         .is_some_and(|s| s.state == crate::api::ClusterState::Ready);
     if settled && !wrote {
-        // an idle health check: paced so that checks never fill the pass slots (issue 19)
+        // an idle health check: paced so that checks never fill the pass slots (decision 41)
         let next = ctx.pacer.idle_pass(
             started.elapsed(),
             ctx.concurrency,
@@ -523,7 +523,7 @@ mod tests {
     use serde_json::Value;
 
     /// A change of a Secret triggers a pass of the clusters of its namespace that read it: the
-    /// users Secret, and (issue 31) a backup destination's Secret, whose keys the servers keep
+    /// users Secret, and (decision 35) a backup destination's Secret, whose keys the servers keep
     /// as a named collection, so that a rotated key reaches them.
     #[test]
     fn a_changed_secret_triggers_the_clusters_that_read_it_backup_destinations_included() {

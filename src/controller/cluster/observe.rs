@@ -47,7 +47,7 @@ fn as_json<K: Resource + Serialize>(
 }
 
 /// Reads the world of one pass: from the watch-fed caches, or from the API server while the
-/// caches are not yet filled or the cluster's last pass wrote to Kubernetes (issue 19).
+/// caches are not yet filled or the cluster's last pass wrote to Kubernetes (decision 41).
 ///
 /// Also says whether the caches hold what this pass saw: true when it read them, and after a
 /// read of the API server only when every object the caches hold of the cluster has the

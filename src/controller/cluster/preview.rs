@@ -1,9 +1,9 @@
-//! `clickhouse-operator plan -f cluster.yaml` against the cluster that runs (issue 16): what
-//! applying the file would do, decided by the operator's own code and never acted on. It reads
-//! the live resource, its objects, its pods and its servers exactly as a pass observes them
-//! (only reads: no write of any kind), puts the file's spec in place of the live one, and shows
-//! the change classification (`model::changes`), the first pass's steps (`plan::decide`), the
-//! whole restart order (`plan::rollout::waves`, the rollout's own decision function run pass
+//! `clickhouse-operator plan -f cluster.yaml` against the cluster that runs (docs/operations.md,
+//! "The commands"): what applying the file would do, decided by the operator's own code and never
+//! acted on. It reads the live resource, its objects, its pods and its servers exactly as a pass
+//! observes them (only reads: no write of any kind), puts the file's spec in place of the live one,
+//! and shows the change classification (`model::changes`), the first pass's steps (`plan::decide`),
+//! the whole restart order (`plan::rollout::waves`, the rollout's own decision function run pass
 //! after pass), the replicas a scale-in condemns, and what is refused.
 
 use k8s_openapi::jiff::Timestamp;
@@ -478,8 +478,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Issue 16: `plan` shows what changes in an object, field by field, without the stamped
-    /// hashes and without the fields the API server adds.
+    /// docs/operations.md, "The commands": `plan` shows what changes in an object, field by field,
+    /// without the stamped hashes and without the fields the API server adds.
     #[test]
     fn changed_fields_name_each_path_with_its_old_and_new_value() {
         let observed = json!({

@@ -1,4 +1,4 @@
-//! What a cluster deleted with `reclaimPolicy: Retain` leaves beside its volumes (issue 33).
+//! What a cluster deleted with `reclaimPolicy: Retain` leaves beside its volumes (decision 30).
 //!
 //! The data on retained volumes depends on credentials the operator generated: the servers'
 //! replicated tables live in Keeper nodes whose ACL names the cluster's Keeper identity, kept in

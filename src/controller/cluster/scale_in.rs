@@ -264,7 +264,7 @@ pub async fn label_pvcs(
 ) -> Result<(), Error> {
     for (pvc, p) in &world.observed.pvcs {
         if select(p) {
-            // the label says what is meant, the proof that the operator means it (issue 32, S-7)
+            // the label says what is meant, the proof that the operator means it (decision 39)
             let uid = p.metadata.uid.clone().unwrap_or_default();
             let proof = crate::controller::pvc_cleaner::proof(&ctx.pvc_delete_key, ns, pvc, &uid);
             ignore_not_found(

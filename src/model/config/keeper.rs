@@ -8,7 +8,7 @@ use crate::model::{Cluster, names};
 /// Environment variable from which Keeper reads its raft id.
 pub const SERVER_ID_ENV: &str = "KEEPER_SERVER_ID";
 
-/// The four-letter-word commands a member answers (issue 15): `ruok`, `srvr` (the readiness
+/// The four-letter-word commands a member answers (decision 27): `ruok`, `srvr` (the readiness
 /// probe: a member is Ready once it says its Mode), `mntr` (the exporter). Not the default list,
 /// which includes commands that reset statistics, take snapshots or yield leadership.
 pub const FOUR_LETTER_WORDS: &str = "ruok,srvr,mntr";

@@ -314,7 +314,7 @@ pub fn remote_servers_file(
     Ok(root.to_document())
 }
 
-/// The backup destinations' buckets and keys as named collections (issue 31, S-2): a `BACKUP`
+/// The backup destinations' buckets and keys as named collections (decision 35): a `BACKUP`
 /// or `RESTORE` names the collection and a folder in it, so the keys are in no statement, no
 /// query log and no error text. In the file the servers reload (a rotated key is in force
 /// without a restart), each key hidden from the preprocessed copy on the data volume.

@@ -145,7 +145,7 @@ pub fn default_user_networks(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Eleme
     networks(c, replicas, &[])
 }
 
-/// The users file (issue 15: no account accepts any address), from the cluster and `inputs`.
+/// The users file (decision 27: no account accepts any address), from the cluster and `inputs`.
 ///
 /// - The cluster's own account [`names::CLUSTER_USER`] (where the cluster has its password), as
 ///   which the servers reach each other through `remote_servers` (Distributed queries, `ON
@@ -327,7 +327,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
 mod tests {
     use super::ip_entry;
 
-    /// Issue 15: an IPv4 network is written as its IPv4-mapped IPv6 network, which 18.16 matches
+    /// Decision 27: an IPv4 network is written as its IPv4-mapped IPv6 network, which 18.16 matches
     /// correctly (it matches a plain IPv4 CIDR against every IPv4 client); single addresses and
     /// IPv6 networks stay as they are.
     #[test]

@@ -1,4 +1,4 @@
-//! Issue 35: the pods start on the real `clickhouse/clickhouse-server` and
+//! Decision 42: the pods start on the real `clickhouse/clickhouse-server` and
 //! `clickhouse/clickhouse-keeper` images on every runtime (docs/running-on-real-clusters.md).
 
 use super::*;

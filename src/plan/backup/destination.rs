@@ -1,4 +1,4 @@
-//! Who may send what where (issue 31, S-3): which bucket a backup or restore of a cluster uses,
+//! Who may send what where (decision 29): which bucket a backup or restore of a cluster uses,
 //! and which Secret keys become its S3 credentials. PURE.
 //!
 //! - A backup or restore uses its cluster's `spec.backup.destination`, or a destination of its
@@ -323,7 +323,7 @@ mod tests {
         .unwrap()
     }
 
-    /// Issue 31 (S-2): each destination the cluster names becomes one named collection with
+    /// Decision 35: each destination the cluster names becomes one named collection with
     /// its bucket's URL and its Secret's keys, only when that Secret opts in; the name stays
     /// the same for another prefix in the same bucket and differs for another bucket or
     /// Secret.
@@ -367,7 +367,7 @@ mod tests {
         assert!(collections(&c, find).is_empty());
     }
 
-    /// Issue 31 (S-3): a backup's own destination is used only when its cluster names it,
+    /// Decision 29: a backup's own destination is used only when its cluster names it,
     /// every field the same (defaults filled in); otherwise the cluster's own.
     #[test]
     fn a_backup_uses_only_destinations_its_cluster_names() {
@@ -466,7 +466,7 @@ mod tests {
         s
     }
 
-    /// Issue 31 (S-3): a Secret gives S3 credentials only when it opts in, and never when it is
+    /// Decision 29: a Secret gives S3 credentials only when it opts in, and never when it is
     /// one of the cluster's own; a missing key or Secret says which.
     #[test]
     fn only_secrets_that_opt_in_give_s3_credentials() {

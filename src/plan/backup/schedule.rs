@@ -1,4 +1,4 @@
-//! Scheduled backups (seed 002), decided from plain data: when the next backup of a schedule is
+//! Scheduled backups (S2-40), decided from plain data: when the next backup of a schedule is
 //! due, what it is called, and which backups its retention removes.
 
 use chrono::{DateTime, Duration, DurationRound, Utc};

@@ -1,4 +1,4 @@
-//! The backup and restore state machines, simulated pass by pass (decision 26, issue 31): a
+//! The backup and restore state machines, simulated pass by pass (decision 26): a
 //! simulated namespace (a 2-shard × 2-replica cluster, its pods, agent Jobs, a bucket) answers
 //! the steps the plan asks for, the operator may die between any two steps (what it did stays,
 //! its status write is lost), and the world changes between passes (agents end, servers
@@ -332,7 +332,7 @@ fn reason(b: &ClickHouseBackup) -> Option<String> {
     b.status.as_ref().and_then(|s| s.reason.clone())
 }
 
-/// Seed 000, decision 26: New → Starting (the bucket checked, each shard's backup replica
+/// S0-04, decision 26: New → Starting (the bucket checked, each shard's backup replica
 /// recorded) → Running (one agent per shard, beside its backup replica) → Succeeded only once
 /// every shard's agent succeeded, in the pass that writes the backup's manifest, last.
 #[test]
@@ -407,7 +407,7 @@ fn a_backup_whose_manifest_cannot_be_written_is_not_succeeded() {
     assert_eq!(state(&b), BackupState::Succeeded);
 }
 
-/// Seed 000 (S0-04): a backup replica removed (condemned by a scale-in, or gone from the map)
+/// S0-04: a backup replica removed (condemned by a scale-in, or gone from the map)
 /// during the backup always fails it, whatever its agent says; no manifest is written.
 #[test]
 fn a_removed_backup_replica_always_fails_the_backup() {
@@ -920,7 +920,7 @@ fn an_agent_that_cannot_start_is_reported_after_the_grace() {
     );
 }
 
-/// Seed 000: each shard's backup runs on its backup replica, and only once that replica's pod
+/// S0-04: each shard's backup runs on its backup replica, and only once that replica's pod
 /// is Ready; another replica is never used instead.
 #[test]
 fn each_shard_is_backed_up_on_its_backup_replica_only() {
@@ -958,7 +958,7 @@ fn backups_build_on_each_other_only_in_the_same_place() {
     ));
 }
 
-/// Issue 31: a deleted backup with `deletionPolicy: Delete` waits for its agents to stop and
+/// Decision 26: a deleted backup with `deletionPolicy: Delete` waits for its agents to stop and
 /// for backups in flight that build on it, then removes its data where it recorded it was
 /// written; one that never started, or whose policy went back to `Retain`, has nothing removed.
 #[test]
@@ -1001,7 +1001,7 @@ fn a_deleted_backup_removes_its_data_only_once_nothing_needs_it() {
     );
 }
 
-/// Issue 31: a cluster with further disks is backed up: each shard's agent mounts the backup
+/// Decision 26: a cluster with further disks is backed up: each shard's agent mounts the backup
 /// replica's disks where the server has them (a freeze snapshots parts on every disk).
 #[test]
 fn the_agent_of_a_cluster_with_disks_reads_every_disk() {

@@ -1,6 +1,6 @@
 //! Users and passwords (S2-09): every referenced Secret must exist, and the operator's own
 //! credentials Secret is created before anything that uses its password. ClickHouse's Keeper
-//! identity never changes once the servers have it (issue 15).
+//! identity never changes once the servers have it (decision 27).
 
 use super::Pass;
 use crate::model::config::server::keeper_identity_text;
@@ -64,11 +64,11 @@ pub fn plan(pass: &mut Pass) {
         pass.gates.halted = true;
     } else if pass.obs.operator_secret_orphaned {
         // the credentials the retained volumes were written with: the Keeper identity their
-        // replicated tables' nodes were created for above all (issue 33)
+        // replicated tables' nodes were created for above all (decision 30)
         pass.emit(Action::AdoptOperatorSecret);
         pass.again();
     } else if pass.obs.inputs.exporter_password.is_none() {
-        // the exporter's read-only account (issue 32, S-6): the users file, which the servers
+        // the exporter's read-only account (decision 36): the users file, which the servers
         // reload, gets it at the next pass; no pod restarts for it
         pass.emit(Action::AddExporterPassword);
         pass.again();

@@ -18,7 +18,7 @@ use crate::plan::FailureReason;
 use crate::plan::action::Action;
 use crate::plan::facts::{KeeperMember, KeeperRole, Kind, MemberView, claims};
 
-/// Why a `clusterRef` to another cluster's Keeper is refused (issue 32, S-5): that cluster
+/// Why a `clusterRef` to another cluster's Keeper is refused (decision 38): that cluster
 /// must exist and list this namespace in its `spec.keeper.allowedNamespaces`, and a new root
 /// must lie in this namespace's folder of that Keeper (`/clickhouse-operator/<namespace>/…`),
 /// below which no other namespace's cluster can have its root. A root made before this rule
@@ -139,7 +139,7 @@ pub fn plan(pass: &mut Pass) {
 }
 
 /// Keeper's StatefulSet is `OnDelete`: the operator rolls the members onto a new template
-/// itself (issue 33), one at a time, followers first and the leader last, and the next member
+/// itself (decision 31), one at a time, followers first and the leader last, and the next member
 /// only once the ensemble reports every follower synced again (the leader's
 /// `zk_synced_followers`) and every member Ready. A newer change while a roll runs is simply
 /// where the next member goes, so rapid changes restart each follower at most once per member

@@ -164,7 +164,7 @@ impl<'a> Pass<'a> {
         let mut old = cluster.status.clone().unwrap_or_default();
         if old.replica_state_map.is_empty() {
             // a lost status: the map is taken back from the servers that exist before anything
-            // is built from it (issue 33)
+            // is built from it (docs/operations.md, "What happens on a bad day")
             let name = cluster.metadata.name.as_deref().unwrap_or_default();
             old.replica_state_map = crate::plan::replicas::adopt_observed(name, &obs.statefulsets);
             if old.replica_state_map.is_empty() {
@@ -356,7 +356,7 @@ pub fn with_template_of(desired: &Value, observed: &Value) -> Value {
 }
 
 /// Does the observed object hold what the operator wants, and nothing another writer added
-/// to what it owns (issue 33: a hand edit is repaired, lists and maps included)?
+/// to what it owns (decision 30: a hand edit is repaired, lists and maps included)?
 pub fn object_current(observed: &Value, desired: &Value) -> bool {
     object_covered(observed, desired) && foreign_fields(observed, desired, FIELD_MANAGER).is_empty()
 }

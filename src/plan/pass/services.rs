@@ -1,7 +1,8 @@
-//! Services (S2-09): the headless Service of the servers, the client Service unless switched
-//! off, and Keeper's client Service; the NetworkPolicies unless switched off (issue 15). While the cluster is not ready, the servers are made to
-//! resolve the cluster's host names again: a pod that came back with a new address stays
-//! unreachable from servers that cache DNS for good (decision 17).
+//! Services (S2-09): the headless Service of the servers, the client Service unless switched off,
+//! and Keeper's client Service; the NetworkPolicies unless switched off (decision 27). While the
+//! cluster is not ready, the servers are made to resolve the cluster's host names again: a pod that
+//! came back with a new address stays unreachable from servers that cache DNS for good
+//! (decision 17).
 
 use k8s_openapi::jiff::SignedDuration;
 

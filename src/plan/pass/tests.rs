@@ -1129,10 +1129,10 @@ fn claim_names(sim: &Sim, sts: &str) -> Vec<String> {
         .collect()
 }
 
-/// Issue 17: a disk added to a running cluster recreates each StatefulSet with the new claim
-/// template (pods kept), then restarts every server exactly once, one replica of a shard at a
-/// time, to mount it; each replica ends with a `disk-<name>` PVC. Removing the disk again is
-/// refused with the field named, and nothing is deleted or restarted.
+/// docs/configuration.md, "Storage": a disk added to a running cluster recreates each StatefulSet
+/// with the new claim template (pods kept), then restarts every server exactly once, one replica of
+/// a shard at a time, to mount it; each replica ends with a `disk-<name>` PVC. Removing the disk
+/// again is refused with the field named, and nothing is deleted or restarted.
 #[test]
 fn an_added_disk_recreates_the_statefulsets_and_restarts_each_server_once() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
@@ -1196,9 +1196,9 @@ fn an_added_disk_recreates_the_statefulsets_and_restarts_each_server_once() {
     );
 }
 
-/// Issue 17: PVC labels and annotations from `spec.storage` reach the claim templates (the
-/// StatefulSets recreated, no pod restarted) and the existing PVCs (patched); an idle pass
-/// after that writes nothing.
+/// docs/configuration.md, "Storage": PVC labels and annotations from `spec.storage` reach the claim
+/// templates (the StatefulSets recreated, no pod restarted) and the existing PVCs (patched); an
+/// idle pass after that writes nothing.
 #[test]
 fn pvc_labels_reach_existing_pvcs_without_a_restart() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
@@ -1245,8 +1245,8 @@ fn pvc_labels_reach_existing_pvcs_without_a_restart() {
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
-/// Issue 17: `spec.keeper.storage.labels` reach every Keeper member's PVC (patched) and the
-/// Keeper's claim template (its StatefulSet recreated, no member restarted).
+/// docs/configuration.md, "Storage": `spec.keeper.storage.labels` reach every Keeper member's PVC
+/// (patched) and the Keeper's claim template (its StatefulSet recreated, no member restarted).
 #[test]
 fn keeper_pvc_labels_reach_every_member_without_a_restart() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1}));
@@ -1474,7 +1474,7 @@ fn keeper_restarts(log: &[String]) -> Vec<&str> {
         .collect()
 }
 
-/// Issue 33 item 2: five Keeper template changes in a row, one pass apart (faster than a roll
+/// Decision 31: five Keeper template changes in a row, one pass apart (faster than a roll
 /// goes): the operator restarts one member per pass, followers first (highest ordinal first)
 /// and the leader last, coalescing to the newest template: the leader is restarted once, so
 /// the ensemble changes leader once; every member ends on the newest revision, and `ready`.
@@ -1528,7 +1528,7 @@ fn rapid_keeper_changes_roll_followers_first_and_the_leader_once_at_the_end() {
     }
 }
 
-/// Issue 33 item 2, the gate: a member goes only while every member is Ready and not stopping,
+/// Decision 31, the gate: a member goes only while every member is Ready and not stopping,
 /// the leader reports every follower synced and every role is known; followers before the
 /// leader; one member alone goes at once.
 #[test]
@@ -1987,7 +1987,7 @@ fn a_removed_field_leaves_the_statefulsets() {
     assert_eq!(sim.state(), ClusterState::Ready);
 }
 
-/// Issue 15: the servers' Keeper identity never changes once they have it (their znodes carry
+/// Decision 27: the servers' Keeper identity never changes once they have it (their znodes carry
 /// an ACL for it). A Keeper password changed or removed in `<cluster>-operator` is refused with
 /// the key and the Secret named and nothing is written; the previous value back heals it.
 #[test]
@@ -2025,7 +2025,7 @@ fn a_changed_or_removed_keeper_identity_is_refused_and_nothing_is_written() {
     );
 }
 
-/// Issue 17: with an external Keeper, the first pass creates the cluster's root in it and no
+/// Decision 28: with an external Keeper, the first pass creates the cluster's root in it and no
 /// server; the servers come once the root is recorded, and the cluster converges with no
 /// Keeper of its own.
 #[test]
@@ -2058,7 +2058,7 @@ fn an_external_keeper_gets_the_root_before_any_server_starts() {
     assert!(p.actions.is_empty(), "{:?}", p.actions);
 }
 
-/// Issue 17: once the servers keep their data under an external Keeper's root, a spec naming
+/// Decision 28: once the servers keep their data under an external Keeper's root, a spec naming
 /// another root is refused with both named, and nothing is written.
 #[test]
 fn a_changed_external_keeper_root_is_refused_and_nothing_is_written() {
@@ -2079,7 +2079,7 @@ fn a_changed_external_keeper_root_is_refused_and_nothing_is_written() {
     );
 }
 
-/// Issue 32 (S-5): a cluster on another namespace's cluster's Keeper proceeds only once that
+/// Decision 38: a cluster on another namespace's cluster's Keeper proceeds only once that
 /// cluster lists its namespace in `spec.keeper.allowedNamespaces`, and a new root must lie in
 /// its own namespace's folder of that Keeper; a root made before the rule stays.
 #[test]
@@ -2138,7 +2138,7 @@ fn another_namespaces_keeper_is_used_only_with_its_consent_and_in_our_folder() {
     assert!(old.plan().failure.is_none());
 }
 
-/// Issue 32 (S-6): a cluster made before the exporter had an account of its own gets its
+/// Decision 36: a cluster made before the exporter had an account of its own gets its
 /// password added to `<cluster>-operator`, then the account in the users file, which the servers
 /// reload: no StatefulSet changes, no pod restarts.
 #[test]
@@ -2193,7 +2193,7 @@ fn users_secret_file(sim: &Sim, key: &str) -> String {
     String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
 }
 
-/// Issue 15: the cluster `<secret>` and the operator's grants are written only once every
+/// Decision 33: the cluster `<secret>` and the operator's grants are written only once every
 /// server has reported a version that has them (the image tag says 24.8 throughout, as the
 /// local kubelet's 18.16 pods do); the version is in the status; a server restarting keeps
 /// them; an image whose tag names an older version takes them away in the pass that changes
@@ -2418,7 +2418,7 @@ fn a_server_loading_the_new_hosts_is_checked_again_soon() {
     assert!(sim.plan().recheck_soon);
 }
 
-/// Issue 32 (S-6): where the operator publishes the exporter's credentials, a cluster whose
+/// Decision 36: where the operator publishes the exporter's credentials, a cluster whose
 /// credentials are not (or no longer) the published ones gets them published, without holding
 /// anything else up; once current, nothing is published again.
 #[test]
@@ -2443,7 +2443,7 @@ fn the_exporters_credentials_are_published_until_current() {
     assert_eq!(sim.state(), ClusterState::Ready);
 }
 
-/// Issue 32 (S-12): a Secret key that `secretSettings` or `secretFiles` names and its Secret
+/// Decision 34: a Secret key that `secretSettings` or `secretFiles` names and its Secret
 /// does not have would keep the pods from starting: the pass says which, writes nothing, and
 /// goes on once the key is there.
 #[test]
@@ -2478,11 +2478,11 @@ fn a_missing_key_of_a_secret_setting_is_said_and_nothing_is_written() {
     assert_eq!(sim.state(), ClusterState::Ready);
 }
 
-/// Issue 33: a status lost or wiped (`status: {}`) on a running cluster (scaled out and in
-/// before, so its next index is past its replicas'): the map is taken back from the server
-/// StatefulSets before anything is built, so the pass writes no `remote_servers` without the
-/// cluster's hosts, adds no replica, deletes none; the cluster converges back to ready with
-/// the same replicas and one backup replica per shard.
+/// docs/operations.md, "What happens on a bad day": a status lost or wiped (`status: {}`) on a
+/// running cluster (scaled out and in before, so its next index is past its replicas'): the map is
+/// taken back from the server StatefulSets before anything is built, so the pass writes no
+/// `remote_servers` without the cluster's hosts, adds no replica, deletes none; the cluster
+/// converges back to ready with the same replicas and one backup replica per shard.
 #[test]
 fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
     let mut sim =
@@ -2550,12 +2550,12 @@ fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
     );
 }
 
-/// Issue 33 item 1: a cluster deleted with `reclaimPolicy: Retain` and created again with the
-/// same name (new UID, no status, no StatefulSet) finds its data PVCs and the credentials
-/// Secret handed to them. The first pass takes the Secret over and the replicas back from the
-/// volumes (their names, shards and indexes, also where a scale-out numbered them otherwise
-/// than a new cluster would), before anything is built: no replica beside the data, none removed, and the
-/// cluster converges to ready on the same replicas.
+/// Decision 30: a cluster deleted with `reclaimPolicy: Retain` and created again with the same name
+/// (new UID, no status, no StatefulSet) finds its data PVCs and the credentials Secret handed to
+/// them. The first pass takes the Secret over and the replicas back from the volumes (their names,
+/// shards and indexes, also where a scale-out numbered them otherwise than a new cluster would),
+/// before anything is built: no replica beside the data, none removed, and the cluster converges to
+/// ready on the same replicas.
 #[test]
 fn a_cluster_created_again_on_retained_volumes_takes_back_its_replicas_and_credentials() {
     let mut sim =
