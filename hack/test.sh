@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, tests against real ClickHouse and ZooKeeper servers, and the
-# end-to-end tests on the real local Kubernetes (started and stopped by the tests themselves).
-# Ends with one line that adds up every test binary's results.
+# Runs every test: unit tests, tests against real ClickHouse and ZooKeeper servers, the image
+# tests, and the end-to-end and Helm tests on the real local Kubernetes (started and stopped by
+# the tests themselves). Ends with one line that adds up every test binary's results.
+#
+# The end-to-end and the Helm tests wait on pods and servers far more than they compute: they
+# run beside each other, each on a local Kubernetes of its own, the end-to-end tests
+# E2E_THREADS (default 4) at a time; then the rest. Arguments go to every test binary (a name
+# filter, `--ignored`, ...).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash hack/setup.sh
 # the operator's image and packaged charts (target/image/): the image tests read them, and the
 # local Kubernetes of the end-to-end tests runs the operator's pods from that image
 bash hack/image.sh
-cargo build --workspace --quiet
+cargo build --workspace --tests --quiet
 bash hack/next-operator.sh >/dev/null
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+helm_log="$(mktemp)"
+trap 'rm -f "$log" "$helm_log"' EXIT
+# every other test target of the workspace, by name
+others=()
+for f in tests/*.rs local-kubelet/tests/*.rs; do
+  n="$(basename "$f" .rs)"
+  [ "$n" = helm ] || others+=(--test "$n")
+done
+for f in tests/*/main.rs; do
+  n="$(basename "$(dirname "$f")")"
+  [ "$n" = e2e ] || others+=(--test "$n")
+done
 set +e
-cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
+cargo test --test helm --no-fail-fast -- "$@" >"$helm_log" 2>&1 &
+helm_pid=$!
+cargo test --test e2e --no-fail-fast -- --test-threads="${E2E_THREADS:-4}" "$@" 2>&1 | tee "$log"
+e2e_status=${PIPESTATUS[0]}
+wait "$helm_pid"
+helm_status=$?
+cat "$helm_log" | tee -a "$log"
+cargo test --workspace --no-fail-fast --lib --bins "${others[@]}" -- "$@" 2>&1 | tee -a "$log"
+rest_status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -oE 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
 echo "total: $passed passed, $failed failed"
-exit "$status"
+[ "$e2e_status" -eq 0 ] && [ "$helm_status" -eq 0 ] && [ "$rest_status" -eq 0 ]

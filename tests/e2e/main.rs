@@ -15,6 +15,7 @@ mod real_images;
 mod scale;
 mod security;
 mod storage;
+mod strategies;
 mod support;
 mod templates;
 mod upgrade;

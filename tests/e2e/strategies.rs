@@ -1,0 +1,269 @@
+//! The update strategies other than Smart Update, and Smart Update without a client Service,
+//! driven end to end with rows being written (S2-26, S2-30, S2-33, S2-34, S2-37).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::*;
+use crate::workload::Workload;
+
+const SERVERS: &str = "app.kubernetes.io/component=server";
+const KEEPER: &str = "app.kubernetes.io/component=keeper";
+
+/// The update strategy of each StatefulSet of the cluster, by name.
+async fn strategies(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    Api::<StatefulSet>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("clickhouse.com/cluster=c1"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| {
+            let t = s
+                .spec
+                .update_strategy
+                .as_ref()
+                .and_then(|u| u.type_.clone())
+                .unwrap_or_default();
+            (s.name_any(), t)
+        })
+        .collect()
+}
+
+/// Whether the server pod `name` carries the pod-template annotation `mark`.
+async fn pod_has_mark(client: &Client, ns: &str, name: &str, mark: &str) -> bool {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|p| p.metadata.annotations)
+        .is_some_and(|a| a.get("example.com/mark").map(String::as_str) == Some(mark))
+}
+
+async fn state(client: &Client, ns: &str) -> (ClusterState, String) {
+    let c = Api::<ClickHouseCluster>::namespaced(client.clone(), ns)
+        .get("c1")
+        .await
+        .unwrap();
+    let s = c.status.unwrap_or_default();
+    (s.state, s.message.unwrap_or_default())
+}
+
+/// S2-34 and S2-33 under write load. `OnDelete`: a change that needs a restart reaches the
+/// StatefulSets and restarts nothing for as long as nobody deletes a pod, while the state stays
+/// `initializing` and says it waits for the pods to be deleted; each pod deleted by hand comes
+/// back on the new template, and once all are, the cluster is `ready`. `RollingUpdate`: the
+/// server StatefulSets switch to the native rolling update and the StatefulSet controller
+/// replaces every server pod by itself, while Keeper stays `OnDelete` (rolled by the operator,
+/// S2-26) and, not changed, is not restarted. Every acknowledged row is on every replica after.
+#[tokio::test]
+async fn on_delete_waits_for_pods_deleted_by_hand_and_rolling_update_rolls_natively() {
+    let client = client().await;
+    let ns = namespace(&client, "strat").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+               "storage": {"size": "1Gi"}, "updateStrategy": "OnDelete"}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&c);
+    for (name, t) in strategies(&client, &ns).await {
+        assert_eq!(t, "OnDelete", "{name} under OnDelete");
+    }
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let keeper_before = pod_ids(&client, &ns, KEEPER).await;
+
+    // OnDelete: the change waits for the pods to be deleted
+    let before = pod_ids(&client, &ns, SERVERS).await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"pod": {"annotations": {"example.com/mark": "one"}}}),
+    )
+    .await;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        Duration::from_secs(60),
+        "the server StatefulSets on the new template",
+        || {
+            let (sts, replicas) = (sts.clone(), replicas.clone());
+            async move {
+                for r in &replicas {
+                    let s = sts.get(r).await.ok()?;
+                    let a = s.spec.template.metadata?.annotations?;
+                    (a.get("example.com/mark")? == "one").then_some(())?;
+                }
+                Some(())
+            }
+        },
+    )
+    .await;
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let (s, message) = state(&client, &ns).await;
+        assert_eq!(
+            pod_ids(&client, &ns, SERVERS).await,
+            before,
+            "OnDelete restarts nothing by itself"
+        );
+        assert!(
+            s == ClusterState::Initializing,
+            "a pending revision under OnDelete is `initializing`, not {s:?} ({message})"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let (_, message) = state(&client, &ns).await;
+    println!("OnDelete, pods not deleted yet: {message}");
+    assert!(!message.is_empty(), "the status says what it waits for");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for (i, r) in replicas.iter().enumerate() {
+        let pod = format!("{r}-0");
+        pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+        wait_for(
+            Duration::from_secs(180),
+            &format!("{pod} back on the new template and Ready"),
+            || {
+                let (client, ns, pod, pods) =
+                    (client.clone(), ns.clone(), pod.clone(), pods.clone());
+                async move {
+                    let p = pods.get_opt(&pod).await.ok()??;
+                    let ready = p
+                        .status
+                        .as_ref()?
+                        .conditions
+                        .as_ref()?
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True");
+                    (ready && pod_has_mark(&client, &ns, &pod, "one").await).then_some(())
+                }
+            },
+        )
+        .await;
+        if i + 1 < replicas.len() {
+            let (s, _) = state(&client, &ns).await;
+            assert_eq!(
+                s,
+                ClusterState::Initializing,
+                "one pod still on the old template"
+            );
+        }
+    }
+    wait_ready(&client, &ns, "c1", 2).await;
+
+    // RollingUpdate: the StatefulSet controller replaces every server pod
+    let before = pod_ids(&client, &ns, SERVERS).await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"updateStrategy": "RollingUpdate",
+               "pod": {"annotations": {"example.com/mark": "two"}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 3).await;
+    for (name, t) in strategies(&client, &ns).await {
+        let want = if name.contains("keeper") {
+            "OnDelete"
+        } else {
+            "RollingUpdate"
+        };
+        assert_eq!(t, want, "{name} under RollingUpdate");
+    }
+    let after = pod_ids(&client, &ns, SERVERS).await;
+    for (pod, (uid, _)) in &before {
+        assert_ne!(
+            after.get(pod).map(|a| &a.0),
+            Some(uid),
+            "{pod} was replaced by the rolling update"
+        );
+        assert!(pod_has_mark(&client, &ns, pod, "two").await, "{pod}");
+    }
+    assert_eq!(
+        pod_ids(&client, &ns, KEEPER).await,
+        keeper_before,
+        "Keeper, unchanged, is not restarted"
+    );
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged and found on every replica");
+    assert!(batches > 0);
+    finish(&client, &ns, op).await;
+}
+
+/// S2-30 and S2-19: with the client Service switched off there is no client path to wait for,
+/// so Smart Update restarts the replicas itself, one at a time, the backup replica last, and the
+/// cluster returns to `ready`; no Service by the cluster's name exists meanwhile. Rows written
+/// straight to a replica before the change are on both replicas after it.
+#[tokio::test]
+async fn smart_update_without_the_client_service_rolls_one_replica_at_a_time() {
+    let client = client().await;
+    let ns = namespace(&client, "noclient").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+               "storage": {"size": "1Gi"}, "clientService": {"enabled": false}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&c);
+    let backup = backup_replica(&c);
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        services.get_opt("c1").await.unwrap().is_none(),
+        "no client Service"
+    );
+    let first = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(
+        &first,
+        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
+    )
+    .await;
+    exec(
+        &first,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
+    )
+    .await;
+    let before = pod_ids(&client, &ns, SERVERS).await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"pod": {"annotations": {"example.com/mark": "one"}}}),
+    )
+    .await;
+    let (order, most_down) = watch_rollout(&client, &ns, "c1", &before, 2, 2).await;
+    println!("restart order: {order:?}, most down at once: {most_down}");
+    assert_eq!(most_down, 1, "one replica down at a time");
+    assert_eq!(
+        order.last(),
+        Some(&format!("{backup}-0")),
+        "the backup replica last"
+    );
+    assert!(services.get_opt("c1").await.unwrap().is_none());
+    for r in &replicas {
+        let s = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        exec(&s, "SYSTEM SYNC REPLICA default.t").await;
+        assert_eq!(
+            query(&s, "SELECT toString(count()) AS v FROM default.t").await,
+            ["1000"],
+            "{r}"
+        );
+    }
+    finish(&client, &ns, op).await;
+}
