@@ -278,6 +278,11 @@ pub fn remember(secret: &str) {
     }
 }
 
+/// Every token and temporary credential this process still remembers (for a leak scan).
+pub fn remembered() -> Vec<String> {
+    SEEN.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 /// `text` without any token or temporary credential this process holds.
 pub fn scrub(text: &str) -> String {
     let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());

@@ -208,7 +208,6 @@ pub fn web_identity_volume(w: &crate::api::WebIdentity) -> Volume {
     Volume {
         name: WEB_IDENTITY_VOLUME.into(),
         projected: Some(ProjectedVolumeSource {
-            default_mode: Some(0o440),
             sources: Some(vec![VolumeProjection {
                 service_account_token: Some(ServiceAccountTokenProjection {
                     audience: Some(w.audience().to_string()),
