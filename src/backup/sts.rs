@@ -701,6 +701,85 @@ mod tests {
         assert!(format!("{:?}", Token::Fixed("secret-token".into())).contains(".."));
     }
 
+    /// A one-request-per-connection STS on localhost: each answer's credentials expire after
+    /// the next of `lifetimes`; returns its URL and the tokens it was sent.
+    async fn fake_sts(
+        lifetimes: Vec<i64>,
+    ) -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let tokens = seen.clone();
+        tokio::spawn(async move {
+            for (n, lifetime) in lifetimes.into_iter().enumerate() {
+                let (mut c, _) = listener.accept().await.unwrap();
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let k = c.read(&mut buf).await.unwrap();
+                    req.extend_from_slice(&buf[..k]);
+                    let text = String::from_utf8_lossy(&req).to_string();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.to_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse().unwrap()))
+                            .unwrap_or(0);
+                        if body.len() >= len {
+                            let token = body
+                                .split('&')
+                                .find_map(|kv| kv.strip_prefix("WebIdentityToken="))
+                                .unwrap_or_default();
+                            tokens.lock().unwrap().push(token.to_string());
+                            break;
+                        }
+                    }
+                }
+                let expires = Timestamp::now()
+                    .saturating_add(k8s_openapi::jiff::SignedDuration::from_secs(lifetime))
+                    .unwrap();
+                let body = OK
+                    .replace("ASIAEXAMPLE1234567", &format!("ASIAEXAMPLE{n:07}"))
+                    .replace("2026-12-04T16:00:00Z", &expires.to_string());
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                c.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        (url, seen)
+    }
+
+    /// Decision 32: credentials are exchanged once and used while more than five minutes are
+    /// left of them; credentials that end sooner are exchanged again with the token file read
+    /// anew (the kubelet renews it).
+    #[tokio::test]
+    async fn credentials_are_exchanged_again_near_their_end_with_the_renewed_token() {
+        let dir = std::env::temp_dir().join(format!("sts-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "first-token\n").unwrap();
+        // the first credentials end in 4 minutes: used once, then renewed; the second last
+        let (url, tokens) = fake_sts(vec![240, 3600]).await;
+        let sts = Sts::new(&url, true, "arn:aws:iam::123456789012:role/r", "sa", "s").unwrap();
+        let creds = WebIdentityCredentials::new(sts, Token::File(file.clone()));
+        let first = creds.get_credential().await.unwrap();
+        assert_eq!(first.key_id, "ASIAEXAMPLE0000000");
+        std::fs::write(&file, "second-token").unwrap();
+        let second = creds.get_credential().await.unwrap();
+        assert_eq!(second.key_id, "ASIAEXAMPLE0000001");
+        let third = creds.get_credential().await.unwrap();
+        assert_eq!(third.key_id, "ASIAEXAMPLE0000001", "an hour left: no exchange");
+        assert_eq!(creds.exchanges(), 2);
+        assert_eq!(
+            *tokens.lock().unwrap(),
+            vec!["first-token".to_string(), "second-token".to_string()]
+        );
+        assert!(third.token.is_some(), "requests carry x-amz-security-token");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Decision 32: a token and the credentials it bought are hidden in any text this process
     /// lets out.
     #[test]
