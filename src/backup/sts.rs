@@ -703,9 +703,7 @@ mod tests {
 
     /// A one-request-per-connection STS on localhost: each answer's credentials expire after
     /// the next of `lifetimes`; returns its URL and the tokens it was sent.
-    async fn fake_sts(
-        lifetimes: Vec<i64>,
-    ) -> (String, Arc<Mutex<Vec<String>>>) {
+    async fn fake_sts(lifetimes: Vec<i64>) -> (String, Arc<Mutex<Vec<String>>>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -723,7 +721,11 @@ mod tests {
                     if let Some((head, body)) = text.split_once("\r\n\r\n") {
                         let len: usize = head
                             .lines()
-                            .find_map(|l| l.to_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse().unwrap()))
+                            .find_map(|l| {
+                                l.to_lowercase()
+                                    .strip_prefix("content-length: ")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
                             .unwrap_or(0);
                         if body.len() >= len {
                             let token = body
@@ -770,7 +772,10 @@ mod tests {
         let second = creds.get_credential().await.unwrap();
         assert_eq!(second.key_id, "ASIAEXAMPLE0000001");
         let third = creds.get_credential().await.unwrap();
-        assert_eq!(third.key_id, "ASIAEXAMPLE0000001", "an hour left: no exchange");
+        assert_eq!(
+            third.key_id, "ASIAEXAMPLE0000001",
+            "an hour left: no exchange"
+        );
         assert_eq!(creds.exchanges(), 2);
         assert_eq!(
             *tokens.lock().unwrap(),

@@ -28,6 +28,7 @@
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService`, `networkPolicy` | [`Need::ObjectUpdate`] | — |
+//! | `backup.destination.webIdentity` set, changed or removed | [`Need::RollingRestart`] | — |
 //! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds`, `upgradeOptions` | nothing | nothing |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1200,6 +1201,28 @@ mod tests {
             &[],
         );
         row(json!({}), json!({"crVersion": "0.1.0"}), &[], &[]);
+    }
+
+    /// Decision 32: a `webIdentity` of `backup.destination` puts its ServiceAccount, token and
+    /// variables into the server pods: one rolling restart; another destination's does not.
+    #[test]
+    fn a_web_identity_backup_destination_restarts_the_servers_once() {
+        let web = |sa: &str| {
+            json!({"endpoint": "https://s3.example.com", "bucket": "b1",
+                   "webIdentity": {"roleArn": "arn:aws:iam::123456789012:role/b", "serviceAccountName": sa}})
+        };
+        row(
+            json!({}),
+            json!({"backup": {"destination": web("ch-backups")}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+        row(
+            json!({"backup": {"destination": web("ch-backups")}}),
+            json!({"backup": {"destination": web("ch-backups"), "allowedDestinations": [web("other")]}}),
+            &[],
+            &[],
+        );
     }
 
     /// Reasons name the field, so the plan and events can say why a pod restarts.

@@ -253,14 +253,32 @@ pub fn collections<'a>(
         if out.iter().any(|c| c.name == collection) {
             continue;
         }
+        if d.web_identity.is_some() {
+            // decision 32: the servers hold one role, that of `spec.backup.destination`
+            if own
+                .destination
+                .as_ref()
+                .and_then(|p| p.web_identity.as_ref())
+                == d.web_identity.as_ref()
+            {
+                out.push(crate::model::S3Collection {
+                    name: collection,
+                    url: crate::model::S3Collection::url_of(d),
+                    auth: crate::model::S3Auth::Environment,
+                });
+            }
+            continue;
+        }
         if let Ok((access_key_id, secret_access_key)) =
             credentials(d, secret(&d.secret_name), &name, Some(&cluster.spec), &ns)
         {
             out.push(crate::model::S3Collection {
                 name: collection,
                 url: crate::model::S3Collection::url_of(d),
-                access_key_id,
-                secret_access_key,
+                auth: crate::model::S3Auth::Keys {
+                    access_key_id,
+                    secret_access_key,
+                },
             });
         }
     }
@@ -393,8 +411,11 @@ mod tests {
         let main = &got[0];
         assert_eq!(main.url, "https://s3.example.com/backups/");
         assert_eq!(
-            (main.access_key_id.as_str(), main.secret_access_key.as_str()),
-            ("AKID", "SECRET")
+            main.auth,
+            crate::model::S3Auth::Keys {
+                access_key_id: "AKID".into(),
+                secret_access_key: "SECRET".into()
+            }
         );
         assert!(main.name.starts_with("chop_s3_") && main.name.len() == "chop_s3_".len() + 16);
         let dr_opted = [s3_secret("s3-creds", true), s3_secret("dr-creds", true)];
