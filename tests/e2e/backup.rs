@@ -1991,8 +1991,9 @@ async fn a_backup_and_its_restore_survive_the_operator_killed_after_every_step()
 /// (`AssumeRoleWithWebIdentity` on the S3 port) trusting the local API server as an OIDC
 /// provider: it fetches the API server's JWKS (`/openid/v1/jwks`, read anonymously, verified
 /// with the cluster's CA) and checks each token's signature, issuer and audience itself.
-const WI_S3_PORT: u16 = 18333;
-const WI_FILER_PORT: u16 = 18888;
+/// Its ports (each gRPC port is 10000 above) are clear of the first server's, gRPC included.
+const WI_S3_PORT: u16 = 8433;
+const WI_FILER_PORT: u16 = 8988;
 const WI_BUCKET: &str = "chop-wi";
 const ROLE: &str = "arn:aws:iam::000000000000:role/chop-backups";
 /// The test's own static identity, to look into the bucket; no pod, Secret or resource of the
@@ -2062,9 +2063,9 @@ fn web_identity_s3(ns: &str) -> S3Server {
             format!("-bucket={WI_BUCKET}"),
             format!("-s3.port={WI_S3_PORT}"),
             format!("-filer.port={WI_FILER_PORT}"),
-            "-master.port=19333".into(),
-            "-volume.port=19340".into(),
-            "-webdav.port=17333".into(),
+            "-master.port=9433".into(),
+            "-volume.port=9440".into(),
+            "-webdav.port=7433".into(),
             "-s3.port.iceberg=0".into(),
             "-s3.port.lance=0".into(),
             "-master.telemetry=false".into(),
@@ -2206,6 +2207,24 @@ async fn a_backup_and_its_restore_run_on_web_identity_and_foreign_tokens_are_ref
         .collect();
     assert!(labelled.is_empty(), "no static key anywhere: {labelled:?}");
     let map = ready.status.unwrap().replica_state_map;
+    // the servers run under the ServiceAccount, its token projected by the node, no API token
+    for replica in map.keys() {
+        let pod = Api::<Pod>::namespaced(client.clone(), &ns)
+            .get(&format!("{replica}-0"))
+            .await
+            .unwrap();
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("ch-backups"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert!(
+            spec.volumes.unwrap_or_default().iter().any(|v| v
+                .projected
+                .as_ref()
+                .and_then(|p| p.sources.as_ref())
+                .is_some_and(|s| s.iter().any(|s| s.service_account_token.is_some()))),
+            "{replica}: the projected token"
+        );
+    }
     let any = map.keys().next().unwrap().clone();
     let ch = sql_client(&client, &ns, "c1", &format!("{any}-0")).await;
     exec(&ch, "CREATE TABLE IF NOT EXISTS default.events ON CLUSTER c1 (batch UInt64, id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') PARTITION BY batch ORDER BY (batch, id)").await;
