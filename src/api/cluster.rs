@@ -1006,7 +1006,11 @@ impl AgentPodSettings {
         "TERMINATION_LOG",
         "CH_",
         "S3_",
-        "AWS_",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_SESSION_NAME",
+        "AWS_STS_REGIONAL_ENDPOINTS",
+        "AWS_ENDPOINT_URL_STS",
     ];
 
     /// Whether `name` is one of [`Self::OWN_ENV`] (or starts with one of its prefixes).

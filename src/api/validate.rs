@@ -2059,6 +2059,7 @@ mod tests {
             var("CH_HOSTS"),
             var("SHARD"),
             var("AWS_ROLE_ARN"),
+            var("AWS_CA_BUNDLE"),
         ];
         assert_eq!(
             fields("c1", &s),
