@@ -2312,5 +2312,40 @@ async fn a_backup_and_its_restore_run_on_web_identity_and_foreign_tokens_are_ref
     secrets.extend(["eyJ".to_string(), WI_ADMIN.1.to_string()]);
     secrets.extend(generated);
     assert_no_secret_leaked(&client, &ns, &secrets, true).await;
+
+    // an invalid webIdentity is said with its field, and nothing else of the cluster changes
+    let mut invalid = refused
+        .iter()
+        .map(|(_, d, _)| d.clone())
+        .collect::<Vec<_>>();
+    invalid.push(json!({"endpoint": server.for_pods, "insecure": true, "bucket": WI_BUCKET,
+        "secretName": "s3-creds",
+        "webIdentity": {"roleArn": "arn:aws:iam::role/no-account", "serviceAccountName": "ch-backups"}}));
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"backup": {"allowedDestinations": invalid}}),
+    )
+    .await;
+    let said = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "the invalid webIdentity said",
+        |s| {
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("allowedDestinations[3].webIdentity.roleArn"))
+        },
+    )
+    .await;
+    let message = said.status.unwrap().message.unwrap_or_default();
+    println!("invalid webIdentity: {message}");
+    assert!(
+        message.contains("allowedDestinations[3].secretName") && message.contains("exclude"),
+        "{message}"
+    );
     finish(&client, &ns, op).await;
 }
