@@ -326,7 +326,7 @@ impl Sts {
         check_endpoint(endpoint, insecure).map_err(|e| malformed(format!("the endpoint {e}")))?;
         check_role_arn(role_arn).map_err(|e| malformed(format!("the role ARN {e}")))?;
         let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(15))
+            .timeout(Duration::from_secs(10))
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
             .https_only(!insecure)
@@ -478,7 +478,7 @@ impl WebIdentityCredentials {
         }
     }
 
-    /// How many times the token was exchanged.
+    /// How many exchanges were made or tried.
     pub fn exchanges(&self) -> u64 {
         self.exchanges.load(std::sync::atomic::Ordering::Relaxed)
     }
