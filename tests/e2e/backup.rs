@@ -2148,6 +2148,17 @@ async fn a_backup_and_its_restore_run_on_web_identity_and_foreign_tokens_are_ref
     let ns = namespace(&client, "webid").await;
     let server = web_identity_s3(&ns);
     wait_weed_up(&server, &wi_bucket("probe"), WI_FILER_PORT, WI_BUCKET).await;
+    // the bucket takes nothing unsigned: what the agents write, they wrote as the role
+    let anonymous = reqwest::Client::new()
+        .put(format!(
+            "http://127.0.0.1:{WI_S3_PORT}/{WI_BUCKET}/anonymous"
+        ))
+        .body("x")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(anonymous.as_u16(), 403, "an unsigned write is refused");
     let op = start_operator_env(&client, &ns, &[]).await;
     // a JWT (a ServiceAccount token, a SeaweedFS session token) starts with `eyJ`
     watch_for_secrets(&[WI_ADMIN.1, "eyJ"]);
