@@ -2359,4 +2359,7 @@ async fn a_backup_and_its_restore_run_on_web_identity_and_foreign_tokens_are_ref
         "{message}"
     );
     finish(&client, &ns, op).await;
+    let mut weed = server.child.lock().unwrap();
+    let _ = weed.kill();
+    let _ = weed.wait();
 }
