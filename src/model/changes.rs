@@ -389,6 +389,12 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         ch.keeper.add(Need::Refused, message);
     }
     pod_settings(s, "spec.pod", &old.pod, &new.pod);
+    let web_identity =
+        |spec: &ClickHouseClusterSpec| spec.backup.destination.as_ref()?.web_identity.clone();
+    if web_identity(old) != web_identity(new) {
+        // decision 32: the servers' ServiceAccount, token and variables
+        s.add(Need::RollingRestart, "spec.backup.destination.webIdentity");
+    }
     if old.pod_security.ids != new.pod_security.ids {
         s.add(Need::RollingRestart, "spec.podSecurity.ids");
         ch.keeper.add(Need::RollingRestart, "spec.podSecurity.ids");
@@ -1217,6 +1223,12 @@ mod tests {
             &[Need::RollingRestart],
             &[],
         );
+        let ch = classify(
+            &spec(json!({})),
+            &spec(json!({"backup": {"destination": web("ch-backups")}})),
+        );
+        let fields: Vec<_> = ch.server.reasons().map(|r| r.field.as_str()).collect();
+        assert_eq!(fields, ["spec.backup.destination.webIdentity"]);
         row(
             json!({"backup": {"destination": web("ch-backups")}}),
             json!({"backup": {"destination": web("ch-backups"), "allowedDestinations": [web("other")]}}),
