@@ -110,18 +110,13 @@ impl Bucket {
             Patience::Quick => (Duration::from_secs(5), 1, Duration::from_secs(8)),
             Patience::Patient => (Duration::from_secs(60), 5, Duration::from_secs(120)),
         };
-        let (mut redactor, who) = match (credentials, &d.web_identity) {
-            (Credentials::Keys { .. }, _) | (_, None) => (
-                crate::util::redact::Redactor::new(),
-                format!("Secret {}", d.secret_name),
+        let mut redactor = crate::util::redact::Redactor::new();
+        let who = match (credentials, &d.web_identity) {
+            (Credentials::WebIdentity(_), Some(w)) => format!(
+                "role {} (ServiceAccount {})",
+                w.role_arn, w.service_account_name
             ),
-            (Credentials::WebIdentity(_), Some(w)) => (
-                crate::util::redact::Redactor::new(),
-                format!(
-                    "role {} (ServiceAccount {})",
-                    w.role_arn, w.service_account_name
-                ),
-            ),
+            _ => format!("Secret {}", d.secret_name),
         };
         let mut builder = AmazonS3Builder::new()
             .with_endpoint(d.endpoint.trim_end_matches('/'))
