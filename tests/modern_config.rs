@@ -1496,8 +1496,10 @@ fn backups_name_the_destinations_named_collection_and_carry_no_key() {
     i.backup_collections = vec![clickhouse_operator::model::S3Collection {
         name: name.clone(),
         url: clickhouse_operator::model::S3Collection::url_of(&d),
-        access_key_id: "AKIDCOLLECTION".into(),
-        secret_access_key: "SECRETCOLLECTIONKEY".into(),
+        auth: clickhouse_operator::model::S3Auth::Keys {
+            access_key_id: "AKIDCOLLECTION".into(),
+            secret_access_key: "SECRETCOLLECTIONKEY".into(),
+        },
     }];
     let built = build(&c, &i);
     let users = secret_file(&built, names::USERS_FILE);
@@ -1604,5 +1606,73 @@ fn backups_name_the_destinations_named_collection_and_carry_no_key() {
         e.to_lowercase().contains("no named collection")
             || e.to_lowercase().contains("no collection named"),
         "{e}"
+    );
+}
+
+/// Decision 43: a destination with `webIdentity` becomes a named collection with
+/// `use_environment_credentials` and no key, which the 26.x engine loads; as the operator's
+/// account a `BACKUP … TO S3(<collection>, …)` is accepted and goes to the collection's bucket
+/// (nothing listens there: "connection refused"), with the credentials of the server's own
+/// environment. That the server's S3 client then exchanges the pod's token with STS is
+/// ClickHouse's (`AWS_ROLE_ARN`, `AWS_WEB_IDENTITY_TOKEN_FILE`), not exercised here: chDB has no
+/// STS to ask.
+#[test]
+fn a_web_identity_destination_is_a_keyless_collection_backups_can_name() {
+    use clickhouse_operator::clickhouse::backup as chbackup;
+    let web = serde_json::json!({"endpoint": "http://127.0.0.1:1", "insecure": true,
+        "bucket": "backups",
+        "webIdentity": {"roleArn": "arn:aws:iam::123456789012:role/backups",
+                        "serviceAccountName": "ch-backups"}});
+    let (c, mut i) = c1(serde_json::json!({"backup": {"destination": web}}));
+    i.server_version = Some("26.9.2.1".parse().unwrap());
+    i.backup_collections =
+        clickhouse_operator::plan::backup::destination::collections(&c, |_| None);
+    assert_eq!(i.backup_collections.len(), 1);
+    let name = i.backup_collections[0].name.clone();
+    let built = build(&c, &i);
+    let remote = secret_file(&built, names::REMOTE_SERVERS_FILE);
+    assert!(
+        remote.contains("<use_environment_credentials>1</use_environment_credentials>")
+            && !remote.contains("access_key_id"),
+        "{remote}"
+    );
+    let users = secret_file(&built, names::USERS_FILE);
+    let operator = &users[users.find("<clickhouse_operator").unwrap()..];
+    let grants = &operator[operator.find("<grants>").unwrap()
+        ..operator.find("</grants>").unwrap() + "</grants>".len()];
+    let layout = lay_out("web-identity", &built, "c1-1-3", "");
+    write(
+        &layout.users_d("zz-test.xml"),
+        &format!("<clickhouse><users><default>{grants}</default></users></clickhouse>"),
+    );
+    let target = chbackup::s3_collection_target(&name, "t1/c1/backups/b1/shard-0/");
+    let backup = chbackup::backup_sql(&["src".to_string()], &target, None).replace(" ASYNC", "");
+    let queries = [
+        "CREATE DATABASE src",
+        "CREATE TABLE src.t (x UInt8) ENGINE = MergeTree ORDER BY x",
+        "INSERT INTO src.t VALUES (1)",
+        "SET s3_retry_attempts = 0",
+        "SET backup_restore_s3_retry_attempts = 0",
+        backup.as_str(),
+    ];
+    // no instance metadata to ask on this machine: the environment chain ends at once
+    let r = run_with_env(&layout, &queries, &[("AWS_EC2_METADATA_DISABLED", "true")]);
+    r.loaded();
+    for (q, result) in queries.iter().zip(&r.results).take(5) {
+        assert!(result.is_ok(), "{q}: {result:?}");
+    }
+    let e = r.results[5]
+        .as_ref()
+        .expect_err("nothing listens on port 1");
+    println!("{backup}\n  -> {}", e.chars().take(400).collect::<String>());
+    assert!(
+        !e.to_lowercase().contains("collection"),
+        "the collection is known: {e}"
+    );
+    assert!(
+        e.contains("bucket backups")
+            && e.contains("t1/c1/backups/b1/shard-0/")
+            && e.contains("Connection refused"),
+        "it went to the collection's bucket, in the folder named: {e}"
     );
 }

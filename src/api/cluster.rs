@@ -388,8 +388,8 @@ impl ClickHouseClusterSpec {
     }
 
     /// The Secrets of the backup destinations (`spec.backup.destination`,
-    /// `allowedDestinations`), each once: their keys become the servers' named collections
-    /// where the Secret opts in.
+    /// `allowedDestinations`) that name one (not those with `webIdentity`), each once: their
+    /// keys become the servers' named collections where the Secret opts in.
     pub fn backup_secrets(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for d in self
@@ -398,7 +398,7 @@ impl ClickHouseClusterSpec {
             .iter()
             .chain(&self.backup.allowed_destinations)
         {
-            if !out.contains(&d.secret_name) {
+            if !d.secret_name.is_empty() && !out.contains(&d.secret_name) {
                 out.push(d.secret_name.clone());
             }
         }
@@ -1006,6 +1006,11 @@ impl AgentPodSettings {
         "TERMINATION_LOG",
         "CH_",
         "S3_",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_SESSION_NAME",
+        "AWS_STS_REGIONAL_ENDPOINTS",
+        "AWS_ENDPOINT_URL_STS",
     ];
 
     /// Whether `name` is one of [`Self::OWN_ENV`] (or starts with one of its prefixes).
@@ -1040,9 +1045,11 @@ pub struct BackupScheduleSpec {
     pub schedules: Vec<BackupSchedule>,
 }
 
-/// An S3-compatible bucket (AWS S3, MinIO, SeaweedFS, …). The access key and secret key are
-/// read from a Secret, never from the resource; the Secret must carry the label
-/// `clickhouse.com/s3-credentials: "true"` to be used for them.
+/// An S3-compatible bucket (AWS S3, MinIO, SeaweedFS, …) and how to authenticate to it: static
+/// keys read from a Secret (`secretName`), never from the resource, or short-lived credentials
+/// that a ServiceAccount's token buys from STS (`webIdentity`); exactly one of the two. The
+/// Secret or ServiceAccount must carry the label `clickhouse.com/s3-credentials: "true"` to be
+/// used for them.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct S3Destination {
@@ -1057,7 +1064,9 @@ pub struct S3Destination {
     /// Region for request signing (default `us-east-1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-    /// The Secret (same namespace) holding the credentials.
+    /// The Secret (same namespace) holding the access key id and secret access key; not with
+    /// `webIdentity`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub secret_name: String,
     /// Key of the access key id in the Secret (default `accessKeyId`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1065,10 +1074,55 @@ pub struct S3Destination {
     /// Key of the secret access key in the Secret (default `secretAccessKey`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_access_key_key: Option<String>,
-    /// Allow an `http://` endpoint: the data and the signed requests then cross the network in
-    /// clear (default: only `https://`).
+    /// Short-lived credentials instead of a Secret's keys: the agents run under a ServiceAccount
+    /// whose token (projected, with this audience) is exchanged with STS
+    /// `AssumeRoleWithWebIdentity` for temporary credentials of a role, as EKS (IRSA) and
+    /// other clusters whose issuer an IAM OIDC provider trusts do; not with `secretName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_identity: Option<WebIdentity>,
+    /// Allow an `http://` endpoint (and `webIdentity.stsEndpoint`): the data and the signed
+    /// requests then cross the network in clear (default: only `https://`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
+}
+
+/// A role assumed with a ServiceAccount's token (`AssumeRoleWithWebIdentity`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebIdentity {
+    /// The role to assume, `arn:aws:iam::123456789012:role/clickhouse-backups`; its trust
+    /// policy names the cluster's OIDC provider and the subject
+    /// `system:serviceaccount:<namespace>:<serviceAccountName>`.
+    pub role_arn: String,
+    /// The ServiceAccount (same namespace) the agents run under and whose token is exchanged; it
+    /// must carry the label `clickhouse.com/s3-credentials: "true"`. No Kubernetes API token is
+    /// mounted.
+    pub service_account_name: String,
+    /// The token's audience, which the OIDC provider expects (default `sts.amazonaws.com`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    /// The STS endpoint (default `https://sts.<region>.amazonaws.com`); `http://` only with
+    /// `insecure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sts_endpoint: Option<String>,
+}
+
+impl WebIdentity {
+    /// The audience of AWS STS, the default.
+    pub const DEFAULT_AUDIENCE: &'static str = "sts.amazonaws.com";
+
+    /// The token's audience.
+    pub fn audience(&self) -> &str {
+        self.audience.as_deref().unwrap_or(Self::DEFAULT_AUDIENCE)
+    }
+
+    /// The STS endpoint for a bucket in `region`, without a trailing `/`.
+    pub fn sts_endpoint(&self, region: &str) -> String {
+        match &self.sts_endpoint {
+            Some(e) => e.trim_end_matches('/').to_string(),
+            None => format!("https://sts.{region}.amazonaws.com"),
+        }
+    }
 }
 
 impl S3Destination {
@@ -1089,6 +1143,11 @@ impl S3Destination {
         self.secret_access_key_key
             .as_deref()
             .unwrap_or(Self::SECRET_ACCESS_KEY)
+    }
+
+    /// The region requests are signed for.
+    pub fn region(&self) -> &str {
+        self.region.as_deref().unwrap_or("us-east-1")
     }
 }
 

@@ -709,11 +709,31 @@ fn check_destination(at: &str, d: &super::S3Destination, errors: &mut Errors) {
             format!("{b:?} is not an S3 bucket name (3 to 63 of a-z, 0-9, '-', '.')"),
         );
     }
-    if !is_dns_subdomain(&d.secret_name) {
-        errors.add(
+    match &d.web_identity {
+        None if d.secret_name.is_empty() => errors.add(
+            &format!("{at}.secretName"),
+            "set secretName (a Secret with static keys) or webIdentity (a role assumed with a ServiceAccount's token)".into(),
+        ),
+        None if !is_dns_subdomain(&d.secret_name) => errors.add(
             &format!("{at}.secretName"),
             format!("{:?} is not a Secret name", d.secret_name),
-        );
+        ),
+        None => {}
+        Some(w) => {
+            for (field, set) in [
+                ("secretName", !d.secret_name.is_empty()),
+                ("accessKeyIdKey", d.access_key_id_key.is_some()),
+                ("secretAccessKeyKey", d.secret_access_key_key.is_some()),
+            ] {
+                if set {
+                    errors.add(
+                        &format!("{at}.{field}"),
+                        "static keys and webIdentity exclude each other: remove one".into(),
+                    );
+                }
+            }
+            check_web_identity(&format!("{at}.webIdentity"), w, d.insecure, errors);
+        }
     }
     if let Some(p) = &d.prefix
         && (p.starts_with('/') || p.contains("//") || p.contains(".."))
@@ -722,6 +742,34 @@ fn check_destination(at: &str, d: &super::S3Destination, errors: &mut Errors) {
             &format!("{at}.prefix"),
             format!("{p:?} must be a relative path without '//' or '..'"),
         );
+    }
+}
+
+/// A role assumed with a ServiceAccount's token: a role ARN, a ServiceAccount name, an audience
+/// a token can carry, an STS endpoint that is an https URL (http with `insecure`) naming only a
+/// host, a port and a path.
+fn check_web_identity(at: &str, w: &super::WebIdentity, insecure: bool, errors: &mut Errors) {
+    if let Err(why) = crate::backup::sts::check_role_arn(&w.role_arn) {
+        errors.add(&format!("{at}.roleArn"), format!("{:?} {why}", w.role_arn));
+    }
+    if !is_dns_subdomain(&w.service_account_name) {
+        errors.add(
+            &format!("{at}.serviceAccountName"),
+            format!("{:?} is not a ServiceAccount name", w.service_account_name),
+        );
+    }
+    if let Some(a) = &w.audience
+        && (a.is_empty() || a.len() > 256 || a.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        errors.add(
+            &format!("{at}.audience"),
+            format!("{a:?} must be 1 to 256 characters without spaces"),
+        );
+    }
+    if let Some(e) = &w.sts_endpoint
+        && let Err(why) = crate::backup::sts::check_endpoint(e, insecure)
+    {
+        errors.add(&format!("{at}.stsEndpoint"), format!("{e:?} {why}"));
     }
 }
 
@@ -1925,6 +1973,76 @@ mod tests {
         );
     }
 
+    /// Decision 43: a destination has static keys or web identity, never both and never
+    /// neither; its role ARN, ServiceAccount, audience and STS endpoint are each checked, and an
+    /// http STS endpoint needs `insecure` as the endpoint does.
+    #[test]
+    fn web_identity_destinations_are_checked_and_exclude_static_keys() {
+        let mut s = spec();
+        let web = |role: &str, sa: &str, sts: Option<&str>| crate::api::WebIdentity {
+            role_arn: role.into(),
+            service_account_name: sa.into(),
+            audience: None,
+            sts_endpoint: sts.map(str::to_string),
+        };
+        let d = |secret: &str, w: Option<crate::api::WebIdentity>| crate::api::S3Destination {
+            endpoint: "https://s3.example.com".into(),
+            bucket: "backups".into(),
+            secret_name: secret.into(),
+            web_identity: w,
+            ..Default::default()
+        };
+        let good = web("arn:aws:iam::123456789012:role/backups", "ch-backups", None);
+        s.backup.destination = Some(d("", Some(good.clone())));
+        assert!(fields("c1", &s).is_empty(), "{:?}", fields("c1", &s));
+        s.backup.destination = Some(d("", None));
+        assert_eq!(fields("c1", &s), ["spec.backup.destination.secretName"]);
+        let mut both = d("s3", Some(good.clone()));
+        both.access_key_id_key = Some("id".into());
+        s.backup.destination = Some(both);
+        assert_eq!(
+            fields("c1", &s),
+            [
+                "spec.backup.destination.secretName",
+                "spec.backup.destination.accessKeyIdKey"
+            ]
+        );
+        let mut bad = web(
+            "arn:aws:iam::role/x",
+            "Bad_SA",
+            Some("http://sts.local:8333"),
+        );
+        bad.audience = Some("two words".into());
+        s.backup.destination = Some(d("", Some(bad)));
+        let (errors, _) = validate("c1", &s);
+        let named: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            named,
+            [
+                "spec.backup.destination.webIdentity.roleArn",
+                "spec.backup.destination.webIdentity.serviceAccountName",
+                "spec.backup.destination.webIdentity.audience",
+                "spec.backup.destination.webIdentity.stsEndpoint",
+            ]
+        );
+        assert!(
+            errors[3].message.contains("insecure"),
+            "{}",
+            errors[3].message
+        );
+        let mut insecure = d(
+            "",
+            Some(web(
+                "arn:aws:iam::123456789012:role/b",
+                "sa",
+                Some("http://sts.local:8333"),
+            )),
+        );
+        insecure.insecure = true;
+        s.backup.destination = Some(insecure);
+        assert!(fields("c1", &s).is_empty());
+    }
+
     /// Decision 26: the agent's pods take extra environment variables, never one the agent is
     /// configured with.
     #[test]
@@ -1941,13 +2059,16 @@ mod tests {
             var("S3_ENDPOINT"),
             var("CH_HOSTS"),
             var("SHARD"),
+            var("AWS_ROLE_ARN"),
+            var("AWS_CA_BUNDLE"),
         ];
         assert_eq!(
             fields("c1", &s),
             [
                 "spec.backup.agent.env[2].name",
                 "spec.backup.agent.env[3].name",
-                "spec.backup.agent.env[4].name"
+                "spec.backup.agent.env[4].name",
+                "spec.backup.agent.env[5].name"
             ]
         );
     }

@@ -38,8 +38,9 @@ pub struct BackupJob {
     /// The replica's further disks, mounted where the server has them.
     pub disk_dirs: Vec<PathBuf>,
     pub bucket: Bucket,
-    /// The access key and secret key: a server with `BACKUP` writes to the bucket itself.
-    pub credentials: (String, String),
+    /// The access key and secret key: a server with `BACKUP` writes to the bucket itself
+    /// (none with web identity: the servers then use their own, decision 43).
+    pub credentials: Option<(String, String)>,
     /// The named collection of the servers that holds the bucket and its keys (see
     /// [`Target`]).
     pub collection: Option<String>,
@@ -211,8 +212,8 @@ impl BackupJob {
             version,
             self.collection.as_deref(),
             &self.bucket,
-            &self.credentials,
-        );
+            self.credentials.as_ref(),
+        )?;
         let names: Vec<String> = databases
             .iter()
             .filter(|d| {
@@ -446,8 +447,9 @@ pub struct RestoreJob {
     pub servers: Vec<Client>,
     pub data_dir: PathBuf,
     pub bucket: Bucket,
-    /// The access key and secret key: a server with `BACKUP` reads the bucket itself.
-    pub credentials: (String, String),
+    /// The access key and secret key: a server with `BACKUP` reads the bucket itself (none
+    /// with web identity: the servers then use their own, decision 43).
+    pub credentials: Option<(String, String)>,
     /// The named collection of the servers that holds the bucket and its keys (see
     /// [`Target`]).
     pub collection: Option<String>,
@@ -594,8 +596,8 @@ impl RestoreJob {
             version,
             self.collection.as_deref(),
             &self.bucket,
-            &self.credentials,
-        );
+            self.credentials.as_ref(),
+        )?;
         let source = source_of.sql(dir);
         let names: Vec<String> = shard.databases.iter().map(|d| d.name.clone()).collect();
         let started = start(
@@ -699,8 +701,11 @@ pub async fn main_from_env() -> i32 {
     };
     let redactor = secrets_from_env();
     if let Some(e) = report.error.as_mut() {
-        // the termination message holds 4096 bytes
-        *e = redactor.scrub(e).chars().take(3000).collect();
+        // the termination message holds 4096 bytes; no token or temporary credential either
+        *e = super::sts::scrub(&redactor.scrub(e))
+            .chars()
+            .take(3000)
+            .collect();
     }
     let text = serde_json::to_string(&report).unwrap_or_default();
     println!("{text}");
@@ -757,17 +762,42 @@ async fn run_from_env() -> Result<Report, String> {
         bucket: var("S3_BUCKET")?,
         prefix: opt("S3_PREFIX"),
         region: opt("S3_REGION"),
+        web_identity: opt("AWS_ROLE_ARN").map(|role_arn| crate::api::WebIdentity {
+            role_arn,
+            service_account_name: opt("S3_SERVICE_ACCOUNT").unwrap_or_default(),
+            ..crate::api::WebIdentity::default()
+        }),
         ..crate::api::S3Destination::default()
     };
-    let credentials = (var("S3_ACCESS_KEY_ID")?, var("S3_SECRET_ACCESS_KEY")?);
-    let bucket = Bucket::open(
-        &destination,
-        &credentials.0,
-        &credentials.1,
-        "",
-        super::store::Patience::Patient,
-    )
-    .map_err(|e| e.to_string())?;
+    let (credentials, signing) = match opt("AWS_ROLE_ARN") {
+        None => {
+            let keys = (var("S3_ACCESS_KEY_ID")?, var("S3_SECRET_ACCESS_KEY")?);
+            let signing = super::store::Credentials::Keys {
+                access_key_id: keys.0.clone(),
+                secret_access_key: keys.1.clone(),
+            };
+            (Some(keys), signing)
+        }
+        // decision 43: the projected token, exchanged with STS and again before the
+        // credentials expire
+        Some(role) => {
+            let endpoint = var("AWS_ENDPOINT_URL_STS")?;
+            let sts = super::sts::Sts::new(
+                &endpoint,
+                // the operator allowed http only with the destination's `insecure`
+                endpoint.starts_with("http://"),
+                &role,
+                &opt("S3_SERVICE_ACCOUNT").unwrap_or_default(),
+                &opt("AWS_ROLE_SESSION_NAME").unwrap_or_else(|| "clickhouse-backup-agent".into()),
+            )
+            .map_err(|e| e.to_string())?;
+            let token = super::sts::Token::File(PathBuf::from(var("AWS_WEB_IDENTITY_TOKEN_FILE")?));
+            let provider = std::sync::Arc::new(super::sts::WebIdentityCredentials::new(sts, token));
+            (None, super::store::Credentials::WebIdentity(provider))
+        }
+    };
+    let bucket = Bucket::open_with(&destination, &signing, "", super::store::Patience::Patient)
+        .map_err(|e| e.to_string())?;
     let data_dir = PathBuf::from(var("DATA_DIR")?);
     let backup = var("BACKUP_NAME")?;
     match var("AGENT_MODE")?.as_str() {
@@ -844,22 +874,25 @@ impl Target {
         version: crate::clickhouse::Version,
         collection: Option<&str>,
         bucket: &Bucket,
-        (access, secret): &(String, String),
-    ) -> Target {
-        match collection {
-            Some(name)
+        keys: Option<&(String, String)>,
+    ) -> Result<Target, String> {
+        match (collection, keys) {
+            (Some(name), _)
                 if version.supports(crate::clickhouse::Capability::BackupNamedCollection) =>
             {
-                Target::Collection {
+                Ok(Target::Collection {
                     name: name.to_string(),
                     prefix: bucket.key_prefix(),
-                }
+                })
             }
-            _ => Target::Keys {
+            (_, Some((access, secret))) => Ok(Target::Keys {
                 base: format!("{}/", bucket.http_url("").trim_end_matches('/')),
                 access: access.clone(),
                 secret: secret.clone(),
-            },
+            }),
+            (_, None) => Err(format!(
+                "a server {version} writes backups itself and takes S3 credentials only as keys in the statement: webIdentity needs servers that read named collections (23.8 and later) or servers without BACKUP"
+            )),
         }
     }
 
@@ -941,8 +974,24 @@ mod tests {
             "24.8".parse().unwrap(),
             Some("chop_s3_0123456789abcdef"),
             &bucket,
-            &keys,
+            Some(&keys),
+        )
+        .unwrap();
+        // decision 43: with web identity, a collection (the servers' own credentials) or nothing
+        let web = Target::of(
+            "24.8".parse().unwrap(),
+            Some("chop_s3_0123456789abcdef"),
+            &bucket,
+            None,
         );
+        assert_eq!(web.as_ref(), Ok(&modern));
+        let old_web = Target::of(
+            "23.7".parse().unwrap(),
+            Some("chop_s3_0123456789abcdef"),
+            &bucket,
+            None,
+        );
+        assert!(old_web.unwrap_err().contains("23.8"));
         let sql = modern.sql("backups/b1/shard-0");
         assert_eq!(
             sql,
@@ -950,7 +999,8 @@ mod tests {
         );
         assert!(!sql.contains("AKID") && !sql.contains("SECRETKEY"));
         for (version, collection) in [("23.7", Some("chop_s3_0123456789abcdef")), ("24.8", None)] {
-            let old = Target::of(version.parse().unwrap(), collection, &bucket, &keys);
+            let old =
+                Target::of(version.parse().unwrap(), collection, &bucket, Some(&keys)).unwrap();
             let sql = old.sql("backups/b1/shard-0");
             assert!(
                 sql.contains("'https://s3.example.com/b/ns/c1/backups/b1/shard-0/'"),

@@ -6,8 +6,10 @@
 //!
 //! - [`store`]: the bucket (`object_store`), errors that say what to fix;
 //! - [`checks`]: the rules a manifest read from a bucket must keep before a restore uses it;
-//! - [`agent`]: freezing and uploading, checking, downloading and attaching.
+//! - [`agent`]: freezing and uploading, checking, downloading and attaching;
+//! - [`sts`]: short-lived credentials through web identity (decision 43).
 
 pub mod agent;
 pub mod checks;
 pub mod store;
+pub mod sts;

@@ -25,13 +25,13 @@ pub enum Error {
         "the bucket {bucket} does not exist at {endpoint}: create it, or fix the destination's bucket"
     )]
     NoBucket { endpoint: String, bucket: String },
-    #[error(
-        "{endpoint} refused the credentials of Secret {secret} ({detail}): fix the access key and secret key there"
-    )]
+    #[error("{endpoint} refused the credentials of {who} ({detail}): {fix}")]
     Credentials {
         endpoint: String,
-        secret: String,
+        /// `Secret <name>`, or the role and its ServiceAccount.
+        who: String,
         detail: String,
+        fix: &'static str,
     },
     #[error("cannot reach {endpoint} ({detail}): check the destination's endpoint and the network")]
     Unreachable { endpoint: String, detail: String },
@@ -43,6 +43,9 @@ pub enum Error {
     },
     #[error("invalid destination: {0}")]
     Invalid(String),
+    /// No temporary credentials (decision 43).
+    #[error("{0}")]
+    Sts(crate::backup::sts::StsError),
 }
 
 /// How patient calls are: a pass checks a bucket within seconds; the backup agent waits longer.
@@ -54,13 +57,27 @@ pub enum Patience {
     Patient,
 }
 
+/// How requests to a bucket are signed.
+#[derive(Clone, Debug)]
+pub enum Credentials {
+    /// A Secret's static keys.
+    Keys {
+        access_key_id: String,
+        secret_access_key: String,
+    },
+    /// A role's temporary credentials, renewed as they near their end (decision 43).
+    WebIdentity(Arc<crate::backup::sts::WebIdentityCredentials>),
+}
+
 /// One destination, with its credentials.
 #[derive(Clone)]
 pub struct Bucket {
     store: Arc<dyn ObjectStore>,
     endpoint: String,
     bucket: String,
-    secret: String,
+    /// Whose credentials these are, as the user named them.
+    who: String,
+    web_identity: bool,
     prefix: String,
     /// The credentials, hidden in every error (an S3 server's answer may quote them).
     redactor: crate::util::redact::Redactor,
@@ -75,16 +92,52 @@ impl Bucket {
         default_prefix: &str,
         patience: Patience,
     ) -> Result<Bucket, Error> {
+        let credentials = Credentials::Keys {
+            access_key_id: access_key_id.to_string(),
+            secret_access_key: secret_access_key.to_string(),
+        };
+        Bucket::open_with(d, &credentials, default_prefix, patience)
+    }
+
+    /// [`Bucket::open`] with either kind of credentials.
+    pub fn open_with(
+        d: &S3Destination,
+        credentials: &Credentials,
+        default_prefix: &str,
+        patience: Patience,
+    ) -> Result<Bucket, Error> {
         let (timeout, retries, retry_timeout) = match patience {
             Patience::Quick => (Duration::from_secs(5), 1, Duration::from_secs(8)),
             Patience::Patient => (Duration::from_secs(60), 5, Duration::from_secs(120)),
         };
-        let store = AmazonS3Builder::new()
+        let mut redactor = crate::util::redact::Redactor::new();
+        let who = match (credentials, &d.web_identity) {
+            (Credentials::WebIdentity(_), Some(w)) => format!(
+                "role {} (ServiceAccount {})",
+                w.role_arn, w.service_account_name
+            ),
+            _ => format!("Secret {}", d.secret_name),
+        };
+        let mut builder = AmazonS3Builder::new()
             .with_endpoint(d.endpoint.trim_end_matches('/'))
             .with_bucket_name(&d.bucket)
-            .with_region(d.region.clone().unwrap_or_else(|| "us-east-1".into()))
-            .with_access_key_id(access_key_id)
-            .with_secret_access_key(secret_access_key)
+            .with_region(d.region());
+        match credentials {
+            Credentials::Keys {
+                access_key_id,
+                secret_access_key,
+            } => {
+                redactor.add(access_key_id);
+                redactor.add(secret_access_key);
+                builder = builder
+                    .with_access_key_id(access_key_id)
+                    .with_secret_access_key(secret_access_key);
+            }
+            Credentials::WebIdentity(provider) => {
+                builder = builder.with_credentials(provider.clone());
+            }
+        }
+        let store = builder
             .with_virtual_hosted_style_request(false)
             .with_client_options(
                 // options replace the builder's own: plain HTTP is allowed here
@@ -99,14 +152,7 @@ impl Bucket {
                 ..RetryConfig::default()
             })
             .build()
-            .map_err(|e| {
-                Error::Invalid(
-                    crate::util::redact::Redactor::new()
-                        .with(access_key_id)
-                        .with(secret_access_key)
-                        .scrub(&e.to_string()),
-                )
-            })?;
+            .map_err(|e| Error::Invalid(redactor.scrub(&e.to_string())))?;
         let prefix = d
             .prefix
             .clone()
@@ -117,11 +163,10 @@ impl Bucket {
             store: Arc::new(store),
             endpoint: d.endpoint.clone(),
             bucket: d.bucket.clone(),
-            secret: d.secret_name.clone(),
+            who,
+            web_identity: matches!(credentials, Credentials::WebIdentity(_)),
             prefix,
-            redactor: crate::util::redact::Redactor::new()
-                .with(access_key_id)
-                .with(secret_access_key),
+            redactor,
         })
     }
 
@@ -158,8 +203,14 @@ impl Bucket {
     }
 
     fn error(&self, e: object_store::Error) -> Error {
-        let detail = self.redactor.scrub(&e.to_string());
+        let detail = crate::backup::sts::scrub(&self.redactor.scrub(&e.to_string()));
         let has = |s: &str| detail.contains(s);
+        // the exchange with STS failed: its own error says what to fix
+        if let object_store::Error::Generic { source, .. } = &e
+            && let Some(sts) = source.downcast_ref::<crate::backup::sts::StsError>()
+        {
+            return Error::Sts(sts.clone());
+        }
         match &e {
             _ if has("NoSuchBucket") => Error::NoBucket {
                 endpoint: self.endpoint.clone(),
@@ -196,8 +247,13 @@ impl Bucket {
     fn credentials(&self, detail: String) -> Error {
         Error::Credentials {
             endpoint: self.endpoint.clone(),
-            secret: self.secret.clone(),
+            who: self.who.clone(),
             detail: first_line(&detail),
+            fix: if self.web_identity {
+                "check that the role's policy allows the bucket"
+            } else {
+                "fix the access key and secret key there"
+            },
         }
     }
 

@@ -443,6 +443,9 @@ pub async fn open_bucket_of(
     cluster: Option<&ClickHouseCluster>,
     patience: Patience,
 ) -> Result<Result<Bucket, Failure>, Error> {
+    if d.web_identity.is_some() {
+        return open_web_identity_bucket(ctx, ns, d, name, patience).await;
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let secret = secrets.get_opt(&d.secret_name).await?;
     let spec = cluster.map(|c| &c.spec);
@@ -454,6 +457,75 @@ pub async fn open_bucket_of(
         Bucket::open(d, &access, &secret_key, &default_prefix(ns, name), patience)
             .map_err(|e| Failure::new(FailureReason::Destination, e.to_string())),
     )
+}
+
+/// [`open_bucket_of`] for a destination with `webIdentity` (decision 43): a token of its
+/// ServiceAccount (one that opts in), with the destination's audience, is requested from the
+/// API server for 10 minutes and exchanged with STS for the role's temporary credentials.
+async fn open_web_identity_bucket(
+    ctx: &Context,
+    ns: &str,
+    d: &S3Destination,
+    cluster_name: &str,
+    patience: Patience,
+) -> Result<Result<Bucket, Failure>, Error> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let refused = |e: String| Ok(Err(Failure::new(FailureReason::Credentials, e)));
+    let Some(w) = d.web_identity.as_ref() else {
+        return refused("the destination has no webIdentity".into());
+    };
+    let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
+    let account = accounts.get_opt(&w.service_account_name).await?;
+    if let Err(e) = destination::web_identity(d, account.as_ref(), ns) {
+        return refused(e.to_string());
+    }
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![w.audience().to_string()]),
+            expiration_seconds: Some(600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = match accounts
+        .create_token_request(&w.service_account_name, &PostParams::default(), &request)
+        .await
+    {
+        Ok(t) => t.status.and_then(|s| s.token).unwrap_or_default(),
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return refused(format!(
+                "the operator may not request a token of ServiceAccount {} ({}): grant it create on serviceaccounts/token in namespace {ns}",
+                w.service_account_name, e.message
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::backup::sts::remember(&token);
+    let sts = match crate::backup::sts::Sts::new(
+        &w.sts_endpoint(d.region()),
+        d.insecure,
+        &w.role_arn,
+        &w.service_account_name,
+        &format!("clickhouse-operator-{ns}-{cluster_name}"),
+    ) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(Failure::new(FailureReason::Destination, e.to_string()))),
+    };
+    let provider = std::sync::Arc::new(crate::backup::sts::WebIdentityCredentials::new(
+        sts,
+        crate::backup::sts::Token::Fixed(token),
+    ));
+    if let Err(e) = provider.current().await {
+        return refused(e.to_string());
+    }
+    Ok(Bucket::open_with(
+        d,
+        &crate::backup::store::Credentials::WebIdentity(provider),
+        &default_prefix(ns, cluster_name),
+        patience,
+    )
+    .map_err(|e| Failure::new(FailureReason::Destination, e.to_string())))
 }
 
 /// Removes backup `name`'s data at `d`: every object under its folder that no other backup's

@@ -28,6 +28,7 @@
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService`, `networkPolicy` | [`Need::ObjectUpdate`] | — |
+//! | `backup.destination.webIdentity` set, changed or removed | [`Need::RollingRestart`] | — |
 //! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds`, `upgradeOptions` | nothing | nothing |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -388,6 +389,12 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         ch.keeper.add(Need::Refused, message);
     }
     pod_settings(s, "spec.pod", &old.pod, &new.pod);
+    let web_identity =
+        |spec: &ClickHouseClusterSpec| spec.backup.destination.as_ref()?.web_identity.clone();
+    if web_identity(old) != web_identity(new) {
+        // decision 43: the servers' ServiceAccount, token and variables
+        s.add(Need::RollingRestart, "spec.backup.destination.webIdentity");
+    }
     if old.pod_security.ids != new.pod_security.ids {
         s.add(Need::RollingRestart, "spec.podSecurity.ids");
         ch.keeper.add(Need::RollingRestart, "spec.podSecurity.ids");
@@ -1201,6 +1208,34 @@ mod tests {
             &[],
         );
         row(json!({}), json!({"crVersion": "0.1.0"}), &[], &[]);
+    }
+
+    /// Decision 43: a `webIdentity` of `backup.destination` puts its ServiceAccount, token and
+    /// variables into the server pods: one rolling restart; another destination's does not.
+    #[test]
+    fn a_web_identity_backup_destination_restarts_the_servers_once() {
+        let web = |sa: &str| {
+            json!({"endpoint": "https://s3.example.com", "bucket": "b1",
+                   "webIdentity": {"roleArn": "arn:aws:iam::123456789012:role/b", "serviceAccountName": sa}})
+        };
+        row(
+            json!({}),
+            json!({"backup": {"destination": web("ch-backups")}}),
+            &[Need::RollingRestart],
+            &[],
+        );
+        let ch = classify(
+            &spec(json!({})),
+            &spec(json!({"backup": {"destination": web("ch-backups")}})),
+        );
+        let fields: Vec<_> = ch.server.reasons().map(|r| r.field.as_str()).collect();
+        assert_eq!(fields, ["spec.backup.destination.webIdentity"]);
+        row(
+            json!({"backup": {"destination": web("ch-backups")}}),
+            json!({"backup": {"destination": web("ch-backups"), "allowedDestinations": [web("other")]}}),
+            &[],
+            &[],
+        );
     }
 
     /// Reasons name the field, so the plan and events can say why a pod restarts.

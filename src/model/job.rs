@@ -10,13 +10,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
-    PodSpec, PodTemplateSpec, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    PodSpec, PodTemplateSpec, ProjectedVolumeSource, SecretKeySelector, SecurityContext,
+    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use serde::{Deserialize, Serialize};
 
 use crate::api::{AgentPodSettings, S3Destination};
+use crate::backup::sts;
 use crate::model::names;
 use crate::model::statefulset::SERVER_CONTAINER;
 
@@ -197,6 +199,30 @@ pub fn server_changed(job: &Job, server: Option<&Pod>) -> Option<String> {
     (now != restarts).then(|| format!("its server restarted ({restarts} → {now} restarts)"))
 }
 
+/// The volume of the ServiceAccount token a pod exchanges for S3 credentials (decision 43).
+pub const WEB_IDENTITY_VOLUME: &str = "aws-iam-token";
+
+/// The projected ServiceAccount token with `w`'s audience, renewed by the kubelet, mounted at
+/// [`sts::TOKEN_DIR`].
+pub fn web_identity_volume(w: &crate::api::WebIdentity) -> Volume {
+    Volume {
+        name: WEB_IDENTITY_VOLUME.into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    audience: Some(w.audience().to_string()),
+                    expiration_seconds: Some(sts::TOKEN_SECONDS),
+                    path: sts::TOKEN_FILE.into(),
+                    ..ServiceAccountTokenProjection::default()
+                }),
+                ..VolumeProjection::default()
+            }]),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
 /// `<owner>-<mode>-shard-<n>`, within a DNS label.
 pub fn job_name(owner: &str, mode: Mode, shard: i32) -> String {
     let suffix = format!("-{}-{shard}", mode.as_str());
@@ -273,13 +299,36 @@ impl AgentJob {
                 "S3_REGION",
                 d.region.clone().unwrap_or_else(|| "us-east-1".into()),
             ),
-            secret_env("S3_ACCESS_KEY_ID", &d.secret_name, d.access_key_id_key()),
-            secret_env(
-                "S3_SECRET_ACCESS_KEY",
-                &d.secret_name,
-                d.secret_access_key_key(),
-            ),
         ];
+        match &d.web_identity {
+            None => {
+                envs.push(secret_env(
+                    "S3_ACCESS_KEY_ID",
+                    &d.secret_name,
+                    d.access_key_id_key(),
+                ));
+                envs.push(secret_env(
+                    "S3_SECRET_ACCESS_KEY",
+                    &d.secret_name,
+                    d.secret_access_key_key(),
+                ));
+            }
+            // decision 43: the variables the AWS SDKs read for web identity, the token projected
+            Some(w) => {
+                envs.push(env("AWS_ROLE_ARN", &w.role_arn));
+                envs.push(env(
+                    "AWS_WEB_IDENTITY_TOKEN_FILE",
+                    format!("{}/{}", sts::TOKEN_DIR, sts::TOKEN_FILE),
+                ));
+                envs.push(env(
+                    "AWS_ROLE_SESSION_NAME",
+                    sts::session_name(&format!("{}-{}", self.backup, self.shard)),
+                ));
+                envs.push(env("AWS_STS_REGIONAL_ENDPOINTS", "regional"));
+                envs.push(env("AWS_ENDPOINT_URL_STS", w.sts_endpoint(d.region())));
+                envs.push(env("S3_SERVICE_ACCOUNT", &w.service_account_name));
+            }
+        }
         match &self.tls {
             AgentTls::Off => {}
             AgentTls::Unverified => envs.push(env("CH_TLS", "unverified")),
@@ -316,6 +365,15 @@ impl AgentJob {
             }),
             ..Volume::default()
         }];
+        if let Some(w) = &d.web_identity {
+            mounts.push(VolumeMount {
+                name: WEB_IDENTITY_VOLUME.into(),
+                mount_path: sts::TOKEN_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+            volumes.push(web_identity_volume(w));
+        }
         for d in &self.disks {
             mounts.push(VolumeMount {
                 name: names::disk_claim(d),
@@ -385,6 +443,11 @@ impl AgentJob {
                         priority_class_name: self.pod.priority_class_name.clone(),
                         restart_policy: Some("Never".into()),
                         node_name: self.placement.node.clone(),
+                        service_account_name: d
+                            .web_identity
+                            .as_ref()
+                            .map(|w| w.service_account_name.clone()),
+                        // the agent needs no Kubernetes API: only the projected STS token
                         automount_service_account_token: Some(false),
                         security_context: self.placement.pod_security.clone(),
                         containers: vec![container],
@@ -441,6 +504,96 @@ mod tests {
             pod: AgentPodSettings::default(),
             tls: AgentTls::Off,
         }
+    }
+
+    /// Decision 43: with webIdentity the agent runs under the named ServiceAccount with no
+    /// Kubernetes API token, its token projected with the destination's audience for an hour at
+    /// the path EKS uses, the role and STS endpoint in the variables the AWS SDKs read, and no
+    /// static key from any Secret.
+    #[test]
+    fn a_web_identity_agent_gets_a_projected_token_and_no_static_key() {
+        let mut a = job();
+        a.destination = S3Destination {
+            endpoint: "https://s3.eu-west-1.amazonaws.com".into(),
+            bucket: "b1".into(),
+            region: Some("eu-west-1".into()),
+            web_identity: Some(crate::api::WebIdentity {
+                role_arn: "arn:aws:iam::123456789012:role/backups".into(),
+                service_account_name: "ch-backups".into(),
+                audience: None,
+                sts_endpoint: None,
+            }),
+            ..S3Destination::default()
+        };
+        let j = a.build();
+        let pod = j.spec.unwrap().template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("ch-backups"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let c = &pod.containers[0];
+        let envs = c.env.clone().unwrap();
+        let get = |n: &str| {
+            envs.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(
+            get("AWS_ROLE_ARN").as_deref(),
+            Some("arn:aws:iam::123456789012:role/backups")
+        );
+        assert_eq!(
+            get("AWS_WEB_IDENTITY_TOKEN_FILE").as_deref(),
+            Some("/var/run/secrets/eks.amazonaws.com/serviceaccount/token")
+        );
+        assert_eq!(
+            get("AWS_ENDPOINT_URL_STS").as_deref(),
+            Some("https://sts.eu-west-1.amazonaws.com")
+        );
+        assert_eq!(get("AWS_ROLE_SESSION_NAME").as_deref(), Some("nightly-1"));
+        assert!(
+            envs.iter().all(|e| e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+                .is_none_or(|s| s.name != "s3-creds" && !s.key.contains("ccess"))),
+            "{envs:?}"
+        );
+        assert!(
+            !envs
+                .iter()
+                .any(|e| e.name.starts_with("S3_ACCESS") || e.name.starts_with("S3_SECRET"))
+        );
+        let mount = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == WEB_IDENTITY_VOLUME)
+            .unwrap();
+        assert_eq!(
+            mount.mount_path,
+            "/var/run/secrets/eks.amazonaws.com/serviceaccount"
+        );
+        assert_eq!(mount.read_only, Some(true));
+        let volume = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == WEB_IDENTITY_VOLUME)
+            .unwrap();
+        let token = volume.projected.unwrap().sources.unwrap()[0]
+            .service_account_token
+            .clone()
+            .unwrap();
+        assert_eq!(token.audience.as_deref(), Some("sts.amazonaws.com"));
+        assert_eq!(token.expiration_seconds, Some(3600));
+        assert_eq!(token.path, "token");
+        // static keys: no ServiceAccount, no token, the Secret's keys
+        let plain = job().build().spec.unwrap().template.spec.unwrap();
+        assert!(plain.service_account_name.is_none());
+        assert!(plain.volumes.unwrap().iter().all(|v| v.projected.is_none()));
+        let plain_env = plain.containers[0].env.clone().unwrap();
+        assert!(plain_env.iter().any(|e| e.name == "S3_ACCESS_KEY_ID"));
+        assert!(!plain_env.iter().any(|e| e.name.starts_with("AWS_")));
     }
 
     /// Decision 26: with TLS and a CA the agent talks HTTPS to the servers and verifies them with

@@ -127,8 +127,20 @@ pub struct S3Collection {
     pub name: String,
     /// [`S3Collection::url_of`] the destination.
     pub url: String,
-    pub access_key_id: String,
-    pub secret_access_key: String,
+    pub auth: S3Auth,
+}
+
+/// How a server signs the requests of a named collection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum S3Auth {
+    /// A Secret's keys, in the collection.
+    Keys {
+        access_key_id: String,
+        secret_access_key: String,
+    },
+    /// The server's own environment: the role of the cluster's `spec.backup.destination`
+    /// `webIdentity`, whose token and variables the server pods carry (decision 43).
+    Environment,
 }
 
 impl S3Collection {
@@ -136,13 +148,21 @@ impl S3Collection {
     /// identifier in statements and grants): the same for every prefix in the bucket, another
     /// for another endpoint, bucket, Secret or key name.
     pub fn name_of(d: &crate::api::S3Destination) -> String {
-        let identity = serde_json::json!([
+        let mut identity = serde_json::json!([
             d.endpoint.trim_end_matches('/'),
             d.bucket,
             d.secret_name,
             d.access_key_id_key(),
             d.secret_access_key_key(),
         ]);
+        // a destination with web identity is another collection for each role and account
+        if let (Some(w), Some(list)) = (&d.web_identity, identity.as_array_mut()) {
+            list.push(serde_json::json!([
+                w.role_arn,
+                w.service_account_name,
+                w.audience()
+            ]));
+        }
         format!("chop_s3_{}", hash::json_hash(&identity))
     }
 

@@ -409,6 +409,7 @@ fn server_pod(
         }),
         spec: Some(PodSpec {
             termination_grace_period_seconds: Some(60),
+            service_account_name: server_web_identity(c).map(|w| w.service_account_name.clone()),
             ..pod_spec(
                 pod,
                 &c.spec.pod_security,
@@ -477,6 +478,7 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
         value: Some("1".into()),
         ..EnvVar::default()
     }];
+    env_vars.extend(web_identity_env(c));
     env_vars.extend(pod.env.iter().cloned());
     // `spec.configuration.secretSettings`, as `SECRET_SETTINGS_FILE` reads them
     env_vars.extend(
@@ -633,7 +635,63 @@ fn server_volumes(
             }
         }
     }
+    if let Some(w) = server_web_identity(c) {
+        mounts.push(VolumeMount {
+            read_only: Some(true),
+            ..mount(
+                super::job::WEB_IDENTITY_VOLUME,
+                crate::backup::sts::TOKEN_DIR,
+            )
+        });
+        volumes.push(super::job::web_identity_volume(w));
+    }
     (mounts, volumes)
+}
+
+/// The role the servers hold (decision 43): that of `spec.backup.destination`'s `webIdentity`.
+/// A server that writes backups itself (23.8+) reads it from its environment through the named
+/// collection with `use_environment_credentials`; its pods run under the ServiceAccount with the
+/// token projected where the AWS SDKs look for it.
+pub(crate) fn server_web_identity<'a>(c: &Cluster<'a>) -> Option<&'a crate::api::WebIdentity> {
+    c.spec.backup.destination.as_ref()?.web_identity.as_ref()
+}
+
+/// The variables ClickHouse's S3 client reads for web identity (`AWS_DEFAULT_REGION` makes its
+/// STS endpoint; it always asks the region's AWS STS over HTTPS, whatever `stsEndpoint` says).
+fn web_identity_env(c: &Cluster<'_>) -> Vec<EnvVar> {
+    let Some(w) = server_web_identity(c) else {
+        return Vec::new();
+    };
+    let region = c
+        .spec
+        .backup
+        .destination
+        .as_ref()
+        .map(|d| d.region().to_string())
+        .unwrap_or_default();
+    [
+        ("AWS_ROLE_ARN", w.role_arn.clone()),
+        (
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            format!(
+                "{}/{}",
+                crate::backup::sts::TOKEN_DIR,
+                crate::backup::sts::TOKEN_FILE
+            ),
+        ),
+        (
+            "AWS_ROLE_SESSION_NAME",
+            crate::backup::sts::session_name(&format!("clickhouse-{}", c.name)),
+        ),
+        ("AWS_DEFAULT_REGION", region),
+    ]
+    .into_iter()
+    .map(|(name, value)| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..EnvVar::default()
+    })
+    .collect()
 }
 
 /// A projected volume of `sources`.

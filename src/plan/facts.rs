@@ -619,10 +619,11 @@ fn pod_failing(p: &Pod, now: Timestamp, obs: &Observed) -> Option<String> {
 /// The longest excerpt of a log line a status carries.
 const LOG_LINE_MAX: usize = 300;
 
-/// The last line of `log` that reports an error (ClickHouse's `<Error>` and `<Fatal>` levels;
-/// else an exception that is not a frame of a stack trace), else its last line, without the
-/// timestamp and thread prefix, as [`crate::util::text::excerpt`] cuts it to [`LOG_LINE_MAX`]
-/// bytes.
+/// The last line of `log` that reports an error (ClickHouse's `<Error>` and `<Fatal>` levels,
+/// one that names an exception first: a bare system error such as `Application: Invalid
+/// argument` that a server may log while it shuts down after the exception says less; else an
+/// exception that is not a frame of a stack trace), else its last line, without the timestamp
+/// and thread prefix, as [`crate::util::text::excerpt`] cuts it to [`LOG_LINE_MAX`] bytes.
 pub fn last_error(log: &str) -> Option<String> {
     let lines: Vec<&str> = log
         .lines()
@@ -633,10 +634,15 @@ pub fn last_error(log: &str) -> Option<String> {
         l.split_once(". ")
             .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     };
-    let line = lines
-        .iter()
-        .rev()
-        .find(|l| l.contains("<Error>") || l.contains("<Fatal>"))
+    let errors = || {
+        lines
+            .iter()
+            .rev()
+            .filter(|l| l.contains("<Error>") || l.contains("<Fatal>"))
+    };
+    let line = errors()
+        .find(|l| l.contains("Exception"))
+        .or_else(|| errors().next())
         .or_else(|| {
             lines
                 .iter()
@@ -821,6 +827,20 @@ mod tests {
         assert_eq!(
             last_error(log).unwrap(),
             "Application: DB::Exception: Code: 999, e.displayText() = Coordination::Exception: Not authenticated, path: /clickhouse/task_queue"
+        );
+        // a bare system error logged on the way out does not hide the exception before it
+        let then_errno = format!(
+            "{log}2026.12.03 16:24:17.5 [ 1 ] {{}} <Error> Application: Invalid argument\n"
+        );
+        assert!(
+            last_error(&then_errno)
+                .unwrap()
+                .ends_with("Not authenticated, path: /clickhouse/task_queue")
+        );
+        let only_errno = "2026.12.03 16:24:17.5 [ 1 ] {} <Error> Application: Invalid argument\n";
+        assert_eq!(
+            last_error(only_errno).unwrap(),
+            "Application: Invalid argument"
         );
         let no_level = "Exception: bad config\n0. frame Exception\nbye\n";
         assert_eq!(last_error(no_level).unwrap(), "Exception: bad config");

@@ -14,6 +14,7 @@ mod plan;
 mod real_images;
 mod scale;
 mod security;
+mod status;
 mod storage;
 mod strategies;
 mod support;

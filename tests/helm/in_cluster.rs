@@ -985,6 +985,16 @@ const KEPT_UNUSED: &[(&str, &str)] = &[
         "restores run in tests/e2e/backup.rs, not in this run",
     ),
     (
+        "may get serviceaccounts",
+        "a backup with webIdentity reads its ServiceAccount (does it opt in?); see \
+         tests/e2e/backup.rs",
+    ),
+    (
+        "may create serviceaccounts/token",
+        "a backup with webIdentity requests a token of its ServiceAccount to check the bucket \
+         and read and write manifests; see tests/e2e/backup.rs",
+    ),
+    (
         "may delete batch/jobs",
         "a finished backup's agent Jobs are deleted; see tests/e2e/backup.rs",
     ),

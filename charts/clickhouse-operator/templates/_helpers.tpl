@@ -150,6 +150,17 @@ No wildcard anywhere.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# Backups with webIdentity (decision 43): the destination's ServiceAccount is read by name (does
+# it opt in with the label clickhouse.com/s3-credentials?) and a 10-minute token of it, with the
+# destination's audience, is requested to check the bucket and read and write manifests. The
+# operator can already run pods under any ServiceAccount of the namespace (the agent Jobs).
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get"]
+# the token of that ServiceAccount (TokenRequest), exchanged with STS, never stored
+- apiGroups: [""]
+  resources: ["serviceaccounts/token"]
+  verbs: ["create"]
 # Events about a cluster (events.k8s.io/v1): created, and patched when the same event repeats.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

@@ -320,10 +320,19 @@ pub fn remote_servers_file(
 /// without a restart), each key hidden from the preprocessed copy on the data volume.
 pub fn named_collections(collections: &[crate::model::S3Collection]) -> Element {
     Element::new("named_collections").children(collections.iter().map(|n| {
-        Element::new(&n.name)
-            .child(Element::leaf("url", &n.url))
-            .child(Element::leaf("access_key_id", &n.access_key_id).secret())
-            .child(Element::leaf("secret_access_key", &n.secret_access_key).secret())
+        let e = Element::new(&n.name).child(Element::leaf("url", &n.url));
+        match &n.auth {
+            crate::model::S3Auth::Keys {
+                access_key_id,
+                secret_access_key,
+            } => e
+                .child(Element::leaf("access_key_id", access_key_id).secret())
+                .child(Element::leaf("secret_access_key", secret_access_key).secret()),
+            // decision 43: the server's S3 client exchanges its pod's token for the role
+            crate::model::S3Auth::Environment => {
+                e.child(Element::leaf("use_environment_credentials", "1"))
+            }
+        }
     }))
 }
 

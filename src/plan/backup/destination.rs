@@ -59,6 +59,53 @@ pub enum CredentialRefusal {
     },
     #[error("Secret {secret} has no key {key}")]
     NoKey { secret: String, key: String },
+    #[error(
+        "ServiceAccount {service_account} (the destination's webIdentity) does not exist in namespace {namespace}"
+    )]
+    NoServiceAccount {
+        service_account: String,
+        namespace: String,
+    },
+    #[error(
+        "ServiceAccount {service_account} does not carry the label {CREDENTIALS_LABEL}: \"true\": only ServiceAccounts that opt in have their tokens exchanged for S3 credentials"
+    )]
+    ServiceAccountNotOptedIn { service_account: String },
+    #[error("the destination has webIdentity: it has no static keys")]
+    WebIdentity,
+}
+
+/// Whether `labels` opt in to S3 credentials.
+fn opts_in(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(CREDENTIALS_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
+/// The role of `d` when its ServiceAccount (`account`, if it exists) may have its tokens
+/// exchanged for it: only a ServiceAccount that carries [`CREDENTIALS_LABEL`] (decision 43),
+/// as a Secret must for its keys. A token of it, with an audience of the destination's
+/// choosing, is sent to the destination's STS endpoint.
+pub fn web_identity<'a>(
+    d: &'a S3Destination,
+    account: Option<&k8s_openapi::api::core::v1::ServiceAccount>,
+    namespace: &str,
+) -> Result<&'a crate::api::WebIdentity, CredentialRefusal> {
+    let w = d
+        .web_identity
+        .as_ref()
+        .ok_or(CredentialRefusal::WebIdentity)?;
+    let Some(account) = account else {
+        return Err(CredentialRefusal::NoServiceAccount {
+            service_account: w.service_account_name.clone(),
+            namespace: namespace.into(),
+        });
+    };
+    if !opts_in(account.metadata.labels.as_ref()) {
+        return Err(CredentialRefusal::ServiceAccountNotOptedIn {
+            service_account: w.service_account_name.clone(),
+        });
+    }
+    Ok(w)
 }
 
 /// `d` with every default filled in, so that two ways of writing one destination compare equal.
@@ -75,16 +122,20 @@ fn normalized(d: &S3Destination, default_prefix: &str) -> S3Destination {
         ),
         region: Some(d.region.clone().unwrap_or_else(|| "us-east-1".into())),
         secret_name: d.secret_name.clone(),
-        access_key_id_key: Some(
-            d.access_key_id_key
-                .clone()
-                .unwrap_or_else(|| ACCESS_KEY_ID.into()),
-        ),
-        secret_access_key_key: Some(
-            d.secret_access_key_key
-                .clone()
-                .unwrap_or_else(|| SECRET_ACCESS_KEY.into()),
-        ),
+        access_key_id_key: d
+            .web_identity
+            .is_none()
+            .then(|| d.access_key_id_key().to_string()),
+        secret_access_key_key: d
+            .web_identity
+            .is_none()
+            .then(|| d.secret_access_key_key().to_string()),
+        web_identity: d.web_identity.as_ref().map(|w| crate::api::WebIdentity {
+            role_arn: w.role_arn.clone(),
+            service_account_name: w.service_account_name.clone(),
+            audience: Some(w.audience().to_string()),
+            sts_endpoint: Some(w.sts_endpoint(d.region())),
+        }),
         insecure: d.insecure,
     }
 }
@@ -202,14 +253,32 @@ pub fn collections<'a>(
         if out.iter().any(|c| c.name == collection) {
             continue;
         }
+        if d.web_identity.is_some() {
+            // decision 43: the servers hold one role, that of `spec.backup.destination`
+            if own
+                .destination
+                .as_ref()
+                .and_then(|p| p.web_identity.as_ref())
+                == d.web_identity.as_ref()
+            {
+                out.push(crate::model::S3Collection {
+                    name: collection,
+                    url: crate::model::S3Collection::url_of(d),
+                    auth: crate::model::S3Auth::Environment,
+                });
+            }
+            continue;
+        }
         if let Ok((access_key_id, secret_access_key)) =
             credentials(d, secret(&d.secret_name), &name, Some(&cluster.spec), &ns)
         {
             out.push(crate::model::S3Collection {
                 name: collection,
                 url: crate::model::S3Collection::url_of(d),
-                access_key_id,
-                secret_access_key,
+                auth: crate::model::S3Auth::Keys {
+                    access_key_id,
+                    secret_access_key,
+                },
             });
         }
     }
@@ -225,6 +294,9 @@ pub fn credentials(
     spec: Option<&ClickHouseClusterSpec>,
     namespace: &str,
 ) -> Result<(String, String), CredentialRefusal> {
+    if d.web_identity.is_some() {
+        return Err(CredentialRefusal::WebIdentity);
+    }
     let name = name.to_string();
     let reserved = if d.secret_name == names::operator_secret(&name) {
         Some("the operator's credentials")
@@ -252,13 +324,7 @@ pub fn credentials(
             namespace: namespace.into(),
         });
     };
-    let opted_in = secret
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(CREDENTIALS_LABEL))
-        .is_some_and(|v| v == "true");
-    if !opted_in {
+    if !opts_in(secret.metadata.labels.as_ref()) {
         return Err(CredentialRefusal::NotOptedIn {
             secret: d.secret_name.clone(),
         });
@@ -345,8 +411,11 @@ mod tests {
         let main = &got[0];
         assert_eq!(main.url, "https://s3.example.com/backups/");
         assert_eq!(
-            (main.access_key_id.as_str(), main.secret_access_key.as_str()),
-            ("AKID", "SECRET")
+            main.auth,
+            crate::model::S3Auth::Keys {
+                access_key_id: "AKID".into(),
+                secret_access_key: "SECRET".into()
+            }
         );
         assert!(main.name.starts_with("chop_s3_") && main.name.len() == "chop_s3_".len() + 16);
         let dr_opted = [s3_secret("s3-creds", true), s3_secret("dr-creds", true)];
@@ -515,6 +584,65 @@ mod tests {
                 ),
                 "{own}"
             );
+        }
+    }
+
+    /// Decision 43: a ServiceAccount's tokens are exchanged for a destination's role only when
+    /// it exists and opts in with the label, as a Secret must; such a destination has no static
+    /// keys; and a backup naming the cluster's bucket with another role or ServiceAccount is not
+    /// the destination the cluster named.
+    #[test]
+    fn only_service_accounts_that_opt_in_get_a_role_and_another_role_is_another_destination() {
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let web = |role: &str, sa: &str| S3Destination {
+            endpoint: "https://s3.example.com".into(),
+            bucket: "backups".into(),
+            web_identity: Some(crate::api::WebIdentity {
+                role_arn: role.into(),
+                service_account_name: sa.into(),
+                audience: None,
+                sts_endpoint: None,
+            }),
+            ..S3Destination::default()
+        };
+        let d = web("arn:aws:iam::123456789012:role/backups", "ch-backups");
+        let account = |labels: serde_json::Value| -> ServiceAccount {
+            serde_json::from_value(json!({"metadata": {"name": "ch-backups", "labels": labels}}))
+                .unwrap()
+        };
+        assert!(matches!(
+            web_identity(&d, None, "ns"),
+            Err(CredentialRefusal::NoServiceAccount { .. })
+        ));
+        let refused = web_identity(&d, Some(&account(json!({}))), "ns").unwrap_err();
+        assert!(refused.to_string().contains(CREDENTIALS_LABEL), "{refused}");
+        let ok =
+            web_identity(&d, Some(&account(json!({CREDENTIALS_LABEL: "true"}))), "ns").unwrap();
+        assert_eq!(ok.audience(), "sts.amazonaws.com");
+        assert_eq!(
+            credentials(&d, None, "c1", None, "ns"),
+            Err(CredentialRefusal::WebIdentity)
+        );
+        let mut c = cluster();
+        c.spec.backup.destination = Some(d.clone());
+        c.spec.backup.allowed_destinations.clear();
+        let mut explicit = d.clone();
+        if let Some(w) = explicit.web_identity.as_mut() {
+            w.audience = Some("sts.amazonaws.com".into());
+            w.sts_endpoint = Some("https://sts.us-east-1.amazonaws.com/".into());
+        }
+        assert!(
+            choose(Some(&explicit), &c, "ns").is_ok(),
+            "defaults written out"
+        );
+        for other in [
+            web("arn:aws:iam::123456789012:role/admin", "ch-backups"),
+            web("arn:aws:iam::123456789012:role/backups", "default"),
+        ] {
+            assert!(matches!(
+                choose(Some(&other), &c, "ns"),
+                Err(DestinationRefusal::NotAllowed { .. })
+            ));
         }
     }
 }

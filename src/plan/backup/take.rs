@@ -436,7 +436,7 @@ pub enum Deletion {
     /// Not yet: why (its agents are stopping, a backup that builds on it runs).
     Wait(String),
     /// Remove its data at this destination, then the finalizer.
-    RemoveData(S3Destination),
+    RemoveData(Box<S3Destination>),
     /// Remove the finalizer, with a note when data may be left behind.
     Release(Option<String>),
 }
@@ -468,7 +468,7 @@ pub fn deletion(backup: &ClickHouseBackup, w: &Deleting) -> Deletion {
     }
     match (status.state, status.destination) {
         (BackupState::New, _) => Deletion::Release(None),
-        (_, Some(d)) => Deletion::RemoveData(d),
+        (_, Some(d)) => Deletion::RemoveData(Box::new(d)),
         (_, None) => Deletion::Release(Some(
             "its destination was not recorded (it started under an older operator): its data, if any, stays in the bucket".into(),
         )),

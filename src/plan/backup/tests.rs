@@ -992,7 +992,10 @@ fn a_deleted_backup_removes_its_data_only_once_nothing_needs_it() {
         dependents: vec!["b2".into()],
     };
     assert!(matches!(deletion(&b, &built_on), Deletion::Wait(w) if w.contains("b2")));
-    assert_eq!(deletion(&b, &idle), Deletion::RemoveData(recorded));
+    assert_eq!(
+        deletion(&b, &idle),
+        Deletion::RemoveData(Box::new(recorded))
+    );
     b.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
     assert_eq!(
         deletion(&b, &idle),
