@@ -267,3 +267,190 @@ async fn smart_update_without_the_client_service_rolls_one_replica_at_a_time() {
     }
     finish(&client, &ns, op).await;
 }
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether `pod` answers `/ping` over HTTPS on 8443 with a certificate for `name` signed by
+/// the CA of `ca`.
+fn https_ping(ca: &std::path::Path, name: &str, ip: &str) -> bool {
+    std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "5", "--cacert"])
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:8443:{ip}"))
+        .arg(format!("https://{name}:8443/ping"))
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "Ok.")
+}
+
+/// S2-23: `tls.enabled` switched on, then off, on a running cluster with rows in a replicated
+/// table. Each switch stops every server at once (no server pod Ready at some moment, every pod
+/// replaced) and starts them again on the new configuration: with TLS on, every replica serves
+/// HTTPS on 8443 with the certificate of `serverCertSecret`, verified against the CA of
+/// `caSecret` under its name in the headless Service, and the operator reaches the cluster
+/// (`ready`); with TLS off, 8443 serves nothing. The rows are on every replica throughout.
+#[tokio::test]
+async fn tls_switched_on_and_off_stops_and_starts_the_cluster_and_keeps_the_rows() {
+    let client = client().await;
+    let ns = namespace(&client, "tlsflip").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+               "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&c);
+    let first = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(
+        &first,
+        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
+    )
+    .await;
+    exec(
+        &first,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
+    )
+    .await;
+    // a CA and one server certificate for every replica's name in the headless Service
+    let pki = std::env::temp_dir().join(format!("tlsflip-{}", std::process::id()));
+    std::fs::create_dir_all(&pki).unwrap();
+    let wildcard = format!("*.c1-headless.{ns}.svc.cluster.local");
+    openssl(
+        &pki,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tlsflip-ca",
+        ],
+    );
+    openssl(
+        &pki,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr",
+            "-subj", "/CN=c1",
+        ],
+    );
+    std::fs::write(
+        pki.join("ext"),
+        format!("subjectAltName=DNS:{wildcard}\nextendedKeyUsage=serverAuth,clientAuth\n"),
+    )
+    .unwrap();
+    openssl(
+        &pki,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "tls.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ],
+    );
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    for s in [
+        json!({"metadata": {"name": "c1-tls"}, "type": "kubernetes.io/tls",
+               "stringData": {"tls.crt": read("tls.crt"), "tls.key": read("tls.key")}}),
+        json!({"metadata": {"name": "c1-ca"}, "stringData": {"ca.crt": read("ca.crt")}}),
+    ] {
+        secrets
+            .create(&Default::default(), &serde_json::from_value(s).unwrap())
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let ca = pki.join("ca.crt");
+    for (generation, on) in [(2, true), (3, false)] {
+        let before = pod_ids(&client, &ns, SERVERS).await;
+        patch_spec(
+            &client,
+            &ns,
+            "c1",
+            json!({"tls": {"enabled": on, "serverCertSecret": "c1-tls", "caSecret": "c1-ca"}}),
+        )
+        .await;
+        // the whole cluster stops: at some moment no server pod is Ready
+        let mut all_down = false;
+        let t = Instant::now();
+        loop {
+            let list = pods
+                .list(&ListParams::default().labels(SERVERS))
+                .await
+                .unwrap()
+                .items;
+            if !list.iter().any(clickhouse_operator::plan::facts::pod_ready) {
+                all_down = true;
+            }
+            let s = Api::<ClickHouseCluster>::namespaced(client.clone(), &ns)
+                .get("c1")
+                .await
+                .unwrap()
+                .status
+                .unwrap_or_default();
+            if s.state == ClusterState::Ready && s.observed_generation == Some(generation) {
+                break;
+            }
+            assert!(t.elapsed() < READY, "tls {on}: not ready: {:?}", s.message);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(all_down, "tls {on}: the servers were stopped together");
+        let after = pod_ids(&client, &ns, SERVERS).await;
+        for (pod, (uid, _)) in &before {
+            assert_ne!(after.get(pod).map(|a| &a.0), Some(uid), "{pod} restarted");
+        }
+        for r in &replicas {
+            let pod = format!("{r}-0");
+            let ip = pod_ip(&client, &ns, &pod).await;
+            let name = format!("{pod}.c1-headless.{ns}.svc.cluster.local");
+            assert_eq!(
+                https_ping(&ca, &name, &ip),
+                on,
+                "tls {on}: {pod} serving HTTPS on 8443"
+            );
+            let s = sql_client(&client, &ns, "c1", &pod).await;
+            exec(&s, "SYSTEM SYNC REPLICA default.t").await;
+            assert_eq!(
+                query(&s, "SELECT toString(count()) AS v FROM default.t").await,
+                ["1000"],
+                "tls {on}: {pod}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&pki);
+    finish(&client, &ns, op).await;
+}
