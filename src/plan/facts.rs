@@ -142,6 +142,8 @@ pub struct PodFacts {
     pub serving: bool,
     /// When it last became Ready.
     pub ready_since: Option<Timestamp>,
+    /// When the node started it (`status.startTime`): when its volumes were last mounted.
+    pub started: Option<Timestamp>,
     /// On its StatefulSet's update revision, and the StatefulSet's status is up to date.
     pub current: bool,
     /// On an older revision than its StatefulSet's update revision, and the StatefulSet's
@@ -168,6 +170,8 @@ pub struct PvcFacts {
     pub resizing: bool,
     /// The file system waits for the pod to (re)start to grow (`FileSystemResizePending`).
     pub file_system_resize_pending: bool,
+    /// Since when (the condition's `lastTransitionTime`).
+    pub file_system_resize_pending_since: Option<Timestamp>,
 }
 
 /// One server replica: its StatefulSet, pod and data PVC.
@@ -186,6 +190,23 @@ pub struct ServerFacts {
     pub pod: PodFacts,
     /// The PVCs of its pod, by the name of the claim template they come from.
     pub pvcs: BTreeMap<String, PvcFacts>,
+}
+
+impl ServerFacts {
+    /// Decision 44: a volume of its pod was grown and its driver grows the file system only
+    /// when the volume is mounted again (`FileSystemResizePending`), and the pod has not been
+    /// started since: only a restart completes the resize. A pod started after the condition
+    /// appeared has had its chance, so a condition that stays asks for no further restart.
+    pub fn file_system_waits_for_restart(&self) -> bool {
+        self.pod.exists
+            && self.pvcs.values().any(|v| {
+                v.file_system_resize_pending
+                    && matches!(
+                        (self.pod.started, v.file_system_resize_pending_since),
+                        (Some(started), Some(since)) if started < since
+                    )
+            })
+    }
 }
 
 /// What a claim template asks for.
@@ -482,6 +503,11 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
                     .as_ref()
                     .is_some_and(|l| l.contains_key(labels::SERVING)),
                 ready_since: ready_since(p),
+                started: p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.start_time.as_ref())
+                    .map(|t| t.0),
                 current: sts.is_some_and(|s| pod_current(s, p)),
                 outdated: sts.is_some_and(|s| old_revision(s, p)),
                 failing: pod_failing(p, now, obs),
@@ -506,6 +532,13 @@ pub fn pvc_facts(name: &str, p: &PersistentVolumeClaim) -> PvcFacts {
         annotations: p.metadata.annotations.clone().unwrap_or_default(),
         resizing: pvc_condition(p, "Resizing"),
         file_system_resize_pending: pvc_condition(p, "FileSystemResizePending"),
+        file_system_resize_pending_since: p
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .find(|c| c.type_ == "FileSystemResizePending" && c.status == "True")
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0),
     }
 }
 

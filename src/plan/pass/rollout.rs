@@ -174,8 +174,10 @@ fn member(pass: &Pass, e: &Existing) -> Member {
         is_backup: entry.is_some_and(|r| r.is_backup_pod),
         template_outdated: !template_covers(&e.observed, &e.desired),
         // known to be on an old revision: a pod whose StatefulSet's status has not caught up
-        // yet (just created, just written) is not restarted on a guess
-        pod_outdated: pod.exists && pod.outdated,
+        // yet (just created, just written) is not restarted on a guess; or a pod whose grown
+        // volume waits for it to start again (decision 44), restarted as carefully
+        pod_outdated: pod.exists
+            && (pod.outdated || pass.facts.server(&e.name).file_system_waits_for_restart()),
         settled: !pod.exists || pod.current || pod.outdated,
         // Only a Smart Update waits for a restarted replica to catch up (S2-29, S2-33).
         available: pod.ready

@@ -117,8 +117,8 @@ fn statefulset(pass: &mut Pass, v: Volumes) {
         return;
     }
     for (_, pvc) in pvcs.iter().filter(|(_, p)| p.file_system_resize_pending) {
-        // Some drivers grow the file system only when the pod starts again: that is
-        // left to the next restart, and it holds nothing back.
+        // Some drivers grow the file system only when the pod starts again: it holds
+        // nothing back, and Smart Update restarts the pod for it once (decision 44).
         pass.waits.push(format!(
             "PVC {}: the file system grows when its pod next starts",
             pvc.name

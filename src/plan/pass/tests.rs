@@ -2686,3 +2686,78 @@ fn every_server_down_after_ready_is_a_full_crash_until_one_serves() {
         sim.act(&p);
     }
 }
+
+/// Decision 44: a grown volume whose driver grows the file system only when it is mounted again
+/// (`FileSystemResizePending`) does not hold the rollout back, since only a restart completes
+/// it: Smart Update restarts the pod that was started before the condition appeared, once,
+/// drained and out of traffic first as for a new template; a pod started after it (it has been
+/// mounted since) is not restarted, and a condition that stays asks for no second restart.
+#[test]
+fn a_volume_waiting_for_its_pod_to_start_again_gets_one_careful_restart() {
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaimCondition, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+        VolumeResourceRequirements,
+    };
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2,
+        "storage": {"size": "2Gi"}, "storageScaling": {"enableVolumeScaling": true}}));
+    sim.converge(20);
+    let replicas: Vec<String> = sim.map().keys().cloned().collect();
+    let started: Timestamp = "2026-11-29T00:00:00Z".parse().unwrap();
+    for (replica, since) in [
+        (&replicas[0], "2026-11-29T01:00:00Z"),
+        (&replicas[1], "2026-11-28T23:00:00Z"),
+    ] {
+        let pod = sim.obs.pods.get_mut(&format!("{replica}-0")).unwrap();
+        pod.status.get_or_insert_with(Default::default).start_time = Some(Time(started));
+        sim.obs.pvcs.insert(
+            model::names::data_pvc(replica),
+            PersistentVolumeClaim {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(model::names::data_pvc(replica)),
+                    ..Default::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_string(),
+                            Quantity("2Gi".into()),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                status: Some(PersistentVolumeClaimStatus {
+                    conditions: Some(vec![PersistentVolumeClaimCondition {
+                        type_: "FileSystemResizePending".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time(since.parse().unwrap())),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+            },
+        );
+    }
+    sim.log.clear();
+    sim.converge(30);
+    let restarts: Vec<&String> = sim
+        .log
+        .iter()
+        .filter(|l| l.starts_with("restart"))
+        .collect();
+    assert_eq!(restarts.len(), 1, "{:?}", sim.log);
+    assert!(
+        restarts[0].contains(&format!("{}-0", replicas[0])),
+        "{restarts:?}"
+    );
+    let excluded = sim
+        .log
+        .iter()
+        .position(|l| l.contains("traffic") && l.contains(&replicas[0]));
+    let restarted = sim.log.iter().position(|l| l.starts_with("restart"));
+    assert!(
+        excluded.is_some() && excluded < restarted,
+        "out of traffic before its restart: {:?}",
+        sim.log
+    );
+}
