@@ -15,6 +15,57 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+/// A claim annotated `local-kubelet.clickhouse.com/expansion: offline` is expanded as by a
+/// driver without online expansion: the capacity of the volume grows at once, the file system
+/// only when the volume is next mounted, with `FileSystemResizePending` meanwhile (a real
+/// cluster has this per driver, that is per StorageClass; here per claim).
+pub const EXPANSION_ANNOTATION: &str = "local-kubelet.clickhouse.com/expansion";
+
+fn offline(pvc: &PersistentVolumeClaim) -> bool {
+    pvc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EXPANSION_ANNOTATION))
+        .is_some_and(|v| v == "offline")
+}
+
+fn fs_resize_pending(pvc: &PersistentVolumeClaim) -> bool {
+    pvc.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "FileSystemResizePending" && c.status == "True")
+}
+
+/// At a pod's mount of `pvc`: the file system of a volume whose resize waits for a mount grows
+/// now, as a kubelet's NodeExpandVolume does, and the claim reports its new capacity.
+pub async fn expand_at_mount(ctx: &SharedCtx, pvc: &PersistentVolumeClaim) {
+    if !fs_resize_pending(pvc) {
+        return;
+    }
+    let Some(request) = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+        .map(|q| q.0.clone())
+    else {
+        return;
+    };
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let name = pvc.metadata.name.clone().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    match api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"storage": request},
+                "allocatedResources": {"storage": request}, "conditions": null}})),
+        )
+        .await
+    {
+        Ok(_) => tracing::info!("{ns}/{name}: file system grown to {request} at mount"),
+        Err(e) => tracing::warn!("{ns}/{name}: finishing the file system resize: {e}"),
+    }
+}
 
 async fn ensure_class(ctx: &SharedCtx) -> Result<()> {
     let api: Api<StorageClass> = Api::all(ctx.client.clone());
@@ -165,6 +216,26 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
                 tracing::info!("expanded {pv_name} to {request}");
             }
             if want > quantity_bytes(&status_cap).unwrap_or(0)
+                && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                && offline(pvc)
+            {
+                // as a driver without online expansion: the file system grows when the
+                // volume is next mounted (`expand_at_mount`)
+                if !fs_resize_pending(pvc) {
+                    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+                    api.patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": {
+                            "allocatedResources": {"storage": request},
+                            "conditions": [{"type": "FileSystemResizePending", "status": "True",
+                                "lastTransitionTime": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                                "message": "Waiting for user to (re-)start a pod to finish file system resize of volume on node."}]}})),
+                    )
+                    .await?;
+                    tracing::info!("{ns}/{name}: file system resize pending until the next mount");
+                }
+            } else if want > quantity_bytes(&status_cap).unwrap_or(0)
                 && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
             {
                 let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);

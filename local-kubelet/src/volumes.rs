@@ -479,6 +479,7 @@ async fn pv_path(ctx: &SharedCtx, ns: &str, claim: &str) -> Result<PathBuf> {
         .get_opt(claim)
         .await?
         .ok_or_else(|| anyhow!("persistentvolumeclaim \"{claim}\" not found"))?;
+    crate::storage::expand_at_mount(ctx, &pvc).await;
     let vn = pvc
         .spec
         .and_then(|s| s.volume_name)

@@ -530,7 +530,10 @@ pub fn pvc_facts(name: &str, p: &PersistentVolumeClaim) -> PvcFacts {
             .map(|q| q.0.clone()),
         labels: p.metadata.labels.clone().unwrap_or_default(),
         annotations: p.metadata.annotations.clone().unwrap_or_default(),
-        resizing: pvc_condition(p, "Resizing"),
+        // in progress: said by the resizer's condition, or not said yet (the claim grown,
+        // the volume not reported at its size), unless only a mount can finish it
+        resizing: pvc_condition(p, "Resizing")
+            || (!pvc_condition(p, "FileSystemResizePending") && smaller_than_requested(p)),
         file_system_resize_pending: pvc_condition(p, "FileSystemResizePending"),
         file_system_resize_pending_since: p
             .status
@@ -540,6 +543,23 @@ pub fn pvc_facts(name: &str, p: &PersistentVolumeClaim) -> PvcFacts {
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0),
     }
+}
+
+/// The claim's reported capacity is below its request (a bound claim being grown).
+fn smaller_than_requested(p: &PersistentVolumeClaim) -> bool {
+    use crate::util::quantity::parse_bytes;
+    let requested = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+        .and_then(|q| parse_bytes(&q.0));
+    let capacity = p
+        .status
+        .as_ref()
+        .filter(|s| s.phase.as_deref() == Some("Bound"))
+        .and_then(|s| s.capacity.as_ref()?.get("storage"))
+        .and_then(|q| parse_bytes(&q.0));
+    matches!((capacity, requested), (Some(c), Some(r)) if c < r)
 }
 
 fn pvc_condition(p: &PersistentVolumeClaim, type_: &str) -> bool {
@@ -877,6 +897,33 @@ mod tests {
         );
         let no_level = "Exception: bad config\n0. frame Exception\nbye\n";
         assert_eq!(last_error(no_level).unwrap(), "Exception: bad config");
+    }
+
+    /// S2-13: a claim grown whose volume is not reported at its size yet is being resized, even
+    /// before a resizer says so; one whose file system waits for a mount is not (decision 44).
+    #[test]
+    fn a_claim_below_its_request_is_resizing_unless_its_file_system_waits_for_a_mount() {
+        let pvc = |capacity: &str, conditions: serde_json::Value| -> PersistentVolumeClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "data-c1-0-0-0"},
+                "spec": {"resources": {"requests": {"storage": "2Gi"}}},
+                "status": {"phase": "Bound", "capacity": {"storage": capacity},
+                           "conditions": conditions}
+            }))
+            .unwrap()
+        };
+        let f = pvc_facts("data", &pvc("1Gi", serde_json::json!([])));
+        assert!(f.resizing && !f.file_system_resize_pending);
+        let f = pvc_facts("data", &pvc("2Gi", serde_json::json!([])));
+        assert!(!f.resizing);
+        let pending = serde_json::json!([{"type": "FileSystemResizePending", "status": "True",
+            "lastTransitionTime": "2026-11-29T01:00:00Z"}]);
+        let f = pvc_facts("data", &pvc("1Gi", pending));
+        assert!(!f.resizing && f.file_system_resize_pending);
+        assert_eq!(
+            f.file_system_resize_pending_since,
+            Some("2026-11-29T01:00:00Z".parse().unwrap())
+        );
     }
 
     #[test]

@@ -174,3 +174,72 @@ async fn disks_and_a_log_volume_get_their_own_pvcs_and_a_disk_added_under_writes
     );
     finish(&client, &ns, op).await;
 }
+
+/// Decision 44 and S2-13, under write load: a storage driver that grows the file system only
+/// when the volume is mounted again (the node agent does so for a claim annotated
+/// `local-kubelet.clickhouse.com/expansion: offline`, as drivers without online expansion do,
+/// reporting `FileSystemResizePending` meanwhile). Growing the data volumes leaves both PVCs
+/// pending; the operator restarts each server pod once, one at a time and the backup replica
+/// last, the restart completes each resize, the PVCs report the new size with no resize
+/// condition left, the cluster is `ready`, and every acknowledged row is on every replica.
+#[tokio::test]
+async fn a_volume_whose_file_system_grows_at_mount_gets_one_careful_restart() {
+    let client = client().await;
+    let ns = namespace(&client, "fsgrow").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
+               "storage": {"size": "1Gi",
+                           "annotations": {"local-kubelet.clickhouse.com/expansion": "offline"}},
+               "storageScaling": {"enableVolumeScaling": true}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let backup = backup_replica(&c);
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let before = pod_ids(&client, &ns, "app.kubernetes.io/component=server").await;
+    patch_spec(&client, &ns, "c1", json!({"storage": {"size": "2Gi"}})).await;
+    let (order, most_down) = watch_rollout(&client, &ns, "c1", &before, 2, 2).await;
+    println!("restart order: {order:?}, most down at once: {most_down}");
+    assert_eq!(most_down, 1, "one replica down at a time");
+    assert_eq!(
+        order.last(),
+        Some(&format!("{backup}-0")),
+        "the backup replica last"
+    );
+    let after = pod_ids(&client, &ns, "app.kubernetes.io/component=server").await;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    for r in replica_names(&c) {
+        let p = pvcs.get(&format!("data-{r}-0")).await.unwrap();
+        let status = p.status.unwrap();
+        assert_eq!(
+            status.capacity.unwrap()["storage"].0,
+            "2Gi",
+            "data-{r}-0 grown at its pod's mount"
+        );
+        let left: Vec<_> = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.type_.contains("Resiz") && c.status == "True")
+            .collect();
+        assert!(
+            left.is_empty(),
+            "no resize condition left on data-{r}-0: {left:?}"
+        );
+    }
+    // passes later: no further restart
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        pod_ids(&client, &ns, "app.kubernetes.io/component=server").await,
+        after,
+        "one restart each"
+    );
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged and found on every replica");
+    assert!(batches > 0);
+    finish(&client, &ns, op).await;
+}
