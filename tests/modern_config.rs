@@ -1441,16 +1441,17 @@ fn secret_settings_are_read_from_the_environment() {
             "SELECT value FROM system.merge_tree_settings WHERE name = 'parts_to_throw_insert'",
         ],
         &[
-            (&names::secret_setting_env(0), "98765432"),
-            (&names::secret_setting_env(1), "4321"),
+            (&names::secret_setting_env(0), "98765432109"),
+            (&names::secret_setting_env(1), "1234567891"),
         ],
     );
-    assert_eq!(r.rows(0), ["98765432"]);
-    assert_eq!(r.rows(1), ["4321"]);
+    assert_eq!(r.rows(0), ["98765432109"]);
+    assert_eq!(r.rows(1), ["1234567891"]);
+    // (values long enough that a log's timestamps and ids cannot hold them by chance)
     for entry in walk(&layout.dir) {
         let text = std::fs::read_to_string(&entry).unwrap_or_default();
         assert!(
-            !text.contains("98765432") && !text.contains("4321"),
+            !text.contains("98765432109") && !text.contains("1234567891"),
             "{}",
             entry.display()
         );
