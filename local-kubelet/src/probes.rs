@@ -100,13 +100,11 @@ pub async fn run(
     }
 }
 
-/// Runs a command in the namespaces (net, mount, uts) and the root directory of a container's
-/// process.
+/// Runs a command in the namespaces (net, mount, uts) of a container's process.
 pub async fn exec_in(pid: i32, cmd: &[String], env: &[(String, String)]) -> Result<String, String> {
     let pid_s = pid.to_string();
     let mut c = tokio::process::Command::new("nsenter");
-    // -r: the root of the process (an image's own root filesystem, oci.rs)
-    c.args(["-t", &pid_s, "-n", "-m", "-u", "-r", "--"])
+    c.args(["-t", &pid_s, "-n", "-m", "-u", "--"])
         .args(cmd)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

@@ -853,10 +853,26 @@ fn machine_is_clean(dir: &Path, before: &Footprint) -> Result<()> {
             assert!(!owner.contains(&d), "{name} still names {d}");
         }
     }
+    // a process killed at the agent's stop may take a moment to go, and one whose parent has
+    // exited is a zombie until the machine's init reaps it: neither holds anything
+    let gone = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            })
+            .unwrap_or(true)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !before.pids.iter().all(gone) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     for pid in &before.pids {
+        let cmd = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "pod process {pid} left"
+            gone(pid),
+            "pod process {pid} left: {}",
+            cmd.replace('\0', " ")
         );
     }
     for e in std::fs::read_dir("/proc")?.flatten() {
