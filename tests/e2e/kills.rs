@@ -6,8 +6,8 @@
 //! name was ever used twice, and every version of the replica map (from a watch) changed only
 //! along the state machine's transitions (S0-06).
 //!
-//! In CI the scale-in and the rollout run (`kills::`); `CHOP_FULL=1` runs every flow. Also here:
-//! passes planned from a cache that lags behind the operator's own writes.
+//! Every flow runs in CI (about 130 s, 43 kill points on its last run). Also here: passes
+//! planned from a cache that lags behind the operator's own writes.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,10 +22,6 @@ use serde_json::json;
 
 use crate::support::*;
 use crate::workload::*;
-
-fn full() -> bool {
-    std::env::var("CHOP_FULL").is_ok_and(|v| v == "1")
-}
 
 /// Drives the cluster to `want` at `generation` with operators that each die after one step. Returns the
 /// steps they died after.
@@ -198,18 +194,17 @@ async fn assert_keeper_clean(client: &Client, ns: &str) {
 }
 
 /// Invariants 1, 6 and 8 with the operator killed after every step of a shard scale-out, a
-/// rolling restart, a scale-in and a pause/resume (the scale-in and rollout alone in CI).
+/// rolling restart, a scale-in and a pause/resume.
 #[tokio::test]
 async fn operator_killed_after_every_step_converges_without_loss() {
     let client = client().await;
     let ns = namespace(&client, "kills").await;
     let op = start_operator(&client, &ns, false).await;
-    let (shards, replicas) = if full() { (1, 2) } else { (2, 2) };
     create_cluster(
         &client,
         &ns,
         "c1",
-        json!({"shards": shards, "replicas": replicas, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
     wait_ready(&client, &ns, "c1", 1).await;
@@ -220,20 +215,16 @@ async fn operator_killed_after_every_step_converges_without_loss() {
     let mut kills = Vec::new();
     let mut generation = 1;
     let ready = ClusterState::Ready;
-    let mut flows: Vec<(&str, serde_json::Value, ClusterState)> = Vec::new();
-    if full() {
-        flows.push(("shard scale-out 1 → 2", json!({"shards": 2}), ready));
-    }
+    let mut flows: Vec<(&str, serde_json::Value, ClusterState)> =
+        vec![("shard scale-out 1 → 2", json!({"shards": 2}), ready)];
     flows.push((
         "rolling restart",
         json!({"configuration": {"settings": {"mark_cache_size": "5368709121"}}}),
         ready,
     ));
     flows.push(("scale-in 2 → 1 per shard", json!({"replicas": 1}), ready));
-    if full() {
-        flows.push(("pause", json!({"pause": true}), ClusterState::Paused));
-        flows.push(("resume", json!({"pause": false}), ready));
-    }
+    flows.push(("pause", json!({"pause": true}), ClusterState::Paused));
+    flows.push(("resume", json!({"pause": false}), ready));
     for (what, change, want) in flows {
         patch_spec(&client, &ns, "c1", change).await;
         generation += 1;
@@ -247,11 +238,7 @@ async fn operator_killed_after_every_step_converges_without_loss() {
         kills.len(),
         distinct.len()
     );
-    assert!(
-        kills.len() >= if full() { 40 } else { 12 },
-        "too few kill points: {}",
-        kills.len()
-    );
+    assert!(kills.len() >= 40, "too few kill points: {}", kills.len());
     let op = start_operator(&client, &ns, false).await;
     wait_ready(&client, &ns, "c1", generation).await;
     let batches = workload.stop_and_check(&client, &ns).await;
