@@ -316,31 +316,8 @@ async fn the_operator_runs_from_its_packaged_chart_and_image_and_serves_a_cluste
     .await;
     let c = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&c);
-    let first = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
-    exec(
-        &first,
-        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
-         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
-    )
-    .await;
-    exec(
-        &first,
-        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
-    )
-    .await;
-    for r in &replicas {
-        let s = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
-        exec(&s, "SYSTEM SYNC REPLICA default.t").await;
-        assert_eq!(
-            query(
-                &s,
-                "SELECT concat(toString(count()), '/', toString(sum(n))) AS v FROM default.t"
-            )
-            .await,
-            ["1000/499500"],
-            "{r}"
-        );
-    }
+    write_thousand_rows(&client, &ns, &replicas).await;
+    assert_thousand_rows(&client, &ns, &replicas, "from the image's operator").await;
     // the operator in the pod deletes what it made
     clean_up(&client, &ns).await;
     helm_run(&["uninstall", "op", "-n", &op_ns, "--wait"]);

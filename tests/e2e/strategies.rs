@@ -227,18 +227,7 @@ async fn smart_update_without_the_client_service_rolls_one_replica_at_a_time() {
         services.get_opt("c1").await.unwrap().is_none(),
         "no client Service"
     );
-    let first = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
-    exec(
-        &first,
-        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
-         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
-    )
-    .await;
-    exec(
-        &first,
-        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
-    )
-    .await;
+    write_thousand_rows(&client, &ns, &replicas).await;
     let before = pod_ids(&client, &ns, SERVERS).await;
     patch_spec(
         &client,
@@ -256,15 +245,7 @@ async fn smart_update_without_the_client_service_rolls_one_replica_at_a_time() {
         "the backup replica last"
     );
     assert!(services.get_opt("c1").await.unwrap().is_none());
-    for r in &replicas {
-        let s = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
-        exec(&s, "SYSTEM SYNC REPLICA default.t").await;
-        assert_eq!(
-            query(&s, "SELECT toString(count()) AS v FROM default.t").await,
-            ["1000"],
-            "{r}"
-        );
-    }
+    assert_thousand_rows(&client, &ns, &replicas, "after the rollout").await;
     finish(&client, &ns, op).await;
 }
 
@@ -315,18 +296,7 @@ async fn tls_switched_on_and_off_stops_and_starts_the_cluster_and_keeps_the_rows
     .await;
     let c = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&c);
-    let first = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
-    exec(
-        &first,
-        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
-         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
-    )
-    .await;
-    exec(
-        &first,
-        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
-    )
-    .await;
+    write_thousand_rows(&client, &ns, &replicas).await;
     // a CA and one server certificate for every replica's name in the headless Service
     let pki = std::env::temp_dir().join(format!("tlsflip-{}", std::process::id()));
     std::fs::create_dir_all(&pki).unwrap();
@@ -442,14 +412,8 @@ async fn tls_switched_on_and_off_stops_and_starts_the_cluster_and_keeps_the_rows
                 on,
                 "tls {on}: {pod} serving HTTPS on 8443"
             );
-            let s = sql_client(&client, &ns, "c1", &pod).await;
-            exec(&s, "SYSTEM SYNC REPLICA default.t").await;
-            assert_eq!(
-                query(&s, "SELECT toString(count()) AS v FROM default.t").await,
-                ["1000"],
-                "tls {on}: {pod}"
-            );
         }
+        assert_thousand_rows(&client, &ns, &replicas, &format!("tls {on}")).await;
     }
     let _ = std::fs::remove_dir_all(&pki);
     finish(&client, &ns, op).await;

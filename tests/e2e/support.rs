@@ -759,3 +759,38 @@ pub fn replica_names(cluster: &ClickHouseCluster) -> Vec<String> {
         .map(|s| s.replica_state_map.keys().cloned().collect())
         .unwrap_or_default()
 }
+
+/// Creates `default.t` (ReplicatedMergeTree, `ON CLUSTER c1`) through the first replica of
+/// `replicas` and writes the numbers 0 to 999 into it.
+pub async fn write_thousand_rows(client: &Client, ns: &str, replicas: &[String]) {
+    let first = sql_client(client, ns, "c1", &format!("{}-0", replicas[0])).await;
+    exec(
+        &first,
+        "CREATE TABLE default.t ON CLUSTER c1 (n UInt64) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY n",
+    )
+    .await;
+    exec(
+        &first,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 1000",
+    )
+    .await;
+}
+
+/// Every replica of `replicas` holds exactly the rows of [`write_thousand_rows`] (count and sum),
+/// once synced; `when` names the moment in the failure.
+pub async fn assert_thousand_rows(client: &Client, ns: &str, replicas: &[String], when: &str) {
+    for r in replicas {
+        let s = sql_client(client, ns, "c1", &format!("{r}-0")).await;
+        exec(&s, "SYSTEM SYNC REPLICA default.t").await;
+        assert_eq!(
+            query(
+                &s,
+                "SELECT concat(toString(count()), '/', toString(sum(n))) AS v FROM default.t"
+            )
+            .await,
+            ["1000/499500"],
+            "{when}: {r}"
+        );
+    }
+}
