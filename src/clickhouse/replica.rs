@@ -309,17 +309,37 @@ pub async fn shards_answering(client: &Client, cluster: &ClusterName) -> Result<
     count(client, &sql::shards_answering(cluster)).await
 }
 
+/// Why a server is not usable (see [`serving`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unusable {
+    /// For the status.
+    pub why: String,
+    /// Its replicated tables that are read-only because the Keeper session they had expired,
+    /// while Keeper answers this server (it read the distributed DDL queue just before): they
+    /// wait for nothing but their server's next attempt to open a session (decision 45).
+    pub stalled: Vec<TableName>,
+}
+
+impl From<String> for Unusable {
+    fn from(why: String) -> Self {
+        Unusable {
+            why,
+            stalled: Vec::new(),
+        }
+    }
+}
+
 /// Whether this server is usable (invariant 10): a query through it reaches every shard of
 /// `cluster`; with a Keeper (`ddl_path`: the distributed DDL queue's path), Keeper lets it read
 /// that queue and none of its replicated tables is read-only. The error says why not, for the
 /// status: the query's error, Keeper's answer (`Not authenticated` when the servers do not have
 /// the identity the nodes were created for, decision 30), or the read-only table with Keeper's
-/// answer for its path.
+/// answer for its path; and which read-only tables only wait for a new Keeper session.
 pub async fn serving(
     client: &Client,
     cluster: &ClusterName,
     ddl_path: Option<&str>,
-) -> Result<(), String> {
+) -> Result<(), Unusable> {
     shards_answering(client, cluster).await.map_err(|e| {
         format!(
             "a query through it does not reach every shard: {}",
@@ -336,31 +356,56 @@ pub async fn serving(
             short(&e)
         )
     })?;
-    let q = sql::first_read_only_table();
+    let q = sql::read_only_tables();
     let rows = client
-        .query(q, &QueryOptions::new())
+        .query(&q, &QueryOptions::new())
         .await
         .map_err(|e| format!("system.replicas: {}", short(&e)))?;
-    let first = rows
-        .decode(client.endpoint(), q, |r| {
+    let read_only = rows
+        .decode(client.endpoint(), &q, |r| {
             Ok((
                 TableName::new(r.str("database")?, r.str("table")?),
                 r.str("zookeeper_path")?.to_string(),
+                r.u64("is_session_expired")? != 0,
             ))
         })
-        .map_err(|e| short(&e))?
-        .into_iter()
-        .next();
-    let Some((table, path)) = first else {
+        .map_err(|e| short(&e))?;
+    let Some((table, path, _)) = read_only.first() else {
         return Ok(());
     };
-    Err(match children_once(client, &path).await {
+    let why = match children_once(client, path).await {
         Err(e) => format!(
             "replicated table {table} is read-only: Keeper: {}",
             short(&e)
         ),
         Ok(_) => format!("replicated table {table} is read-only"),
-    })
+    };
+    let stalled = read_only
+        .iter()
+        .filter(|(_, _, expired)| *expired)
+        .map(|(t, _, _)| t.clone())
+        .collect();
+    Err(Unusable { why, stalled })
+}
+
+/// `SYSTEM RESTART REPLICA` of each table (decision 45), each within `budget`; the first
+/// error ends it.
+pub async fn restart_replicas(
+    client: &Client,
+    tables: &[TableName],
+    budget: Duration,
+) -> Result<(), String> {
+    for table in tables {
+        let q = sql::restart_replica(table);
+        match tokio::time::timeout(budget, client.exec(&q, &QueryOptions::new())).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("{table}: {}", short(&e))),
+            Err(_) => {
+                return Err(format!("{table}: no answer within {} s", budget.as_secs()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An error's text up to ClickHouse's stack trace, at most 300 bytes.

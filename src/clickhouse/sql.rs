@@ -307,11 +307,23 @@ pub fn replicated_tables() -> &'static str {
      ORDER BY database, table"
 }
 
-/// The first replicated table of a server that is read-only (it has no Keeper session, or
-/// Keeper refuses it its nodes), with its Keeper path.
-pub fn first_read_only_table() -> &'static str {
-    "SELECT database, table, zookeeper_path FROM system.replicas WHERE is_readonly \
-     ORDER BY database, table LIMIT 1"
+/// The replicated tables of a server that are read-only (they have no Keeper session, or
+/// Keeper refuses them their nodes), with their Keeper path and whether the session they had
+/// expired; at most [`READ_ONLY_TABLES_LISTED`].
+pub fn read_only_tables() -> String {
+    format!(
+        "SELECT database, table, zookeeper_path, is_session_expired FROM system.replicas \
+         WHERE is_readonly ORDER BY database, table LIMIT {READ_ONLY_TABLES_LISTED}"
+    )
+}
+
+/// How many read-only tables one look at a server lists.
+pub const READ_ONLY_TABLES_LISTED: usize = 100;
+
+/// Makes a replicated table open its Keeper session again now (decision 45), instead of at its
+/// server's next retry.
+pub fn restart_replica(table: &TableName) -> String {
+    format!("SYSTEM RESTART REPLICA {table}")
 }
 
 /// Replication health of every replicated table on a server (S2-29 "Synced").
@@ -661,6 +673,11 @@ mod tests {
             "SELECT name FROM system.zookeeper WHERE path = '/clickhouse/tables/1/db1/events/replicas' ORDER BY name"
         );
         assert!(replication_status().contains("absolute_delay"));
+        assert_eq!(
+            restart_replica(&t("db`1", "t")),
+            "SYSTEM RESTART REPLICA `db\\`1`.`t`"
+        );
+        assert!(read_only_tables().contains("is_session_expired"));
         assert!(replicated_tables().contains("zookeeper_path"));
     }
 }

@@ -65,6 +65,13 @@ pub enum Action {
     Delete { kind: Kind, name: String },
     /// Make a server resolve the cluster's host names again (`SYSTEM DROP DNS CACHE`).
     DropDnsCache { replica: String },
+    /// Make a server's replicated tables open their Keeper session again now (`SYSTEM
+    /// RESTART REPLICA`, decision 45): tables (database, table) read-only only because the
+    /// session they had expired, while Keeper answers.
+    RestartReplicatedTables {
+        replica: String,
+        tables: Vec<(String, String)>,
+    },
     /// Create the cluster's root path in its external Keeper (`spec.keeper.external`), each
     /// missing level of it, before the servers start (ClickHouse refuses a root that does not
     /// exist); once done, `status.keeperRoot` records it.
@@ -103,6 +110,10 @@ impl Action {
             Action::ScaleIn(a) => format!("scale-in: {a:?}"),
             Action::Delete { kind, name } => format!("delete {} {name}", kind.as_str()),
             Action::DropDnsCache { replica } => format!("drop the DNS cache of {replica}"),
+            Action::RestartReplicatedTables { replica, tables } => format!(
+                "reopen the Keeper session of {} read-only table(s) on {replica}",
+                tables.len()
+            ),
             Action::EnsureKeeperRoot { root } => {
                 format!("create the root {root} in the external Keeper")
             }
@@ -129,6 +140,9 @@ impl Action {
             Action::ScaleIn(_) => "the replica is condemned (scale-in)",
             Action::Delete { .. } => "the spec no longer asks for it",
             Action::DropDnsCache { .. } => "a host's address may have changed",
+            Action::RestartReplicatedTables { .. } => {
+                "their Keeper session expired and Keeper answers again"
+            }
             Action::EnsureKeeperRoot { .. } => "the external Keeper has no root for the cluster",
         }
     }
@@ -139,6 +153,7 @@ impl Action {
         match self {
             Action::MigrateSchema { .. }
             | Action::DropDnsCache { .. }
+            | Action::RestartReplicatedTables { .. }
             | Action::EnsureKeeperRoot { .. } => false,
             Action::ScaleIn(a) => matches!(
                 a,

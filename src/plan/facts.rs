@@ -74,6 +74,10 @@ pub struct Observed {
     /// through it not reaching every shard or a replicated table of it read-only (`None`: it
     /// is usable). `ready` means usable (invariant 10).
     pub distributed: BTreeMap<String, Option<String>>,
+    /// Per Ready replica, while the cluster is not `ready`: its replicated tables (database,
+    /// table) that are read-only only because the Keeper session they had expired, while
+    /// Keeper answers their server (decision 45).
+    pub stalled_tables: BTreeMap<String, Vec<(String, String)>>,
     /// Per pod whose container keeps crashing: the last error line of its previous run's log
     /// (read only for such pods), as [`last_error`] finds it.
     pub crash_logs: BTreeMap<String, String>,

@@ -308,10 +308,11 @@ impl RoleSampler {
 /// the next member once the leader reports every follower synced), coalescing to the newest
 /// template: per burst of changes the leader is restarted once, so the ensemble changes
 /// leader at most once per burst; a majority of the members serves at every sample but
-/// during that one election (at most 10 s without, each time); outside the 15 s that each
-/// election costs an 18.16 server (its tables read-only until it opens a new Keeper session)
-/// at least 90 % of the row batches are acknowledged (the figure over the whole run is
-/// printed beside it); every acknowledged row and Keeper write is kept.
+/// during that one election (at most 10 s without, each time); at least 90 % of the row
+/// batches are acknowledged over the whole run, which holds only because a table whose Keeper
+/// session expired with a member's restart opens a new one as soon as Keeper answers
+/// (decision 45; 18.16 alone waits 10 s): the figure outside the 15 s after each election is
+/// printed beside it; every acknowledged row and Keeper write is kept.
 ///
 /// Outside CI (4 minutes, and one run in six under a full suite's load did not converge after
 /// the first burst, cause not found yet): `cargo test --test e2e -- --ignored
@@ -446,8 +447,9 @@ async fn rapid_changes_roll_keeper_leader_last_and_keep_a_serving_quorum() {
         changes.len()
     );
     assert!(
-        ratio(&outside) >= 0.9,
-        "outside the leader elections only {:.1} % of the row batches were acknowledged",
+        ratio(&all) >= 0.9,
+        "only {:.1} % of the row batches were acknowledged ({:.1} % outside the leader elections)",
+        ratio(&all) * 100.0,
         ratio(&outside) * 100.0
     );
     let keeper_restarts: usize = restarts
@@ -463,5 +465,92 @@ async fn rapid_changes_roll_keeper_leader_last_and_keep_a_serving_quorum() {
     // four servers and three members restarting over and over: a pass may also wait on a
     // member in election (2 s per call) before it writes the counts
     assert_status_truthful_within(&observer.stop().await, Duration::from_secs(15));
+    finish(&client, &ns, op).await;
+}
+
+/// Decision 45: the Keeper leader's pod is deleted while rows are written every second
+/// through a 1×2 cluster with 3 members. The election drops every server's Keeper session
+/// (the stand-in's followers close their clients while they look for a leader, as ZooKeeper
+/// does) and the replicated tables turn read-only; ClickHouse 18.16 would try a new session
+/// only 10 s after its failed attempt during the election, so about ten batches in a row
+/// failed. The operator makes the tables open a session as soon as Keeper answers their
+/// server again: at most 5 s of failed batches in a row, every acknowledged row on both
+/// replicas afterwards.
+#[tokio::test]
+async fn a_lost_keeper_leader_costs_the_writes_seconds_not_a_retry_period() {
+    use clickhouse_operator::clickhouse::keeper::four_letter_word;
+    use clickhouse_operator::plan::facts::KeeperRole;
+    use k8s_openapi::api::core::v1::Event;
+    let client = client().await;
+    let ns = namespace(&client, "kleader").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut leader = None;
+    for (pod, addr) in keeper_members(&client, &ns).await {
+        let text = four_letter_word(addr, "mntr", Duration::from_secs(2))
+            .await
+            .unwrap_or_default();
+        if matches!(KeeperRole::from_mntr(&text), KeeperRole::Leader { .. }) {
+            leader = Some(pod);
+        }
+    }
+    let leader = leader.expect("a Keeper leader");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let deleted = Instant::now();
+    pods.delete(&leader, &Default::default()).await.unwrap();
+    println!("deleted the Keeper leader {leader}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let attempts = workload.stop_and_check_attempts(&client, &ns).await;
+    // the longest stretch of consecutive failed batches
+    let (mut longest, mut first_failed) = (Duration::ZERO, None::<Instant>);
+    for (at, r) in &attempts {
+        match (r, first_failed) {
+            (Err(why), None) => {
+                println!(
+                    "row batch failed {:?} after the deletion: {why}",
+                    at.saturating_duration_since(deleted)
+                );
+                first_failed = Some(*at);
+                longest = longest.max(Duration::from_secs(1));
+            }
+            (Err(why), Some(t)) => {
+                println!(
+                    "row batch failed {:?} after the deletion: {why}",
+                    at.saturating_duration_since(deleted)
+                );
+                longest = longest.max(*at - t + Duration::from_secs(1));
+            }
+            (Ok(()), _) => first_failed = None,
+        }
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let reopened: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("KeeperSessionReopened"))
+        .filter_map(|e| e.message)
+        .collect();
+    println!(
+        "{} batches, the longest failing stretch {longest:?}; KeeperSessionReopened: {reopened:?}",
+        attempts.len()
+    );
+    assert!(
+        longest <= Duration::from_secs(5),
+        "batches failed for {longest:?} in a row after the Keeper leader was lost"
+    );
     finish(&client, &ns, op).await;
 }

@@ -21,7 +21,8 @@ use tracing::{debug, info, warn};
 use super::observe::ch_client;
 use super::{Error, KIND, api, dynamic, ignore_not_found, scale_in, write_status};
 use crate::api::ClickHouseCluster;
-use crate::clickhouse::{replica as chreplica, schemer, sql::ClusterName};
+use crate::clickhouse::sql::{ClusterName, TableName};
+use crate::clickhouse::{replica as chreplica, schemer};
 use crate::controller::{Context, MANAGER, StepPoint};
 use crate::model::{self, Password, labels, names};
 use crate::plan::action::{Action, Outcome};
@@ -44,6 +45,8 @@ pub const SERVER_STEP_BUDGET: Duration = Duration::from_secs(20);
 
 /// A best-effort DNS cache drop waits no longer than this for its server.
 const DNS_DROP_BUDGET: Duration = Duration::from_secs(2);
+/// A table's `SYSTEM RESTART REPLICA` (decision 45) waits no longer than this for its server.
+const RESTART_REPLICA_BUDGET: Duration = Duration::from_secs(5);
 
 /// Runs `step` for at most `budget`; beyond it, the step is given up for this pass (its
 /// statements are idempotent: a schema copy creates `IF NOT EXISTS`, drops are `IF EXISTS`)
@@ -334,6 +337,32 @@ async fn run(
                 Err(_) => debug!(replica = %replica, "dropping the DNS cache: no answer"),
             }
             Ok(Done::Finished(None))
+        }
+        Action::RestartReplicatedTables { replica, tables } => {
+            // Best effort: the table is read-only either way, and the status says so until it
+            // is not; the next pass tries again while the session stays expired.
+            let client = ch_client(cluster, world, replica)?;
+            let tables: Vec<TableName> =
+                tables.iter().map(|(db, t)| TableName::new(db, t)).collect();
+            let names = tables
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            match chreplica::restart_replicas(&client, &tables, RESTART_REPLICA_BUDGET).await {
+                Ok(()) => Ok(normal(
+                    "KeeperSessionReopened",
+                    "RestartReplica",
+                    format!(
+                        "{replica}: {names} read-only since their Keeper session expired; \
+                         made to open a new one now that Keeper answers"
+                    ),
+                )),
+                Err(e) => {
+                    warn!(replica = %replica, error = %e, "reopening the Keeper session of read-only tables");
+                    Ok(Done::Finished(None))
+                }
+            }
         }
         Action::Delete { kind, name } => {
             ignore_not_found(

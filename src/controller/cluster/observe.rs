@@ -591,7 +591,18 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
             .cluster_hosts
             .insert(r.clone(), seen.map(|(n, _)| n));
         if let Some(reached) = reached {
-            world.observed.distributed.insert(r, reached.err());
+            let (why, stalled) = match reached {
+                Ok(()) => (None, Vec::new()),
+                Err(u) => (Some(u.why), u.stalled),
+            };
+            if !stalled.is_empty() {
+                let tables = stalled
+                    .into_iter()
+                    .map(|t| (t.database.0, t.name))
+                    .collect();
+                world.observed.stalled_tables.insert(r.clone(), tables);
+            }
+            world.observed.distributed.insert(r, why);
         }
     }
 }

@@ -54,4 +54,29 @@ pub fn plan(pass: &mut Pass) {
             pass.emit(Action::DropDnsCache { replica });
         }
     }
+    reopen_keeper_sessions(pass);
+}
+
+/// Decision 45: a replicated table whose Keeper session expired (the member its server talked
+/// to stopped, or the ensemble elected a new leader) is read-only until its server opens a new
+/// session, and ClickHouse 18.16 tries that again only 10 s after a failed attempt, which during
+/// an election is every attempt. Once Keeper answers the server again, its tables are made to
+/// open their session now (`SYSTEM RESTART REPLICA`). Not while the cluster pauses or a server
+/// stops: a table that is read-only for any other reason (Keeper refuses the server, or its
+/// nodes are gone) is left as it is, and named in the status.
+fn reopen_keeper_sessions(pass: &mut Pass) {
+    if pass.facts.mode != crate::plan::facts::Mode::Running {
+        return;
+    }
+    let stalled: Vec<(String, Vec<(String, String)>)> = pass
+        .live_replicas()
+        .filter(|(n, _)| pass.facts.server(n).pod.ready && !pass.facts.server(n).pod.terminating)
+        .filter_map(|(n, _)| {
+            let tables = pass.obs.stalled_tables.get(n.as_str())?;
+            (!tables.is_empty()).then(|| (n.clone(), tables.clone()))
+        })
+        .collect();
+    for (replica, tables) in stalled {
+        pass.emit(Action::RestartReplicatedTables { replica, tables });
+    }
 }

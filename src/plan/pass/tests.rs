@@ -1763,6 +1763,46 @@ fn a_pod_that_just_became_ready_makes_every_server_resolve_again() {
     assert_eq!(p.status.state, ClusterState::Ready);
 }
 
+/// Decision 45: a Ready server whose replicated tables are read-only only because their Keeper
+/// session expired (Keeper answers it again) is made to reopen it for those tables, SQL only;
+/// a server with no such table is left alone, and a pausing cluster is left alone.
+#[test]
+fn tables_waiting_only_for_a_new_keeper_session_are_made_to_open_it() {
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}}));
+    sim.converge(20);
+    let replica = sim.map().keys().next().unwrap().clone();
+    let tables = vec![("db1".to_string(), "events".to_string())];
+    sim.obs
+        .stalled_tables
+        .insert(replica.clone(), tables.clone());
+    let p = sim.plan();
+    let restarts: Vec<&Action> = p
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::RestartReplicatedTables { .. }))
+        .collect();
+    assert_eq!(
+        restarts,
+        vec![&Action::RestartReplicatedTables {
+            replica: replica.clone(),
+            tables
+        }],
+        "{:?}",
+        p.actions
+    );
+    assert!(restarts.iter().all(|a| !a.writes_kubernetes()));
+    sim.cluster.spec.pause = true;
+    let p = sim.plan();
+    assert!(
+        p.actions
+            .iter()
+            .all(|a| !matches!(a, Action::RestartReplicatedTables { .. })),
+        "{:?}",
+        p.actions
+    );
+}
+
 /// S0-20: a new replica's schema is copied only once every Ready replica serves (they are its
 /// sources); meanwhile the status says what it waits for.
 #[test]
