@@ -4,10 +4,12 @@
 //! triggers starts). An idle cluster's pass sends no request to the API server: it reads these
 //! caches, and the Secrets it references only when their resourceVersion changed.
 //!
-//! A cluster whose last pass wrote to Kubernetes is observed from the API server instead (see
-//! [`Caches::dirty`]) until a pass finds nothing to write and the caches hold every object that
-//! pass read at the resourceVersion it read, so that a pass never plans from a cache that has
-//! not yet seen the operator's own writes.
+//! A pass never plans from caches that have not yet seen the operator's own writes: each write
+//! is remembered with what the API server answered ([`Caches::wrote`]), and the next pass waits
+//! for the caches to show it ([`Caches::await_writes`], milliseconds as the watches go). A
+//! cluster whose writes the caches did not show in time, or whose pass failed midway, is
+//! observed from the API server instead ([`Caches::dirty`]) until the caches hold every object
+//! a pass read at the resourceVersion it read.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
@@ -168,6 +170,32 @@ impl<K: Resource + Clone + Serialize + DeserializeOwned> Index<K> {
         stored.iter().filter_map(|o| Self::load(o)).collect()
     }
 
+    /// The resourceVersion and uid of an object as cached, without reading the rest of it.
+    pub fn meta(&self, ns: &str, name: &str) -> Option<(String, Option<String>)> {
+        #[derive(serde::Deserialize)]
+        struct Lite {
+            metadata: LiteMeta,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct LiteMeta {
+            resource_version: Option<String>,
+            uid: Option<String>,
+        }
+        let stored = self
+            .inner
+            .read()
+            .unwrap()
+            .objects
+            .get(&(ns.to_string(), name.to_string()))
+            .map(|(_, o)| o.clone())?;
+        let lite: Lite = serde_json::from_slice(&stored).ok()?;
+        Some((
+            lite.metadata.resource_version.unwrap_or_default(),
+            lite.metadata.uid,
+        ))
+    }
+
     pub fn get(&self, ns: &str, name: &str) -> Option<Arc<K>> {
         let stored = self
             .inner
@@ -240,6 +268,91 @@ pub struct Caches {
     secret_data: Mutex<HashMap<Key, (String, Arc<Secret>)>>,
     /// Clusters to observe from the API server (see the module's documentation).
     dirty: Mutex<HashSet<Key>>,
+    /// Per cluster: its passes' own writes the caches have not shown yet, the latest per object.
+    writes: Mutex<HashMap<Key, Vec<Write>>>,
+}
+
+/// The kinds of object a pass writes that the caches hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cached {
+    StatefulSet,
+    Pod,
+    Pvc,
+    ConfigMap,
+    Service,
+    Pdb,
+    NetworkPolicy,
+    Secret,
+}
+
+impl Cached {
+    /// The kind of an owned object the plan applies or deletes.
+    pub fn of(kind: crate::plan::facts::Kind) -> Cached {
+        use crate::plan::facts::Kind;
+        match kind {
+            Kind::ConfigMap => Cached::ConfigMap,
+            Kind::Secret => Cached::Secret,
+            Kind::Service => Cached::Service,
+            Kind::StatefulSet => Cached::StatefulSet,
+            Kind::PodDisruptionBudget => Cached::Pdb,
+            Kind::NetworkPolicy => Cached::NetworkPolicy,
+        }
+    }
+}
+
+/// One of a pass's own writes, as the caches must show it before a pass plans from them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub kind: Cached,
+    pub name: String,
+    pub seen: Seen,
+}
+
+/// What shows a write in the caches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// The object at this resourceVersion, or at a later one.
+    Version(String),
+    /// The object deleted: absent, another object (another uid) under its name, or (when
+    /// the deletion waits for finalizers or a grace period) the object at this resourceVersion
+    /// or a later one.
+    Gone {
+        uid: Option<String>,
+        version: Option<String>,
+    },
+}
+
+impl Write {
+    /// A write whose answer was the object as written.
+    pub fn of<K: Resource>(kind: Cached, object: &K) -> Write {
+        Write {
+            kind,
+            name: object.meta().name.clone().unwrap_or_default(),
+            seen: Seen::Version(object.meta().resource_version.clone().unwrap_or_default()),
+        }
+    }
+
+    /// Whether an object as cached (resourceVersion and uid, `None`: absent) shows it.
+    fn shown_by(&self, cached: Option<&(String, Option<String>)>) -> bool {
+        // resourceVersions are compared as the API server's etcd revisions they are; one that
+        // does not parse counts only when equal
+        let at_least = |have: &str, want: &str| {
+            have == want
+                || matches!(
+                    (have.parse::<u64>(), want.parse::<u64>()),
+                    (Ok(h), Ok(w)) if h > w
+                )
+        };
+        match (&self.seen, cached) {
+            (Seen::Version(_), None) => false,
+            (Seen::Version(want), Some((have, _))) => at_least(have, want),
+            (Seen::Gone { .. }, None) => true,
+            (Seen::Gone { uid, version }, Some((have, have_uid))) => {
+                (uid.is_some() && have_uid != uid)
+                    || version.as_deref().is_some_and(|v| at_least(have, v))
+            }
+        }
+    }
 }
 
 fn all_synced<K: Resource + Clone>(list: &[Arc<Index<K>>]) -> bool {
@@ -319,9 +432,90 @@ impl Caches {
             .insert((ns, name), (version, Arc::new(trim(secret.clone()))));
     }
 
+    /// Remembers one of the pass's own writes to an object of cluster `cluster` in `ns`.
+    pub fn wrote(&self, ns: &str, cluster: &str, write: Write) {
+        let mut w = self.writes.lock().unwrap();
+        let list = w.entry((ns.to_string(), cluster.to_string())).or_default();
+        list.retain(|x| !(x.kind == write.kind && x.name == write.name));
+        list.push(write);
+    }
+
+    /// The object's resourceVersion and uid as cached (`None`: absent).
+    fn cached_meta(&self, kind: Cached, ns: &str, name: &str) -> Option<(String, Option<String>)> {
+        fn find<K: Resource + Clone + Serialize + DeserializeOwned>(
+            list: &[Arc<Index<K>>],
+            ns: &str,
+            name: &str,
+        ) -> Option<(String, Option<String>)> {
+            list.iter().find_map(|i| i.meta(ns, name))
+        }
+        match kind {
+            Cached::StatefulSet => find(&self.statefulsets, ns, name),
+            Cached::Pod => find(&self.pods, ns, name),
+            Cached::Pvc => find(&self.pvcs, ns, name),
+            Cached::ConfigMap => find(&self.configmaps, ns, name),
+            Cached::Service => find(&self.services, ns, name),
+            Cached::Pdb => find(&self.pdbs, ns, name),
+            Cached::NetworkPolicy => find(&self.network_policies, ns, name),
+            Cached::Secret => {
+                find(&self.owned_secrets, ns, name).or_else(|| find(&self.secret_meta, ns, name))
+            }
+        }
+    }
+
+    /// Whether the caches show every write the cluster's passes made (forgetting those they
+    /// show).
+    pub fn show_writes(&self, ns: &str, cluster: &str) -> bool {
+        let key = (ns.to_string(), cluster.to_string());
+        let pending = self.writes.lock().unwrap().get(&key).cloned();
+        let Some(pending) = pending else {
+            return true;
+        };
+        let shown: Vec<Write> = pending
+            .into_iter()
+            .filter(|w| w.shown_by(self.cached_meta(w.kind, ns, &w.name).as_ref()))
+            .collect();
+        let mut all = self.writes.lock().unwrap();
+        // a write made meanwhile replaced its entry and stays
+        let Some(list) = all.get_mut(&key) else {
+            return true;
+        };
+        list.retain(|w| !shown.contains(w));
+        if list.is_empty() {
+            all.remove(&key);
+            return true;
+        }
+        false
+    }
+
+    /// Waits up to `budget` for the caches to show every write the cluster's passes made. When
+    /// they do not by then, the writes are forgotten and the cluster is observed from the API
+    /// server until the caches hold what it says (see the module's documentation).
+    pub async fn await_writes(&self, ns: &str, cluster: &str, budget: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + budget;
+        loop {
+            if self.show_writes(ns, cluster) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                self.writes
+                    .lock()
+                    .unwrap()
+                    .remove(&(ns.to_string(), cluster.to_string()));
+                self.set_dirty(ns, cluster, true);
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Forgets what is kept of a deleted cluster.
     pub fn forget(&self, ns: &str, name: &str) {
         self.set_dirty(ns, name, false);
+        self.writes
+            .lock()
+            .unwrap()
+            .remove(&(ns.to_string(), name.to_string()));
     }
 
     /// Objects in the caches, by kind (for the operator's own metrics and the benchmark).
@@ -439,6 +633,68 @@ mod tests {
             i.get("a", "c1-x").unwrap().resource_version().as_deref(),
             Some("8")
         );
+    }
+
+    fn pod(name: &str, uid: &str, version: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some("a".into());
+        p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(uid.into());
+        p.metadata.resource_version = Some(version.into());
+        p.metadata.labels = Some([(labels::CLUSTER.to_string(), "c1".to_string())].into());
+        p
+    }
+
+    /// Decision 41: a pass plans from the caches only once they show the writes of the passes
+    /// before: an object at the version written or a later one, a deleted object gone or
+    /// replaced by another uid; the latest write to an object is the one awaited.
+    #[tokio::test]
+    async fn the_caches_are_used_once_they_show_the_passes_own_writes() {
+        let mut c = Caches::default();
+        let pods = Index::new(cluster_label::<Pod>);
+        c.pods.push(pods.clone());
+        pods.apply(&Event::Apply(pod("p0", "u0", "4")));
+        assert!(c.show_writes("a", "c1"), "nothing written");
+        c.wrote("a", "c1", Write::of(Cached::Pod, &pod("p0", "u0", "5")));
+        assert!(!c.show_writes("a", "c1"), "the cache has version 4 only");
+        pods.apply(&Event::Apply(pod("p0", "u0", "6")));
+        assert!(c.show_writes("a", "c1"), "a later version shows the write");
+        // a deletion: shown once the pod is gone or another one has its name
+        c.wrote(
+            "a",
+            "c1",
+            Write {
+                kind: Cached::Pod,
+                name: "p0".into(),
+                seen: Seen::Gone {
+                    uid: Some("u0".into()),
+                    version: Some("7".into()),
+                },
+            },
+        );
+        assert!(!c.show_writes("a", "c1"));
+        pods.apply(&Event::Apply(pod("p0", "u1", "3")));
+        assert!(c.show_writes("a", "c1"), "another uid under the name");
+        // a write to an object never cached: waited for, then the API server is read
+        c.wrote(
+            "a",
+            "c1",
+            Write::of(Cached::StatefulSet, &pod("s0", "u2", "9")),
+        );
+        assert!(!c.show_writes("a", "c1"));
+        assert!(
+            !c.await_writes("a", "c1", std::time::Duration::from_millis(30))
+                .await
+        );
+        assert!(
+            c.dirty("a", "c1"),
+            "observed from the API server until caught up"
+        );
+        assert!(c.show_writes("a", "c1"), "the writes were forgotten");
+        // the latest write to an object replaces the one before
+        c.wrote("a", "c1", Write::of(Cached::Pod, &pod("p0", "u1", "12")));
+        c.wrote("a", "c1", Write::of(Cached::Pod, &pod("p0", "u1", "3")));
+        assert!(c.show_writes("a", "c1"));
     }
 
     #[test]

@@ -511,7 +511,28 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
     let op_ns = namespace(&client, "lifeop").await;
     // BENCH_DEBUG_LOG=1: the operator's debug log, to see where a step's time goes
     install_operator(&client, &op_ns, std::env::var("BENCH_DEBUG_LOG").is_ok()).await;
+    let user = format!("system:serviceaccount:{op_ns}:op-clickhouse-operator");
     let mut rows = Vec::new();
+    let mut request_rows = Vec::new();
+    // reads and writes of the operator from `since` until now (leases and Events apart)
+    let requests = |since: &str| {
+        let until = k8s_openapi::jiff::Timestamp::now().to_string();
+        let all = audit(&user, since, &until);
+        let count = |f: &dyn Fn(&str, &str) -> bool| -> usize {
+            all.iter()
+                .filter(|((v, r), _)| f(v, r))
+                .map(|(_, c)| c)
+                .sum()
+        };
+        let read = |v: &str| ["get", "list"].contains(&v);
+        let other = |r: &str| r != "leases" && r != "events";
+        (
+            count(&|v, r| read(v) && other(r)),
+            count(&|v, r| !read(v) && v != "watch" && other(r)),
+            count(&|v, r| v != "watch" && r == "events"),
+            count(&|v, r| !read(v) && v != "watch" && r == "clickhouseclusters/status"),
+        )
+    };
     for round in 0..rounds {
         let ns = namespace(&client, &format!("life{round}")).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -543,7 +564,9 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
             }
         };
         let limit = Duration::from_secs(600);
+        let mut steps = Vec::new();
         // create
+        let since = k8s_openapi::jiff::Timestamp::now().to_string();
         let t = Instant::now();
         create_cluster(
             &client,
@@ -555,12 +578,17 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         let keeper = seconds_until(t, limit, "Keeper Ready", || ready_pods("keeper", 3)).await;
         let servers = seconds_until(t, limit, "servers Ready", || ready_pods("server", 4)).await;
         let created = seconds_until(t, limit, "ready", || status_ready(1)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        steps.push(("create", requests(&since)));
         // add a shard
+        let since = k8s_openapi::jiff::Timestamp::now().to_string();
         let t = Instant::now();
         patch_spec(&client, &ns, "c1", json!({"shards": 3})).await;
         let shard_pods =
             seconds_until(t, limit, "new shard Ready", || ready_pods("server", 6)).await;
         let shard_ready = seconds_until(t, limit, "ready", || status_ready(2)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        steps.push(("add shard", requests(&since)));
         // one server pod's restart on its own (deleted, then Ready again): the unit of the
         // roll's target, 1.2 × replicas per shard × this
         let selector = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
@@ -590,6 +618,7 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         let _ = seconds_until(Instant::now(), limit, "ready again", || status_ready(2)).await;
         // rolling restart of every server
         let before = pod_ids(&client, &ns, selector).await;
+        let since = k8s_openapi::jiff::Timestamp::now().to_string();
         let t = Instant::now();
         patch_spec(
             &client,
@@ -599,16 +628,29 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         )
         .await;
         let rolled = seconds_until(t, limit, "ready", || status_ready(3)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        steps.push(("roll", requests(&since)));
         let after = pod_ids(&client, &ns, selector).await;
         let restarted = before
             .iter()
             .filter(|(n, (uid, _))| after.get(*n).is_some_and(|(u, _)| u != uid))
             .count();
         // scale-in: one replica per shard leaves
+        let since = k8s_openapi::jiff::Timestamp::now().to_string();
         let t = Instant::now();
         patch_spec(&client, &ns, "c1", json!({"replicas": 1})).await;
         let scaled = seconds_until(t, limit, "ready", || status_ready(4)).await;
         let scaled_pods = seconds_until(t, limit, "3 servers", || ready_pods("server", 3)).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        steps.push(("scale-in", requests(&since)));
+        let since = k8s_openapi::jiff::Timestamp::now().to_string();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        steps.push(("idle minute", requests(&since)));
+        for (step, (reads, writes, events, status)) in steps {
+            request_rows.push(format!(
+                "{round:>5} {step:>12} {reads:>6} {writes:>7} {status:>7} {events:>7}"
+            ));
+        }
         // the roll's target: 1.2 × R (2 replicas per shard) × one pod's restart
         let roll_ratio = rolled / (2.0 * one_pod);
         let row = format!(
@@ -653,6 +695,19 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         "in ready"
     );
     for r in rows {
+        println!("{r}");
+    }
+    println!();
+    println!(
+        "the operator's requests per step (audit log; the step's change until 3 s after its \
+         last figure; the idle minute after scale-in): reads (get, list), writes (Events and \
+         Lease renewals apart), of them status writes, Events written"
+    );
+    println!(
+        "{:>5} {:>12} {:>6} {:>7} {:>7} {:>7}",
+        "round", "step", "reads", "writes", "status", "events"
+    );
+    for r in request_rows {
         println!("{r}");
     }
     helm_run(&["uninstall", "op", "-n", &op_ns, "--wait"]);

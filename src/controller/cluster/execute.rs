@@ -19,10 +19,13 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::observe::ch_client;
-use super::{Error, KIND, api, dynamic, ignore_not_found, scale_in, write_status};
+use super::{
+    Error, KIND, api, dynamic, ignore_not_found, noted, noted_deletion, scale_in, write_status,
+};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::sql::{ClusterName, TableName};
 use crate::clickhouse::{replica as chreplica, schemer};
+use crate::controller::cache::Cached;
 use crate::controller::{Context, MANAGER, StepPoint};
 use crate::model::{self, Password, labels, names};
 use crate::plan::action::{Action, Outcome};
@@ -192,12 +195,17 @@ async fn run(
             let api = dynamic(ctx, &ns, *kind);
             if !*create {
                 let removed = remove_foreign_fields(&api, name, object).await?;
-                api.patch(
-                    name,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(object),
-                )
-                .await?;
+                noted(
+                    ctx,
+                    cluster,
+                    Cached::of(*kind),
+                    api.patch(
+                        name,
+                        &PatchParams::apply(MANAGER).force(),
+                        &Patch::Apply(object),
+                    )
+                    .await,
+                )?;
                 if let Some(removed) = removed {
                     return Ok(Done::Finished(Some(PlannedEvent {
                         kind: EventType::Warning,
@@ -225,7 +233,7 @@ async fn run(
                 field_manager: Some(MANAGER.into()),
                 ..PostParams::default()
             };
-            match api.create(&pp, &o).await {
+            match noted(ctx, cluster, Cached::of(*kind), api.create(&pp, &o).await) {
                 Ok(_) => Ok(normal(
                     "Created",
                     "Create",
@@ -247,7 +255,14 @@ async fn run(
                 propagation_policy: Some(PropagationPolicy::Orphan),
                 ..DeleteParams::default()
             };
-            ignore_not_found(api::<StatefulSet>(ctx, &ns).delete(name, &dp).await)?;
+            ignore_not_found(noted_deletion(
+                ctx,
+                cluster,
+                Cached::StatefulSet,
+                name,
+                None,
+                api::<StatefulSet>(ctx, &ns).delete(name, &dp).await,
+            ))?;
             Ok(normal(
                 "StatefulSetOrphaned",
                 "Recreate",
@@ -255,13 +270,20 @@ async fn run(
             ))
         }
         Action::ResizePvc { name, size } => {
-            api::<PersistentVolumeClaim>(ctx, &ns)
-                .patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": size}}}})),
-                )
-                .await?;
+            noted(
+                ctx,
+                cluster,
+                Cached::Pvc,
+                api::<PersistentVolumeClaim>(ctx, &ns)
+                    .patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(
+                            json!({"spec": {"resources": {"requests": {"storage": size}}}}),
+                        ),
+                    )
+                    .await,
+            )?;
             Ok(normal(
                 "VolumeResized",
                 "Resize",
@@ -274,11 +296,14 @@ async fn run(
             annotations,
         } => {
             let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
-            ignore_not_found(
+            ignore_not_found(noted(
+                ctx,
+                cluster,
+                Cached::Pvc,
                 api::<PersistentVolumeClaim>(ctx, &ns)
                     .patch(name, &PatchParams::default(), &Patch::Merge(patch))
                     .await,
-            )?;
+            ))?;
             Ok(normal(
                 "VolumeLabelled",
                 "Label",
@@ -288,11 +313,14 @@ async fn run(
         Action::SetServing { pod, serving, .. } => {
             let value = serving.then_some(labels::TRUE);
             let patch = json!({"metadata": {"labels": {labels::SERVING: value}}});
-            ignore_not_found(
+            ignore_not_found(noted(
+                ctx,
+                cluster,
+                Cached::Pod,
                 api::<Pod>(ctx, &ns)
                     .patch(pod, &PatchParams::default(), &Patch::Merge(patch))
                     .await,
-            )?;
+            ))?;
             Ok(if *serving {
                 normal(
                     "BackInTraffic",
@@ -307,7 +335,7 @@ async fn run(
                 )
             })
         }
-        Action::RestartPod { pod, uid, .. } => restart_pod(ctx, &ns, pod, uid.as_deref()).await,
+        Action::RestartPod { pod, uid, .. } => restart_pod(ctx, cluster, pod, uid.as_deref()).await,
         Action::MigrateSchema { replica, shard } => {
             bounded(
                 &format!("copying the schema onto {replica}"),
@@ -365,11 +393,16 @@ async fn run(
             }
         }
         Action::Delete { kind, name } => {
-            ignore_not_found(
+            ignore_not_found(noted_deletion(
+                ctx,
+                cluster,
+                Cached::of(*kind),
+                name,
+                None,
                 dynamic(ctx, &ns, *kind)
                     .delete(name, &DeleteParams::background())
                     .await,
-            )?;
+            ))?;
             Ok(normal(
                 "Deleted",
                 "Delete",
@@ -437,10 +470,10 @@ async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> R
             exporter: Password(random_password()),
         },
     );
-    match api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
+    let created = api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
         .create(&PostParams::default(), &secret)
-        .await
-    {
+        .await;
+    match noted(ctx, cluster, Cached::Secret, created) {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e.into()),
@@ -463,13 +496,14 @@ async fn adopt_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Re
     let owner = kube::Resource::controller_owner_ref(cluster, &()).ok_or_else(|| {
         Error::failed(FailureReason::InvalidSpec, "the cluster has no uid".into())
     })?;
-    api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
+    let adopted = api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
         .patch(
             &name,
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({"metadata": {"ownerReferences": [owner]}})),
         )
-        .await?;
+        .await;
+    noted(ctx, cluster, Cached::Secret, adopted)?;
     Ok(normal(
         "CredentialsAdopted",
         "Update",
@@ -493,15 +527,17 @@ async fn add_exporter_password(cluster: &ClickHouseCluster, ctx: &Context) -> Re
         .is_some_and(|d| d.contains_key(names::EXPORTER_PASSWORD_KEY));
     if let Some(secret) = current.filter(|_| !present) {
         let value = k8s_openapi::ByteString(random_password().into_bytes());
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "metadata": {"resourceVersion": secret.metadata.resource_version},
-                "data": {names::EXPORTER_PASSWORD_KEY: value},
-            })),
-        )
-        .await?;
+        let added = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({
+                    "metadata": {"resourceVersion": secret.metadata.resource_version},
+                    "data": {names::EXPORTER_PASSWORD_KEY: value},
+                })),
+            )
+            .await;
+        noted(ctx, cluster, Cached::Secret, added)?;
     }
     Ok(normal(
         "CredentialsCreated",
@@ -545,13 +581,21 @@ fn random_password() -> String {
 
 /// Takes the pod out of the client Service, then deletes it, only if it is still the pod that
 /// was observed (its replacement is never deleted by name).
-async fn restart_pod(ctx: &Context, ns: &str, pod: &str, uid: Option<&str>) -> Result<Done, Error> {
-    let pods = api::<Pod>(ctx, ns);
+async fn restart_pod(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    pod: &str,
+    uid: Option<&str>,
+) -> Result<Done, Error> {
+    let pods = api::<Pod>(ctx, &cluster.namespace().unwrap_or_default());
     let unlabel = json!({"metadata": {"labels": {labels::SERVING: null}}});
-    ignore_not_found(
+    ignore_not_found(noted(
+        ctx,
+        cluster,
+        Cached::Pod,
         pods.patch(pod, &PatchParams::default(), &Patch::Merge(unlabel))
             .await,
-    )?;
+    ))?;
     let dp = DeleteParams {
         preconditions: uid.map(|uid| Preconditions {
             uid: Some(uid.to_string()),
@@ -559,7 +603,14 @@ async fn restart_pod(ctx: &Context, ns: &str, pod: &str, uid: Option<&str>) -> R
         }),
         ..DeleteParams::default()
     };
-    match pods.delete(pod, &dp).await {
+    match noted_deletion(
+        ctx,
+        cluster,
+        Cached::Pod,
+        pod,
+        uid,
+        pods.delete(pod, &dp).await,
+    ) {
         Ok(_) => Ok(Done::Finished(None)),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(Done::Finished(None)),
         Err(e) => Err(e.into()),

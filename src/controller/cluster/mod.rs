@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 
 use super::{Context, MANAGER, PassTimer, api};
 use crate::api::{ClickHouseCluster, ClickHouseClusterStatus, ReclaimPolicy};
+use crate::controller::cache::{Cached, Seen, Write};
 use crate::plan::facts::Kind;
 use crate::plan::{self, EventType, Failure, FailureReason, Plan, PlannedEvent, World};
 use crate::runtime::backoff::RECHECK;
@@ -126,6 +127,58 @@ fn resource(kind: Kind) -> ApiResource {
 
 fn dynamic(ctx: &Context, ns: &str, kind: Kind) -> Api<DynamicObject> {
     Api::namespaced_with(ctx.client.clone(), ns, &resource(kind))
+}
+
+/// Remembers the object a write answered with, so that the next pass plans from the caches
+/// only once they show it (decision 41).
+fn noted<K: Resource>(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    kind: Cached,
+    r: Result<K, kube::Error>,
+) -> Result<K, kube::Error> {
+    if let Ok(o) = &r {
+        ctx.caches.wrote(
+            &cluster.namespace().unwrap_or_default(),
+            &cluster.name_any(),
+            Write::of(kind, o),
+        );
+    }
+    r
+}
+
+/// [`noted`] for a deletion of object `name` (`uid`: the one meant, where the deletion named it).
+fn noted_deletion<K: Resource>(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    kind: Cached,
+    name: &str,
+    uid: Option<&str>,
+    r: Result<either::Either<K, kube::core::Status>, kube::Error>,
+) -> Result<either::Either<K, kube::core::Status>, kube::Error> {
+    let seen = match &r {
+        Ok(either::Either::Left(o)) => Some(Seen::Gone {
+            uid: o.meta().uid.clone().or(uid.map(str::to_string)),
+            version: o.meta().resource_version.clone(),
+        }),
+        Ok(either::Either::Right(_)) => Some(Seen::Gone {
+            uid: uid.map(str::to_string),
+            version: None,
+        }),
+        Err(_) => None,
+    };
+    if let Some(seen) = seen {
+        ctx.caches.wrote(
+            &cluster.namespace().unwrap_or_default(),
+            &cluster.name_any(),
+            Write {
+                kind,
+                name: name.to_string(),
+                seen,
+            },
+        );
+    }
+    r
 }
 
 fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
@@ -268,7 +321,7 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
     let delete = cluster.spec.storage.data.reclaim_policy == ReclaimPolicy::Delete;
     if delete {
         let (world, _) = observe::observe(cluster, ctx).await?;
-        scale_in::label_pvcs(ctx, &ns, &world, |_| true).await?;
+        scale_in::label_pvcs(ctx, cluster, &world, |_| true).await?;
     } else {
         retained::hand_credentials_to_volumes(cluster, ctx).await?;
     }
@@ -368,12 +421,19 @@ async fn pass(
             current = ensure_finalizer(&current, ctx).await?;
         }
         if plan.actions.iter().any(|a| a.writes_kubernetes()) {
-            // until a pass finds nothing to write and the caches hold what it read, passes
-            // read the API server, not caches that may not have seen these writes yet
+            // each write is remembered as it is made: the next pass plans from the caches only
+            // once they show it (decision 41)
             wrote = true;
-            ctx.caches.set_dirty(&ns, &name, true);
         }
-        let outcome = execute::act(&mut current, &world, &plan, ctx).await?;
+        let outcome = match execute::act(&mut current, &world, &plan, ctx).await {
+            Ok(o) => o,
+            Err(e) => {
+                // a write may have been made without its answer: until the caches hold what the
+                // API server says, passes read the API server
+                ctx.caches.set_dirty(&ns, &name, true);
+                return Err(e);
+            }
+        };
         let (status, events) = plan::report::report(
             &plan,
             &outcome,
@@ -394,8 +454,8 @@ async fn pass(
             break;
         }
     }
-    if !wrote && caught_up {
-        // nothing written, and the caches have seen everything this pass saw
+    if caught_up {
+        // the caches have seen everything this pass saw (its own writes are awaited apart)
         ctx.caches.set_dirty(&ns, &name, false);
     }
     Ok((current, wrote, soon))

@@ -46,8 +46,13 @@ fn as_json<K: Resource + Serialize>(
         .collect()
 }
 
-/// Reads the world of one pass: from the watch-fed caches, or from the API server while the
-/// caches are not yet filled or the cluster's last pass wrote to Kubernetes (decision 41).
+/// How long a pass waits for the caches to show the writes of the passes before it; the watch
+/// streams bring them within milliseconds unless a watch is broken.
+const WRITES_SHOWN_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads the world of one pass: from the watch-fed caches once they show the writes of the
+/// passes before (decision 41), or from the API server while the caches are not yet filled or
+/// did not show those writes in time.
 ///
 /// Also says whether the caches hold what this pass saw: true when it read them, and after a
 /// read of the API server only when every object the caches hold of the cluster has the
@@ -57,7 +62,12 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(Worl
     let ns = cluster.namespace().unwrap_or_default();
     let siblings = siblings(cluster, &ctx.clusters_in(&ns));
     let caches = &ctx.caches;
-    let (lists, caught_up) = if caches.synced() && !caches.dirty(&ns, &cluster.name_any()) {
+    let (lists, caught_up) = if caches.synced()
+        && !caches.dirty(&ns, &cluster.name_any())
+        && caches
+            .await_writes(&ns, &cluster.name_any(), WRITES_SHOWN_WITHIN)
+            .await
+    {
         ctx.metrics.observed("cache");
         (from_caches(cluster, caches, &ctx.client).await?, true)
     } else {

@@ -13,10 +13,11 @@ use serde_json::json;
 
 use super::execute::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
-use super::{DELETE_PVC_LABEL, Error, api, ignore_not_found};
+use super::{DELETE_PVC_LABEL, Error, api, ignore_not_found, noted, noted_deletion};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::{self, replica as chreplica};
 use crate::controller::Context;
+use crate::controller::cache::Cached;
 use crate::model::{labels, names};
 use crate::plan::scale_in::ScaleInAction;
 use crate::plan::{EventType, PlannedEvent, World};
@@ -50,7 +51,10 @@ pub async fn run(
                 .iter()
                 .map(|l| (l.to_string(), serde_json::Value::Null))
                 .collect();
-            ignore_not_found(
+            ignore_not_found(noted(
+                ctx,
+                cluster,
+                Cached::Pod,
                 api::<Pod>(ctx, &ns)
                     .patch(
                         &names::replica_pod(replica),
@@ -58,7 +62,7 @@ pub async fn run(
                         &Patch::Merge(json!({"metadata": {"labels": unlabel}})),
                     )
                     .await,
-            )?;
+            ))?;
             Ok(event(
                 "LeftTraffic",
                 format!("{replica} is out of the client Service and the topology spread"),
@@ -76,16 +80,27 @@ pub async fn run(
             .await
         }
         ScaleInAction::DeleteStatefulSet { replica } => {
-            ignore_not_found(
+            ignore_not_found(noted_deletion(
+                ctx,
+                cluster,
+                Cached::StatefulSet,
+                replica,
+                None,
                 api::<StatefulSet>(ctx, &ns)
                     .delete(replica, &DeleteParams::background())
                     .await,
-            )?;
-            ignore_not_found(
+            ))?;
+            let config = names::replica_config(replica);
+            ignore_not_found(noted_deletion(
+                ctx,
+                cluster,
+                Cached::ConfigMap,
+                &config,
+                None,
                 api::<ConfigMap>(ctx, &ns)
-                    .delete(&names::replica_config(replica), &DeleteParams::background())
+                    .delete(&config, &DeleteParams::background())
                     .await,
-            )?;
+            ))?;
             Ok(event(
                 "ReplicaDeleted",
                 format!("StatefulSet {replica} deleted"),
@@ -104,7 +119,7 @@ pub async fn run(
             .await
         }
         ScaleInAction::LabelPvcsAndForget { replica } => {
-            label_pvcs(ctx, &ns, world, |p| {
+            label_pvcs(ctx, cluster, world, |p| {
                 p.metadata
                     .labels
                     .as_ref()
@@ -258,16 +273,20 @@ async fn drop_keeper_metadata(
 /// Hands the selected PVCs to the PVC cleaner.
 pub async fn label_pvcs(
     ctx: &Context,
-    ns: &str,
+    cluster: &ClickHouseCluster,
     world: &World,
     select: impl Fn(&PersistentVolumeClaim) -> bool,
 ) -> Result<(), Error> {
+    let ns = &cluster.namespace().unwrap_or_default();
     for (pvc, p) in &world.observed.pvcs {
         if select(p) {
             // the label says what is meant, the proof that the operator means it (decision 39)
             let uid = p.metadata.uid.clone().unwrap_or_default();
             let proof = crate::controller::pvc_cleaner::proof(&ctx.pvc_delete_key, ns, pvc, &uid);
-            ignore_not_found(
+            ignore_not_found(noted(
+                ctx,
+                cluster,
+                Cached::Pvc,
                 api::<PersistentVolumeClaim>(ctx, ns)
                     .patch(
                         pvc,
@@ -279,7 +298,7 @@ pub async fn label_pvcs(
                         }})),
                     )
                     .await,
-            )?;
+            ))?;
         }
     }
     Ok(())
