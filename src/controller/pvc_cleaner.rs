@@ -128,19 +128,49 @@ pub async fn sweep(
     Ok(deleted)
 }
 
-/// Sweeps every `PERIOD` until the process ends.
+/// Sweeps each watched namespace (or all) whenever a PVC labelled for deletion appears or
+/// changes, and every `PERIOD` while one is left (its pod may have gone meanwhile), until the
+/// process ends. With no such PVC it sends no request but its watch.
 pub async fn run(client: Client, namespaces: WatchNamespaces, key: PvcDeleteKey) {
-    loop {
-        let targets: Vec<Option<String>> = match &namespaces {
-            WatchNamespaces::All => vec![None],
-            WatchNamespaces::Only(list) => list.iter().cloned().map(Some).collect(),
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let targets: Vec<Option<String>> = match &namespaces {
+        WatchNamespaces::All => vec![None],
+        WatchNamespaces::Only(list) => list.iter().cloned().map(Some).collect(),
+    };
+    let selector = format!(
+        "{DELETE_PVC_LABEL}=true,{}={},{}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE,
+        labels::CLUSTER
+    );
+    let watches = targets.iter().map(|ns| {
+        let api: Api<PersistentVolumeClaim> = match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
         };
-        for ns in targets {
+        let (store, writer) = kube::runtime::reflector::store();
+        let events = watcher(api, watcher::Config::default().labels(&selector))
+            .default_backoff()
+            .reflect(writer)
+            .applied_objects()
+            .map(|_| ())
+            .boxed();
+        (store, events)
+    });
+    let (stores, streams): (Vec<_>, Vec<_>) = watches.unzip();
+    let mut events = futures::stream::select_all(streams);
+    loop {
+        // a labelled PVC appeared or changed, or the period passed
+        let _ = tokio::time::timeout(PERIOD, events.next()).await;
+        for (ns, store) in targets.iter().zip(&stores) {
+            if store.is_empty() {
+                continue;
+            }
             if let Err(e) = sweep(&client, &key, ns.as_deref()).await {
                 warn!(error = %e, namespace = ?ns, "PVC cleaner sweep failed");
             }
         }
-        tokio::time::sleep(PERIOD).await;
     }
 }
 

@@ -1,5 +1,7 @@
 //! Leader election through a `coordination.k8s.io` Lease: only the holder reconciles; a standby
-//! takes over once the holder has not renewed for a lease duration.
+//! takes over once the holder has not renewed for a lease duration. The holder renews from its
+//! own last write (one request per renewal, no read before it); only a conflict makes it read
+//! the lease again.
 
 use std::time::Duration;
 
@@ -61,6 +63,9 @@ pub struct LeaderElector {
     api: Api<Lease>,
     name: String,
     identity: String,
+    /// The lease as this replica last wrote it: a renewal replaces it without reading it first
+    /// (its resourceVersion makes the write fail if anyone else wrote the lease since).
+    written: std::sync::Mutex<Option<Lease>>,
 }
 
 impl LeaderElector {
@@ -69,12 +74,39 @@ impl LeaderElector {
             api: Api::namespaced(client, namespace),
             name: name.to_string(),
             identity: identity.to_string(),
+            written: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Renews the lease from this replica's own last write, without reading it: `Some(true)`
+    /// when renewed, `None` when there is no such write or the lease changed since (read it).
+    async fn renew_written(&self, now: Timestamp) -> Result<Option<bool>, kube::Error> {
+        let Some(mut lease) = self.written.lock().unwrap().take() else {
+            return Ok(None);
+        };
+        let mut spec = lease.spec.take().unwrap_or_default();
+        spec.renew_time = Some(MicroTime(now));
+        lease.spec = Some(spec);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(l) => {
+                *self.written.lock().unwrap() = Some(l);
+                Ok(Some(true))
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
     /// One attempt to acquire or renew. `Ok(true)` when we hold the lease afterwards.
     pub async fn try_hold(&self) -> Result<bool, kube::Error> {
         let now = Timestamp::now();
+        if let Some(renewed) = self.renew_written(now).await? {
+            return Ok(renewed);
+        }
         let current = self.api.get_opt(&self.name).await?;
         let verdict = judge(
             current.as_ref().and_then(|l| l.spec.as_ref()),
@@ -110,7 +142,10 @@ impl LeaderElector {
             self.api.create(&PostParams::default(), &lease).await
         };
         match result {
-            Ok(_) => Ok(true),
+            Ok(l) => {
+                *self.written.lock().unwrap() = Some(l);
+                Ok(true)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e),
         }

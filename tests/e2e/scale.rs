@@ -531,6 +531,7 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
             count(&|v, r| !read(v) && v != "watch" && other(r)),
             count(&|v, r| v != "watch" && r == "events"),
             count(&|v, r| !read(v) && v != "watch" && r == "clickhouseclusters/status"),
+            count(&|v, r| v != "watch" && r == "leases"),
         )
     };
     for round in 0..rounds {
@@ -646,9 +647,9 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         let since = k8s_openapi::jiff::Timestamp::now().to_string();
         tokio::time::sleep(Duration::from_secs(60)).await;
         steps.push(("idle minute", requests(&since)));
-        for (step, (reads, writes, events, status)) in steps {
+        for (step, (reads, writes, events, status, leases)) in steps {
             request_rows.push(format!(
-                "{round:>5} {step:>12} {reads:>6} {writes:>7} {status:>7} {events:>7}"
+                "{round:>5} {step:>12} {reads:>6} {writes:>7} {status:>7} {events:>7} {leases:>7}"
             ));
         }
         // the roll's target: 1.2 × R (2 replicas per shard) × one pod's restart
@@ -701,11 +702,11 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
     println!(
         "the operator's requests per step (audit log; the step's change until 3 s after its \
          last figure; the idle minute after scale-in): reads (get, list), writes (Events and \
-         Lease renewals apart), of them status writes, Events written"
+         Lease renewals apart), of them status writes, Events written, Lease requests"
     );
     println!(
-        "{:>5} {:>12} {:>6} {:>7} {:>7} {:>7}",
-        "round", "step", "reads", "writes", "status", "events"
+        "{:>5} {:>12} {:>6} {:>7} {:>7} {:>7} {:>7}",
+        "round", "step", "reads", "writes", "status", "events", "leases"
     );
     for r in request_rows {
         println!("{r}");
