@@ -157,6 +157,9 @@ pub struct PodFacts {
     pub failing: Option<String>,
     /// The scheduler's reason while it is not scheduled (S2-39).
     pub unschedulable: Option<String>,
+    /// Its node stopped reporting: said for the status, nothing else follows from it (see
+    /// [`node_lost`]).
+    pub node_lost: Option<String>,
     /// Its IP address, once it has one.
     pub address: Option<String>,
 }
@@ -240,7 +243,8 @@ pub struct KeeperMember {
     pub view: MemberView,
     /// Its part in the ensemble, as its `mntr` says (asked with the view).
     pub role: KeeperRole,
-    /// Why it cannot run, when it cannot (as [`PodFacts::failing`]).
+    /// Why it cannot run, when it cannot (as [`PodFacts::failing`]), or that its node stopped
+    /// reporting ([`node_lost`]).
     pub failing: Option<String>,
 }
 
@@ -427,7 +431,7 @@ impl Facts {
                             old_revision: old_revision(k, p),
                             view: obs.keeper_views.get(&pod).cloned().unwrap_or_default(),
                             role: obs.keeper_roles.get(&pod).copied().unwrap_or_default(),
-                            failing: pod_failing(p, now, obs),
+                            failing: pod_failing(p, now, obs).or_else(|| node_lost(p)),
                             pod,
                         };
                         Some((i, member))
@@ -516,6 +520,7 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
                 outdated: sts.is_some_and(|s| old_revision(s, p)),
                 failing: pod_failing(p, now, obs),
                 unschedulable: unschedulable(p),
+                node_lost: node_lost(p),
                 address: p.status.as_ref().and_then(|s| s.pod_ip.clone()),
             },
         },
@@ -625,6 +630,35 @@ fn old_revision(sts: &StatefulSet, p: &Pod) -> bool {
 /// reported with the last error its log shows (read from its previous run's log, else from its
 /// termination message, which is its log's tail, `FallbackToLogsOnError`), with every
 /// credential the cluster uses masked (decision 30).
+/// A pod not Ready whose containers are all, as last reported, running and ready: only the
+/// node controller marks such a pod not Ready, when the pod's node stops reporting (lost,
+/// stopped, cut off). The replica is down for its clients; the operator says so and does
+/// nothing to the pod, its StatefulSet or its volumes (decision 51).
+pub fn node_lost(p: &Pod) -> Option<String> {
+    let st = p.status.as_ref()?;
+    let not_ready = st
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "False");
+    let containers = st.container_statuses.as_deref().unwrap_or_default();
+    let last_seen_up = !containers.is_empty()
+        && containers
+            .iter()
+            .all(|c| c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some()));
+    (not_ready && last_seen_up && p.metadata.deletion_timestamp.is_none()).then(|| {
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or("its node");
+        format!(
+            "pod {}: node {node} stopped reporting (the pod was last seen running)",
+            p.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
+}
+
 fn pod_failing(p: &Pod, now: Timestamp, obs: &Observed) -> Option<String> {
     let inputs = &obs.inputs;
     let name = p.metadata.name.clone().unwrap_or_default();
@@ -817,6 +851,33 @@ mod tests {
             }]}
         }))
         .unwrap()
+    }
+
+    fn on_node(ready: &str, container_ready: bool) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "c1-0-0-0"},
+            "spec": {"nodeName": "node-2", "containers": []},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready}],
+                "containerStatuses": [{
+                    "name": "clickhouse", "image": "i", "imageID": "", "ready": container_ready,
+                    "restartCount": 0, "state": {"running": {}}
+                }]}
+        }))
+        .unwrap()
+    }
+
+    /// Decision 51: a pod the node controller marked not Ready while its containers were last
+    /// seen running and ready is on a node that stopped reporting, and is said to be; a pod
+    /// whose own container is not ready (the kubelet said so) is not, nor is a Ready one.
+    #[test]
+    fn a_pod_whose_node_stopped_reporting_is_named_with_its_node() {
+        assert_eq!(
+            node_lost(&on_node("False", true)).as_deref(),
+            Some("pod c1-0-0-0: node node-2 stopped reporting (the pod was last seen running)")
+        );
+        assert_eq!(node_lost(&on_node("False", false)), None);
+        assert_eq!(node_lost(&on_node("True", true)), None);
     }
 
     /// Decision 30: a server that keeps crashing is reported with the last error of its

@@ -313,7 +313,7 @@ fn state(
         .iter()
         .map(|n| pass.facts.server(n))
         .filter(|f| !f.pod.ready)
-        .filter_map(|f| f.pod.failing.clone())
+        .filter_map(|f| f.pod.failing.clone().or_else(|| f.pod.node_lost.clone()))
         .chain(
             pass.facts
                 .keeper
