@@ -6,7 +6,6 @@ use crate::hosts;
 use crate::images::{self, Kind};
 use crate::keeper;
 use crate::net;
-use crate::net::gateway;
 use crate::oci;
 use crate::probes;
 use crate::util::{self, shell_quote};
@@ -553,7 +552,7 @@ fn pod_status(
         "observedGeneration": cur.metadata.generation,
         "phase": phase,
         "conditions": conditions,
-        "hostIP": gateway(), "hostIPs": [{"ip": gateway()}],
+        "hostIP": crate::net::node_ip(), "hostIPs": [{"ip": crate::net::node_ip()}],
         "podIP": ip, "podIPs": [{"ip": ip}],
         "startTime": start_time,
         "containerStatuses": main_statuses,
