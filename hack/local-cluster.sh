@@ -33,6 +33,8 @@
 #                           the node controller's grace period is 10 s
 #   LOCAL_CLUSTER_NODE_GRACE  the controller-manager's --node-monitor-grace-period
 #                           (default: 10s with several nodes, the controller's own default with one)
+#   LOCAL_CLUSTER_NETWORK_POLICIES  `enforce` or `ignore` NetworkPolicies (default: enforce with
+#                           several nodes, ignore with one, as the one-node tests were written)
 #   LOCAL_CLUSTER_TOLERATION_SECONDS  the API server's default tolerationSeconds for the
 #                           not-ready/unreachable NoExecute taints (default 300, Kubernetes' own)
 set -euo pipefail
@@ -239,7 +241,7 @@ do_node_start() {
 
 ensure_packages() {
   local missing=() p
-  for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux; do
+  for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux nftables; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -328,6 +330,11 @@ do_up() {
   done
   local NODES="${LOCAL_CLUSTER_NODES:-1}"
   [[ "$NODES" =~ ^[1-7]$ ]] || die "LOCAL_CLUSTER_NODES must be 1 to 7, not '$NODES'"
+  local POLICIES="${LOCAL_CLUSTER_NETWORK_POLICIES:-}"
+  if [ -z "$POLICIES" ]; then
+    if [ "$NODES" -gt 1 ]; then POLICIES=enforce; else POLICIES=ignore; fi
+  fi
+  case "$POLICIES" in enforce | ignore) ;; *) die "LOCAL_CLUSTER_NETWORK_POLICIES must be enforce or ignore, not '$POLICIES'" ;; esac
   if [ "$NODES" -gt 1 ] && [ "$NODE_NAME" != node-1 ]; then
     die "NODE_NAME applies to a cluster of one node (the nodes of $NODES are node-1..node-$NODES)"
   fi
@@ -377,8 +384,8 @@ do_up() {
   echo "$SLOT" >"$DIR/slot"
   local BRIDGE="chbr$SLOT" POD_CIDR="198.18.$((32 * SLOT)).0/19" GW="198.18.$((32 * SLOT)).1"
   local SVC_CIDR="198.19.$((32 * SLOT)).0/19" KSVC="198.19.$((32 * SLOT)).1"
-  printf 'BRIDGE=%s\nPOD_CIDR=%s\nGATEWAY=%s\nSERVICE_CIDR=%s\nKUBERNETES_SERVICE_IP=%s\n' \
-    "$BRIDGE" "$POD_CIDR" "$GW" "$SVC_CIDR" "$KSVC" >"$DIR/network"
+  printf 'BRIDGE=%s\nPOD_CIDR=%s\nGATEWAY=%s\nSERVICE_CIDR=%s\nKUBERNETES_SERVICE_IP=%s\nNETWORK_POLICIES=%s\n' \
+    "$BRIDGE" "$POD_CIDR" "$GW" "$SVC_CIDR" "$KSVC" "$POLICIES" >"$DIR/network"
   # the nodes: name zone ip cidr proc data-dir. One node is the agent of old (the whole pod
   # CIDR, the gateway address); several share the bridge, each with an address and a /22 of its own
   local zones=(zone-a zone-b zone-c) i
@@ -507,7 +514,7 @@ EOF
     # the bridge and the ClusterIP proxy, for every node
     RUST_LOG="${RUST_LOG:-info}" start_proc network "$kubelet" network --kubeconfig "$K" \
       --data-dir "$DIR/network.d" --ca-file "$P/ca.crt" --bridge "$BRIDGE" --pod-cidr "$POD_CIDR" \
-      --service-cidr "$SVC_CIDR"
+      --service-cidr "$SVC_CIDR" --network-policies "$POLICIES"
     wait_for "bridge $BRIDGE" "$DIR/logs/network.log" "$deadline" network ip link show "$BRIDGE"
   fi
   mkdir -p "$DIR/nodes.d"
@@ -519,7 +526,7 @@ EOF
       --ca-file "$P/ca.crt" --operator-binary "$operator" --log-dir "$DIR/logs/pods"
       --tls-cert-file "$P/$kc.crt" --tls-private-key-file "$P/$kc.key"
       --bridge "$BRIDGE" --pod-cidr "$POD_CIDR" --service-cidr "$SVC_CIDR" --zone "$zone"
-      --lease-renew-seconds "$lease")
+      --lease-renew-seconds "$lease" --network-policies "$POLICIES")
     if [ "$NODES" -gt 1 ]; then agent_args+=(--node-cidr "$cidr" --node-ip "$ip" --network external); fi
     # what `node-start` needs to start this agent again (the environment the agent reads too)
     {

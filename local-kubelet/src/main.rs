@@ -17,6 +17,7 @@ mod net;
 mod node;
 mod oci;
 mod pods;
+mod policy;
 mod probes;
 mod services;
 mod storage;
@@ -26,9 +27,10 @@ mod volumes;
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -63,6 +65,14 @@ pub struct Ctx {
     pub secrets: Store<Secret>,
     pub pvcs: Store<PersistentVolumeClaim>,
     pub pvs: Store<PersistentVolume>,
+    pub namespaces: Store<Namespace>,
+    pub policies: Store<NetworkPolicy>,
+    /// this node's pods whose network namespaces hold NetworkPolicy rules (policy.rs)
+    pub policy_pods: Mutex<std::collections::HashMap<String, policy::PodNet>>,
+    /// the machine's addresses and the ClusterIP range, as policies treat them
+    pub fabric: policy::Fabric,
+    /// whether NetworkPolicies are enforced (`--network-policies enforce`, the default)
+    pub enforce_policies: bool,
     pub ipam: Mutex<net::Ipam>,
     pub shutting_down: std::sync::atomic::AtomicBool,
     /// The node's pod network, published as the Node's `spec.podCIDR` (as the node controller
@@ -97,6 +107,7 @@ struct Args {
     /// `local-kubelet network` process does (clusters of several nodes)
     network: String,
     lease_renew_seconds: u64,
+    network_policies: String,
 }
 
 fn parse_args() -> Result<Args> {
@@ -124,6 +135,7 @@ fn parse_args() -> Result<Args> {
         zone: None,
         network: "own".into(),
         lease_renew_seconds: 10,
+        network_policies: "enforce".into(),
     };
     let mut first = true;
     while let Some(arg) = it.next() {
@@ -149,6 +161,12 @@ fn parse_args() -> Result<Args> {
                     bail!("--network must be own or external");
                 }
             }
+            "--network-policies" => {
+                a.network_policies = val("--network-policies")?;
+                if a.network_policies != "enforce" && a.network_policies != "ignore" {
+                    bail!("--network-policies must be enforce or ignore");
+                }
+            }
             "--lease-renew-seconds" => {
                 a.lease_renew_seconds = val("--lease-renew-seconds")?
                     .parse()
@@ -163,7 +181,7 @@ fn parse_args() -> Result<Args> {
                     "usage: local-kubelet [run|cleanup|network] --kubeconfig FILE --node-name NAME \
                      --data-dir DIR --ca-file CA.crt --operator-binary PATH [--image-store OCI-LAYOUT-DIR] [--log-dir DIR] [--bridge chbr0 --pod-cidr 198.18.0.0/19] \
                      [--node-cidr SUBRANGE --node-ip IP --network own|external] [--service-cidr 198.19.0.0/19] [--zone ZONE] \
-                     [--lease-renew-seconds 10] [--tls-cert-file F --tls-private-key-file F]"
+                     [--lease-renew-seconds 10] [--network-policies enforce|ignore] [--tls-cert-file F --tls-private-key-file F]"
                 );
                 std::process::exit(0);
             }
@@ -302,6 +320,21 @@ async fn agent() -> Result<()> {
         }
     };
     let client = Client::try_from(config)?;
+    let fabric = policy::Fabric {
+        host: policy::Cidr {
+            addr: net::network() & (u32::MAX << 8),
+            len: 24,
+        },
+        services: match &args.service_cidr {
+            Some(c) => policy::Cidr::parse(c).context("--service-cidr must be a.b.c.d/len")?,
+            // 198.18.x.0/19 -> 198.19.x.0/19, as hack/local-cluster.sh assigns them
+            None => policy::Cidr {
+                addr: net::network() + (1 << 16),
+                len: net::prefix(),
+            },
+        },
+    };
+
     if !network_role {
         // leftovers of an earlier run that did not stop cleanly
         net::cleanup_leftovers(&data_dir).await;
@@ -315,7 +348,8 @@ async fn agent() -> Result<()> {
 
     let log_dir = args.log_dir.unwrap_or_else(|| data_dir.join("logs"));
     let all = watcher::Config::default();
-    // the network process proxies ClusterIPs only: it watches what the proxy needs
+    // the network process proxies ClusterIPs only: it watches what the proxy and the policy
+    // decision need
     let node_store = |watch: bool| watch && !network_role;
     let ctx = Arc::new(Ctx {
         pods: start_reflector(Api::<Pod>::all(client.clone()), all.clone()),
@@ -331,6 +365,11 @@ async fn agent() -> Result<()> {
             node_store(true),
             Api::<PersistentVolume>::all(client.clone()),
         ),
+        namespaces: start_reflector(Api::<Namespace>::all(client.clone()), all.clone()),
+        policies: start_reflector(Api::<NetworkPolicy>::all(client.clone()), all.clone()),
+        policy_pods: Default::default(),
+        fabric,
+        enforce_policies: args.network_policies == "enforce",
         client,
         node: args.node_name,
         data_dir,
@@ -352,6 +391,14 @@ async fn agent() -> Result<()> {
         (
             "endpointslices",
             ctx.slices.wait_until_ready().await.is_ok(),
+        ),
+        (
+            "namespaces",
+            ctx.namespaces.wait_until_ready().await.is_ok(),
+        ),
+        (
+            "networkpolicies",
+            ctx.policies.wait_until_ready().await.is_ok(),
         ),
     ] {
         if !ready {
@@ -398,6 +445,9 @@ async fn agent() -> Result<()> {
     node::register(&ctx).await?;
     tokio::spawn(node::heartbeat(ctx.clone()));
     tokio::spawn(storage::run(ctx.clone()));
+    if ctx.enforce_policies {
+        tokio::spawn(policy::run(ctx.clone()));
+    }
     if net::owns_bridge() {
         services::start(ctx.clone());
     }

@@ -110,6 +110,14 @@ fn cfg() -> &'static NetCfg {
     })
 }
 
+pub fn network() -> u32 {
+    cfg().network
+}
+
+pub fn prefix() -> u8 {
+    cfg().prefix
+}
+
 /// The node's own address: its InternalIP, where its kubelet API listens.
 pub fn node_ip() -> &'static str {
     &cfg().node_ip

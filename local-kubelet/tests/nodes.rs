@@ -1,7 +1,7 @@
 //! Tests of a local cluster of three nodes (`LOCAL_CLUSTER_NODES=3`): nodes and zones, volumes
 //! that keep their pods on their node, drain under a PodDisruptionBudget, a node agent stopped
-//! and started again. One cluster for all scenarios, `down` at the end, then the clean-machine
-//! check.
+//! and started again, and NetworkPolicies enforced on real connections, pod to pod and through
+//! ClusterIPs. One cluster for all scenarios, `down` at the end, then the clean-machine check.
 //!
 //! Needs root. Run: `cargo test -p local-kubelet --test nodes` (an argument filters scenarios).
 
@@ -431,11 +431,210 @@ fn a_stopped_node_goes_not_ready_and_comes_back(c: &Cluster) -> Result<()> {
     Ok(())
 }
 
+fn network_policies_ingress_egress_and_cluster_ips(c: &Cluster) -> Result<()> {
+    let (a, b) = ("n-pol-a", "n-pol-b");
+    c.namespace(a)?;
+    c.namespace(b)?;
+    c.kubectl(&["label", "namespace", a, "team=a"], None)?;
+    c.kubectl(&["label", "namespace", b, "team=b"], None)?;
+    c.apply(a, &server_pod("server", "app: server", Some("node-1")))?;
+    c.apply(a, &server_pod("client", "role: client", Some("node-2")))?;
+    c.apply(a, &server_pod("other", "role: other", Some("node-1")))?;
+    c.apply(b, &server_pod("client", "role: client", Some("node-3")))?;
+    c.apply(
+        a,
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: server}
+spec:
+  selector: {app: server}
+  ports: [{name: http, port: 80, targetPort: http}]
+"#,
+    )?;
+    let server = c.wait_ready(a, "server", Duration::from_secs(60))?;
+    let client = c.wait_ready(a, "client", Duration::from_secs(60))?;
+    let other = c.wait_ready(a, "other", Duration::from_secs(60))?;
+    let foreign = c.wait_ready(b, "client", Duration::from_secs(60))?;
+    let svc = c.get(a, "svc/server", "{.spec.clusterIP}");
+    if svc.is_empty() {
+        bail!("no ClusterIP");
+    }
+    let gateway = c.get("", "node/node-1", "{.status.addresses[0].address}");
+    // no policy: everything goes
+    expect(&client, &server, 8123, true, "no policy")?;
+    expect(&client, &svc, 80, true, "no policy, ClusterIP")?;
+    expect(&other, &server, 8123, true, "no policy, same node")?;
+
+    // default deny ingress in a: pod to pod and through the ClusterIP refused; the node's probes
+    // (from the machine) go on, so the server stays Ready
+    c.apply(
+        a,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny}\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]\n",
+    )?;
+    expect(&client, &server, 8123, false, "default deny")?;
+    expect(&client, &svc, 80, false, "default deny, ClusterIP")?;
+    expect(
+        &foreign,
+        &server,
+        8123,
+        false,
+        "default deny, other namespace",
+    )?;
+    std::thread::sleep(Duration::from_secs(3));
+    if c.get(
+        a,
+        "pod/server",
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+    ) != "True"
+    {
+        bail!("probes from the node should pass the policy");
+    }
+
+    // allow role=client of the same namespace on the named port: exactly that one
+    c.apply(
+        a,
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-clients}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: client}}}]
+    ports: [{port: http}]
+"#,
+    )?;
+    expect(&client, &server, 8123, true, "allowed client")?;
+    expect(&client, &svc, 80, true, "allowed client, ClusterIP")?;
+    expect(&other, &server, 8123, false, "another label")?;
+    expect(&other, &svc, 80, false, "another label, ClusterIP")?;
+    expect(
+        &foreign,
+        &server,
+        8123,
+        false,
+        "same label, other namespace",
+    )?;
+
+    // a port the server does not serve on: nothing of the client's gets through
+    c.apply(
+        a,
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-clients}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: client}}}]
+    ports: [{port: 9000}]
+"#,
+    )?;
+    expect(
+        &client,
+        &server,
+        8123,
+        false,
+        "allowed on another port only",
+    )?;
+
+    // namespaceSelector and podSelector together: role=client of team=b only
+    c.apply(
+        a,
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-clients}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{namespaceSelector: {matchLabels: {team: b}}, podSelector: {matchLabels: {role: client}}}]
+    ports: [{port: 8123, protocol: TCP}]
+"#,
+    )?;
+    expect(&foreign, &server, 8123, true, "team b client")?;
+    expect(&foreign, &svc, 80, true, "team b client, ClusterIP")?;
+    expect(&client, &server, 8123, false, "team a client")?;
+
+    // ipBlock with except: the node network but the other pod
+    c.apply(
+        a,
+        &format!(
+            r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: allow-clients}}
+spec:
+  podSelector: {{matchLabels: {{app: server}}}}
+  ingress:
+  - from: [{{ipBlock: {{cidr: 198.18.0.0/16, except: [{other}/32]}}}}]
+"#
+        ),
+    )?;
+    expect(&client, &server, 8123, true, "in the block")?;
+    expect(&other, &server, 8123, false, "excepted from the block")?;
+
+    // egress deny for the client: to the allowed server, through the ClusterIP, to the machine
+    c.apply(
+        a,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: client-egress}\nspec:\n  podSelector: {matchLabels: {role: client}}\n  policyTypes: [Egress]\n",
+    )?;
+    expect(&client, &server, 8123, false, "egress deny")?;
+    expect(&client, &svc, 80, false, "egress deny, ClusterIP")?;
+    expect(
+        &client,
+        &foreign,
+        8123,
+        false,
+        "egress deny, other namespace",
+    )?;
+    if tcp_from(&client, &gateway, 443) {
+        bail!("egress deny should cover the API server on the machine");
+    }
+    // egress allowed to the server's named port: the server again, nothing else
+    c.apply(
+        a,
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: client-egress}\nspec:\n  podSelector: {matchLabels: {role: client}}\n  policyTypes: [Egress]\n  egress:\n  - to: [{podSelector: {matchLabels: {app: server}}}]\n    ports: [{port: http}]\n",
+    )?;
+    expect(&client, &server, 8123, true, "egress to the server")?;
+    expect(&client, &svc, 80, true, "egress to the server, ClusterIP")?;
+    expect(&client, &foreign, 8123, false, "egress elsewhere")?;
+    // all policies gone: everything goes again
+    c.kubectl(&["-n", a, "delete", "networkpolicy", "--all"], None)?;
+    expect(&other, &server, 8123, true, "policies deleted")?;
+    expect(&client, &foreign, 8123, true, "policies deleted, egress")?;
+    for ns in [a, b] {
+        c.kubectl(&["delete", "namespace", ns, "--wait=false"], None)?;
+    }
+    Ok(())
+}
+
+/// Whether a TCP connection from the pod with address `from` to `to`:`port` opens.
+fn tcp_from(from: &str, to: &str, port: u16) -> bool {
+    let Ok(ns) = netns_of(from) else { return false };
+    Command::new("timeout")
+        .args([
+            "3",
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "bash",
+            "-c",
+            &format!("exec 3<>/dev/tcp/{to}/{port}"),
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
 fn main() {
     let scenarios: Vec<Scenario> = vec![
         (
             "nodes_ready_with_zones_and_a_pod_on_each",
             nodes_ready_with_zones_and_a_pod_on_each,
+        ),
+        (
+            "network_policies_ingress_egress_and_cluster_ips",
+            network_policies_ingress_egress_and_cluster_ips,
         ),
         (
             "a_volume_keeps_its_pod_on_its_node",
