@@ -118,6 +118,11 @@ fn nodes_ready_with_zones_and_a_pod_on_each(c: &Cluster) -> Result<()> {
         }
         ips.push(ip);
     }
+    // each node's kubelet API answers at its own address (`kubectl logs` goes through it)
+    for i in 1..=3 {
+        c.kubectl(&["-n", ns, "logs", &format!("p{i}")], None)
+            .with_context(|| format!("kubectl logs of the pod on node-{i}"))?;
+    }
     // pods of different nodes reach each other
     expect(&ips[0], &ips[2], 8123, true, "node-1 to node-3")?;
     expect(&ips[2], &ips[1], 8123, true, "node-3 to node-2")?;
