@@ -480,6 +480,14 @@ pub struct Fabric {
     pub services: Cidr,
 }
 
+impl Fabric {
+    /// Whether `ip` is the machine itself: the node addresses, and the ClusterIPs and loopback
+    /// (the source of the machine's own connections to a ClusterIP is that ClusterIP).
+    pub fn is_node(&self, ip: Ipv4Addr) -> bool {
+        self.host.contains(ip) || self.services.contains(ip) || ip.is_loopback()
+    }
+}
+
 /// Whether a TCP/UDP connection from `src` to `dst`:`port` may be made, as the pods' rules say:
 /// the source pod's egress (when the source is a pod) and the destination pod's ingress (when
 /// the destination is a pod and the source is not the node).
@@ -491,14 +499,13 @@ pub fn connection_allowed(
     proto: &str,
     port: u16,
 ) -> bool {
-    if !fabric.host.contains(src)
-        && let Some(sp) = world.pod_by_ip(src)
+    if fabric.is_node(src) {
+        return true;
+    }
+    if let Some(sp) = world.pod_by_ip(src)
         && !rules(world, sp, Direction::Egress).allows(dst, proto, port)
     {
         return false;
-    }
-    if fabric.host.contains(src) {
-        return true;
     }
     match world.pod_by_ip(dst) {
         Some(dp) => rules(world, dp, Direction::Ingress).allows(src, proto, port),
@@ -823,7 +830,17 @@ mod tests {
             "TCP",
             8123
         ));
-        // the node (probes, the machine) is always allowed
+        // the node (probes, the machine, its connections to ClusterIPs) is always allowed
+        for node in ["198.19.0.7", "127.0.0.1", "198.18.0.3"] {
+            assert!(connection_allowed(
+                &w,
+                &FABRIC,
+                ip(node),
+                ip("198.18.1.1"),
+                "TCP",
+                8123
+            ));
+        }
         assert!(connection_allowed(
             &w,
             &FABRIC,

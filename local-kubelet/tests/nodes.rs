@@ -494,6 +494,10 @@ spec:
     {
         bail!("probes from the node should pass the policy");
     }
+    // the machine (the node) reaches the pod directly and through the ClusterIP
+    if !ping_from_machine(&server, 8123) || !ping_from_machine(&svc, 80) {
+        bail!("the node's own connections should pass the policy");
+    }
 
     // allow role=client of the same namespace on the named port: exactly that one
     c.apply(
@@ -608,6 +612,34 @@ spec:
         c.kubectl(&["delete", "namespace", ns, "--wait=false"], None)?;
     }
     Ok(())
+}
+
+/// `GET /ping` from the machine (the tests' own process): true when the server answered `Ok.`.
+fn ping_from_machine(to: &str, port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(addr) = format!("{to}:{port}").parse() else {
+        return false;
+    };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /ping HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    // the answer, however the server ends it (it may keep the connection open)
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&out).contains("Ok.") {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether a TCP connection from the pod with address `from` to `to`:`port` opens.
