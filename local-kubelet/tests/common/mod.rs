@@ -239,6 +239,50 @@ pub fn machine_is_clean(dir: &Path, before: &Footprint) -> Result<()> {
         "bridge {} left",
         before.bridge
     );
+    // no address of the node network (the gateway, the nodes' own addresses) on any link
+    let net = std::fs::read_to_string(dir.join("network")).unwrap_or_default();
+    let third: Option<u32> = net
+        .lines()
+        .find_map(|l| l.strip_prefix("POD_CIDR="))
+        .and_then(|c| c.split('.').nth(2))
+        .and_then(|c| c.parse().ok());
+    let addrs = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["-4", "-o", "addr"])
+            .output()?
+            .stdout,
+    )
+    .to_string();
+    if let Some(base) = third {
+        for l in addrs.lines() {
+            let Some(a) = l.split_whitespace().skip_while(|w| *w != "inet").nth(1) else {
+                continue;
+            };
+            let o: Vec<u32> = a.split(['.', '/']).filter_map(|x| x.parse().ok()).collect();
+            assert!(
+                !(o.len() >= 3 && o[0] == 198 && o[1] == 18 && (base..base + 32).contains(&o[2])),
+                "address of the node network left: {l}"
+            );
+        }
+    }
+    // the processes DIR/pids names (agents, the network process, the control plane)
+    for e in std::fs::read_dir(dir.join("pids"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let pid = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let alive = pid.trim().parse::<u32>().is_ok_and(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .is_ok_and(|s| !s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+        });
+        assert!(
+            !alive,
+            "{} (pid {}) still runs",
+            e.path().display(),
+            pid.trim()
+        );
+    }
     let mounts = std::fs::read_to_string("/proc/mounts")?;
     let d = dir.to_string_lossy().to_string();
     for l in mounts.lines() {
