@@ -167,14 +167,16 @@ do_down() {
   for p in "${PROCS_STOP[@]}"; do
     case "$p" in
       agent)
-        # every node at once: each stops its pods
-        local f n
+        # every node at once: each stops its pods (waiting for these stops only: the
+        # processes `up` started are jobs of this shell too)
+        local f n stops=()
         for f in "$DIR"/pids/agent.pid "$DIR"/pids/agent-*.pid; do
           [ -f "$f" ] || continue
           n="$(basename "$f" .pid)"
           stop_one "$n" 120 &
+          stops+=($!)
         done
-        wait
+        [ ${#stops[@]} -eq 0 ] || wait "${stops[@]}"
         ;;
       network) stop_one network 20; agent_cleanup ;;
       kube-apiserver) stop_one "$p" 20 ;;
