@@ -58,17 +58,17 @@ pub async fn run(ctx: SharedCtx, tls: Tls) {
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let l = match TcpListener::bind((crate::net::gateway(), PORT)).await {
+    let l = match TcpListener::bind((crate::net::node_ip(), PORT)).await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(
                 "kubelet API disabled: listen {}:{PORT}: {e}",
-                crate::net::gateway()
+                crate::net::node_ip()
             );
             return;
         }
     };
-    tracing::info!("kubelet API (logs) on {}:{PORT}", crate::net::gateway());
+    tracing::info!("kubelet API (logs) on {}:{PORT}", crate::net::node_ip());
     loop {
         let Ok((s, _)) = l.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;

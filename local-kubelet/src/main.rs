@@ -17,6 +17,7 @@ mod net;
 mod node;
 mod oci;
 mod pods;
+mod policy;
 mod probes;
 mod services;
 mod storage;
@@ -26,9 +27,10 @@ mod volumes;
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -63,11 +65,23 @@ pub struct Ctx {
     pub secrets: Store<Secret>,
     pub pvcs: Store<PersistentVolumeClaim>,
     pub pvs: Store<PersistentVolume>,
+    pub namespaces: Store<Namespace>,
+    pub policies: Store<NetworkPolicy>,
+    /// this node's pods whose network namespaces hold NetworkPolicy rules (policy.rs)
+    pub policy_pods: Mutex<std::collections::HashMap<String, policy::PodNet>>,
+    /// the machine's addresses and the ClusterIP range, as policies treat them
+    pub fabric: policy::Fabric,
+    /// whether NetworkPolicies are enforced (`--network-policies enforce`, the default)
+    pub enforce_policies: bool,
     pub ipam: Mutex<net::Ipam>,
     pub shutting_down: std::sync::atomic::AtomicBool,
     /// The node's pod network, published as the Node's `spec.podCIDR` (as the node controller
     /// of a cluster that allocates node CIDRs sets it).
     pub pod_cidr: String,
+    /// the Node's `topology.kubernetes.io/zone` label, if any
+    pub zone: Option<String>,
+    /// how often the node's Lease is renewed
+    pub lease_renew: std::time::Duration,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -85,6 +99,15 @@ struct Args {
     tls_key: Option<PathBuf>,
     bridge: String,
     pod_cidr: String,
+    node_cidr: Option<String>,
+    node_ip: Option<String>,
+    service_cidr: Option<String>,
+    zone: Option<String>,
+    /// `own`: this agent creates and removes the bridge and proxies ClusterIPs; `external`: a
+    /// `local-kubelet network` process does (clusters of several nodes)
+    network: String,
+    lease_renew_seconds: u64,
+    network_policies: String,
 }
 
 fn parse_args() -> Result<Args> {
@@ -106,12 +129,19 @@ fn parse_args() -> Result<Args> {
         tls_key: None,
         bridge: "chbr0".into(),
         pod_cidr: "198.18.0.0/19".into(),
+        node_cidr: None,
+        node_ip: None,
+        service_cidr: None,
+        zone: None,
+        network: "own".into(),
+        lease_renew_seconds: 10,
+        network_policies: "enforce".into(),
     };
     let mut first = true;
     while let Some(arg) = it.next() {
         let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
         match arg.as_str() {
-            "run" | "cleanup" if first => a.cmd = arg.clone(),
+            "run" | "cleanup" | "network" if first => a.cmd = arg.clone(),
             "--kubeconfig" => a.kubeconfig = Some(val("--kubeconfig")?.into()),
             "--node-name" => a.node_name = val("--node-name")?,
             "--data-dir" => a.data_dir = val("--data-dir")?.into(),
@@ -121,13 +151,37 @@ fn parse_args() -> Result<Args> {
             "--log-dir" => a.log_dir = Some(val("--log-dir")?.into()),
             "--bridge" => a.bridge = val("--bridge")?,
             "--pod-cidr" => a.pod_cidr = val("--pod-cidr")?,
+            "--node-cidr" => a.node_cidr = Some(val("--node-cidr")?),
+            "--node-ip" => a.node_ip = Some(val("--node-ip")?),
+            "--service-cidr" => a.service_cidr = Some(val("--service-cidr")?),
+            "--zone" => a.zone = Some(val("--zone")?),
+            "--network" => {
+                a.network = val("--network")?;
+                if a.network != "own" && a.network != "external" {
+                    bail!("--network must be own or external");
+                }
+            }
+            "--network-policies" => {
+                a.network_policies = val("--network-policies")?;
+                if a.network_policies != "enforce" && a.network_policies != "ignore" {
+                    bail!("--network-policies must be enforce or ignore");
+                }
+            }
+            "--lease-renew-seconds" => {
+                a.lease_renew_seconds = val("--lease-renew-seconds")?
+                    .parse()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .context("--lease-renew-seconds must be a positive number")?
+            }
             "--tls-cert-file" => a.tls_cert = Some(val("--tls-cert-file")?.into()),
             "--tls-private-key-file" => a.tls_key = Some(val("--tls-private-key-file")?.into()),
             "-h" | "--help" => {
                 println!(
-                    "usage: local-kubelet [run|cleanup] --kubeconfig FILE --node-name NAME \
+                    "usage: local-kubelet [run|cleanup|network] --kubeconfig FILE --node-name NAME \
                      --data-dir DIR --ca-file CA.crt --operator-binary PATH [--image-store OCI-LAYOUT-DIR] [--log-dir DIR] [--bridge chbr0 --pod-cidr 198.18.0.0/19] \
-                     [--tls-cert-file F --tls-private-key-file F]"
+                     [--node-cidr SUBRANGE --node-ip IP --network own|external] [--service-cidr 198.19.0.0/19] [--zone ZONE] \
+                     [--lease-renew-seconds 10] [--network-policies enforce|ignore] [--tls-cert-file F --tls-private-key-file F]"
                 );
                 std::process::exit(0);
             }
@@ -153,6 +207,20 @@ where
             }
         }
     });
+    reader
+}
+
+/// A watched store, or (`watch` false) one that stays empty and is ready at once.
+fn maybe_reflector<K>(watch: bool, api: Api<K>) -> Store<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    if watch {
+        return start_reflector(api, watcher::Config::default());
+    }
+    let (reader, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::InitDone);
     reader
 }
 
@@ -211,7 +279,14 @@ async fn agent() -> Result<()> {
     let args = parse_args()?;
     std::fs::create_dir_all(&args.data_dir)?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
-    net::configure(&args.bridge, &args.pod_cidr)?;
+    let network_role = args.cmd == "network";
+    net::configure(&net::Options {
+        bridge: args.bridge.clone(),
+        pod_cidr: args.pod_cidr.clone(),
+        node_cidr: args.node_cidr.clone(),
+        node_ip: args.node_ip.clone(),
+        own_bridge: network_role || args.network == "own",
+    })?;
     if args.cmd == "cleanup" {
         net::cleanup_leftovers(&data_dir).await;
         return Ok(());
@@ -245,25 +320,56 @@ async fn agent() -> Result<()> {
         }
     };
     let client = Client::try_from(config)?;
+    let fabric = policy::Fabric {
+        host: policy::Cidr {
+            addr: net::network() & (u32::MAX << 8),
+            len: 24,
+        },
+        services: match &args.service_cidr {
+            Some(c) => policy::Cidr::parse(c).context("--service-cidr must be a.b.c.d/len")?,
+            // 198.18.x.0/19 -> 198.19.x.0/19, as hack/local-cluster.sh assigns them
+            None => policy::Cidr {
+                addr: net::network() + (1 << 16),
+                len: net::prefix(),
+            },
+        },
+    };
 
-    // leftovers of an earlier run that did not stop cleanly
-    net::cleanup_leftovers(&data_dir).await;
+    if !network_role {
+        // leftovers of an earlier run that did not stop cleanly
+        net::cleanup_leftovers(&data_dir).await;
+    }
     net::note_netns_dir();
-    net::setup_bridge().await?;
+    if net::owns_bridge() {
+        net::setup_bridge().await?;
+    } else {
+        net::join_bridge().await?;
+    }
 
     let log_dir = args.log_dir.unwrap_or_else(|| data_dir.join("logs"));
     let all = watcher::Config::default();
+    // the network process proxies ClusterIPs only: it watches what the proxy and the policy
+    // decision need
+    let node_store = |watch: bool| watch && !network_role;
     let ctx = Arc::new(Ctx {
         pods: start_reflector(Api::<Pod>::all(client.clone()), all.clone()),
         services: start_reflector(Api::<Service>::all(client.clone()), all.clone()),
         slices: start_reflector(Api::<EndpointSlice>::all(client.clone()), all.clone()),
-        configmaps: start_reflector(Api::<ConfigMap>::all(client.clone()), all.clone()),
-        secrets: start_reflector(Api::<Secret>::all(client.clone()), all.clone()),
-        pvcs: start_reflector(
+        configmaps: maybe_reflector(node_store(true), Api::<ConfigMap>::all(client.clone())),
+        secrets: maybe_reflector(node_store(true), Api::<Secret>::all(client.clone())),
+        pvcs: maybe_reflector(
+            node_store(true),
             Api::<PersistentVolumeClaim>::all(client.clone()),
-            all.clone(),
         ),
-        pvs: start_reflector(Api::<PersistentVolume>::all(client.clone()), all.clone()),
+        pvs: maybe_reflector(
+            node_store(true),
+            Api::<PersistentVolume>::all(client.clone()),
+        ),
+        namespaces: start_reflector(Api::<Namespace>::all(client.clone()), all.clone()),
+        policies: start_reflector(Api::<NetworkPolicy>::all(client.clone()), all.clone()),
+        policy_pods: Default::default(),
+        fabric,
+        enforce_policies: args.network_policies == "enforce",
         client,
         node: args.node_name,
         data_dir,
@@ -275,7 +381,9 @@ async fn agent() -> Result<()> {
         log_dir,
         ipam: Mutex::new(net::Ipam::default()),
         shutting_down: Default::default(),
-        pod_cidr: args.pod_cidr.clone(),
+        pod_cidr: args.node_cidr.clone().unwrap_or(args.pod_cidr.clone()),
+        zone: args.zone.clone(),
+        lease_renew: std::time::Duration::from_secs(args.lease_renew_seconds),
     });
     for (name, ready) in [
         ("pods", ctx.pods.wait_until_ready().await.is_ok()),
@@ -285,28 +393,64 @@ async fn agent() -> Result<()> {
             ctx.slices.wait_until_ready().await.is_ok(),
         ),
         (
-            "configmaps",
-            ctx.configmaps.wait_until_ready().await.is_ok(),
-        ),
-        ("secrets", ctx.secrets.wait_until_ready().await.is_ok()),
-        (
-            "persistentvolumeclaims",
-            ctx.pvcs.wait_until_ready().await.is_ok(),
+            "namespaces",
+            ctx.namespaces.wait_until_ready().await.is_ok(),
         ),
         (
-            "persistentvolumes",
-            ctx.pvs.wait_until_ready().await.is_ok(),
+            "networkpolicies",
+            ctx.policies.wait_until_ready().await.is_ok(),
         ),
     ] {
         if !ready {
             bail!("watch of {name} failed");
         }
     }
+    if !network_role {
+        for (name, ready) in [
+            (
+                "configmaps",
+                ctx.configmaps.wait_until_ready().await.is_ok(),
+            ),
+            ("secrets", ctx.secrets.wait_until_ready().await.is_ok()),
+            (
+                "persistentvolumeclaims",
+                ctx.pvcs.wait_until_ready().await.is_ok(),
+            ),
+            (
+                "persistentvolumes",
+                ctx.pvs.wait_until_ready().await.is_ok(),
+            ),
+        ] {
+            if !ready {
+                bail!("watch of {name} failed");
+            }
+        }
+    }
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    if network_role {
+        services::start(ctx.clone());
+        tracing::info!("network of bridge {} ready", net::bridge());
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
+        services::shutdown().await;
+        net::remove_bridge().await;
+        tracing::info!("stopped");
+        return Ok(());
+    }
 
     node::register(&ctx).await?;
     tokio::spawn(node::heartbeat(ctx.clone()));
     tokio::spawn(storage::run(ctx.clone()));
-    services::start(ctx.clone());
+    if ctx.enforce_policies {
+        tokio::spawn(policy::run(ctx.clone()));
+    }
+    if net::owns_bridge() {
+        services::start(ctx.clone());
+    }
     if let (Some(cert), Some(key)) = (args.tls_cert.clone(), args.tls_key.clone()) {
         tokio::spawn(kubelet_api::run(
             ctx.clone(),
@@ -320,8 +464,6 @@ async fn agent() -> Result<()> {
     let manager = tokio::spawn(pods::manager(ctx.clone()));
     tracing::info!("node {} ready", ctx.node);
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: stopping"),
         _ = int.recv() => tracing::info!("SIGINT: stopping"),

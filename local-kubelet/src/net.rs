@@ -1,6 +1,12 @@
 //! Node networking: a bridge (`chbr0`, 198.18.0.1/19 by default), one network namespace per pod
 //! with a veth pair, pod addresses from the pod CIDR's second /24 upwards, ClusterIPs on the bridge.
 //! No forwarding, no NAT: pods reach each other across the bridge and the machine at 198.18.0.1.
+//!
+//! The nodes of one cluster share its bridge and pod CIDR: each node hands out addresses from a
+//! sub-range of its own (`--node-cidr`, the Node's `spec.podCIDR`) and has an address of its own
+//! on the bridge (`--node-ip`, its InternalIP, in the CIDR's first /24). One process owns the
+//! bridge and the ClusterIPs: the agent itself with one node, a `local-kubelet network` process
+//! with several (the agents then only join the bridge and remove their own pods' links).
 
 use crate::util::{run, run_quiet};
 use anyhow::{Context, Result, bail};
@@ -18,29 +24,74 @@ pub struct NetCfg {
     pub network: u32,
     pub prefix: u8,
     pub gateway: String,
+    /// this node's pod addresses: network and prefix (the whole pod CIDR by default)
+    pub node_network: u32,
+    pub node_prefix: u8,
+    /// this node's address (InternalIP, kubelet API): the gateway by default
+    pub node_ip: String,
+    /// whether this process creates and removes the bridge
+    pub own_bridge: bool,
+}
+
+/// What [`configure`] takes.
+pub struct Options {
+    pub bridge: String,
+    pub pod_cidr: String,
+    pub node_cidr: Option<String>,
+    pub node_ip: Option<String>,
+    pub own_bridge: bool,
+}
+
+fn parse_cidr(cidr: &str, what: &str) -> Result<(u32, u8)> {
+    let (ip, len) = cidr
+        .split_once('/')
+        .with_context(|| format!("{what} must be a.b.c.d/len"))?;
+    let ip: Ipv4Addr = ip.parse().with_context(|| format!("{what}: address"))?;
+    let prefix: u8 = len.parse().with_context(|| format!("{what}: prefix"))?;
+    if !(8..=24).contains(&prefix) {
+        bail!("{what} prefix must be between 8 and 24");
+    }
+    Ok((u32::from(ip) & (u32::MAX << (32 - prefix)), prefix))
 }
 
 static CFG: OnceLock<NetCfg> = OnceLock::new();
 
-pub fn configure(bridge: &str, cidr: &str) -> Result<()> {
-    let (ip, len) = cidr
-        .split_once('/')
-        .context("pod CIDR must be a.b.c.d/len")?;
-    let ip: Ipv4Addr = ip.parse()?;
-    let prefix: u8 = len.parse()?;
-    if !(8..=24).contains(&prefix) {
-        bail!("pod CIDR prefix must be between 8 and 24");
-    }
-    let mask = u32::MAX << (32 - prefix);
-    let network = u32::from(ip) & mask;
-    if bridge.len() > 15 {
+pub fn configure(o: &Options) -> Result<()> {
+    let (network, prefix) = parse_cidr(&o.pod_cidr, "pod CIDR")?;
+    if o.bridge.len() > 15 {
         bail!("bridge name too long");
     }
+    let (node_network, node_prefix) = match &o.node_cidr {
+        Some(c) => parse_cidr(c, "node CIDR")?,
+        None => (network, prefix),
+    };
+    if node_prefix < prefix || node_network & (u32::MAX << (32 - prefix)) != network {
+        bail!(
+            "node CIDR {:?} is not inside the pod CIDR {}",
+            o.node_cidr,
+            o.pod_cidr
+        );
+    }
+    let gateway = Ipv4Addr::from(network + 1).to_string();
+    let node_ip = match &o.node_ip {
+        Some(ip) => {
+            let a: Ipv4Addr = ip.parse().context("node IP")?;
+            if u32::from(a) & (u32::MAX << 8) != network {
+                bail!("node IP {ip} must be in the pod CIDR's first /24");
+            }
+            ip.clone()
+        }
+        None => gateway.clone(),
+    };
     let cfg = NetCfg {
-        bridge: bridge.to_string(),
+        bridge: o.bridge.clone(),
         network,
         prefix,
-        gateway: Ipv4Addr::from(network + 1).to_string(),
+        gateway,
+        node_network,
+        node_prefix,
+        node_ip,
+        own_bridge: o.own_bridge,
     };
     let _ = CFG.set(cfg);
     Ok(())
@@ -52,7 +103,28 @@ fn cfg() -> &'static NetCfg {
         network: u32::from_be_bytes([198, 18, 0, 0]),
         prefix: 19,
         gateway: "198.18.0.1".into(),
+        node_network: u32::from_be_bytes([198, 18, 0, 0]),
+        node_prefix: 19,
+        node_ip: "198.18.0.1".into(),
+        own_bridge: true,
     })
+}
+
+pub fn network() -> u32 {
+    cfg().network
+}
+
+pub fn prefix() -> u8 {
+    cfg().prefix
+}
+
+/// The node's own address: its InternalIP, where its kubelet API listens.
+pub fn node_ip() -> &'static str {
+    &cfg().node_ip
+}
+
+pub fn owns_bridge() -> bool {
+    cfg().own_bridge
 }
 
 pub fn bridge() -> &'static str {
@@ -64,16 +136,23 @@ pub fn gateway() -> &'static str {
     &cfg().gateway
 }
 
-fn broadcast() -> u32 {
+fn node_broadcast() -> u32 {
     let c = cfg();
-    c.network | (u32::MAX >> c.prefix)
+    c.node_network | (u32::MAX >> c.node_prefix)
 }
 
-/// Whether a pod address (and so its netns/veth names) belongs to this node network.
+/// Whether a pod address (and so its netns/veth names) belongs to this node.
 fn ours(third: u8, fourth: u8) -> bool {
     let a = u32::from_be_bytes([198, 18, third, fourth]);
     let c = cfg();
-    a > c.network && a < broadcast()
+    a > c.node_network && a < node_broadcast() && a >= first_pod_address()
+}
+
+/// The node's first pod address: its range's, but never in the pod CIDR's first /24 (the
+/// gateway and the nodes' addresses).
+fn first_pod_address() -> u32 {
+    let c = cfg();
+    c.node_network.max(c.network + 256)
 }
 
 pub const NETNS_PREFIX: &str = "lk-";
@@ -107,8 +186,8 @@ impl Ipam {
     }
 
     pub fn allocate(&mut self) -> Option<Ipv4Addr> {
-        let first = cfg().network + 256;
-        let last = broadcast() - 1;
+        let first = first_pod_address();
+        let last = node_broadcast() - 1;
         let mut c = if self.last < first || self.last > last {
             first
         } else {
@@ -163,6 +242,35 @@ const NETNS_MARKER: &str = "/run/local-kubelet.netns-dir-created";
 pub fn note_netns_dir() {
     if !netns_dir_mounted() {
         let _ = std::fs::write(NETNS_MARKER, b"");
+    }
+}
+
+/// An agent of a cluster of several nodes: waits (up to 30 s) for the bridge of the network
+/// process, then puts its own address on it.
+pub async fn join_bridge() -> Result<()> {
+    let br = bridge();
+    let mut waited = 0;
+    while !run_quiet("ip", &["link", "show", br]).await {
+        if waited >= 300 {
+            bail!("bridge {br} does not exist: start `local-kubelet network` first");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    if node_ip() != gateway() {
+        let addr = format!("{}/32", node_ip());
+        let addrs = run("ip", &["-4", "-o", "addr", "show", "dev", br]).await?;
+        if !addrs.contains(&format!(" {addr} ")) {
+            run("ip", &["addr", "add", &addr, "dev", br]).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The network process's stop: the bridge goes (with its addresses).
+pub async fn remove_bridge() {
+    if run_quiet("ip", &["link", "show", bridge()]).await {
+        run_quiet("ip", &["link", "del", bridge()]).await;
     }
 }
 
@@ -290,9 +398,10 @@ fn octets(name: &str, prefix: &str) -> Option<(u8, u8)> {
     Some((c.parse().ok()?, d.parse().ok()?))
 }
 
-/// Removes everything an agent creates: processes in pod namespaces, namespaces, veths, the
-/// bridge (with its ClusterIPs), the mount points it created on the machine, pod folders.
-/// Persistent volume folders stay.
+/// Removes everything an agent creates: processes in pod namespaces, namespaces, veths (of this
+/// node's addresses), the bridge with its ClusterIPs (when this process owns it; else the node's
+/// own address on it), the mount points it created on the machine, pod folders. Persistent
+/// volume folders stay.
 pub async fn cleanup_leftovers(data_dir: &Path) {
     let list = run("ip", &["netns", "list"]).await.unwrap_or_default();
     for line in list.lines() {
@@ -311,8 +420,14 @@ pub async fn cleanup_leftovers(data_dir: &Path) {
             }
         }
     }
-    if run_quiet("ip", &["link", "show", bridge()]).await {
-        run_quiet("ip", &["link", "del", bridge()]).await;
+    if owns_bridge() {
+        remove_bridge().await;
+    } else if node_ip() != gateway() {
+        run_quiet(
+            "ip",
+            &["addr", "del", &format!("{}/32", node_ip()), "dev", bridge()],
+        )
+        .await;
     }
     // mount points created on the machine's filesystem, deepest first, only when still empty
     let rec = data_dir.join("created-paths");

@@ -1,7 +1,6 @@
 //! The Node object, its status and its Lease in kube-node-lease.
 
 use crate::SharedCtx;
-use crate::net::gateway;
 use crate::util::now;
 use anyhow::Result;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -45,7 +44,7 @@ fn status(ctx: &SharedCtx) -> serde_json::Value {
             cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
             cond("Ready", "True", "KubeletReady", "local-kubelet is posting ready status"),
         ],
-        "addresses": [{"type": "InternalIP", "address": gateway()}, {"type": "Hostname", "address": ctx.node}],
+        "addresses": [{"type": "InternalIP", "address": crate::net::node_ip()}, {"type": "Hostname", "address": ctx.node}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": crate::kubelet_api::PORT}},
         "nodeInfo": {
             "machineID": machine_id, "systemUUID": machine_id, "bootID": boot_id,
@@ -59,12 +58,18 @@ fn status(ctx: &SharedCtx) -> serde_json::Value {
 pub async fn register(ctx: &SharedCtx) -> Result<()> {
     let api: Api<Node> = Api::all(ctx.client.clone());
     if api.get_opt(&ctx.node).await?.is_none() {
+        let mut labels = json!({
+            "kubernetes.io/hostname": ctx.node, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": "amd64"});
+        if let Some(zone) = &ctx.zone {
+            // as a cloud's node controller labels nodes; the region is this machine
+            labels["topology.kubernetes.io/zone"] = json!(zone);
+            labels["topology.kubernetes.io/region"] = json!("local");
+        }
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": ctx.node, "labels": {
-                "kubernetes.io/hostname": ctx.node, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                "beta.kubernetes.io/arch": "amd64"}},
+            "metadata": {"name": ctx.node, "labels": labels},
             "spec": {"podCIDR": ctx.pod_cidr, "podCIDRs": [ctx.pod_cidr]}
         }))?;
         api.create(&PostParams::default(), &node).await?;
@@ -103,15 +108,19 @@ async fn renew_lease(ctx: &SharedCtx) -> Result<()> {
     Ok(())
 }
 
+/// Renews the Lease every `lease_renew` (10 s as a kubelet's by default; clusters of several
+/// nodes renew faster, so that a stopped node is noticed within seconds) and posts the status
+/// about every 30 s.
 pub async fn heartbeat(ctx: SharedCtx) {
-    let mut n = 0u64;
+    let mut since_status = Duration::ZERO;
     loop {
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        tokio::time::sleep(ctx.lease_renew).await;
         if let Err(e) = renew_lease(&ctx).await {
             tracing::warn!("lease renewal: {e}");
         }
-        n += 1;
-        if n.is_multiple_of(3) {
+        since_status += ctx.lease_renew;
+        if since_status >= Duration::from_secs(30) {
+            since_status = Duration::ZERO;
             // Ready condition heartbeat; re-create the Node if somebody deleted it
             if let Err(e) = register(&ctx).await {
                 tracing::warn!("node status: {e}");

@@ -6,7 +6,6 @@ use crate::hosts;
 use crate::images::{self, Kind};
 use crate::keeper;
 use crate::net;
-use crate::net::gateway;
 use crate::oci;
 use crate::probes;
 use crate::util::{self, shell_quote};
@@ -204,6 +203,8 @@ async fn pod_worker(ctx: SharedCtx, pod: Arc<Pod>, mut rx: watch::Receiver<Ctl>)
         .await;
         match r {
             Ok(n) => {
+                // the pod's NetworkPolicy rules are in place before any of its containers runs
+                crate::policy::register(&ctx, &uid, &ns, &name, &n).await;
                 netns = n;
                 break;
             }
@@ -355,6 +356,7 @@ async fn pod_worker(ctx: SharedCtx, pod: Arc<Pod>, mut rx: watch::Receiver<Ctl>)
     for r in main_runners.into_iter().chain(init_runners) {
         let _ = tokio::time::timeout(grace + Duration::from_secs(15), r.handle).await;
     }
+    crate::policy::unregister(&ctx, &uid);
     net::teardown_pod(ip).await;
     ctx.ipam.lock().unwrap().release(ip);
     let _ = std::fs::remove_dir_all(&dir);
@@ -553,7 +555,7 @@ fn pod_status(
         "observedGeneration": cur.metadata.generation,
         "phase": phase,
         "conditions": conditions,
-        "hostIP": gateway(), "hostIPs": [{"ip": gateway()}],
+        "hostIP": crate::net::node_ip(), "hostIPs": [{"ip": crate::net::node_ip()}],
         "podIP": ip, "podIPs": [{"ip": ip}],
         "startTime": start_time,
         "containerStatuses": main_statuses,

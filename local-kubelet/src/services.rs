@@ -1,6 +1,13 @@
 //! Services: each ClusterIP is an address of the bridge, each ClusterIP:port (TCP) a listener of
 //! the agent that forwards connections to a ready endpoint read from the EndpointSlices (as
 //! kube-proxy does). `default/kubernetes` (and 198.18.0.1:443) forward to the API server.
+//!
+//! NetworkPolicies: the proxy sees the real client (the accepted peer) and the backend it
+//! picks, so it asks the policy decision for both ends, as a CNI decides after kube-proxy's
+//! DNAT: the client pod's egress to the backend and the backend pod's ingress from the client.
+//! The API server counts as the machine's gateway address on port 443 (what pods reach it at).
+//! A refused connection is reset once accepted (a CNI drops the SYN, the client waits for its
+//! timeout instead): the difference a user-space proxy cannot avoid.
 
 use crate::SharedCtx;
 use k8s_openapi::api::core::v1::Service;
@@ -65,7 +72,7 @@ fn backends(ctx: &SharedCtx, key: &Key) -> Vec<String> {
 
 async fn serve(ctx: SharedCtx, l: TcpListener, key: Key) {
     loop {
-        let Ok((mut inbound, _)) = l.accept().await else {
+        let Ok((mut inbound, peer)) = l.accept().await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -77,8 +84,24 @@ async fn serve(ctx: SharedCtx, l: TcpListener, key: Key) {
                 return; // no ready endpoint: the connection is closed (refused)
             }
             let start = RR.fetch_add(1, Ordering::Relaxed);
+            // one backend, as kube-proxy picks one: when policies refuse this client there,
+            // the connection fails (another backend is tried only when this one cannot be
+            // reached at all)
+            if !policy_allows(&ctx, &key, peer, &b[start % b.len()]) {
+                tracing::debug!(
+                    "service {}/{}: {peer} -> {} refused by network policy",
+                    key.ns,
+                    key.name,
+                    b[start % b.len()]
+                );
+                let _ = inbound.set_zero_linger();
+                return;
+            }
             for i in 0..b.len() {
                 let target = &b[(start + i) % b.len()];
+                if i > 0 && !policy_allows(&ctx, &key, peer, target) {
+                    continue;
+                }
                 if let Ok(Ok(mut out)) =
                     tokio::time::timeout(Duration::from_secs(3), TcpStream::connect(target)).await
                 {
@@ -88,6 +111,34 @@ async fn serve(ctx: SharedCtx, l: TcpListener, key: Key) {
             }
         });
     }
+}
+
+/// Whether policies let `peer` reach the backend `target` (`ip:port`; the API server as the
+/// gateway's port 443).
+fn policy_allows(ctx: &SharedCtx, key: &Key, peer: std::net::SocketAddr, target: &str) -> bool {
+    let std::net::SocketAddr::V4(peer) = peer else {
+        return true;
+    };
+    let (ip, port) = if key.ns == "default" && key.name == "kubernetes" {
+        (crate::net::gateway().parse().ok(), Some(443))
+    } else {
+        match target.rsplit_once(':') {
+            Some((ip, port)) => (ip.parse().ok(), port.parse().ok()),
+            None => (None, None),
+        }
+    };
+    let (Some(ip), Some(port)) = (ip, port) else {
+        return true;
+    };
+    if !ctx.enforce_policies || ctx.policies.state().is_empty() {
+        return true;
+    }
+    let world = crate::policy::World::new(
+        &ctx.pods.state(),
+        &ctx.namespaces.state(),
+        &ctx.policies.state(),
+    );
+    crate::policy::connection_allowed(&world, &ctx.fabric, *peer.ip(), ip, "TCP", port)
 }
 
 fn desired(ctx: &SharedCtx) -> HashMap<(String, u16), Key> {

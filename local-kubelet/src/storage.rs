@@ -190,6 +190,7 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
         if let Some(pv_name) = &bound_to
             && let Some(pv) = volumes.get(pv_name)
             && is_ours(pv)
+            && on_this_node(ctx, pv)
         {
             let cap = pv
                 .spec
@@ -251,7 +252,7 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
     }
     // released volumes with reclaim policy Delete
     for pv in volumes.values() {
-        if !is_ours(pv) {
+        if !is_ours(pv) || !on_this_node(ctx, pv) {
             continue;
         }
         let phase = pv.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -279,6 +280,15 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// Whether the volume's folder is this node's: with several nodes, each agent expands and
+/// reclaims only its own volumes (another node's folder is not on its disk).
+fn on_this_node(ctx: &SharedCtx, pv: &PersistentVolume) -> bool {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.host_path.as_ref())
+        .is_some_and(|h| std::path::Path::new(&h.path).starts_with(pv_root(ctx)))
 }
 
 fn is_ours(pv: &PersistentVolume) -> bool {

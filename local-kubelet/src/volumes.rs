@@ -82,7 +82,7 @@ pub fn field_value(pod: &Pod, path: &str) -> Result<String> {
         "status.podIP" | "status.podIPs" => {
             status.and_then(|s| s.pod_ip.clone()).unwrap_or_default()
         }
-        "status.hostIP" | "status.hostIPs" => crate::net::gateway().to_string(),
+        "status.hostIP" | "status.hostIPs" => crate::net::node_ip().to_string(),
         p if p.starts_with("metadata.labels['") || p.starts_with("metadata.annotations['") => {
             let key = p
                 .split("['")

@@ -4,6 +4,18 @@
 //! that namespace.
 //!
 //! `CHOP_KUBECONFIG=path` makes the tests use an already running cluster instead.
+//!
+//! Tests about nodes (drain, a node that stops, zones, NetworkPolicies across nodes) ask for
+//! [`multi_node_client`]: a second local Kubernetes of [`MULTI_NODES`] nodes (node-1..node-3 in
+//! zone-a..zone-c), started on first use beside the one-node cluster and stopped with it
+//! (`CHOP_MULTI_NODE_DIR=DIR` uses one already started with
+//! `LOCAL_CLUSTER_NODES=3 hack/local-cluster.sh up DIR`). On it: [`node_stop`] and
+//! [`node_start`] stop and start a node's agent (its pods stop; the Node goes NotReady within
+//! about 10 s, tainted unreachable, its pods not ready; started again, the pods run again),
+//! [`multi_node_kubectl`] runs kubectl 1.37 (`drain`, `cordon`, `uncordon`: drain evicts
+//! through the eviction API, honouring PodDisruptionBudgets), and NetworkPolicies are enforced
+//! by the node agents (pod to pod and through ClusterIPs; traffic from the machine, where the
+//! in-process operator runs, always reaches the pods, as a node reaches its own pods).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,14 +38,20 @@ struct LocalCluster {
 }
 
 static CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
-static STARTED_DIR: OnceLock<PathBuf> = OnceLock::new();
+static MULTI_NODE_CLUSTER: OnceLock<LocalCluster> = OnceLock::new();
+/// the clusters this process started, stopped at its exit
+static STARTED_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The number of nodes of [`multi_node_client`]'s cluster.
+pub const MULTI_NODES: u32 = 3;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 extern "C" fn stop_cluster_at_exit() {
-    if let Some(dir) = STARTED_DIR.get() {
+    let dirs = std::mem::take(&mut *STARTED_DIRS.lock().unwrap_or_else(|e| e.into_inner()));
+    for dir in dirs {
         let _ = Command::new("bash")
             .arg(repo().join("hack/local-cluster.sh"))
             .arg("down")
@@ -49,14 +67,44 @@ fn cluster() -> &'static LocalCluster {
                 kubeconfig: PathBuf::from(path),
             };
         }
-        let dir = repo()
-            .join("target")
-            .join(format!("e2e-cluster-{}", std::process::id()));
-        STARTED_DIR.set(dir.clone()).expect("started once");
-        // SAFETY: registering a plain extern "C" function with atexit has no preconditions.
-        unsafe {
-            libc::atexit(stop_cluster_at_exit);
+        start_local_cluster(
+            repo()
+                .join("target")
+                .join(format!("e2e-cluster-{}", std::process::id())),
+            1,
+        )
+    })
+}
+
+fn multi_node_cluster() -> &'static LocalCluster {
+    MULTI_NODE_CLUSTER.get_or_init(|| {
+        if let Ok(dir) = std::env::var("CHOP_MULTI_NODE_DIR") {
+            return LocalCluster {
+                kubeconfig: PathBuf::from(dir).join("kubeconfig"),
+            };
         }
+        start_local_cluster(
+            repo()
+                .join("target")
+                .join(format!("e2e-nodes-{}", std::process::id())),
+            MULTI_NODES,
+        )
+    })
+}
+
+/// `hack/local-cluster.sh up DIR` with `nodes` nodes, stopped when the process exits.
+fn start_local_cluster(dir: PathBuf, nodes: u32) -> LocalCluster {
+    {
+        let mut started = STARTED_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+        if started.is_empty() {
+            // SAFETY: registering a plain extern "C" function with atexit has no preconditions.
+            unsafe {
+                libc::atexit(stop_cluster_at_exit);
+            }
+        }
+        started.push(dir.clone());
+    }
+    {
         // Image volumes as CRI-O makes them (inside the read-only root filesystem): the pods
         // must not depend on a runtime that mounts the images' VOLUMEs writable (decision 42).
         let image_volumes =
@@ -66,6 +114,7 @@ fn cluster() -> &'static LocalCluster {
             .arg("up")
             .arg(&dir)
             .env("LOCAL_KUBELET_IMAGE_VOLUMES", image_volumes)
+            .env("LOCAL_CLUSTER_NODES", nodes.to_string())
             // the operator's image as `hack/image.sh` wrote it: pods of that image run from it
             .env("LOCAL_KUBELET_IMAGE_STORE", repo().join("target/image/oci"))
             .status()
@@ -78,7 +127,7 @@ fn cluster() -> &'static LocalCluster {
         LocalCluster {
             kubeconfig: dir.join("kubeconfig"),
         }
-    })
+    }
 }
 
 /// The test cluster's kubeconfig (the cluster is started on first use).
@@ -89,6 +138,76 @@ pub fn kubeconfig() -> PathBuf {
 /// A client for the test cluster, made in the calling test's runtime. Also sends the
 /// operator's logs to the test's output (shown for failed tests).
 pub async fn client() -> Client {
+    client_of(cluster()).await
+}
+
+/// A client for the cluster of [`MULTI_NODES`] nodes (started on first use), the CRDs
+/// installed. The operator runs against it as against the other: `start_operator(&client, …)`.
+pub async fn multi_node_client() -> Client {
+    client_of(multi_node_cluster()).await
+}
+
+/// The folder of the multi-node cluster (`kubeconfig`, `logs/`, `nodes`: one line per node,
+/// `name zone address pod-CIDR …`).
+pub fn multi_node_dir() -> PathBuf {
+    multi_node_cluster()
+        .kubeconfig
+        .parent()
+        .expect("the kubeconfig is in the cluster's folder")
+        .to_path_buf()
+}
+
+fn local_cluster(args: &[&str]) {
+    let out = Command::new("bash")
+        .arg(repo().join("hack/local-cluster.sh"))
+        .args(args)
+        .output()
+        .expect("run hack/local-cluster.sh");
+    assert!(
+        out.status.success(),
+        "hack/local-cluster.sh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Stops the agent of `node` (`node-1`..`node-3`) of the multi-node cluster: its pods' processes
+/// stop with it, their Pod objects stay as they were until the node controller notices (Ready
+/// Unknown about 10 s later, taints `node.kubernetes.io/unreachable`, the pods' Ready False;
+/// evicted after their toleration, 300 s by default).
+pub fn node_stop(node: &str) {
+    local_cluster(&["node-stop", &multi_node_dir().to_string_lossy(), node]);
+}
+
+/// Starts the agent of `node` again; returns once the Node is Ready. Its pods start again.
+pub fn node_start(node: &str) {
+    local_cluster(&["node-start", &multi_node_dir().to_string_lossy(), node]);
+}
+
+/// kubectl 1.37 against the multi-node cluster, e.g. `["drain", "node-2", "--ignore-daemonsets",
+/// "--delete-emptydir-data", "--timeout=300s"]`; panics on failure, returns the output.
+pub fn multi_node_kubectl(args: &[&str]) -> String {
+    let dir = multi_node_dir();
+    let env = std::fs::read_to_string(dir.join("env")).expect("the cluster's env file");
+    let bin = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export PATH="))
+        .and_then(|p| p.split(':').next())
+        .expect("kubectl's folder in the env file");
+    let out = Command::new(PathBuf::from(bin).join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(dir.join("kubeconfig"))
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn client_of(c: &LocalCluster) -> Client {
     let _ = tracing_subscriber::fmt()
         .with_writer(|| LogTee)
         .with_env_filter(
@@ -96,7 +215,6 @@ pub async fn client() -> Client {
                 .unwrap_or_else(|_| "info,kube=warn,clickhouse_operator=debug".into()),
         )
         .try_init();
-    let c = cluster();
     let kc = Kubeconfig::read_from(&c.kubeconfig).expect("read the kubeconfig");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
