@@ -442,6 +442,27 @@ async fn agent() -> Result<()> {
         return Ok(());
     }
 
+    // A node that starts again (`node-start`) gives its pods the addresses they had, as the
+    // pods' status still says: ClickHouse 18.16 keeps a peer's address in its replication
+    // fetches (see `net::Ipam`), so a pod that came back on another pod's former address would
+    // be unreachable to its peers, and the other pod reached in its place.
+    {
+        let mut ipam = ctx.ipam.lock().unwrap();
+        for p in ctx.pods.state() {
+            if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(ctx.node.as_str()) {
+                continue;
+            }
+            let ip = p.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+            if let Some(ip) = ip.and_then(|ip| ip.parse::<std::net::Ipv4Addr>().ok()) {
+                let key = format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                );
+                ipam.remember(&key, ip);
+            }
+        }
+    }
     node::register(&ctx).await?;
     tokio::spawn(node::heartbeat(ctx.clone()));
     tokio::spawn(storage::run(ctx.clone()));

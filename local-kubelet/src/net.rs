@@ -185,6 +185,14 @@ impl Ipam {
         Some(ip)
     }
 
+    /// Remembers `ip` as the previous address of the pod `key`, if it is one of this node's.
+    pub fn remember(&mut self, key: &str, ip: Ipv4Addr) {
+        let ip = u32::from(ip);
+        if (first_pod_address()..node_broadcast()).contains(&ip) {
+            self.by_name.insert(key.to_string(), ip);
+        }
+    }
+
     pub fn allocate(&mut self) -> Option<Ipv4Addr> {
         let first = first_pod_address();
         let last = node_broadcast() - 1;

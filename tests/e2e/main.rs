@@ -9,6 +9,7 @@ mod foundation;
 mod isolation;
 mod keeper;
 mod kills;
+mod node_failures;
 mod nodes;
 mod placement;
 mod plan;

@@ -21,6 +21,7 @@ fn ready(node: &Node) -> String {
 
 #[tokio::test]
 async fn three_zoned_nodes_and_one_stopped_and_started_again() {
+    let _nodes = NODE_DISRUPTION.lock().await;
     let client = multi_node_client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes.list(&Default::default()).await.unwrap();

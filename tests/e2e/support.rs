@@ -45,6 +45,10 @@ static STARTED_DIRS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec:
 /// The number of nodes of [`multi_node_client`]'s cluster.
 pub const MULTI_NODES: u32 = 3;
 
+/// Held by each test that stops, drains or fills a node of the multi-node cluster (or that
+/// needs all three): such tests run one at a time.
+pub static NODE_DISRUPTION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }

@@ -1,0 +1,317 @@
+//! Node-level bad days on the local Kubernetes of three nodes in three zones
+//! (`support::multi_node_client`), with real 18.16 servers and the Keeper stand-in: a node
+//! drained while a client writes, a node's agent stopped for 90 s, and where the scheduler puts
+//! the pods (`antiAffinity: Required` with fewer nodes than replicas, `topologySpreadKey` over
+//! the zones). The nodes' volumes are local: a pod's PV binds it to its node, so a pod of a
+//! drained or stopped node waits for that node (documented in `docs/operations.md`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
+use clickhouse_operator::plan::facts::pod_ready;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::support::*;
+use crate::workload::*;
+
+const SERVERS: &str = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+
+/// Per pod of the cluster: (node, Ready).
+async fn placement(pods: &Api<Pod>, selector: &str) -> BTreeMap<String, (String, bool)> {
+    pods.list(&ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            let ready = pod_ready(&p);
+            (p.name_any(), (node, ready))
+        })
+        .collect()
+}
+
+/// The shard of a server pod `c1-<shard>-<index>-0`.
+fn shard_of(pod: &str) -> String {
+    pod.split('-').nth(1).unwrap_or_default().to_string()
+}
+
+/// Samples every 500 ms how many server pods of each shard are Ready; returns the smallest
+/// count seen per shard, with when it was first seen at zero.
+struct ShardWatch {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<BTreeMap<String, usize>>,
+}
+
+impl ShardWatch {
+    fn start(client: &Client, ns: &str) -> ShardWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let task = tokio::spawn(async move {
+            let mut least: BTreeMap<String, usize> = BTreeMap::new();
+            while !flag.load(Ordering::SeqCst) {
+                let now = placement(&pods, SERVERS).await;
+                if !now.is_empty() {
+                    let mut ready: BTreeMap<String, usize> = BTreeMap::new();
+                    for (pod, (_, r)) in &now {
+                        *ready.entry(shard_of(pod)).or_default() += usize::from(*r);
+                    }
+                    for (shard, n) in ready {
+                        let e = least.entry(shard).or_insert(n);
+                        *e = (*e).min(n);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            least
+        });
+        ShardWatch { stop, task }
+    }
+
+    async fn stop(self) -> BTreeMap<String, usize> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.unwrap()
+    }
+}
+
+/// The PVCs of the cluster by name, with their uid.
+async fn pvc_uids(client: &Client, ns: &str) -> BTreeMap<String, String> {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("clickhouse.com/cluster=c1"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p.metadata.uid.unwrap_or_default()))
+        .collect()
+}
+
+/// Decisions 50 and 51: a 2×2 cluster
+/// with 3 Keeper members, each shard's replicas and the members on distinct nodes
+/// (`antiAffinity: Required`), rows written every second throughout:
+///
+/// 1. a node is drained (`kubectl drain`, evictions through the eviction API): the shards'
+///    PodDisruptionBudgets let one replica of each go, no shard is ever without a Ready
+///    replica, the evicted pods wait for their node (local volumes), the status is not
+///    `ready` meanwhile, and after `uncordon` they come back on it and the cluster is `ready`;
+/// 2. a node's agent is stopped for 90 s: within 30 s the status names the replicas that are
+///    down, nothing is deleted or replaced (the pods, StatefulSets and PVCs keep their uids),
+///    and after it starts again the cluster is `ready`;
+///
+/// then every acknowledged row is on every replica of its shard.
+#[tokio::test]
+async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
+    let _nodes = NODE_DISRUPTION.lock().await;
+    let client = multi_node_client().await;
+    let ns = namespace(&client, "nodebad").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 2, "storage": {"size": "1Gi"},
+               "pod": {"antiAffinity": "Required"},
+               "keeper": {"replicas": 3, "pod": {"antiAffinity": "Required"}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let before = placement(&pods, SERVERS).await;
+    println!("servers by node: {before:?}");
+    for shard in ["0", "1"] {
+        let nodes: BTreeSet<&String> = before
+            .iter()
+            .filter(|(p, _)| shard_of(p) == shard)
+            .map(|(_, (n, _))| n)
+            .collect();
+        assert_eq!(
+            nodes.len(),
+            2,
+            "shard {shard}'s replicas share a node: {before:?}"
+        );
+    }
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let watch = ShardWatch::start(&client, &ns);
+
+    // 1. drain the node of the first server pod
+    let (victim_pod, (node, _)) = before.iter().next().unwrap();
+    let node = node.clone();
+    let on_node: Vec<String> = before
+        .iter()
+        .filter(|(_, (n, _))| *n == node)
+        .map(|(p, _)| p.clone())
+        .collect();
+    println!("draining {node} (servers {on_node:?}, {victim_pod} among them)");
+    let started = Instant::now();
+    let out = multi_node_kubectl(&[
+        "drain",
+        &node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=240s",
+    ]);
+    println!("drained in {:?}: {}", started.elapsed(), out.trim());
+    // the evicted pods wait for their volumes' node
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let during = placement(&pods, SERVERS).await;
+    for p in &on_node {
+        let (n, ready) = during.get(p).cloned().unwrap_or_default();
+        assert!(
+            !ready && (n.is_empty() || n == node),
+            "{p} should wait for {node} (its local volume): on {n:?}, ready {ready}"
+        );
+    }
+    let c: ClickHouseCluster = Api::namespaced(client.clone(), &ns)
+        .get("c1")
+        .await
+        .unwrap();
+    let status = c.status.unwrap_or_default();
+    assert_ne!(status.state, ClusterState::Ready, "{status:?}");
+    println!(
+        "status while drained: {} {:?}",
+        status.state, status.message
+    );
+    multi_node_kubectl(&["uncordon", &node]);
+    wait_ready(&client, &ns, "c1", 1).await;
+    let after = placement(&pods, SERVERS).await;
+    for p in &on_node {
+        assert_eq!(
+            after.get(p).map(|(n, _)| n.as_str()),
+            Some(node.as_str()),
+            "{p} is back on its node"
+        );
+    }
+    println!("back after the drain in {:?}", started.elapsed());
+
+    // 2. stop the agent of another node for 90 s
+    let node2 = after
+        .values()
+        .map(|(n, _)| n.clone())
+        .find(|n| *n != node)
+        .unwrap();
+    let down: Vec<String> = after
+        .iter()
+        .filter(|(_, (n, _))| *n == node2)
+        .map(|(p, _)| p.clone())
+        .collect();
+    let uids_before = pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await;
+    let pvcs_before = pvc_uids(&client, &ns).await;
+    println!("stopping {node2} (servers {down:?})");
+    let stopped = Instant::now();
+    node_stop(&node2);
+    let named = wait_for(
+        Duration::from_secs(30),
+        "the status naming the replicas down",
+        || {
+            let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+            let down = down.clone();
+            async move {
+                let s = clusters.get("c1").await.ok()?.status?;
+                let text = format!("{:?} {:?}", s.message, s.conditions);
+                (s.state != ClusterState::Ready
+                    && down.iter().all(|p| text.contains(p.trim_end_matches("-0"))))
+                .then_some(text)
+            }
+        },
+    )
+    .await;
+    println!("{:?} after the stop: {named}", stopped.elapsed());
+    tokio::time::sleep(Duration::from_secs(90).saturating_sub(stopped.elapsed())).await;
+    assert_eq!(
+        pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await,
+        uids_before,
+        "a pod was deleted or replaced while its node was down"
+    );
+    assert_eq!(pvc_uids(&client, &ns).await, pvcs_before, "a PVC changed");
+    node_start(&node2);
+    wait_ready(&client, &ns, "c1", 1).await;
+    println!("ready {:?} after the stop", stopped.elapsed());
+
+    let least = watch.stop().await;
+    println!("fewest Ready replicas per shard: {least:?}");
+    assert!(
+        least.values().all(|n| *n >= 1) && least.len() == 2,
+        "a shard had no Ready replica: {least:?}"
+    );
+    let rows = workload.stop_and_check(&client, &ns).await;
+    println!("{rows} acknowledged batches on every replica");
+    finish(&client, &ns, op).await;
+}
+
+/// Placement by the real scheduler over three nodes in three zones: a shard of three replicas
+/// with `antiAffinity: Required` and `topologySpreadKey: topology.kubernetes.io/zone` has one
+/// replica per zone, and so have the three Keeper members (`antiAffinity: Required`); a fourth
+/// replica, which no node may take, stays Pending with the scheduler's reason in the status
+/// while the others run undisturbed (no pod replaced), and asking for three again removes it.
+#[tokio::test]
+async fn required_anti_affinity_and_zone_spread_as_the_scheduler_places_them() {
+    let _nodes = NODE_DISRUPTION.lock().await;
+    let client = multi_node_client().await;
+    let ns = namespace(&client, "nodeplace").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 3, "storage": {"size": "1Gi"},
+               "pod": {"antiAffinity": "Required", "topologySpreadKey": "topology.kubernetes.io/zone"},
+               "keeper": {"replicas": 3, "pod": {"antiAffinity": "Required"}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // one node per zone: node-1 zone-a, node-2 zone-b, node-3 zone-c
+    for selector in [
+        SERVERS,
+        "clickhouse.com/cluster=c1,app.kubernetes.io/component=keeper",
+    ] {
+        let placed = placement(&pods, selector).await;
+        let nodes: BTreeSet<&String> = placed.values().map(|(n, _)| n).collect();
+        assert_eq!(nodes.len(), 3, "{selector}: {placed:?}");
+    }
+    let before = pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await;
+    patch_spec(&client, &ns, "c1", json!({"replicas": 4})).await;
+    let reason = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(120),
+        "the scheduler's reason in the status",
+        |s| {
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("cannot be scheduled"))
+        },
+    )
+    .await
+    .status
+    .unwrap()
+    .message
+    .unwrap_or_default();
+    println!("status: {reason}");
+    assert!(
+        reason.contains("anti-affinity"),
+        "the scheduler's reason: {reason}"
+    );
+    let placed = placement(&pods, SERVERS).await;
+    assert_eq!(placed.values().filter(|(_, r)| *r).count(), 3, "{placed:?}");
+    let now = pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await;
+    for (pod, id) in &before {
+        assert_eq!(now.get(pod), Some(id), "{pod} was disturbed");
+    }
+    patch_spec(&client, &ns, "c1", json!({"replicas": 3})).await;
+    wait_ready(&client, &ns, "c1", 3).await;
+    assert_eq!(placement(&pods, SERVERS).await.len(), 3);
+    finish(&client, &ns, op).await;
+}
