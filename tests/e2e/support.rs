@@ -188,7 +188,9 @@ pub fn node_start(node: &str) {
 }
 
 /// kubectl 1.37 against the multi-node cluster, e.g. `["drain", "node-2", "--ignore-daemonsets",
-/// "--delete-emptydir-data", "--timeout=300s"]`; panics on failure, returns the output.
+/// "--delete-emptydir-data", "--timeout=300s"]`; panics on failure, returns the output. A
+/// drained pod whose volume is on the drained node waits Pending until `uncordon` (local
+/// volumes); each PodDisruptionBudget lets one of its pods go at a time.
 pub fn multi_node_kubectl(args: &[&str]) -> String {
     let dir = multi_node_dir();
     let env = std::fs::read_to_string(dir.join("env")).expect("the cluster's env file");
