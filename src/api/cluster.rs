@@ -465,9 +465,9 @@ pub struct PodSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anti_affinity: Option<AntiAffinity>,
     /// Topology key (e.g. `topology.kubernetes.io/zone`) over which pods are spread softly
-    /// (maxSkew 1, ScheduleAnyway): the servers of the whole cluster and, besides, the
-    /// replicas of each shard, so that no shard sits in one zone; the Keeper members.
-    /// Condemned replicas stop counting in the spread while they are removed.
+    /// (maxSkew 1, ScheduleAnyway): the replicas of each shard, so that no shard sits in one
+    /// zone; the Keeper members. Condemned replicas stop counting in the spread while they
+    /// are removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_spread_key: Option<String>,
     /// Extra containers that run beside the main one.

@@ -608,15 +608,49 @@ fn without_shard_spread(
         .get_mut("topologySpreadConstraints")
         .and_then(|l| l.as_array_mut())
     {
+        let before = list.len();
         list.retain(|c| !is_shard_spread(c) || observed.contains(c));
+        if list.len() < before {
+            // a template written before the shard spread spread the cluster's servers
+            // instead, with the same key: it keeps that one until its next restart
+            list.extend(observed.iter().filter(|c| is_cluster_spread(c)).cloned());
+        }
+        if list.is_empty() {
+            t["spec"]
+                .as_object_mut()
+                .map(|o| o.remove("topologySpreadConstraints"));
+        }
     }
     t
+}
+
+/// Is `c` the spread of all the cluster's servers that `topologySpreadKey` gave before the
+/// shard spread ([`is_shard_spread`]) replaced it?
+fn is_cluster_spread(c: &serde_json::Value) -> bool {
+    let labels = &c["labelSelector"]["matchLabels"];
+    labels.get(labels::CLUSTER).is_some()
+        && labels.get(labels::SHARD).is_none()
+        && labels[labels::COMPONENT] == labels::Component::Server.as_str()
+        && c["whenUnsatisfiable"] == "ScheduleAnyway"
 }
 
 /// The pod template's hash, without [`DEFERRED_TEMPLATE_FIELDS`] and the default anti-affinity
 /// ([`without_default_apart`]).
 pub fn template_hash(template: &serde_json::Value) -> String {
-    let mut t = with_deferred(without_default_apart(template, None), None);
+    // a shard's spread hashes as the cluster-wide spread over the same key that it replaced,
+    // so that neither restarts a pod written with the other (invariant 9)
+    let mut spread_as_before = template.clone();
+    if let Some(list) = spread_as_before["spec"]
+        .get_mut("topologySpreadConstraints")
+        .and_then(|l| l.as_array_mut())
+    {
+        for c in list.iter_mut().filter(|c| is_shard_spread(c)) {
+            if let Some(m) = c["labelSelector"]["matchLabels"].as_object_mut() {
+                m.remove(labels::SHARD);
+            }
+        }
+    }
+    let mut t = with_deferred(without_default_apart(&spread_as_before, None), None);
     for path in DEFERRED_TEMPLATE_FIELDS {
         let (last, parents) = path.split_last().expect("non-empty path");
         let mut at = &mut t;

@@ -173,8 +173,8 @@ pub const DEFAULT_APART_WEIGHT: i32 = 100;
 
 /// A pod spec: `main`, then the user's sidecars; `volumes`; the locked-down
 /// [`pod_security`]; the user's affinity, tolerations and node selector; the spread over the
-/// user's topology key among the pods matching each of `spread_selectors` (for servers: all of
-/// the cluster's, and each shard's own, so that a shard does not sit in one zone); no service
+/// user's topology key among the pods matching each of `spread_selectors` (for servers: their
+/// shard's, so that a shard does not sit in one zone; for Keeper: the members); no service
 /// links, and no
 /// ServiceAccount token (ClickHouse and Keeper never call the Kubernetes API; decision 32).
 pub(crate) fn pod_spec(
@@ -415,10 +415,10 @@ fn server_pod(
                 &c.spec.pod_security,
                 server_container(c, mounts),
                 volumes,
-                vec![
-                    labels::spread_selector(c.name),
-                    labels::shard_spread_selector(c.name, r.shard),
-                ],
+                // one spread per topology key: the API server refuses two with the same key and
+                // `whenUnsatisfiable`, and the shard's is the one that keeps a zone's loss from
+                // taking a whole shard (decision 28)
+                vec![labels::shard_spread_selector(c.name, r.shard)],
                 labels::shard_selector(c.name, r.shard),
             )
         }),

@@ -2461,33 +2461,25 @@ fn each_shard_is_spread_over_the_topology_and_an_older_template_is_not_rolled_fo
             .topology_spread_constraints
             .clone()
             .unwrap();
-        assert_eq!(spread.len(), 2, "{spread:?}");
-        for s in &spread {
-            assert_eq!(s.topology_key, zone);
-            assert_eq!(s.max_skew, 1);
-        }
-        let selectors: Vec<_> = spread
-            .iter()
-            .map(|s| s.label_selector.clone().unwrap().match_labels.unwrap())
-            .collect();
-        assert_eq!(
-            selectors[0].get(labels::SHARD),
-            None,
-            "the cluster-wide one"
-        );
-        assert_eq!(
-            selectors[1].get(labels::SHARD),
-            Some(&shard),
-            "the shard's own"
-        );
-        assert_eq!(selectors[1][labels::CLUSTER], "c1");
+        // one spread per topology key (the API server refuses two with the same key and
+        // `whenUnsatisfiable`): the shard's own
+        assert_eq!(spread.len(), 1, "{spread:?}");
+        assert_eq!(spread[0].topology_key, zone);
+        assert_eq!(spread[0].max_skew, 1);
+        let selector = spread[0]
+            .label_selector
+            .clone()
+            .unwrap()
+            .match_labels
+            .unwrap();
+        assert_eq!(selector.get(labels::SHARD), Some(&shard), "the shard's own");
+        assert_eq!(selector[labels::CLUSTER], "c1");
 
+        // a template written when the key spread the cluster's servers instead
         let desired = serde_json::to_value(sts).unwrap();
         let mut older = desired.clone();
-        older["spec"]["template"]["spec"]["topologySpreadConstraints"]
-            .as_array_mut()
-            .unwrap()
-            .truncate(1);
+        older["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"] =
+            serde_json::to_value(labels::spread_selector("c1")).unwrap();
         older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
             serde_json::Value::String(template_hash(&older["spec"]["template"]));
         assert!(

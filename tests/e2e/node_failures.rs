@@ -198,7 +198,8 @@ async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
     let node2 = after
         .values()
         .map(|(n, _)| n.clone())
-        .find(|n| *n != node)
+        .filter(|n| *n != node)
+        .max()
         .unwrap();
     let down: Vec<String> = after
         .iter()
@@ -216,11 +217,14 @@ async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
         || {
             let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
             let down = down.clone();
+            let node = node2.clone();
             async move {
                 let s = clusters.get("c1").await.ok()?.status?;
-                let text = format!("{:?} {:?}", s.message, s.conditions);
+                let text = s.message.clone().unwrap_or_default();
                 (s.state != ClusterState::Ready
-                    && down.iter().all(|p| text.contains(p.trim_end_matches("-0"))))
+                    && down
+                        .iter()
+                        .all(|p| text.contains(&format!("pod {p}: node {node} stopped reporting"))))
                 .then_some(text)
             }
         },
@@ -313,5 +317,134 @@ async fn required_anti_affinity_and_zone_spread_as_the_scheduler_places_them() {
     patch_spec(&client, &ns, "c1", json!({"replicas": 3})).await;
     wait_ready(&client, &ns, "c1", 3).await;
     assert_eq!(placement(&pods, SERVERS).await.len(), 3);
+    finish(&client, &ns, op).await;
+}
+
+/// Whether a TCP connection from inside the pod with address `from` (its network namespace,
+/// where the node agent enforces the NetworkPolicies) to `to`:`port` opens within 3 s. The
+/// ClusterIP proxy accepts a connection and then resets a refused one: with `answer`, an HTTP
+/// request is sent and a byte of the answer read too.
+fn connects(from: &str, to: &str, port: u16, answer: bool) -> bool {
+    let o: Vec<&str> = from.split('.').collect();
+    let netns = format!("lk-{}-{}", o[2], o[3]);
+    let script = if answer {
+        format!(
+            "exec 3<>/dev/tcp/{to}/{port} && printf 'GET /ping HTTP/1.0\\r\\n\\r\\n' >&3 && head -c 1 <&3 | grep -q ."
+        )
+    } else {
+        format!("exec 3<>/dev/tcp/{to}/{port}")
+    };
+    std::process::Command::new("timeout")
+        .args(["3", "ip", "netns", "exec", &netns, "bash", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A pod of the node agent's light mode (no process but its network), with `labels`.
+async fn bystander(client: &Client, ns: &str, name: &str, labels: serde_json::Value) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {"local-kubelet.clickhouse.com/hollow": "true"}},
+        "spec": {"terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "c", "image": "clickhouse/clickhouse-server:24.8"}]}
+    }))
+    .unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
+    wait_for(
+        Duration::from_secs(60),
+        &format!("{name}'s address"),
+        || {
+            let pods = pods.clone();
+            async move { pods.get(name).await.ok()?.status?.pod_ip }
+        },
+    )
+    .await
+}
+
+/// Decision 27 under an enforcing network (decision 50): the NetworkPolicies the operator
+/// generates let the cluster work (rows written through the client Service, replicated,
+/// queried across shards, Keeper used by every server: every acknowledged row on both
+/// replicas) and refuse what they should, checked by real connections from pods of the
+/// namespace: a pod the `networkPolicy.clients` peers name reaches the client ports (directly
+/// and through the client Service) but not the interserver port or Keeper; any other pod
+/// reaches none of them; a server reaches Keeper and its peer's interserver port.
+#[tokio::test]
+async fn the_generated_network_policies_let_the_cluster_work_and_refuse_the_rest() {
+    let _nodes = NODE_DISRUPTION.lock().await;
+    let client = multi_node_client().await;
+    let ns = namespace(&client, "nodepol").await;
+    // The operator runs on this machine, whose connections reach every pod (as a node's reach
+    // its own pods); its network is the node network's first /24 (the gateway and the nodes'
+    // addresses), not the pod network its default would guess outside a pod.
+    let network = std::fs::read_to_string(multi_node_dir().join("network")).unwrap();
+    let gateway = network
+        .lines()
+        .find_map(|l| l.strip_prefix("GATEWAY="))
+        .expect("GATEWAY in the cluster's network file");
+    let nodes = format!("{}.0/24", gateway.rsplit_once('.').unwrap().0);
+    let op = start_operator_env(&client, &ns, &[("OPERATOR_NETWORKS", &nodes)]).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1},
+               "networkPolicy": {"clients": [{"podSelector": {"matchLabels": {"role": "app"}}}]}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    let app = bystander(&client, &ns, "app", json!({"role": "app"})).await;
+    let stranger = bystander(&client, &ns, "stranger", json!({"role": "other"})).await;
+    let server = pod_ip(&client, &ns, "c1-0-0-0").await;
+    let peer = pod_ip(&client, &ns, "c1-0-1-0").await;
+    let keeper = pod_ip(&client, &ns, "c1-keeper-0").await;
+    let service: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns);
+    let cluster_ip = service
+        .get("c1")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .unwrap();
+    let cases: [(&str, &str, &str, u16, bool); 10] = [
+        ("app", &app, &server, 8123, true),
+        ("app", &app, &cluster_ip, 8123, true),
+        ("app", &app, &server, 9009, false),
+        ("app", &app, &keeper, 9181, false),
+        ("stranger", &stranger, &server, 8123, false),
+        ("stranger", &stranger, &cluster_ip, 8123, false),
+        ("stranger", &stranger, &server, 9009, false),
+        ("stranger", &stranger, &keeper, 9181, false),
+        ("server", &server, &keeper, 9181, true),
+        ("server", &server, &peer, 9009, true),
+    ];
+    let mut wrong = Vec::new();
+    for (who, from, to, port, want) in cases {
+        // a policy takes effect within about a second of its change
+        let mut got = !want;
+        for _ in 0..3 {
+            got = connects(from, to, port, to == cluster_ip);
+            if got == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        println!(
+            "{who} -> {to}:{port}: {}",
+            if got { "open" } else { "refused" }
+        );
+        if got != want {
+            wrong.push(format!(
+                "{who} -> {to}:{port} should be {}",
+                if want { "open" } else { "refused" }
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:?}");
+    let rows = workload.stop_and_check(&client, &ns).await;
+    println!("{rows} acknowledged batches on both replicas");
     finish(&client, &ns, op).await;
 }
