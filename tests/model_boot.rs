@@ -56,7 +56,12 @@ fn free_port() -> u16 {
 
 /// One HTTP GET of a query; returns (status code, body).
 fn query(port: u16, user: Option<(&str, &str)>, sql: &str) -> (u16, String) {
-    let mut target = format!("/?query={}", urlencoding::encode(sql));
+    query_with(port, user, sql, "")
+}
+
+/// [`query`] with further URL parameters (`&name=value…`, already encoded), such as settings.
+fn query_with(port: u16, user: Option<(&str, &str)>, sql: &str, params: &str) -> (u16, String) {
+    let mut target = format!("/?query={}{params}", urlencoding::encode(sql));
     if let Some((u, p)) = user {
         target.push_str(&format!(
             "&user={}&password={}",
@@ -477,4 +482,52 @@ fn the_cluster_secret_is_refused_by_18_16_and_grants_are_ignored() {
         "SELECT count() FROM system.clusters WHERE cluster = 'c1'",
     );
     assert!(!body.contains("Unknown element"), "{body}");
+}
+
+/// Decision 55: before any server reported its version, the system log TTLs are written for the
+/// version the image tag names (24.8 here), so an 18.16 server may start with them, as the
+/// servers of the local Kubernetes do: it boots, writes its query log and ignores the `<ttl>`
+/// (18.16 has no table TTL). Once 18.16 is reported, the file holds no table at all.
+#[test]
+fn system_log_ttls_written_for_the_image_tag_boot_18_16_which_ignores_them() {
+    use clickhouse_operator::model::config::system_logs::SYSTEM_LOGS_FILE;
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let c = cluster();
+    let mut i = inputs();
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let file = &d.common_config.data.as_ref().unwrap()[SYSTEM_LOGS_FILE];
+    assert!(
+        file.contains("<query_log>") && file.contains("INTERVAL 30 DAY"),
+        "{file}"
+    );
+    let (_guard, port) = start(&d, fresh_dir("system-logs"), "");
+    let op = (names::OPERATOR_USER, "op3rator-pw");
+    assert_eq!(
+        query_with(port, Some(op), "SELECT 1", "&log_queries=1"),
+        (200, "1\n".into())
+    );
+    // the query log is flushed every 7.5 s (SYSTEM FLUSH LOGS is not allowed over GET)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let engine = loop {
+        let (code, engine) = query(
+            port,
+            Some(op),
+            "SELECT engine_full FROM system.tables WHERE database = 'system' AND name = 'query_log'",
+        );
+        assert_eq!(code, 200, "{engine}");
+        if engine.contains("MergeTree") {
+            break engine;
+        }
+        assert!(Instant::now() < deadline, "no query_log after 30 s");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(!engine.contains("TTL"), "{engine}");
+
+    i.server_version = Some("18.16.1".parse().unwrap());
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let file = &d.common_config.data.as_ref().unwrap()[SYSTEM_LOGS_FILE];
+    assert!(!file.contains("_log"), "{file}");
 }

@@ -1677,3 +1677,69 @@ fn a_web_identity_destination_is_a_keyless_collection_backups_can_name() {
         "it went to the collection's bucket, in the folder named: {e}"
     );
 }
+
+/// Decision 55, docs/configuration.md "System log tables": the TTLs of `spec.systemLogs` are the
+/// TTLs ClickHouse 26.x creates its system log tables with: `ttlDays` on every default table,
+/// a table's own days over it, an optional table named (`text_log`) turned on with its days,
+/// and a default table set to 0 left as the image has it (no TTL).
+#[test]
+fn system_log_tables_are_created_with_the_specs_ttls() {
+    use clickhouse_operator::model::config::system_logs::{DEFAULT_TABLES, SYSTEM_LOGS_FILE};
+    let (c, i) = c1(serde_json::json!({"systemLogs": {"ttlDays": 7,
+        "tables": {"query_log": 30, "trace_log": 0, "text_log": 3}}}));
+    let d = build(&c, &i);
+    assert!(d.common_config.data.as_ref().unwrap()[SYSTEM_LOGS_FILE].contains("text_log"));
+    // trace_log is in the image's configuration (here the stand-in's), without a TTL
+    let layout = lay_out(
+        "system-logs",
+        &d,
+        "c1-0-0",
+        "<trace_log><database>system</database><table>trace_log</table></trace_log>",
+    );
+    let r = run(
+        &layout,
+        &[
+            "SYSTEM FLUSH LOGS",
+            "SELECT name, engine_full FROM system.tables WHERE database = 'system' \
+             AND name LIKE '%_log' ORDER BY name",
+        ],
+    );
+    let tables: BTreeMap<String, String> = r
+        .rows(1)
+        .iter()
+        .filter_map(|row| {
+            let (n, e) = row.split_once('\t')?;
+            Some((n.to_string(), e.to_string()))
+        })
+        .collect();
+    let ttl = |t: &str| {
+        let e = tables
+            .get(t)
+            .unwrap_or_else(|| panic!("no system.{t}: {tables:?}"));
+        e.split_once(" TTL ").map(|(_, rest)| {
+            rest.split(" SETTINGS")
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+    };
+    for t in DEFAULT_TABLES
+        .iter()
+        .filter(|t| !["query_log", "trace_log"].contains(t))
+    {
+        assert_eq!(
+            ttl(t).as_deref(),
+            Some("event_date + toIntervalDay(7)"),
+            "{t}"
+        );
+    }
+    assert_eq!(
+        ttl("query_log").as_deref(),
+        Some("event_date + toIntervalDay(30)")
+    );
+    assert_eq!(
+        ttl("text_log").as_deref(),
+        Some("event_date + toIntervalDay(3)")
+    );
+    assert_eq!(ttl("trace_log"), None);
+}

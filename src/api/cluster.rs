@@ -92,6 +92,15 @@ pub struct ClickHouseClusterSpec {
     /// a PodMonitor can scrape them directly. Turning it on or off restarts the servers.
     #[serde(default)]
     pub server_metrics: ServerMetricsSpec,
+    /// How long the servers keep the rows of their system log tables (`query_log`,
+    /// `part_log`, `metric_log`, …), which otherwise grow until the disk is full: a TTL each
+    /// table is created with (ClickHouse 21.1 and later; decision 55). Unset: 30 days on the
+    /// default tables, written for clusters created by or restarted under this operator
+    /// version (it restarts no running pod). Set or changed: the servers restart, since the
+    /// tables are created at startup; a table whose TTL changes is renamed (`query_log_0`) and
+    /// created anew, as ClickHouse does for a changed system log table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_logs: Option<SystemLogsSpec>,
     /// What schema the operator copies onto new replicas and shards.
     #[serde(default)]
     pub schema_policy: SchemaPolicySpec,
@@ -576,6 +585,41 @@ impl Default for ServerMetricsSpec {
 
 fn default_server_metrics_port() -> i32 {
     9363
+}
+
+/// `spec.systemLogs`: the TTLs of the system log tables (decision 55).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemLogsSpec {
+    /// Days a row of each default system log table is kept (`event_date + INTERVAL n DAY
+    /// DELETE`; default 30, at most 36500). 0 is the off switch: no TTL is written and the
+    /// tables keep every row, as the image configures them.
+    #[serde(default = "default_system_log_ttl_days")]
+    pub ttl_days: u32,
+    /// Days per table, over `ttlDays`: a default table (`query_log`, `query_thread_log`,
+    /// `part_log`, `trace_log`, `metric_log`, `asynchronous_metric_log`) with 0 keeps every
+    /// row; another known table (`text_log`, `query_views_log`, `processors_profile_log`,
+    /// `session_log`, `zookeeper_log`, `asynchronous_insert_log`, `backup_log`,
+    /// `blob_storage_log`, `error_log`, `query_metric_log`, `crash_log`) gets its TTL only
+    /// here, and naming it turns that log on where the image's configuration has it off.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tables: BTreeMap<String, u32>,
+}
+
+impl Default for SystemLogsSpec {
+    fn default() -> Self {
+        SystemLogsSpec {
+            ttl_days: default_system_log_ttl_days(),
+            tables: BTreeMap::new(),
+        }
+    }
+}
+
+/// The default `spec.systemLogs.ttlDays`.
+pub const DEFAULT_SYSTEM_LOG_TTL_DAYS: u32 = 30;
+
+fn default_system_log_ttl_days() -> u32 {
+    DEFAULT_SYSTEM_LOG_TTL_DAYS
 }
 
 /// Automatic version upgrades (S2-24, decision 15).

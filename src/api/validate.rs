@@ -77,6 +77,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     }
     check_keeper_start(spec, &mut errors);
     check_configuration(name, spec, &mut errors);
+    check_system_logs(spec, &mut errors);
     check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
     (errors.0, warnings(spec))
@@ -426,6 +427,50 @@ fn is_xml_name(s: &str) -> bool {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && s.len() <= 64
+}
+
+/// `spec.systemLogs` (decision 55): known tables, at most 100 years; and no setting that would
+/// make a server with the operator's `ttl` refuse to start (`<table>/engine`, which ClickHouse
+/// refuses beside a `ttl`) or that the operator's file overrides (`<table>/ttl`).
+fn check_system_logs(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    use crate::model::config::system_logs as logs;
+    if let Some(s) = &spec.system_logs {
+        if s.ttl_days > 36500 {
+            errors.add(
+                "spec.systemLogs.ttlDays",
+                format!("{} days is more than 36500", s.ttl_days),
+            );
+        }
+        for (table, days) in &s.tables {
+            let field = format!("spec.systemLogs.tables.{table}");
+            if !logs::is_known(table) {
+                errors.add(
+                    &field,
+                    format!(
+                        "not a system log table the operator knows (one of {}, {})",
+                        logs::DEFAULT_TABLES.join(", "),
+                        logs::OPTIONAL_TABLES.join(", ")
+                    ),
+                );
+            } else if *days > 36500 {
+                errors.add(&field, format!("{days} days is more than 36500"));
+            }
+        }
+    }
+    for (table, _) in logs::ttls(spec.system_logs.as_ref()) {
+        for key in ["engine", "ttl"] {
+            let path = format!("{table}/{key}");
+            if spec.configuration.settings.contains_key(&path) {
+                errors.add(
+                    &format!("spec.configuration.settings.{path}"),
+                    format!(
+                        "the operator writes a ttl for {table} (spec.systemLogs): set its days \
+                         there, or 0 in spec.systemLogs.tables.{table} to write your own"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// The disruption budget must let at least one pod go.
@@ -1599,6 +1644,49 @@ mod tests {
             fields("c1", &s),
             ["spec.configuration.secretSettings.zookeeper/session_timeout_ms"]
         );
+    }
+
+    /// Decision 55: `spec.systemLogs` names only known tables (never a path), with at most
+    /// 36500 days, and a setting that would stop a server beside the operator's `ttl` is
+    /// refused.
+    #[test]
+    fn system_log_tables_and_days_are_checked_and_an_engine_beside_the_ttl_refused() {
+        let mut s = spec();
+        s.system_logs = Some(crate::api::SystemLogsSpec {
+            ttl_days: 40000,
+            tables: BTreeMap::from([
+                ("../etc/passwd".to_string(), 3),
+                ("text_log".to_string(), 50000),
+                ("query_log".to_string(), 7),
+            ]),
+        });
+        s.configuration
+            .settings
+            .insert("query_log/engine".into(), "ENGINE = Log".into());
+        s.configuration.settings.insert(
+            "opentelemetry_span_log/engine".into(),
+            "ENGINE = Log".into(),
+        );
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.systemLogs.ttlDays",
+                "spec.systemLogs.tables.../etc/passwd",
+                "spec.systemLogs.tables.text_log",
+                "spec.configuration.settings.query_log/engine",
+            ]
+        );
+        // the table's own TTL off: its engine is the user's
+        s.system_logs = Some(crate::api::SystemLogsSpec {
+            ttl_days: 30,
+            tables: BTreeMap::from([("query_log".to_string(), 0)]),
+        });
+        assert!(validate("c1", &s).0.is_empty());
+        // unset, the default TTLs count
+        s.system_logs = None;
+        assert_eq!(validate("c1", &s).0.len(), 1);
     }
 
     /// S2-10: the servers' own metrics port must not be one the servers already use.

@@ -116,6 +116,9 @@ pub enum Capability {
     /// Keeper over TLS: `keeper_server/tcp_port_secure`, `raft_configuration/secure`, and a
     /// server's `zookeeper/node/secure`.
     KeeperTls,
+    /// A `<ttl>` of a system log table's configuration (`query_log/ttl`): the table is created
+    /// with that TTL (decision 55).
+    SystemLogTtl,
 }
 
 /// The one table of version thresholds, from ClickHouse's changelog and the pull requests it
@@ -175,6 +178,11 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // declared ready for production in 22.3, by which a server's `zookeeper/node/secure`
     // (PR #18184, 21.1) existed too: 22.3 for both.
     (Capability::KeeperTls, Version::new(22, 3)),
+    // PR #17438 "Support configure System log table`s ttl in config.xml" (the `<ttl>` element
+    // of a system log table), merged in December 2020 after the 20.12 branch: 21.1. Before it
+    // the element is ignored (ClickHouse reads only the keys it knows there); 18.16 has no
+    // table TTL at all (MergeTree TTL came with 19.6).
+    (Capability::SystemLogTtl, Version::new(21, 1)),
 ];
 
 impl Capability {
@@ -260,6 +268,7 @@ mod tests {
             Capability::ClusterSecret,
             Capability::UserGrantsInUsersFile,
             Capability::KeeperTls,
+            Capability::SystemLogTtl,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

@@ -27,6 +27,7 @@
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
+//! | `systemLogs` set or changed / unset with a new operator version (the default TTLs) | [`Need::RollingRestart`] / nothing (at the next restart) | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService`, `networkPolicy` | [`Need::ObjectUpdate`] | — |
 //! | `backup.destination.webIdentity` set, changed or removed | [`Need::RollingRestart`] | — |
 //! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds`, `upgradeOptions` | nothing | nothing |
@@ -478,6 +479,13 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     );
     if old.server_metrics != new.server_metrics {
         s.add(Need::RollingRestart, "spec.serverMetrics");
+    }
+    if old.system_logs != new.system_logs {
+        // decision 55: the tables are created at startup
+        s.add(
+            Need::RollingRestart,
+            "spec.systemLogs (system log tables' TTLs)",
+        );
     }
     if old.update_strategy != new.update_strategy {
         s.add(Need::ObjectUpdate, "spec.updateStrategy");
@@ -1183,6 +1191,39 @@ mod tests {
             u,
             &[],
         );
+    }
+
+    /// Decision 55: the system log TTLs are read at startup: setting or changing
+    /// `spec.systemLogs` rolls the servers, never Keeper; a spec that leaves the TTLs as the
+    /// default writes the same file, and a cluster that never sets the field keeps its template
+    /// (the default reaches its servers at their next restart: invariant 9).
+    #[test]
+    fn system_log_ttls_roll_the_servers_once_set() {
+        let rr = &[Need::RollingRestart];
+        row(json!({}), json!({"systemLogs": {"ttlDays": 7}}), rr, &[]);
+        row(
+            json!({"systemLogs": {"ttlDays": 7}}),
+            json!({"systemLogs": {"ttlDays": 7, "tables": {"text_log": 3}}}),
+            rr,
+            &[],
+        );
+        row(json!({"systemLogs": {"ttlDays": 7}}), json!({}), rr, &[]);
+        row(json!({"shards": 2}), json!({"shards": 2}), &[], &[]);
+        let hashes = |v| {
+            let d = built(&spec(v)).unwrap();
+            let a = json(&d.server_statefulsets[0])["spec"]["template"]["metadata"]["annotations"]
+                .clone();
+            (
+                a[labels::SYSTEM_LOGS_HASH].as_str().map(str::to_string),
+                a[labels::CONFIG_HASH].clone(),
+            )
+        };
+        let (none, config) = hashes(json!({}));
+        assert_eq!(none, None);
+        let (set, same_config) = hashes(json!({"systemLogs": {"ttlDays": 7}}));
+        assert!(set.is_some());
+        // the file itself is in no hash: it follows the server version as well
+        assert_eq!(config, same_config);
     }
 
     /// Fields that concern neither pods nor configuration need nothing.

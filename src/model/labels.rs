@@ -71,6 +71,9 @@ pub const INTERSERVER_HASH: &str = "clickhouse.com/interserver-hash";
 /// Pod-template annotation: hash of the Secret keys `configuration.secretSettings` and the
 /// `config.d` files of `configuration.secretFiles` name, with their values.
 pub const SECRET_CONFIG_HASH: &str = "clickhouse.com/secret-config-hash";
+/// Pod-template annotation: hash of `spec.systemLogs` when it is set (decision 55); the file
+/// itself is not hashed, since it follows the server version too.
+pub const SYSTEM_LOGS_HASH: &str = "clickhouse.com/system-logs-hash";
 /// Pod-template annotation: hash of the environment Secret's data (`pod.envSecret`).
 pub const ENV_SECRET_HASH: &str = "clickhouse.com/env-secret-hash";
 

@@ -659,7 +659,16 @@ fn stamp_all(d: &mut Desired) {
 }
 
 fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
-    let common = config::server::common_files(c)?;
+    let mut common = config::server::common_files(c)?;
+    common.push(config::server::ConfigFile {
+        name: config::system_logs::SYSTEM_LOGS_FILE.into(),
+        content: config::system_logs::file(
+            c.spec,
+            config::system_logs::version_for(inputs.server_version, &c.spec.image),
+        ),
+        effect: config::server::Effect::NextStart,
+    });
+    common.sort_by(|a, b| a.name.cmp(&b.name));
     let listed = inputs.listed.as_ref().unwrap_or(&inputs.replicas);
     let mut hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);
     if let Some(p) = &inputs.interserver_password {

@@ -45,6 +45,10 @@ pub enum Effect {
     Restart,
     /// Reloaded by ClickHouse at runtime: no pod template depends on it.
     Reload,
+    /// Read at startup, but its content also follows what the operator learns (the server
+    /// version): no pod template hashes it; what restarts the servers for it is the spec
+    /// field's own hash annotation (the system log TTLs, decision 55).
+    NextStart,
 }
 
 /// One file of `config.d/`.
