@@ -531,3 +531,53 @@ fn system_log_ttls_written_for_the_image_tag_boot_18_16_which_ignores_them() {
     let file = &d.common_config.data.as_ref().unwrap()[SYSTEM_LOGS_FILE];
     assert!(!file.contains("_log"), "{file}");
 }
+
+/// `spec.logging` on 18.16: the server boots with the generated logger (size, count, and the
+/// JSON `formatting` element, which 18.16 predates and ignores: it logs text), logs at the
+/// spec's level, and a new level is reloaded without a restart (docs/changes.md).
+#[test]
+fn the_log_level_of_spec_logging_is_in_force_and_reloaded_on_18_16() {
+    use clickhouse_operator::model::config::server::RUNTIME_FILE;
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let logging = |level: &str| {
+        let mut c = cluster();
+        c.spec.logging = serde_json::from_value(serde_json::json!({"level": level,
+            "format": "Json", "size": "10M", "count": 2}))
+        .unwrap();
+        c
+    };
+    let i = inputs();
+    let c = logging("information");
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let (guard, port) = start(&d, fresh_dir("logging"), "");
+    let log = guard.dir.join("log").join("server.log");
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(query(port, None, "SELECT 1").1.trim(), "1");
+    assert!(read().contains("<Information>"), "{}", read());
+    assert!(!read().contains("<Debug>"), "debug lines at information");
+    assert!(!read().trim_start().starts_with('{'), "18.16 wrote JSON");
+
+    let d2 = desired(&Cluster::new(&logging("trace")).unwrap(), &i).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    write(
+        &guard.dir.join("config.d").join(RUNTIME_FILE),
+        &d2.common_config.data.as_ref().unwrap()[RUNTIME_FILE],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        query(port, None, "SELECT 1");
+        if read().contains("<Trace>") || read().contains("<Debug>") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new level was not reloaded");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let mut guard = guard;
+    assert!(
+        guard.child.try_wait().unwrap().is_none(),
+        "the server restarted"
+    );
+}

@@ -1743,3 +1743,33 @@ fn system_log_tables_are_created_with_the_specs_ttls() {
     );
     assert_eq!(ttl("trace_log"), None);
 }
+
+/// `spec.logging.format: Json` on ClickHouse 26.x: the generated `logger/formatting` makes the
+/// server write its log as one JSON object per line (chDB honours `logger`; the test only moves
+/// the files into the temporary folder).
+#[test]
+fn a_json_log_format_writes_one_json_object_per_line() {
+    let (c, i) = c1(serde_json::json!({"logging": {"format": "Json", "size": "10M", "count": 2}}));
+    let d = build(&c, &i);
+    let layout = lay_out("json-log", &d, "c1-0-0", "");
+    let r = run(&layout, &["SELECT 1"]);
+    assert_eq!(r.rows(0), ["1"]);
+    let lines: Vec<&str> = r.log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "no server log");
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+        assert!(v["message"].is_string(), "{line}");
+    }
+}
+
+/// `spec.logging.level` wins over the operator's default in the merged files, as the setting
+/// `logger/level` it replaces does (files merge in name order).
+#[test]
+fn the_level_of_spec_logging_is_the_merged_level() {
+    let (c, i) = c1(serde_json::json!({"logging": {"level": "warning"}}));
+    assert_eq!(
+        merged_logger_level(&build(&c, &i)).as_deref(),
+        Some("warning")
+    );
+}

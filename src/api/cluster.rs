@@ -101,6 +101,12 @@ pub struct ClickHouseClusterSpec {
     /// created anew, as ClickHouse does for a changed system log table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_logs: Option<SystemLogsSpec>,
+    /// The servers' own log (`logger`): level, format, file size and count, and whether it is
+    /// written to files besides the console (the container log, which `kubectl logs` shows).
+    /// The level is reloaded; the rest restarts the servers. Unset fields keep the defaults:
+    /// `information`, text, files of 100M, 3 of them, files on.
+    #[serde(default, skip_serializing_if = "LoggingSpec::is_default")]
+    pub logging: LoggingSpec,
     /// What schema the operator copies onto new replicas and shards.
     #[serde(default)]
     pub schema_policy: SchemaPolicySpec,
@@ -586,6 +592,61 @@ impl Default for ServerMetricsSpec {
 fn default_server_metrics_port() -> i32 {
     9363
 }
+
+/// `spec.logging`: the server log (ClickHouse's `logger`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggingSpec {
+    /// `fatal`, `critical`, `error`, `warning`, `notice`, `information` (the default),
+    /// `debug`, `trace` or `test`. Reloaded: no restart. Replaces the setting `logger/level`
+    /// of `spec.configuration.settings`, which is refused beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// `Text` (the default) or `Json`: one JSON object per line (`logger/formatting/type`,
+    /// ClickHouse 22.x and later; older servers ignore it and write text), on the console and
+    /// in the files. Replaces the setting `logger/formatting/type`, refused beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<LogFormat>,
+    /// Size at which a log file is rotated, as ClickHouse reads it (`100M`, the default;
+    /// digits and an optional `K`, `M` or `G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Rotated files kept (1 to 1000; default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i32>,
+    /// Write the log and the error log to files (default true: in the log volume of
+    /// `spec.storage.logs`, or scratch space of the pod) besides the console; false: the
+    /// console only, as the official images do without a log folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<bool>,
+}
+
+impl LoggingSpec {
+    /// Whether nothing is set.
+    pub fn is_default(&self) -> bool {
+        *self == LoggingSpec::default()
+    }
+}
+
+/// `spec.logging.format`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The levels `spec.logging.level` takes, as ClickHouse names them.
+pub const LOG_LEVELS: &[&str] = &[
+    "fatal",
+    "critical",
+    "error",
+    "warning",
+    "notice",
+    "information",
+    "debug",
+    "trace",
+    "test",
+];
 
 /// `spec.systemLogs`: the TTLs of the system log tables (decision 55).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -78,6 +78,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     check_keeper_start(spec, &mut errors);
     check_configuration(name, spec, &mut errors);
     check_system_logs(spec, &mut errors);
+    check_logging(spec, &mut errors);
     check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
     (errors.0, warnings(spec))
@@ -427,6 +428,62 @@ fn is_xml_name(s: &str) -> bool {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && s.len() <= 64
+}
+
+/// `spec.logging`: a level ClickHouse knows, a size it reads, a sane count; and never beside
+/// the setting it replaces (which would decide by the order of the files), nor files off with
+/// a log volume nothing would write to.
+fn check_logging(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    let l = &spec.logging;
+    if let Some(level) = l
+        .level
+        .as_ref()
+        .filter(|l| !super::LOG_LEVELS.contains(&l.as_str()))
+    {
+        errors.add(
+            "spec.logging.level",
+            format!("{level:?} is not one of {}", super::LOG_LEVELS.join(", ")),
+        );
+    }
+    if let Some(size) = &l.size {
+        let digits = size.strip_suffix(['K', 'M', 'G']).unwrap_or(size);
+        if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            errors.add(
+                "spec.logging.size",
+                format!("{size:?} is not a size such as 100M (digits, then K, M or G)"),
+            );
+        }
+    }
+    if let Some(count) = l.count.filter(|c| !(1..=1000).contains(c)) {
+        errors.add(
+            "spec.logging.count",
+            format!("{count} is not between 1 and 1000"),
+        );
+    }
+    if l.files == Some(false) && spec.storage.logs.is_some() {
+        errors.add(
+            "spec.logging.files",
+            "false leaves the log volume of spec.storage.logs unused: keep the files or remove \
+             the volume (a volume cannot be removed from a running cluster)"
+                .into(),
+        );
+    }
+    let replaced = [
+        ("logger/level", "level", l.level.is_some()),
+        ("logger/formatting", "format", l.format.is_some()),
+        ("logger/size", "size", l.size.is_some()),
+        ("logger/count", "count", l.count.is_some()),
+    ];
+    for key in spec.configuration.settings.keys() {
+        for (path, field, set) in replaced {
+            if set && (key == path || key.starts_with(&format!("{path}/"))) {
+                errors.add(
+                    &format!("spec.configuration.settings.{key}"),
+                    format!("spec.logging.{field} sets it: remove one of the two"),
+                );
+            }
+        }
+    }
 }
 
 /// `spec.systemLogs` (decision 55): known tables, at most 100 years; and no setting that would
@@ -1644,6 +1701,58 @@ mod tests {
             fields("c1", &s),
             ["spec.configuration.secretSettings.zookeeper/session_timeout_ms"]
         );
+    }
+
+    /// `spec.logging`: its values are checked, and the settings it replaces are refused beside
+    /// it but still taken alone (the earlier way, kept working).
+    #[test]
+    fn logging_values_are_checked_and_the_settings_it_replaces_refused_beside_it() {
+        let mut s = spec();
+        s.logging = crate::api::LoggingSpec {
+            level: Some("verbose".into()),
+            format: Some(crate::api::LogFormat::Json),
+            size: Some("1T".into()),
+            count: Some(0),
+            files: Some(false),
+        };
+        s.storage.logs = serde_json::from_value(serde_json::json!({"size": "1Gi"})).unwrap();
+        s.configuration
+            .settings
+            .insert("logger/formatting/type".into(), "json".into());
+        s.configuration
+            .settings
+            .insert("logger/level".into(), "debug".into());
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.logging.level",
+                "spec.logging.size",
+                "spec.logging.count",
+                "spec.logging.files",
+                "spec.configuration.settings.logger/formatting/type",
+                "spec.configuration.settings.logger/level",
+            ]
+        );
+        s.logging = crate::api::LoggingSpec {
+            level: Some("debug".into()),
+            size: Some("500M".into()),
+            count: Some(10),
+            ..Default::default()
+        };
+        s.configuration.settings.remove("logger/level");
+        assert!(
+            validate("c1", &s).0.is_empty(),
+            "{:?}",
+            validate("c1", &s).0
+        );
+        // the settings alone, as before spec.logging existed
+        s.logging = Default::default();
+        s.configuration
+            .settings
+            .insert("logger/level".into(), "debug".into());
+        assert!(validate("c1", &s).0.is_empty());
     }
 
     /// Decision 55: `spec.systemLogs` names only known tables (never a path), with at most

@@ -27,6 +27,7 @@
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
+//! | `logging.level` / `logging.format`, `size`, `count`, `files` | [`Need::ConfigReload`] / [`Need::RollingRestart`] | — |
 //! | `systemLogs` set or changed / unset with a new operator version (the default TTLs) | [`Need::RollingRestart`] / nothing (at the next restart) | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService`, `networkPolicy` | [`Need::ObjectUpdate`] | — |
 //! | `backup.destination.webIdentity` set, changed or removed | [`Need::RollingRestart`] | — |
@@ -479,6 +480,17 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     );
     if old.server_metrics != new.server_metrics {
         s.add(Need::RollingRestart, "spec.serverMetrics");
+    }
+    let (ol, nl) = (&old.logging, &new.logging);
+    if ol.level != nl.level {
+        s.add(Need::ConfigReload, "spec.logging.level (logger/level)");
+    }
+    if (&ol.format, &ol.size, &ol.count, &ol.files) != (&nl.format, &nl.size, &nl.count, &nl.files)
+    {
+        s.add(
+            Need::RollingRestart,
+            "spec.logging (format, size, count, files)",
+        );
     }
     if old.system_logs != new.system_logs {
         // decision 55: the tables are created at startup
@@ -1189,6 +1201,33 @@ mod tests {
             json!({}),
             json!({"updateStrategy": "RollingUpdate"}),
             u,
+            &[],
+        );
+    }
+
+    /// `spec.logging`: the level is reloaded (as the setting `logger/level` it replaces); the
+    /// format, file size and count and the files switch are read at startup and roll the
+    /// servers, never Keeper.
+    #[test]
+    fn logging_level_reloads_and_the_rest_rolls_the_servers() {
+        row(
+            json!({}),
+            json!({"logging": {"level": "debug"}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        for change in [
+            json!({"logging": {"format": "Json"}}),
+            json!({"logging": {"size": "10M"}}),
+            json!({"logging": {"count": 9}}),
+            json!({"logging": {"files": false}}),
+        ] {
+            row(json!({}), change, &[Need::RollingRestart], &[]);
+        }
+        row(
+            json!({"logging": {"level": "debug", "format": "Json"}}),
+            json!({"logging": {"level": "trace", "format": "Json"}}),
+            &[Need::ConfigReload],
             &[],
         );
     }

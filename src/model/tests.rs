@@ -3111,3 +3111,51 @@ fn a_web_identity_destination_gives_the_servers_its_role_and_a_keyless_collectio
         );
     }
 }
+
+/// `spec.logging`: unset, the logger the operator always wrote (no restart for any running
+/// cluster); set, its size, count and JSON format in the startup file and its level in the
+/// file the servers reload; files off write empty paths (ClickHouse writes no file then).
+#[test]
+fn logging_writes_the_logger_with_its_level_in_the_reloaded_file() {
+    let i = inputs(replicas(1, 1));
+    let plain = build(&cluster(json!({})), &i);
+    let server = common_file(&plain, SERVER_FILE);
+    assert!(
+        server.contains(
+            "    <logger>\n        <level>information</level>\n        \
+             <log>/var/log/clickhouse-server/clickhouse-server.log</log>\n        \
+             <errorlog>/var/log/clickhouse-server/clickhouse-server.err.log</errorlog>\n        \
+             <size>100M</size>\n        <count>3</count>\n        <console>1</console>\n    \
+             </logger>"
+        ),
+        "{server}"
+    );
+    let set = build(
+        &cluster(
+            json!({"logging": {"level": "debug", "format": "Json", "size": "500M",
+            "count": 10, "files": false}}),
+        ),
+        &i,
+    );
+    let server = common_file(&set, SERVER_FILE);
+    for want in [
+        "<log></log>",
+        "<errorlog></errorlog>",
+        "<size>500M</size>",
+        "<count>10</count>",
+        "<formatting>\n            <type>json</type>\n        </formatting>",
+    ] {
+        assert!(server.contains(want), "{want}: {server}");
+    }
+    let runtime = common_file(&set, RUNTIME_FILE);
+    assert!(
+        runtime.contains("<logger>\n        <level>debug</level>\n    </logger>"),
+        "{runtime}"
+    );
+    // only the level: the startup file is as without spec.logging
+    let level = build(&cluster(json!({"logging": {"level": "trace"}})), &i);
+    assert_eq!(
+        common_file(&level, SERVER_FILE),
+        common_file(&plain, SERVER_FILE)
+    );
+}

@@ -78,11 +78,15 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
             .filter_map(|(k, v)| Some((k.strip_prefix("zookeeper/")?, v.as_str()))),
         "spec.configuration.settings",
     )?;
+    // `spec.logging.level` is reloaded like the setting `logger/level` it replaces (validation
+    // refuses both at once)
+    let level = c.spec.logging.level.as_deref().map(|l| ("logger/level", l));
     let reload = Element::from_paths(
         settings
             .iter()
             .filter(|(k, _)| !needs_restart(k) && !k.starts_with("zookeeper/"))
-            .map(|(k, v)| (k.as_str(), v.as_str())),
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(level),
         "spec.configuration.settings",
     )?;
     let mut files = vec![
@@ -245,22 +249,34 @@ fn server_element(c: &Cluster<'_>) -> Element {
     if let Some(storage) = storage_configuration(c) {
         root = root.child(storage);
     }
-    root.child(
-        Element::new("logger")
-            .child(Element::leaf("level", "information"))
-            .child(Element::leaf(
-                "log",
-                format!("{}/clickhouse-server.log", names::SERVER_LOG_PATH),
-            ))
-            .child(Element::leaf(
-                "errorlog",
-                format!("{}/clickhouse-server.err.log", names::SERVER_LOG_PATH),
-            ))
-            .child(Element::leaf("size", "100M"))
-            .child(Element::leaf("count", 3))
-            .child(Element::leaf("console", 1)),
-    )
-    .child(Element::new("distributed_ddl").child(Element::leaf("path", DDL_PATH)))
+    root.child(logger(&c.spec.logging))
+        .child(Element::new("distributed_ddl").child(Element::leaf("path", DDL_PATH)))
+}
+
+/// `logger` from `spec.logging`: without it, what the operator always wrote (so a cluster that
+/// sets nothing keeps its file). The level here is the default the runtime file overrides
+/// (`spec.logging.level` is reloaded, see [`common_files`]); files off write empty paths,
+/// which ClickHouse reads as no file.
+fn logger(l: &crate::api::LoggingSpec) -> Element {
+    let files = l.files.unwrap_or(true);
+    let path = |name: &str| {
+        if files {
+            format!("{}/{name}", names::SERVER_LOG_PATH)
+        } else {
+            String::new()
+        }
+    };
+    Element::new("logger")
+        .child(Element::leaf("level", "information"))
+        .child(Element::leaf("log", path("clickhouse-server.log")))
+        .child(Element::leaf("errorlog", path("clickhouse-server.err.log")))
+        .child(Element::leaf("size", l.size.as_deref().unwrap_or("100M")))
+        .child(Element::leaf("count", l.count.unwrap_or(3)))
+        .child(Element::leaf("console", 1))
+        .children(
+            (l.format == Some(crate::api::LogFormat::Json))
+                .then(|| Element::new("formatting").child(Element::leaf("type", "json"))),
+        )
 }
 
 /// `storage_configuration` from `spec.storage.disks` and `spec.storage.policies` (none without
