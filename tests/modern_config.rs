@@ -1773,3 +1773,22 @@ fn the_level_of_spec_logging_is_the_merged_level() {
         Some("warning")
     );
 }
+
+/// `spec.shardWeights` on ClickHouse 26.x: `system.clusters` has each shard's weight, the
+/// named one's and 1 for the others.
+#[test]
+fn shard_weights_are_the_clusters_weights() {
+    let (c, i) = c1(serde_json::json!({"shardWeights": {"1": 3}}));
+    let d = build(&c, &i);
+    let layout = lay_out("shard-weights", &d, "c1-0-0", "");
+    let r = run(
+        &layout,
+        &[
+            CLUSTERS,
+            "SELECT DISTINCT shard_num, shard_weight FROM system.clusters \
+             WHERE cluster = 'c1' ORDER BY shard_num",
+        ],
+    );
+    check_clusters(&r.rows(0), "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
+    assert_eq!(r.rows(1), ["1\t1", "2\t3"]);
+}

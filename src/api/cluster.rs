@@ -62,6 +62,12 @@ pub struct ClickHouseClusterSpec {
     /// Number of replicas in every shard. Each replica is one StatefulSet with one pod.
     #[serde(default = "default_replicas")]
     pub replicas: i32,
+    /// Weights of shards in `remote_servers`: shard index (`"0"`, `"1"`, …, below `shards`) →
+    /// weight (1 to 1000; a shard not named weighs 1). An insert into a Distributed table
+    /// sends each shard its weight's share of the rows. A change is reloaded by the servers:
+    /// no restart.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shard_weights: BTreeMap<String, u32>,
     /// ClickHouse server image.
     #[serde(default = "default_server_image")]
     pub image: String,

@@ -1003,6 +1003,28 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             check_extra_file(&field, file, hidden, errors);
         }
     }
+    for (shard, weight) in &spec.shard_weights {
+        let field = format!("spec.shardWeights[{shard}]");
+        match shard.parse::<i32>() {
+            Ok(s) if s.to_string() == *shard && (0..spec.shards).contains(&s) => {}
+            _ => errors.add(
+                &field,
+                format!(
+                    "{shard:?} is not the index of a shard (\"0\" to \"{}\")",
+                    spec.shards - 1
+                ),
+            ),
+        }
+        if !(1..=1000).contains(weight) {
+            errors.add(
+                &field,
+                format!(
+                    "{weight} is not between 1 and 1000 (a shard of weight 0 would leave the \
+                     cluster's queries)"
+                ),
+            );
+        }
+    }
     for (shard, files) in &spec.configuration.shard_files {
         let field = format!("spec.configuration.shardFiles[{shard}]");
         if shard
@@ -1902,6 +1924,35 @@ mod tests {
                 fields("c1", &s)
             );
         }
+    }
+
+    /// Shard weights name a shard of the cluster by its index, and weigh 1 to 1000 (0 would take
+    /// the shard out of the cluster's queries).
+    #[test]
+    fn shard_weights_name_an_existing_shard_and_weigh_1_to_1000() {
+        let mut s = spec();
+        s.shards = 2;
+        s.shard_weights = BTreeMap::from([
+            ("0".to_string(), 0),
+            ("1".to_string(), 1000),
+            ("2".to_string(), 1),
+            ("01".to_string(), 1),
+            ("x".to_string(), 1001),
+        ]);
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.shardWeights[0]",
+                "spec.shardWeights[01]",
+                "spec.shardWeights[2]",
+                "spec.shardWeights[x]",
+                "spec.shardWeights[x]",
+            ]
+        );
+        s.shard_weights = BTreeMap::from([("1".to_string(), 3)]);
+        assert!(validate("c1", &s).0.is_empty());
     }
 
     /// S2-10: shard files are named by a shard index, plain file names, not the operator's

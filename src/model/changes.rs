@@ -5,6 +5,7 @@
 //! | change | server | keeper |
 //! |---|---|---|
 //! | `shards`, `replicas` | [`Need::Scale`] + [`Need::ConfigReload`] (remote_servers) | — |
+//! | `shardWeights` | [`Need::ConfigReload`] (remote_servers) | — |
 //! | `keeper.replicas` | [`Need::ConfigReload`] (Keeper node list) | [`Need::Scale`] + [`Need::ConfigReload`] (raft members) |
 //! | image, resources, env, envSecret, affinity, antiAffinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey, `pod.template` | [`Need::RollingRestart`] | the same for `keeper.*` |
 //! | settings ClickHouse reloads ([`crate::model::config::settings::RELOADABLE`]) | [`Need::ConfigReload`] | — |
@@ -316,6 +317,9 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     if old.shards != new.shards {
         s.add(Need::Scale, "spec.shards");
         s.add(Need::ConfigReload, "spec.shards (remote_servers)");
+    }
+    if old.shard_weights != new.shard_weights {
+        s.add(Need::ConfigReload, "spec.shardWeights (remote_servers)");
     }
     if old.replicas != new.replicas {
         s.add(Need::Scale, "spec.replicas");
@@ -750,6 +754,24 @@ mod tests {
     fn an_unchanged_spec_needs_nothing() {
         let s = spec(json!({"shards": 2, "configuration": {"settings": {"a": "1"}}}));
         assert!(classify(&s, &s).is_empty());
+    }
+
+    /// Shard weights are in `remote_servers`, which the servers reload: no restart, no
+    /// scaling.
+    #[test]
+    fn shard_weights_reload_without_restart() {
+        row(
+            json!({"shards": 2}),
+            json!({"shards": 2, "shardWeights": {"1": 3}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(
+            json!({"shards": 2, "shardWeights": {"1": 3}}),
+            json!({"shards": 2, "shardWeights": {"0": 2, "1": 3}}),
+            &[Need::ConfigReload],
+            &[],
+        );
     }
 
     /// S2-14 / S0-05: replica and shard counts scale without a restart.

@@ -3159,3 +3159,30 @@ fn logging_writes_the_logger_with_its_level_in_the_reloaded_file() {
         common_file(&plain, SERVER_FILE)
     );
 }
+
+/// `spec.shardWeights`: the named shard's `<weight>` in `remote_servers`; a shard not named
+/// gets none (ClickHouse's default 1), so the file of a cluster without weights is unchanged.
+#[test]
+fn shard_weights_are_written_into_remote_servers() {
+    let i = inputs(replicas(2, 1));
+    let plain = remote_file(&build(&cluster(json!({"shards": 2})), &i));
+    assert!(!plain.contains("<weight>"), "{plain}");
+    let weighted = remote_file(&build(
+        &cluster(json!({"shards": 2, "shardWeights": {"1": 3}})),
+        &i,
+    ));
+    let shards: Vec<&str> = weighted.split("<shard>").skip(1).collect();
+    assert_eq!(shards.len(), 2, "{weighted}");
+    assert!(!shards[0].contains("<weight>"), "{weighted}");
+    assert!(
+        shards[1].trim_start().starts_with("<weight>3</weight>"),
+        "{weighted}"
+    );
+    assert_eq!(
+        weighted
+            .replace("<weight>3</weight>", "")
+            .replace(" ", "")
+            .replace("\n", ""),
+        plain.replace(" ", "").replace("\n", "")
+    );
+}

@@ -427,9 +427,12 @@ pub fn remote_servers(
     } else {
         names::TCP_PORT
     };
-    let shards = by_shard.into_values().map(|mut rs| {
+    let shards = by_shard.into_iter().map(|(shard, mut rs)| {
         rs.sort_by_key(|r| r.index);
+        // only a weight the spec sets is written: the file of a cluster without weights stays
+        let weight = c.spec.shard_weights.get(&shard.to_string());
         Element::new("shard")
+            .children(weight.map(|w| Element::leaf("weight", w)))
             .child(Element::leaf("internal_replication", "true"))
             .children(rs.into_iter().map(|r| {
                 let mut e = Element::new("replica")
