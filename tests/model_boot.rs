@@ -581,3 +581,31 @@ fn the_log_level_of_spec_logging_is_in_force_and_reloaded_on_18_16() {
         "the server restarted"
     );
 }
+
+/// Passwords not in the clear, on 18.16: a users Secret key `<user>.sha256_hex` holds the
+/// SHA-256 of the password, and that user logs in with the password (and not with another, nor
+/// with the hash itself).
+#[test]
+fn a_user_given_by_its_sha256_hash_logs_in_with_the_password_on_18_16() {
+    use sha2::{Digest, Sha256};
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let c = cluster();
+    let mut i = inputs();
+    let hash = hex::encode(Sha256::digest(b"dave pw & <y>"));
+    i.user_passwords
+        .insert("dave.sha256_hex".into(), Password(hash.clone()));
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let users = users_file(&d);
+    assert!(users.contains(&hash), "{users}");
+    assert!(!users.contains("dave.sha256_hex"), "{users}");
+    let (_guard, port) = start(&d, fresh_dir("hashed-user"), "");
+    assert_eq!(
+        query(port, Some(("dave", "dave pw & <y>")), "SELECT 1"),
+        (200, "1\n".into())
+    );
+    assert_ne!(query(port, Some(("dave", "wrong")), "SELECT 1").0, 200);
+    assert_ne!(query(port, Some(("dave", &hash)), "SELECT 1").0, 200);
+}

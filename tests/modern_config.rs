@@ -1792,3 +1792,51 @@ fn shard_weights_are_the_clusters_weights() {
     check_clusters(&r.rows(0), "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
     assert_eq!(r.rows(1), ["1\t1", "2\t3"]);
 }
+
+/// Passwords not in the clear on ClickHouse 26.x: users Secret keys `<user>.sha256_hex` and
+/// `<user>.double_sha1_hex` give their user that hash as it is (`system.users.auth_type`, and
+/// the hash of `SHOW CREATE USER` is the SHA-256 of the password, or its double SHA-1).
+#[test]
+fn users_given_by_their_hashes_have_those_hashes() {
+    use sha2::{Digest, Sha256};
+    let (c, mut i) = c1(serde_json::json!({}));
+    i.server_version = Some("24.8.4.13".parse().unwrap());
+    i.user_passwords.insert(
+        "carol.sha256_hex".into(),
+        Password(hex::encode(Sha256::digest(b"carol pw"))),
+    );
+    let d = build(&c, &i);
+    let layout = lay_out("hashed-users", &d, "c1-0-0", "");
+    let mysql = "dave.double_sha1_hex";
+    let r = run(
+        &layout,
+        &[
+            "SELECT name, auth_type FROM system.users WHERE name = 'carol'",
+            "SHOW CREATE USER carol SETTINGS format_display_secrets_in_show_and_select = 1",
+            "SELECT upper(hex(SHA256('carol pw')))",
+        ],
+    );
+    assert_eq!(r.rows(0), ["carol\t['sha256_password']"]);
+    assert!(r.rows(1)[0].contains(&r.rows(2)[0]), "{:?}", r.rows(1));
+
+    // double SHA-1: its hash, computed by the engine itself from the password
+    let probe = run(&layout, &["SELECT hex(SHA1(unhex(hex(SHA1('dave pw')))))"]);
+    let double = probe.rows(0)[0].to_lowercase();
+    i.user_passwords
+        .insert(mysql.into(), Password(double.clone()));
+    let d = build(&c, &i);
+    let layout = lay_out("hashed-users-2", &d, "c1-0-0", "");
+    let r = run(
+        &layout,
+        &[
+            "SELECT name, auth_type FROM system.users WHERE name = 'dave'",
+            "SHOW CREATE USER dave SETTINGS format_display_secrets_in_show_and_select = 1",
+        ],
+    );
+    assert_eq!(r.rows(0), ["dave\t['double_sha1_password']"]);
+    assert!(
+        r.rows(1)[0].to_lowercase().contains(&double),
+        "{:?}",
+        r.rows(1)
+    );
+}

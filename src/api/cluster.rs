@@ -977,7 +977,10 @@ pub struct SecretKeyRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UsersSpec {
-    /// The Secret (same namespace) whose keys are user names and values their passwords.
+    /// The Secret (same namespace) whose keys are user names and values their passwords; a key
+    /// `<user>.sha256_hex` holds the SHA-256 of the user's password instead (hex), and
+    /// `<user>.double_sha1_hex` its double SHA-1 (ClickHouse 20.1 and later): the hash is used
+    /// as it is, and the password is nowhere.
     pub secret_name: String,
     /// Settings profile given to these users.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -116,6 +116,9 @@ pub enum Capability {
     /// Keeper over TLS: `keeper_server/tcp_port_secure`, `raft_configuration/secure`, and a
     /// server's `zookeeper/node/secure`.
     KeeperTls,
+    /// `password_double_sha1_hex` of a user of the users file (the hash the MySQL protocol
+    /// needs).
+    PasswordDoubleSha1,
     /// A `<ttl>` of a system log table's configuration (`query_log/ttl`): the table is created
     /// with that TTL (decision 55).
     SystemLogTtl,
@@ -183,6 +186,11 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // the element is ignored (ClickHouse reads only the keys it knows there); 18.16 has no
     // table TTL at all (MergeTree TTL came with 19.6).
     (Capability::SystemLogTtl, Version::new(21, 1)),
+    // `password_double_sha1_hex` came with the MySQL wire protocol's native password
+    // authentication in 19.x; its first release is not pinned, so 20.1. 18.16 knows only
+    // `password` and `password_sha256_hex` and refuses a user with neither, which would stop
+    // every reload of the users file.
+    (Capability::PasswordDoubleSha1, Version::new(20, 1)),
 ];
 
 impl Capability {
@@ -269,6 +277,7 @@ mod tests {
             Capability::UserGrantsInUsersFile,
             Capability::KeeperTls,
             Capability::SystemLogTtl,
+            Capability::PasswordDoubleSha1,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

@@ -192,6 +192,10 @@ pub enum BuildError {
     /// An environment Secret holds a variable the operator or the image's entrypoint owns.
     #[error("{field}: {detail}")]
     ReservedEnv { field: String, detail: String },
+    /// A key or value of the users Secret the users file cannot take (the message names the
+    /// key, never the value).
+    #[error("{field}: {detail}")]
+    UsersSecret { field: String, detail: String },
     /// A Kubernetes quantity that does not parse.
     #[error("{field}: {value:?} is not a quantity such as 10Gi")]
     InvalidQuantity { field: &'static str, value: String },
