@@ -129,6 +129,13 @@ pub struct ClickHouseClusterSpec {
     /// Stop every pod (data is kept) while true.
     #[serde(default)]
     pub pause: bool,
+    /// Hands off while true: the operator changes nothing of this cluster (no object written,
+    /// no pod restarted or deleted, no statement sent, no scheduled backup), its pods keep
+    /// running as they are, and the status says `suspended`; a change of the spec waits until
+    /// it is false again. Unlike `pause`, nothing stops. Deleting the cluster still runs its
+    /// reclaim policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
     /// Scheduled backups.
     #[serde(default)]
     pub backup: BackupScheduleSpec,
@@ -1370,7 +1377,8 @@ pub enum ClientServiceType {
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseClusterStatus {
     /// `initializing`, `ready` (every pod Ready on its current revision and every shard
-    /// reachable through every server), `paused`, `stopping` or `error`.
+    /// reachable through every server), `paused`, `stopping`, `error` or `suspended`
+    /// (`spec.suspend`: the operator changes nothing).
     #[serde(default)]
     pub state: ClusterState,
     /// What happens now, or what is wrong, naming the field or object concerned.
@@ -1415,6 +1423,12 @@ pub struct ClickHouseClusterStatus {
     /// has answered; what version-dependent configuration relies on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The last one-shot rolling restart asked for (the annotation
+    /// `clickhouse.com/restart-at` of the cluster, a timestamp): the server pods carry it in
+    /// their template, so each value restarts them once, in Smart Update order, and removing
+    /// the annotation restarts nothing (decision 57).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_at: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -1426,6 +1440,8 @@ pub enum ClusterState {
     Paused,
     Stopping,
     Error,
+    /// `spec.suspend`: the operator changes nothing.
+    Suspended,
 }
 
 impl std::fmt::Display for ClusterState {
@@ -1436,6 +1452,7 @@ impl std::fmt::Display for ClusterState {
             ClusterState::Paused => "paused",
             ClusterState::Stopping => "stopping",
             ClusterState::Error => "error",
+            ClusterState::Suspended => "suspended",
         })
     }
 }

@@ -1254,6 +1254,47 @@ mod tests {
         );
     }
 
+    /// S2-43, decision 57: each value of the annotation `clickhouse.com/restart-at` restarts the
+    /// server pods once (their template carries it), never Keeper's; the same value recorded in
+    /// the status after the annotation is gone restarts nothing.
+    #[test]
+    fn each_restart_annotation_value_restarts_the_servers_once() {
+        use crate::model::labels::{RESTART_AT, RESTARTED_AT};
+        let sts = |annotation: Option<&str>, recorded: Option<&str>| {
+            let mut c = ClickHouseCluster::new("c", spec(json!({})));
+            c.metadata.namespace = Some("ns".into());
+            c.metadata.uid = Some("uid".into());
+            c.metadata.annotations =
+                annotation.map(|a| [(RESTART_AT.to_string(), a.to_string())].into());
+            c.status = recorded.map(|r| crate::api::ClickHouseClusterStatus {
+                restarted_at: Some(r.into()),
+                ..Default::default()
+            });
+            let inputs = Inputs {
+                replicas: vec![ReplicaSpec::new("c", 0, 0)],
+                operator_password: Password("-".into()),
+                ..Default::default()
+            };
+            let d = desired(&Cluster::new(&c).unwrap(), &inputs).unwrap();
+            (
+                json(&d.server_statefulsets[0]),
+                d.keeper.map(|k| json(&k.statefulset)),
+            )
+        };
+        let (none, keeper) = sts(None, None);
+        let (t1, keeper1) = sts(Some("2026-12-04T18:00:00Z"), None);
+        let (t1_kept, _) = sts(None, Some("2026-12-04T18:00:00Z"));
+        let (t2, _) = sts(Some("2026-12-05T08:00:00Z"), Some("2026-12-04T18:00:00Z"));
+        assert_eq!(
+            t1["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT],
+            "2026-12-04T18:00:00Z"
+        );
+        assert!(pod_template_changed(&none, &t1));
+        assert!(!pod_template_changed(&t1, &t1_kept));
+        assert!(pod_template_changed(&t1_kept, &t2));
+        assert!(!pod_template_changed(&keeper.unwrap(), &keeper1.unwrap()));
+    }
+
     /// Decision 55: the system log TTLs are read at startup: setting or changing
     /// `spec.systemLogs` rolls the servers, never Keeper; a spec that leaves the TTLs as the
     /// default writes the same file, and a cluster that never sets the field keeps its template

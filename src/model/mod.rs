@@ -209,6 +209,10 @@ pub struct Cluster<'a> {
     pub spec: &'a ClickHouseClusterSpec,
     /// Controller owner reference to the ClickHouseCluster, put on every object.
     pub owner: OwnerReference,
+    /// The one-shot rolling restart the server pods carry ([`labels::RESTARTED_AT`]): the
+    /// annotation [`labels::RESTART_AT`] when it is a timestamp, else the last one recorded
+    /// (`status.restartedAt`), so that removing the annotation restarts nothing (decision 57).
+    pub restart_at: Option<String>,
 }
 
 impl<'a> Cluster<'a> {
@@ -227,11 +231,15 @@ impl<'a> Cluster<'a> {
         let owner = c
             .controller_owner_ref(&())
             .ok_or(BuildError::MissingMetadata("uid"))?;
+        let restart_at = labels::restart_at(c)
+            .and_then(Result::ok)
+            .or_else(|| c.status.as_ref()?.restarted_at.clone());
         Ok(Cluster {
             name,
             namespace,
             spec: &c.spec,
             owner,
+            restart_at,
         })
     }
 
@@ -675,6 +683,9 @@ fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
     common.sort_by(|a, b| a.name.cmp(&b.name));
     let listed = inputs.listed.as_ref().unwrap_or(&inputs.replicas);
     let mut hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);
+    if let Some(at) = &c.restart_at {
+        hashes.insert(labels::RESTARTED_AT, at.clone());
+    }
     if let Some(p) = &inputs.interserver_password {
         hashes.insert(
             labels::INTERSERVER_HASH,

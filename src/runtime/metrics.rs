@@ -61,12 +61,13 @@ pub struct BuildLabels {
 }
 
 /// The states a cluster can report, each a series of `cluster_state`.
-const STATES: [ClusterState; 5] = [
+const STATES: [ClusterState; 6] = [
     ClusterState::Initializing,
     ClusterState::Ready,
     ClusterState::Paused,
     ClusterState::Stopping,
     ClusterState::Error,
+    ClusterState::Suspended,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
