@@ -433,9 +433,9 @@ mod tests {
         );
     }
 
-    /// S2-42, decision 56: a suspended cluster gets no action at all (here its first pass, which would
-    /// create everything), the state `suspended`, the condition and one event; resumed, the
-    /// condition turns `False` and the pass plans again.
+    /// S2-42, decision 56: a suspended cluster gets no action at all (here its first pass,
+    /// which would create everything), the state `suspended`, the condition and one event;
+    /// resumed, the condition turns `False` and the pass plans again.
     #[test]
     fn a_suspended_cluster_gets_no_action_and_says_so_until_resumed() {
         let mut c = cluster("c1", serde_json::json!({"suspend": true}));
