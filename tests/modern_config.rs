@@ -1840,3 +1840,38 @@ fn users_given_by_their_hashes_have_those_hashes() {
         r.rows(1)
     );
 }
+
+/// `spec.protocols` on ClickHouse 26.x: the MySQL, PostgreSQL and gRPC ports, and gRPC's TLS
+/// section with `spec.tls`, load (chDB serves no port, so that they answer is not shown here),
+/// and the MySQL and PostgreSQL ports are no longer removed.
+#[test]
+fn the_client_protocols_load() {
+    for extra in [
+        serde_json::json!({"protocols": {"mysql": true, "postgresql": true, "grpc": true}}),
+        serde_json::json!({"protocols": {"mysql": true, "postgresql": true, "grpc": true},
+            "tls": {"enabled": true, "serverCertSecret": "c1-tls", "caSecret": "c1-ca"}}),
+    ] {
+        let tls = extra.get("tls").is_some();
+        let (c, i) = c1(extra);
+        let d = build(&c, &i);
+        let files = d.common_config.data.as_ref().unwrap();
+        assert!(files[SERVER_FILE].contains("<grpc_port>9100</grpc_port>"));
+        assert_eq!(
+            files[SERVER_FILE].contains("<enable_ssl>1</enable_ssl>"),
+            tls
+        );
+        let layout = lay_out(
+            if tls { "protocols-tls" } else { "protocols" },
+            &d,
+            "c1-0-0",
+            "",
+        );
+        let r = run(&layout, &[CLUSTERS]);
+        let port = if tls {
+            names::TCP_SECURE_PORT
+        } else {
+            names::TCP_PORT
+        };
+        check_clusters(&r.rows(0), "c1", &C1_HOSTS, port).unwrap();
+    }
+}

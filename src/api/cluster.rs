@@ -98,6 +98,12 @@ pub struct ClickHouseClusterSpec {
     /// a PodMonitor can scrape them directly. Turning it on or off restarts the servers.
     #[serde(default)]
     pub server_metrics: ServerMetricsSpec,
+    /// Client protocols besides HTTP and native that BI tools use: MySQL (9004), PostgreSQL
+    /// (9005) and gRPC (9100), each served, declared on the pods, published by the client
+    /// Services and allowed by the NetworkPolicy like the other client ports. Off by default
+    /// (the images' MySQL and PostgreSQL ports are closed). A change restarts the servers.
+    #[serde(default, skip_serializing_if = "ProtocolsSpec::is_default")]
+    pub protocols: ProtocolsSpec,
     /// How long the servers keep the rows of their system log tables (`query_log`,
     /// `part_log`, `metric_log`, …), which otherwise grow until the disk is full: a TTL each
     /// table is created with (ClickHouse 21.1 and later; decision 55). Unset: 30 days on the
@@ -604,6 +610,31 @@ impl Default for ServerMetricsSpec {
 
 fn default_server_metrics_port() -> i32 {
     9363
+}
+
+/// `spec.protocols`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtocolsSpec {
+    /// The MySQL wire protocol on 9004 (ClickHouse 20.1 and later). With `spec.tls` the
+    /// server offers TLS there (clients choose); refused with `spec.tls.required`, since a
+    /// client may still connect in clear.
+    #[serde(default)]
+    pub mysql: bool,
+    /// The PostgreSQL wire protocol on 9005 (ClickHouse 21.1 and later). TLS as for MySQL.
+    #[serde(default)]
+    pub postgresql: bool,
+    /// gRPC on 9100 (ClickHouse 21.1 and later, in builds with gRPC, as the official images
+    /// are). With `spec.tls` the port takes TLS only, with the server certificate.
+    #[serde(default)]
+    pub grpc: bool,
+}
+
+impl ProtocolsSpec {
+    /// Whether nothing is on.
+    pub fn is_default(&self) -> bool {
+        *self == ProtocolsSpec::default()
+    }
 }
 
 /// `spec.logging`: the server log (ClickHouse's `logger`).

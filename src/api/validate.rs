@@ -79,6 +79,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     check_configuration(name, spec, &mut errors);
     check_system_logs(spec, &mut errors);
     check_logging(spec, &mut errors);
+    check_protocols(spec, &mut errors);
     check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
     (errors.0, warnings(spec))
@@ -428,6 +429,40 @@ fn is_xml_name(s: &str) -> bool {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && s.len() <= 64
+}
+
+/// `spec.protocols`: the MySQL and PostgreSQL protocols take clients in clear whatever the
+/// server offers, so not with `spec.tls.required`; no protocol on the servers' metrics port.
+fn check_protocols(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    let p = &spec.protocols;
+    for (on, field) in [(p.mysql, "mysql"), (p.postgresql, "postgresql")] {
+        if on && spec.tls.enabled && spec.tls.required {
+            errors.add(
+                &format!("spec.protocols.{field}"),
+                "a client may connect in clear on this protocol's port, which spec.tls.required \
+                 forbids: use HTTPS or native TLS, or gRPC (TLS only with spec.tls)"
+                    .into(),
+            );
+        }
+    }
+    if spec.server_metrics.enabled {
+        for (on, field, port) in [
+            (p.mysql, "mysql", crate::model::names::MYSQL_PORT),
+            (
+                p.postgresql,
+                "postgresql",
+                crate::model::names::POSTGRESQL_PORT,
+            ),
+            (p.grpc, "grpc", crate::model::names::GRPC_PORT),
+        ] {
+            if on && spec.server_metrics.port == port {
+                errors.add(
+                    "spec.serverMetrics.port",
+                    format!("{port} is the port of spec.protocols.{field}"),
+                );
+            }
+        }
+    }
 }
 
 /// `spec.logging`: a level ClickHouse knows, a size it reads, a sane count; and never beside
@@ -1722,6 +1757,35 @@ mod tests {
         assert_eq!(
             fields("c1", &s),
             ["spec.configuration.secretSettings.zookeeper/session_timeout_ms"]
+        );
+    }
+
+    /// `spec.protocols`: MySQL and PostgreSQL are refused with `tls.required` (a client could
+    /// connect in clear), gRPC is not; a protocol's port is not the metrics port.
+    #[test]
+    fn protocols_in_clear_are_refused_with_required_tls() {
+        let mut s: ClickHouseClusterSpec = serde_json::from_value(serde_json::json!({
+            "protocols": {"mysql": true, "postgresql": true, "grpc": true},
+            "tls": {"enabled": true, "required": true, "serverCertSecret": "c1-tls",
+                "caSecret": "c1-ca"},
+            "serverMetrics": {"enabled": true, "port": 9100}}))
+        .unwrap();
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.protocols.mysql",
+                "spec.protocols.postgresql",
+                "spec.serverMetrics.port"
+            ]
+        );
+        s.tls.required = false;
+        s.server_metrics.port = 9363;
+        assert!(
+            validate("c1", &s).0.is_empty(),
+            "{:?}",
+            validate("c1", &s).0
         );
     }
 

@@ -119,6 +119,12 @@ pub enum Capability {
     /// `password_double_sha1_hex` of a user of the users file (the hash the MySQL protocol
     /// needs).
     PasswordDoubleSha1,
+    /// The MySQL wire protocol (`mysql_port`).
+    MysqlProtocol,
+    /// The PostgreSQL wire protocol (`postgresql_port`).
+    PostgresqlProtocol,
+    /// gRPC (`grpc_port`, `grpc/enable_ssl`).
+    GrpcProtocol,
     /// A `<ttl>` of a system log table's configuration (`query_log/ttl`): the table is created
     /// with that TTL (decision 55).
     SystemLogTtl,
@@ -191,6 +197,12 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // `password` and `password_sha256_hex` and refuses a user with neither, which would stop
     // every reload of the users file.
     (Capability::PasswordDoubleSha1, Version::new(20, 1)),
+    // The client protocols of `spec.protocols`; none exists in 18.16. The MySQL interface
+    // came in 19.x, PostgreSQL's and gRPC's in late 2020; their first releases are not pinned
+    // here, so the later candidates: 20.1 and 21.1.
+    (Capability::MysqlProtocol, Version::new(20, 1)),
+    (Capability::PostgresqlProtocol, Version::new(21, 1)),
+    (Capability::GrpcProtocol, Version::new(21, 1)),
 ];
 
 impl Capability {
@@ -278,6 +290,9 @@ mod tests {
             Capability::KeeperTls,
             Capability::SystemLogTtl,
             Capability::PasswordDoubleSha1,
+            Capability::MysqlProtocol,
+            Capability::PostgresqlProtocol,
+            Capability::GrpcProtocol,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

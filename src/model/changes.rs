@@ -28,6 +28,7 @@
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
+//! | `protocols` | [`Need::RollingRestart`] (ports of the pods; Services and NetworkPolicy updated) | — |
 //! | `logging.level` / `logging.format`, `size`, `count`, `files` | [`Need::ConfigReload`] / [`Need::RollingRestart`] | — |
 //! | `systemLogs` set or changed / unset with a new operator version (the default TTLs) | [`Need::RollingRestart`] / nothing (at the next restart) | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService`, `networkPolicy` | [`Need::ObjectUpdate`] | — |
@@ -482,6 +483,12 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         &new.storage,
         new.storage_scaling.enable_volume_scaling,
     );
+    if old.protocols != new.protocols {
+        s.add(
+            Need::RollingRestart,
+            "spec.protocols (the servers' ports; Services and NetworkPolicy updated)",
+        );
+    }
     if old.server_metrics != new.server_metrics {
         s.add(Need::RollingRestart, "spec.serverMetrics");
     }
@@ -1225,6 +1232,19 @@ mod tests {
             u,
             &[],
         );
+    }
+
+    /// `spec.protocols`: a protocol turned on or off changes the pods' ports: the servers roll,
+    /// never Keeper.
+    #[test]
+    fn protocols_roll_the_servers() {
+        for change in [
+            json!({"protocols": {"mysql": true}}),
+            json!({"protocols": {"postgresql": true}}),
+            json!({"protocols": {"grpc": true}}),
+        ] {
+            row(json!({}), change, &[Need::RollingRestart], &[]);
+        }
     }
 
     /// `spec.logging`: the level is reloaded (as the setting `logger/level` it replaces); the

@@ -196,6 +196,9 @@ pub enum BuildError {
     /// key, never the value).
     #[error("{field}: {detail}")]
     UsersSecret { field: String, detail: String },
+    /// A field the servers' version does not have.
+    #[error("{field}: {detail}")]
+    Unsupported { field: String, detail: String },
     /// A Kubernetes quantity that does not parse.
     #[error("{field}: {value:?} is not a quantity such as 10Gi")]
     InvalidQuantity { field: &'static str, value: String },
@@ -671,6 +674,7 @@ fn stamp_all(d: &mut Desired) {
 }
 
 fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
+    config::server::check_protocols(c, inputs.server_version)?;
     let mut common = config::server::common_files(c)?;
     common.push(config::server::ConfigFile {
         name: config::system_logs::SYSTEM_LOGS_FILE.into(),

@@ -3186,3 +3186,83 @@ fn shard_weights_are_written_into_remote_servers() {
         plain.replace(" ", "").replace("\n", "")
     );
 }
+
+/// `spec.protocols`: each protocol that is on is served (its port in the startup file, its
+/// port no longer closed), declared on the container, published by the headless and client
+/// Services and allowed as a client port by the NetworkPolicy; gRPC takes TLS with the server
+/// certificate when `spec.tls` is on; servers known to be older than a protocol refuse it.
+#[test]
+fn protocols_are_served_declared_published_and_allowed() {
+    let i = inputs(replicas(1, 1));
+    let plain = build(&cluster(json!({})), &i);
+    assert!(common_file(&plain, config::server::CLOSED_PORTS_FILE).contains("<mysql_port remove"));
+    let d = build(
+        &cluster(json!({"protocols": {"mysql": true, "postgresql": true, "grpc": true}})),
+        &i,
+    );
+    let server = common_file(&d, SERVER_FILE);
+    for want in [
+        "<mysql_port>9004</mysql_port>",
+        "<postgresql_port>9005</postgresql_port>",
+        "<grpc_port>9100</grpc_port>",
+    ] {
+        assert!(server.contains(want), "{want}: {server}");
+    }
+    assert!(!server.contains("enable_ssl"), "{server}");
+    let closed = common_file(&d, config::server::CLOSED_PORTS_FILE);
+    assert!(
+        !closed.contains("mysql_port") && !closed.contains("postgresql_port"),
+        "{closed}"
+    );
+    let sts = serde_json::to_value(&d.server_statefulsets[0]).unwrap();
+    let container_ports: Vec<i64> = sts["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_i64().unwrap())
+        .collect();
+    let service_ports = |s: &k8s_openapi::api::core::v1::Service| -> Vec<i32> {
+        s.spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.port)
+            .collect()
+    };
+    let client = service_ports(d.client_service.as_ref().unwrap());
+    let headless = service_ports(&d.headless_service);
+    let policy = serde_json::to_string(&d.network_policies[0]).unwrap();
+    for port in [9004, 9005, 9100] {
+        assert!(
+            container_ports.contains(&i64::from(port)),
+            "{container_ports:?}"
+        );
+        assert!(client.contains(&port), "{client:?}");
+        assert!(headless.contains(&port), "{headless:?}");
+        assert!(policy.contains(&format!("\"port\":{port}")), "{policy}");
+    }
+    // gRPC with TLS
+    let tls = build(
+        &cluster(json!({"protocols": {"grpc": true},
+            "tls": {"enabled": true, "serverCertSecret": "c1-tls"}})),
+        &i,
+    );
+    let server = common_file(&tls, SERVER_FILE);
+    assert!(
+        server.contains("<enable_ssl>1</enable_ssl>")
+            && server.contains("<ssl_cert_file>/etc/clickhouse-server/tls/tls.crt</ssl_cert_file>"),
+        "{server}"
+    );
+    // servers known to be older
+    let mut old = inputs(replicas(1, 1));
+    old.server_version = Some("18.16.1".parse().unwrap());
+    let c = cluster(json!({"protocols": {"mysql": true}}));
+    let e = desired(&Cluster::new(&c).unwrap(), &old).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "spec.protocols.mysql: needs ClickHouse 20.1.0.0 or later: the servers run 18.16.1.0"
+    );
+}

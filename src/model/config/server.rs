@@ -106,6 +106,7 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
                 .children(
                     CLOSED_PORTS
                         .iter()
+                        .filter(|p| !opened(c, p))
                         .map(|p| Element::new(p).attr("remove", "remove")),
                 )
                 .to_document(),
@@ -158,6 +159,75 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(files)
+}
+
+/// Whether `spec.protocols` opens the port [`CLOSED_PORTS`] would close.
+fn opened(c: &Cluster<'_>, port: &str) -> bool {
+    let p = &c.spec.protocols;
+    (port == "mysql_port" && p.mysql) || (port == "postgresql_port" && p.postgresql)
+}
+
+/// The protocols of `spec.protocols`: their ports, and gRPC over TLS with the server
+/// certificate when `spec.tls` is on (MySQL and PostgreSQL offer TLS on their own port from the
+/// `openSSL` server section).
+fn protocols(c: &Cluster<'_>) -> Vec<Element> {
+    let p = &c.spec.protocols;
+    let mut out = Vec::new();
+    if p.mysql {
+        out.push(Element::leaf("mysql_port", names::MYSQL_PORT));
+    }
+    if p.postgresql {
+        out.push(Element::leaf("postgresql_port", names::POSTGRESQL_PORT));
+    }
+    if p.grpc {
+        out.push(Element::leaf("grpc_port", names::GRPC_PORT));
+        if c.spec.tls.enabled {
+            out.push(
+                Element::new("grpc")
+                    .child(Element::leaf("enable_ssl", 1))
+                    .child(Element::leaf(
+                        "ssl_cert_file",
+                        format!("{}/tls.crt", names::SERVER_TLS_PATH),
+                    ))
+                    .child(Element::leaf(
+                        "ssl_key_file",
+                        format!("{}/tls.key", names::SERVER_TLS_PATH),
+                    ))
+                    .child(Element::leaf("ssl_require_client_auth", "false")),
+            );
+        }
+    }
+    out
+}
+
+/// The version a protocol of `spec.protocols` needs, when the servers are known to be older:
+/// an error naming the field (the configuration is not written for servers that cannot serve
+/// it).
+pub fn check_protocols(
+    c: &Cluster<'_>,
+    version: Option<crate::clickhouse::Version>,
+) -> Result<(), BuildError> {
+    use crate::clickhouse::Capability;
+    let Some(v) = version else {
+        return Ok(());
+    };
+    let p = &c.spec.protocols;
+    for (on, field, cap) in [
+        (p.mysql, "mysql", Capability::MysqlProtocol),
+        (p.postgresql, "postgresql", Capability::PostgresqlProtocol),
+        (p.grpc, "grpc", Capability::GrpcProtocol),
+    ] {
+        if on && !v.supports(cap) {
+            return Err(BuildError::Unsupported {
+                field: format!("spec.protocols.{field}"),
+                detail: format!(
+                    "needs ClickHouse {} or later: the servers run {v}",
+                    cap.since()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `00-operator-server.xml`.
@@ -236,6 +306,7 @@ fn server_element(c: &Cluster<'_>) -> Element {
                     )),
             );
     }
+    root = root.children(protocols(c));
     if c.spec.server_metrics.enabled {
         root = root.child(
             Element::new("prometheus")
