@@ -1875,3 +1875,29 @@ fn the_client_protocols_load() {
         check_clusters(&r.rows(0), "c1", &C1_HOSTS, port).unwrap();
     }
 }
+
+/// Users managed with SQL on ClickHouse 26.x: `spec.users.accounts.<user>.accessManagement`
+/// gives that user the right to create users and grant (`SHOW GRANTS FOR`), and not another;
+/// `replicatedAccess` loads (chDB keeps no replicated access storage, so where the users go is
+/// not shown here; see docs/testing.md).
+#[test]
+fn access_management_lets_the_user_manage_users_with_sql() {
+    let (c, mut i) = c1(
+        serde_json::json!({"users": {"secretName": "u", "replicatedAccess": true,
+        "accounts": {"alice": {"accessManagement": true}}}}),
+    );
+    i.server_version = Some("24.8.4.13".parse().unwrap());
+    let d = build(&c, &i);
+    let layout = lay_out("access-management", &d, "c1-0-0", "");
+    let r = run(&layout, &["SHOW GRANTS FOR alice", "SHOW GRANTS FOR bob"]);
+    let alice = r.rows(0).join("\n");
+    assert!(
+        alice.contains("CREATE USER") && alice.contains("WITH GRANT OPTION"),
+        "{alice}"
+    );
+    assert!(
+        !r.rows(1).join("\n").contains("CREATE USER"),
+        "{:?}",
+        r.rows(1)
+    );
+}

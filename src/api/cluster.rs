@@ -1032,6 +1032,12 @@ pub struct UsersSpec {
     /// above for that user.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub accounts: BTreeMap<String, AccountSpec>,
+    /// Keep the users, roles, quotas and grants created with SQL in Keeper, shared by every
+    /// server (`user_directories/replicated`, ClickHouse 21.9 and later), instead of on each
+    /// server's own disk, where a new replica has none of them. Needs Keeper. A change
+    /// restarts the servers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replicated_access: bool,
 }
 
 /// What one user of the users Secret may do, over the defaults of `spec.users`.
@@ -1050,6 +1056,12 @@ pub struct AccountSpec {
     /// The only databases this user may use (`allow_databases`); empty: every database.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub databases: Vec<String>,
+    /// Let this user manage users, roles, quotas and grants with SQL (`CREATE USER`, `GRANT`,
+    /// …: ClickHouse's `access_management`, 20.4 and later; written once the servers report
+    /// such a version). Reloaded: no restart. What such a user creates is kept by each server
+    /// for itself, unless `spec.users.replicatedAccess` keeps it in Keeper for all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub access_management: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

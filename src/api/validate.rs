@@ -80,6 +80,7 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     check_system_logs(spec, &mut errors);
     check_logging(spec, &mut errors);
     check_protocols(spec, &mut errors);
+    check_replicated_access(spec, &mut errors);
     check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
     (errors.0, warnings(spec))
@@ -429,6 +430,21 @@ fn is_xml_name(s: &str) -> bool {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && s.len() <= 64
+}
+
+/// `spec.users.replicatedAccess` keeps SQL users in Keeper: the cluster needs one.
+fn check_replicated_access(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    if spec.users.as_ref().is_some_and(|u| u.replicated_access)
+        && spec.keeper.replicas == 0
+        && spec.keeper.external.is_none()
+    {
+        errors.add(
+            "spec.users.replicatedAccess",
+            "keeps the users created with SQL in Keeper: the cluster has none \
+             (spec.keeper.replicas is 0 and spec.keeper.external is not set)"
+                .into(),
+        );
+    }
 }
 
 /// `spec.protocols`: the MySQL and PostgreSQL protocols take clients in clear whatever the
@@ -1760,6 +1776,25 @@ mod tests {
         );
     }
 
+    /// `spec.users.replicatedAccess` needs a Keeper, the cluster's own or an external one.
+    #[test]
+    fn replicated_access_needs_keeper() {
+        let mut s: ClickHouseClusterSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 1, "users": {"secretName": "u", "replicatedAccess": true},
+            "keeper": {"replicas": 0}}))
+        .unwrap();
+        assert_eq!(
+            validate("c1", &s)
+                .0
+                .iter()
+                .map(|e| e.field.as_str())
+                .collect::<Vec<_>>(),
+            ["spec.users.replicatedAccess"]
+        );
+        s.keeper.replicas = 3;
+        assert!(validate("c1", &s).0.is_empty());
+    }
+
     /// `spec.protocols`: MySQL and PostgreSQL are refused with `tls.required` (a client could
     /// connect in clear), gRPC is not; a protocol's port is not the metrics port.
     #[test]
@@ -2125,6 +2160,7 @@ mod tests {
                 profile: Some("nobody".into()),
                 quota: Some("q1".into()),
                 databases: vec!["db1".into(), "db 2".into()],
+                access_management: false,
             },
         );
         accounts.insert("bad name".to_string(), Default::default());

@@ -119,6 +119,10 @@ pub enum Capability {
     /// `password_double_sha1_hex` of a user of the users file (the hash the MySQL protocol
     /// needs).
     PasswordDoubleSha1,
+    /// `access_management` of a user of the users file (SQL-driven access control).
+    AccessManagement,
+    /// `user_directories/replicated`: users, roles and grants created with SQL kept in Keeper.
+    ReplicatedAccessStorage,
     /// The MySQL wire protocol (`mysql_port`).
     MysqlProtocol,
     /// The PostgreSQL wire protocol (`postgresql_port`).
@@ -200,6 +204,10 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // The client protocols of `spec.protocols`; none exists in 18.16. The MySQL interface
     // came in 19.x, PostgreSQL's and gRPC's in late 2020; their first releases are not pinned
     // here, so the later candidates: 20.1 and 21.1.
+    // SQL-driven access control (`access_management`, RBAC) came with 20.4; replicated access
+    // storage with 21.9 (the later candidate of 21.8/21.9, not pinned).
+    (Capability::AccessManagement, Version::new(20, 4)),
+    (Capability::ReplicatedAccessStorage, Version::new(21, 9)),
     (Capability::MysqlProtocol, Version::new(20, 1)),
     (Capability::PostgresqlProtocol, Version::new(21, 1)),
     (Capability::GrpcProtocol, Version::new(21, 1)),
@@ -290,6 +298,8 @@ mod tests {
             Capability::KeeperTls,
             Capability::SystemLogTtl,
             Capability::PasswordDoubleSha1,
+            Capability::AccessManagement,
+            Capability::ReplicatedAccessStorage,
             Capability::MysqlProtocol,
             Capability::PostgresqlProtocol,
             Capability::GrpcProtocol,

@@ -460,6 +460,14 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     if oc.quotas != nc.quotas {
         s.add(Need::ConfigReload, "spec.configuration.quotas");
     }
+    let replicated =
+        |s: &ClickHouseClusterSpec| s.users.as_ref().is_some_and(|u| u.replicated_access);
+    if replicated(old) != replicated(new) {
+        s.add(
+            Need::RollingRestart,
+            "spec.users.replicatedAccess (user_directories)",
+        );
+    }
     if old.users != new.users {
         s.add(Need::ConfigReload, "spec.users");
     }
@@ -1230,6 +1238,24 @@ mod tests {
             json!({}),
             json!({"updateStrategy": "RollingUpdate"}),
             u,
+            &[],
+        );
+    }
+
+    /// Users managed with SQL: `accessManagement` is in the users file (reloaded),
+    /// `replicatedAccess` in `user_directories`, read at startup.
+    #[test]
+    fn access_management_reloads_and_replicated_access_restarts() {
+        row(
+            json!({"users": {"secretName": "u"}}),
+            json!({"users": {"secretName": "u", "accounts": {"a": {"accessManagement": true}}}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(
+            json!({"users": {"secretName": "u"}}),
+            json!({"users": {"secretName": "u", "replicatedAccess": true}}),
+            &[Need::ConfigReload, Need::RollingRestart],
             &[],
         );
     }

@@ -3266,3 +3266,59 @@ fn protocols_are_served_declared_published_and_allowed() {
         "spec.protocols.mysql: needs ClickHouse 20.1.0.0 or later: the servers run 18.16.1.0"
     );
 }
+
+/// Users managed with SQL: `accessManagement` gives the user `access_management` where the
+/// servers have it (20.4; not before, not while no version is known); `replicatedAccess` puts
+/// SQL-created users in Keeper (`user_directories` of the users file and Keeper, in place of
+/// each server's own disk), and is refused for servers known to be older than 21.9.
+#[test]
+fn sql_users_get_access_management_and_replicated_storage() {
+    let spec = json!({"users": {"secretName": "u", "replicatedAccess": true,
+        "accounts": {"alice": {"accessManagement": true}}}});
+    let mut i = inputs(replicas(1, 1));
+    i.user_passwords = BTreeMap::from([
+        ("alice".into(), Password("a".into())),
+        ("bob".into(), Password("b".into())),
+    ]);
+    let unknown = build(&cluster(spec.clone()), &i);
+    assert!(!users_file(&unknown).contains("access_management"));
+    i.server_version = Some("24.8.4.13".parse().unwrap());
+    let d = build(&cluster(spec.clone()), &i);
+    let users = users_file(&d);
+    let alice = users
+        .split("<alice")
+        .nth(1)
+        .unwrap()
+        .split("</alice>")
+        .next()
+        .unwrap();
+    assert!(
+        alice.contains("<access_management>1</access_management>"),
+        "{users}"
+    );
+    let bob = users
+        .split("<bob")
+        .nth(1)
+        .unwrap()
+        .split("</bob>")
+        .next()
+        .unwrap();
+    assert!(!bob.contains("access_management"), "{users}");
+    let server = common_file(&d, SERVER_FILE);
+    assert!(
+        server.contains(
+            "<user_directories replace=\"replace\">\n        <users_xml>\n            \
+             <path>users.xml</path>\n        </users_xml>\n        <replicated>\n            \
+             <zookeeper_path>/clickhouse/access</zookeeper_path>\n        </replicated>\n    \
+             </user_directories>"
+        ),
+        "{server}"
+    );
+    i.server_version = Some("21.8.1".parse().unwrap());
+    let c = cluster(spec);
+    let e = desired(&Cluster::new(&c).unwrap(), &i).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("spec.users.replicatedAccess: needs ClickHouse 21.9")
+    );
+}

@@ -211,6 +211,17 @@ pub fn check_protocols(
     let Some(v) = version else {
         return Ok(());
     };
+    if c.spec.users.as_ref().is_some_and(|u| u.replicated_access)
+        && !v.supports(Capability::ReplicatedAccessStorage)
+    {
+        return Err(BuildError::Unsupported {
+            field: "spec.users.replicatedAccess".into(),
+            detail: format!(
+                "needs ClickHouse {} or later: the servers run {v}",
+                Capability::ReplicatedAccessStorage.since()
+            ),
+        });
+    }
     let p = &c.spec.protocols;
     for (on, field, cap) in [
         (p.mysql, "mysql", Capability::MysqlProtocol),
@@ -307,6 +318,20 @@ fn server_element(c: &Cluster<'_>) -> Element {
             );
     }
     root = root.children(protocols(c));
+    if c.spec.users.as_ref().is_some_and(|u| u.replicated_access) {
+        // the image's `users_xml` (the users file of the operator and `spec.users`) and, in
+        // place of its `local_directory` on each server's disk, Keeper: a user created with
+        // SQL is then known to every server, a new replica included
+        root = root.child(
+            Element::new("user_directories")
+                .attr("replace", "replace")
+                .child(Element::new("users_xml").child(Element::leaf("path", "users.xml")))
+                .child(Element::new("replicated").child(Element::leaf(
+                    "zookeeper_path",
+                    names::REPLICATED_ACCESS_PATH,
+                ))),
+        );
+    }
     if c.spec.server_metrics.enabled {
         root = root.child(
             Element::new("prometheus")

@@ -116,6 +116,8 @@ struct Account<'a> {
     databases: &'a [String],
     /// SQL privileges (`<grants>`, 23.6 and later); none: the version's default (all).
     grants: Vec<String>,
+    /// `access_management` (20.4 and later).
+    access_management: bool,
 }
 
 /// The privileges of the operator's account where the servers have SQL privileges for users of
@@ -162,6 +164,9 @@ fn user(
         .child(account.networks)
         .child(Element::leaf("profile", account.profile))
         .child(Element::leaf("quota", account.quota));
+    if account.access_management {
+        e = e.child(Element::leaf("access_management", 1));
+    }
     if !account.grants.is_empty() {
         e = e.child(
             Element::new("grants")
@@ -307,6 +312,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
             quota: DEFAULT_QUOTA,
             databases: &[],
             grants,
+            access_management: false,
         },
     )?);
     if let Some(p) = &inputs.exporter_password {
@@ -338,6 +344,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 } else {
                     Vec::new()
                 },
+                access_management: false,
             },
         )?);
     }
@@ -352,6 +359,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 quota: DEFAULT_QUOTA,
                 databases: &[],
                 grants: Vec::new(),
+                access_management: false,
             },
         )?);
     }
@@ -392,6 +400,11 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 quota: quota_of,
                 databases: account.map(|a| a.databases.as_slice()).unwrap_or(&[]),
                 grants: Vec::new(),
+                // written only where the servers have it (an older one ignores or refuses it)
+                access_management: account.is_some_and(|a| a.access_management)
+                    && inputs.server_version.is_some_and(|v| {
+                        v.supports(crate::clickhouse::Capability::AccessManagement)
+                    }),
             },
         )?);
     }
