@@ -1290,3 +1290,67 @@ fn the_operator_keeps_a_pod_through_voluntary_evictions() {
         assert!(of_kind(&docs, "PodDisruptionBudget").is_empty(), "{sets:?}");
     }
 }
+
+/// Operator-level defaults (decision 58): the chart's `clusterDefaults` become a ConfigMap the
+/// operator's pod mounts and names in `CLUSTER_DEFAULTS_FILE`, with a hash of them on the pod so
+/// that a change restarts the operator; the file is what the operator parses; without them,
+/// nothing of it is rendered.
+#[test]
+fn cluster_defaults_reach_the_operator_as_a_file_it_reads() {
+    let helm = helm_or_skip!();
+    let none = template(helm, &operator_chart(), "ops", &[], false);
+    assert!(
+        !none
+            .iter()
+            .any(|d| text(d, "metadata.name") == "rel-clickhouse-operator-cluster-defaults")
+    );
+    let dep = one(&none, "Deployment", "rel-clickhouse-operator");
+    assert!(
+        !env_of(s(dep, "spec.template.spec.containers.0").unwrap())
+            .contains_key("CLUSTER_DEFAULTS_FILE")
+    );
+
+    let sets = [
+        "clusterDefaults.pod.template.spec.imagePullSecrets[0].name=registry",
+        "clusterDefaults.pod.nodeSelector.pool=db",
+        "clusterDefaults.configuration.settings.max_concurrent_queries=200",
+    ];
+    let d = template(helm, &operator_chart(), "ops", &sets, false);
+    let cm = one(&d, "ConfigMap", "rel-clickhouse-operator-cluster-defaults");
+    let file = s(cm, "data")
+        .and_then(|d| d.get("cluster-defaults.yaml"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let defaults = clickhouse_operator::api::defaults::ClusterDefaults::parse(&file)
+        .unwrap_or_else(|e| panic!("{e}: {file}"));
+    let spec = defaults
+        .apply(&serde_json::from_value(serde_json::json!({})).unwrap())
+        .unwrap();
+    assert_eq!(
+        spec.pod.node_selector.get("pool").map(String::as_str),
+        Some("db"),
+        "{file}\n{spec:?}"
+    );
+    assert_eq!(spec.configuration.settings["max_concurrent_queries"], "200");
+    let dep = one(&d, "Deployment", "rel-clickhouse-operator");
+    let container = s(dep, "spec.template.spec.containers.0").unwrap();
+    assert_eq!(
+        env_of(container)["CLUSTER_DEFAULTS_FILE"],
+        "/etc/clickhouse-operator/defaults/cluster-defaults.yaml"
+    );
+    assert_eq!(
+        text(container, "volumeMounts.0.mountPath"),
+        "/etc/clickhouse-operator/defaults"
+    );
+    assert_eq!(
+        text(dep, "spec.template.spec.volumes.0.configMap.name"),
+        "rel-clickhouse-operator-cluster-defaults"
+    );
+    let hash = s(dep, "spec.template.metadata.annotations")
+        .and_then(|a| a.get("clickhouse.com/cluster-defaults-hash"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    assert_eq!(hash.len(), 16, "{dep:?}");
+    lint(helm, &operator_chart(), &sets);
+}

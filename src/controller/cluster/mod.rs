@@ -356,6 +356,12 @@ async fn pass(
     let mut caught_up = false;
     let mut soon = false;
     for _ in 0..PASSES_PER_RECONCILE {
+        // decision 58: the operator's defaults under the cluster's own spec, for this pass only
+        // (the cluster object is never written with them)
+        current.spec = ctx
+            .cluster_defaults
+            .apply(&current.spec)
+            .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
         let (mut world, fresh) = observe::observe(&current, ctx).await?;
         caught_up = fresh;
         let mut plan = plan::decide(&current, &world, Timestamp::now());
