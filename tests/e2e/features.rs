@@ -230,3 +230,74 @@ async fn a_suspended_cluster_is_left_alone_and_a_restart_timestamp_restarts_each
     );
     finish(&client, &ns, op).await;
 }
+
+/// Operator-level defaults (decision 58) on 18.16: an operator started with a defaults file
+/// (`CLUSTER_DEFAULTS_FILE`, what the chart's `clusterDefaults` mount) gives a cluster that sets
+/// none of them its servers' toleration and pull secret, and a profile
+/// setting that the servers apply; the cluster's own setting wins; the cluster object is not
+/// written with them.
+#[tokio::test]
+async fn operator_defaults_reach_a_clusters_pods_and_settings_under_its_own() {
+    use k8s_openapi::api::core::v1::Pod;
+    let client = client().await;
+    let ns = namespace(&client, "defaults").await;
+    let dir = std::env::temp_dir().join(format!("chop-e2e-defaults-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cluster-defaults.yaml");
+    std::fs::write(
+        &file,
+        "pod:\n  template: {spec: {imagePullSecrets: [{name: registry}]}}\n  \
+         tolerations: [{key: dedicated, value: clickhouse, effect: NoSchedule}]\n\
+         configuration:\n  profiles:\n    default: {max_memory_usage: 1234567890, \
+         max_execution_time: 77}\n",
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let op = start_operator_env(&client, &ns, &[("CLUSTER_DEFAULTS_FILE", &path)]).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1},
+            "configuration": {"profiles": {"default": {"max_execution_time": "60"}}}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    assert!(c.spec.pod.tolerations.is_empty(), "the cluster was written");
+    let pod = format!(
+        "{}-0",
+        c.status
+            .as_ref()
+            .unwrap()
+            .replica_state_map
+            .keys()
+            .next()
+            .unwrap()
+    );
+    let spec = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get(&pod)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "registry");
+    assert!(
+        spec.tolerations
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key.as_deref() == Some("dedicated")),
+        "no toleration from the defaults"
+    );
+    let ch = sql_client(&client, &ns, "c1", &pod).await;
+    assert_eq!(
+        query(
+            &ch,
+            "SELECT value AS v FROM system.settings WHERE name IN \
+             ('max_memory_usage', 'max_execution_time') ORDER BY name"
+        )
+        .await,
+        ["60", "1234567890"]
+    );
+    finish(&client, &ns, op).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
