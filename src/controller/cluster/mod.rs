@@ -425,6 +425,7 @@ async fn reconcile_in_span(
     cluster: Arc<ClickHouseCluster>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    let queued = ctx.metrics.queued(KIND);
     // an idle health check waits for one of the idle slots first, so that it never queues
     // ahead of more than a few passes a change triggered (decision 41)
     let _idle_permit = if ctx.pacer.take_idle(&key(&cluster)) {
@@ -442,6 +443,7 @@ async fn reconcile_in_span(
         .acquire()
         .await
         .expect("the semaphore is never closed");
+    queued.started();
     let _timer = PassTimer::start(KIND, &ctx.metrics);
     // the pass may have waited for its permit: plan from the cache's copy as it is now
     let cluster = ctx
