@@ -1354,3 +1354,41 @@ fn cluster_defaults_reach_the_operator_as_a_file_it_reads() {
     assert_eq!(hash.len(), 16, "{dep:?}");
     lint(helm, &operator_chart(), &sets);
 }
+
+/// The exporter's naming options reach it as `EXPORTER_METRIC_NAMES` and
+/// `EXPORTER_CLUSTER_LABEL` (defaults `operator` and `cluster`), and the schema takes only the
+/// values it knows.
+#[test]
+fn exporter_naming_options_reach_the_exporter() {
+    let helm = helm_or_skip!();
+    let env = |sets: &[&str]| {
+        let mut all = vec!["exporter.enabled=true"];
+        all.extend_from_slice(sets);
+        let d = template(helm, &operator_chart(), "ops", &all, false);
+        let dep = one(&d, "Deployment", "rel-clickhouse-operator-exporter");
+        env_of(s(dep, "spec.template.spec.containers.0").unwrap())
+    };
+    let default = env(&[]);
+    assert_eq!(default["EXPORTER_METRIC_NAMES"], "operator");
+    assert_eq!(default["EXPORTER_CLUSTER_LABEL"], "cluster");
+    let set = env(&[
+        "exporter.metricNames=clickhouse",
+        "exporter.clusterLabel=clickhouse_cluster",
+    ]);
+    assert_eq!(set["EXPORTER_METRIC_NAMES"], "clickhouse");
+    assert_eq!(set["EXPORTER_CLUSTER_LABEL"], "clickhouse_cluster");
+    // every value the chart passes is one the exporter takes
+    clickhouse_operator::exporter::Naming::parse(
+        Some(&set["EXPORTER_METRIC_NAMES"]),
+        Some(&set["EXPORTER_CLUSTER_LABEL"]),
+    )
+    .unwrap();
+    let mut c = helm_cmd(helm);
+    c.args(["template", "rel"]).arg(operator_chart()).args([
+        "--set",
+        "exporter.enabled=true",
+        "--set",
+        "exporter.clusterLabel=k8s",
+    ]);
+    assert!(!c.output().unwrap().status.success(), "the schema took k8s");
+}
