@@ -601,6 +601,96 @@ pub fn authorized(token: Option<&str>, header: Option<&str>) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// How the exporter names what it serves: by default `clickhouse_metric_*`,
+/// `clickhouse_event_*_total`, `clickhouse_asynchronous_metric_*` with the label `cluster` (what
+/// the shipped dashboards and alerts use); optionally the names of ClickHouse's own Prometheus
+/// endpoint (`ClickHouseMetrics_*`, `ClickHouseProfileEvents_*`, `ClickHouseAsyncMetrics_*`,
+/// `EXPORTER_METRIC_NAMES=clickhouse`), so that dashboards written for that endpoint and the
+/// official operator work, and the label `clickhouse_cluster` (`EXPORTER_CLUSTER_LABEL`), which
+/// a Prometheus that labels its own Kubernetes clusters `cluster` leaves alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Naming {
+    pub clickhouse_names: bool,
+    pub clickhouse_cluster_label: bool,
+}
+
+impl Naming {
+    /// From `EXPORTER_METRIC_NAMES` (`operator`, the default, or `clickhouse`) and
+    /// `EXPORTER_CLUSTER_LABEL` (`cluster`, the default, or `clickhouse_cluster`).
+    pub fn parse(names: Option<&str>, label: Option<&str>) -> Result<Naming, String> {
+        let clickhouse_names = match names.map(str::trim) {
+            None | Some("") | Some("operator") => false,
+            Some("clickhouse") => true,
+            Some(other) => {
+                return Err(format!(
+                    "EXPORTER_METRIC_NAMES: {other:?} is neither operator nor clickhouse"
+                ));
+            }
+        };
+        let clickhouse_cluster_label = match label.map(str::trim) {
+            None | Some("") | Some("cluster") => false,
+            Some("clickhouse_cluster") => true,
+            Some(other) => {
+                return Err(format!(
+                    "EXPORTER_CLUSTER_LABEL: {other:?} is neither cluster nor clickhouse_cluster"
+                ));
+            }
+        };
+        Ok(Naming {
+            clickhouse_names,
+            clickhouse_cluster_label,
+        })
+    }
+
+    /// `text` (a scrape's answer) named this way.
+    pub fn apply(&self, text: &str) -> String {
+        if *self == Naming::default() {
+            return text.to_string();
+        }
+        let mut out = String::with_capacity(text.len());
+        for line in text.lines() {
+            let (head, name_and_rest) = match line.strip_prefix("# TYPE ") {
+                Some(rest) => ("# TYPE ", rest),
+                None => ("", line),
+            };
+            let end = name_and_rest
+                .find(['{', ' '])
+                .unwrap_or(name_and_rest.len());
+            let (name, rest) = name_and_rest.split_at(end);
+            let mut name = name.to_string();
+            if self.clickhouse_names {
+                if let Some(n) = name.strip_prefix("clickhouse_metric_") {
+                    name = format!("ClickHouseMetrics_{n}");
+                } else if let Some(n) = name
+                    .strip_prefix("clickhouse_event_")
+                    .and_then(|n| n.strip_suffix("_total"))
+                {
+                    name = format!("ClickHouseProfileEvents_{n}");
+                } else if let Some(n) = name.strip_prefix("clickhouse_asynchronous_metric_") {
+                    name = format!("ClickHouseAsyncMetrics_{n}");
+                }
+            }
+            let rest = if self.clickhouse_cluster_label && head.is_empty() {
+                // every series starts with `namespace`, then `cluster` (a namespace name holds
+                // no quote or comma)
+                match rest.find("\",cluster=\"") {
+                    Some(i) if rest.starts_with("{namespace=\"") => {
+                        format!("{}\",clickhouse_cluster=\"{}", &rest[..i], &rest[i + 11..])
+                    }
+                    _ => rest.to_string(),
+                }
+            } else {
+                rest.to_string()
+            };
+            out.push_str(head);
+            out.push_str(&name);
+            out.push_str(&rest);
+            out.push('\n');
+        }
+        out
+    }
+}
+
 /// Serves `/metrics` and `/healthz` on `addr`: a scrape's answer is shared by the requests of
 /// `cache_for`; with `token` (`EXPORTER_TOKEN`), `/metrics` needs it as a bearer token.
 pub async fn serve(
@@ -610,6 +700,7 @@ pub async fn serve(
     addr: std::net::SocketAddr,
     token: Option<String>,
     cache_for: Duration,
+    naming: Naming,
 ) -> std::io::Result<()> {
     use axum::http::{HeaderMap, StatusCode, header::AUTHORIZATION};
     use axum::response::IntoResponse;
@@ -628,8 +719,8 @@ pub async fn serve(
         cache: Cache::keeping(cache_for),
         token,
     });
-    let metrics = |axum::extract::State(s): axum::extract::State<Arc<State>>,
-                   headers: HeaderMap| async move {
+    let metrics = move |axum::extract::State(s): axum::extract::State<Arc<State>>,
+                        headers: HeaderMap| async move {
         let header = headers.get(AUTHORIZATION).and_then(|h| h.to_str().ok());
         if !authorized(s.token.as_deref(), header) {
             return (
@@ -638,9 +729,12 @@ pub async fn serve(
             )
                 .into_response();
         }
-        s.cache
-            .get(|| scrape(&s.client, &s.namespaces, s.credentials.as_ref()))
-            .await
+        naming
+            .apply(
+                &s.cache
+                    .get(|| scrape(&s.client, &s.namespaces, s.credentials.as_ref()))
+                    .await,
+            )
             .into_response()
     };
     let app = axum::Router::new()
@@ -654,6 +748,41 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names of ClickHouse's own endpoint and the label `clickhouse_cluster`, each on
+    /// request; by default the text is served as it is.
+    #[test]
+    fn metrics_take_clickhouses_own_names_and_the_clickhouse_cluster_label_on_request() {
+        let text = "# TYPE clickhouse_metric_Query gauge\n\
+            clickhouse_metric_Query{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 2\n\
+            # TYPE clickhouse_event_SelectQuery_total counter\n\
+            clickhouse_event_SelectQuery_total{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 5\n\
+            # TYPE clickhouse_asynchronous_metric_Uptime gauge\n\
+            clickhouse_asynchronous_metric_Uptime{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 9\n\
+            # TYPE clickhouse_up gauge\n\
+            clickhouse_up{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 1\n";
+        assert_eq!(Naming::default().apply(text), text);
+        let both = Naming::parse(Some("clickhouse"), Some("clickhouse_cluster")).unwrap();
+        assert_eq!(
+            both.apply(text),
+            "# TYPE ClickHouseMetrics_Query gauge\n\
+            ClickHouseMetrics_Query{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 2\n\
+            # TYPE ClickHouseProfileEvents_SelectQuery counter\n\
+            ClickHouseProfileEvents_SelectQuery{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 5\n\
+            # TYPE ClickHouseAsyncMetrics_Uptime gauge\n\
+            ClickHouseAsyncMetrics_Uptime{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 9\n\
+            # TYPE clickhouse_up gauge\n\
+            clickhouse_up{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 1\n"
+        );
+        let label = Naming::parse(None, Some("clickhouse_cluster")).unwrap();
+        assert!(
+            label
+                .apply(text)
+                .contains("clickhouse_metric_Query{namespace=\"t1\",clickhouse_cluster=\"c1\"")
+        );
+        assert!(Naming::parse(Some("prom"), None).is_err());
+        assert!(Naming::parse(None, Some("k8s_cluster")).is_err());
+    }
 
     /// Decision 36: requests within [`CACHE_FOR`] share one scrape, also those that arrive
     /// while it runs; a later request scrapes again.

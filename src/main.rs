@@ -201,6 +201,13 @@ fn main() -> anyhow::Result<()> {
                     name,
                 }
             });
+            // EXPORTER_METRIC_NAMES, EXPORTER_CLUSTER_LABEL: the names of ClickHouse's own
+            // endpoint and the label `clickhouse_cluster`, on request
+            let naming = clickhouse_operator::exporter::Naming::parse(
+                std::env::var("EXPORTER_METRIC_NAMES").ok().as_deref(),
+                std::env::var("EXPORTER_CLUSTER_LABEL").ok().as_deref(),
+            )
+            .map_err(|e| anyhow::anyhow!(e))?;
             clickhouse_operator::exporter::serve(
                 client,
                 settings.watch_namespaces,
@@ -208,6 +215,7 @@ fn main() -> anyhow::Result<()> {
                 settings.http_addr,
                 token,
                 cache_for,
+                naming,
             )
             .await?;
             Ok(())

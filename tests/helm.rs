@@ -1290,3 +1290,105 @@ fn the_operator_keeps_a_pod_through_voluntary_evictions() {
         assert!(of_kind(&docs, "PodDisruptionBudget").is_empty(), "{sets:?}");
     }
 }
+
+/// Operator-level defaults (decision 58): the chart's `clusterDefaults` become a ConfigMap the
+/// operator's pod mounts and names in `CLUSTER_DEFAULTS_FILE`, with a hash of them on the pod so
+/// that a change restarts the operator; the file is what the operator parses; without them,
+/// nothing of it is rendered.
+#[test]
+fn cluster_defaults_reach_the_operator_as_a_file_it_reads() {
+    let helm = helm_or_skip!();
+    let none = template(helm, &operator_chart(), "ops", &[], false);
+    assert!(
+        !none
+            .iter()
+            .any(|d| text(d, "metadata.name") == "rel-clickhouse-operator-cluster-defaults")
+    );
+    let dep = one(&none, "Deployment", "rel-clickhouse-operator");
+    assert!(
+        !env_of(s(dep, "spec.template.spec.containers.0").unwrap())
+            .contains_key("CLUSTER_DEFAULTS_FILE")
+    );
+
+    let sets = [
+        "clusterDefaults.pod.template.spec.imagePullSecrets[0].name=registry",
+        "clusterDefaults.pod.nodeSelector.pool=db",
+        "clusterDefaults.configuration.settings.max_concurrent_queries=200",
+    ];
+    let d = template(helm, &operator_chart(), "ops", &sets, false);
+    let cm = one(&d, "ConfigMap", "rel-clickhouse-operator-cluster-defaults");
+    let file = s(cm, "data")
+        .and_then(|d| d.get("cluster-defaults.yaml"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let defaults = clickhouse_operator::api::defaults::ClusterDefaults::parse(&file)
+        .unwrap_or_else(|e| panic!("{e}: {file}"));
+    let spec = defaults
+        .apply(&serde_json::from_value(serde_json::json!({})).unwrap())
+        .unwrap();
+    assert_eq!(
+        spec.pod.node_selector.get("pool").map(String::as_str),
+        Some("db"),
+        "{file}\n{spec:?}"
+    );
+    assert_eq!(spec.configuration.settings["max_concurrent_queries"], "200");
+    let dep = one(&d, "Deployment", "rel-clickhouse-operator");
+    let container = s(dep, "spec.template.spec.containers.0").unwrap();
+    assert_eq!(
+        env_of(container)["CLUSTER_DEFAULTS_FILE"],
+        "/etc/clickhouse-operator/defaults/cluster-defaults.yaml"
+    );
+    assert_eq!(
+        text(container, "volumeMounts.0.mountPath"),
+        "/etc/clickhouse-operator/defaults"
+    );
+    assert_eq!(
+        text(dep, "spec.template.spec.volumes.0.configMap.name"),
+        "rel-clickhouse-operator-cluster-defaults"
+    );
+    let hash = s(dep, "spec.template.metadata.annotations")
+        .and_then(|a| a.get("clickhouse.com/cluster-defaults-hash"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    assert_eq!(hash.len(), 16, "{dep:?}");
+    lint(helm, &operator_chart(), &sets);
+}
+
+/// The exporter's naming options reach it as `EXPORTER_METRIC_NAMES` and
+/// `EXPORTER_CLUSTER_LABEL` (defaults `operator` and `cluster`), and the schema takes only the
+/// values it knows.
+#[test]
+fn exporter_naming_options_reach_the_exporter() {
+    let helm = helm_or_skip!();
+    let env = |sets: &[&str]| {
+        let mut all = vec!["exporter.enabled=true"];
+        all.extend_from_slice(sets);
+        let d = template(helm, &operator_chart(), "ops", &all, false);
+        let dep = one(&d, "Deployment", "rel-clickhouse-operator-exporter");
+        env_of(s(dep, "spec.template.spec.containers.0").unwrap())
+    };
+    let default = env(&[]);
+    assert_eq!(default["EXPORTER_METRIC_NAMES"], "operator");
+    assert_eq!(default["EXPORTER_CLUSTER_LABEL"], "cluster");
+    let set = env(&[
+        "exporter.metricNames=clickhouse",
+        "exporter.clusterLabel=clickhouse_cluster",
+    ]);
+    assert_eq!(set["EXPORTER_METRIC_NAMES"], "clickhouse");
+    assert_eq!(set["EXPORTER_CLUSTER_LABEL"], "clickhouse_cluster");
+    // every value the chart passes is one the exporter takes
+    clickhouse_operator::exporter::Naming::parse(
+        Some(&set["EXPORTER_METRIC_NAMES"]),
+        Some(&set["EXPORTER_CLUSTER_LABEL"]),
+    )
+    .unwrap();
+    let mut c = helm_cmd(helm);
+    c.args(["template", "rel"]).arg(operator_chart()).args([
+        "--set",
+        "exporter.enabled=true",
+        "--set",
+        "exporter.clusterLabel=k8s",
+    ]);
+    assert!(!c.output().unwrap().status.success(), "the schema took k8s");
+}

@@ -56,7 +56,12 @@ fn free_port() -> u16 {
 
 /// One HTTP GET of a query; returns (status code, body).
 fn query(port: u16, user: Option<(&str, &str)>, sql: &str) -> (u16, String) {
-    let mut target = format!("/?query={}", urlencoding::encode(sql));
+    query_with(port, user, sql, "")
+}
+
+/// [`query`] with further URL parameters (`&name=value…`, already encoded), such as settings.
+fn query_with(port: u16, user: Option<(&str, &str)>, sql: &str, params: &str) -> (u16, String) {
+    let mut target = format!("/?query={}{params}", urlencoding::encode(sql));
     if let Some((u, p)) = user {
         target.push_str(&format!(
             "&user={}&password={}",
@@ -477,4 +482,130 @@ fn the_cluster_secret_is_refused_by_18_16_and_grants_are_ignored() {
         "SELECT count() FROM system.clusters WHERE cluster = 'c1'",
     );
     assert!(!body.contains("Unknown element"), "{body}");
+}
+
+/// Decision 55: before any server reported its version, the system log TTLs are written for the
+/// version the image tag names (24.8 here), so an 18.16 server may start with them, as the
+/// servers of the local Kubernetes do: it boots, writes its query log and ignores the `<ttl>`
+/// (18.16 has no table TTL). Once 18.16 is reported, the file holds no table at all.
+#[test]
+fn system_log_ttls_written_for_the_image_tag_boot_18_16_which_ignores_them() {
+    use clickhouse_operator::model::config::system_logs::SYSTEM_LOGS_FILE;
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let c = cluster();
+    let mut i = inputs();
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let file = &d.common_config.data.as_ref().unwrap()[SYSTEM_LOGS_FILE];
+    assert!(
+        file.contains("<query_log>") && file.contains("INTERVAL 30 DAY"),
+        "{file}"
+    );
+    let (_guard, port) = start(&d, fresh_dir("system-logs"), "");
+    let op = (names::OPERATOR_USER, "op3rator-pw");
+    assert_eq!(
+        query_with(port, Some(op), "SELECT 1", "&log_queries=1"),
+        (200, "1\n".into())
+    );
+    // the query log is flushed every 7.5 s (SYSTEM FLUSH LOGS is not allowed over GET)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let engine = loop {
+        let (code, engine) = query(
+            port,
+            Some(op),
+            "SELECT engine_full FROM system.tables WHERE database = 'system' AND name = 'query_log'",
+        );
+        assert_eq!(code, 200, "{engine}");
+        if engine.contains("MergeTree") {
+            break engine;
+        }
+        assert!(Instant::now() < deadline, "no query_log after 30 s");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(!engine.contains("TTL"), "{engine}");
+
+    i.server_version = Some("18.16.1".parse().unwrap());
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let file = &d.common_config.data.as_ref().unwrap()[SYSTEM_LOGS_FILE];
+    assert!(!file.contains("_log"), "{file}");
+}
+
+/// `spec.logging` on 18.16: the server boots with the generated logger (size, count, and the
+/// JSON `formatting` element, which 18.16 predates and ignores: it logs text), logs at the
+/// spec's level, and a new level is reloaded without a restart (docs/changes.md).
+#[test]
+fn the_log_level_of_spec_logging_is_in_force_and_reloaded_on_18_16() {
+    use clickhouse_operator::model::config::server::RUNTIME_FILE;
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let logging = |level: &str| {
+        let mut c = cluster();
+        c.spec.logging = serde_json::from_value(serde_json::json!({"level": level,
+            "format": "Json", "size": "10M", "count": 2}))
+        .unwrap();
+        c
+    };
+    let i = inputs();
+    let c = logging("information");
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let (guard, port) = start(&d, fresh_dir("logging"), "");
+    let log = guard.dir.join("log").join("server.log");
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(query(port, None, "SELECT 1").1.trim(), "1");
+    assert!(read().contains("<Information>"), "{}", read());
+    assert!(!read().contains("<Debug>"), "debug lines at information");
+    assert!(!read().trim_start().starts_with('{'), "18.16 wrote JSON");
+
+    let d2 = desired(&Cluster::new(&logging("trace")).unwrap(), &i).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    write(
+        &guard.dir.join("config.d").join(RUNTIME_FILE),
+        &d2.common_config.data.as_ref().unwrap()[RUNTIME_FILE],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        query(port, None, "SELECT 1");
+        if read().contains("<Trace>") || read().contains("<Debug>") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new level was not reloaded");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let mut guard = guard;
+    assert!(
+        guard.child.try_wait().unwrap().is_none(),
+        "the server restarted"
+    );
+}
+
+/// Passwords not in the clear, on 18.16: a users Secret key `<user>.sha256_hex` holds the
+/// SHA-256 of the password, and that user logs in with the password (and not with another, nor
+/// with the hash itself).
+#[test]
+fn a_user_given_by_its_sha256_hash_logs_in_with_the_password_on_18_16() {
+    use sha2::{Digest, Sha256};
+    if !Path::new(SERVER).exists() {
+        eprintln!("skipped: {SERVER} is not installed");
+        return;
+    }
+    let c = cluster();
+    let mut i = inputs();
+    let hash = hex::encode(Sha256::digest(b"dave pw & <y>"));
+    i.user_passwords
+        .insert("dave.sha256_hex".into(), Password(hash.clone()));
+    let d = desired(&Cluster::new(&c).unwrap(), &i).unwrap();
+    let users = users_file(&d);
+    assert!(users.contains(&hash), "{users}");
+    assert!(!users.contains("dave.sha256_hex"), "{users}");
+    let (_guard, port) = start(&d, fresh_dir("hashed-user"), "");
+    assert_eq!(
+        query(port, Some(("dave", "dave pw & <y>")), "SELECT 1"),
+        (200, "1\n".into())
+    );
+    assert_ne!(query(port, Some(("dave", "wrong")), "SELECT 1").0, 200);
+    assert_ne!(query(port, Some(("dave", &hash)), "SELECT 1").0, 200);
 }

@@ -1677,3 +1677,227 @@ fn a_web_identity_destination_is_a_keyless_collection_backups_can_name() {
         "it went to the collection's bucket, in the folder named: {e}"
     );
 }
+
+/// Decision 55, docs/configuration.md "System log tables": the TTLs of `spec.systemLogs` are the
+/// TTLs ClickHouse 26.x creates its system log tables with: `ttlDays` on every default table,
+/// a table's own days over it, an optional table named (`text_log`) turned on with its days,
+/// and a default table set to 0 left as the image has it (no TTL).
+#[test]
+fn system_log_tables_are_created_with_the_specs_ttls() {
+    use clickhouse_operator::model::config::system_logs::{DEFAULT_TABLES, SYSTEM_LOGS_FILE};
+    let (c, i) = c1(serde_json::json!({"systemLogs": {"ttlDays": 7,
+        "tables": {"query_log": 30, "trace_log": 0, "text_log": 3}}}));
+    let d = build(&c, &i);
+    assert!(d.common_config.data.as_ref().unwrap()[SYSTEM_LOGS_FILE].contains("text_log"));
+    // trace_log is in the image's configuration (here the stand-in's), without a TTL
+    let layout = lay_out(
+        "system-logs",
+        &d,
+        "c1-0-0",
+        "<trace_log><database>system</database><table>trace_log</table></trace_log>",
+    );
+    let r = run(
+        &layout,
+        &[
+            "SYSTEM FLUSH LOGS",
+            "SELECT name, engine_full FROM system.tables WHERE database = 'system' \
+             AND name LIKE '%_log' ORDER BY name",
+        ],
+    );
+    let tables: BTreeMap<String, String> = r
+        .rows(1)
+        .iter()
+        .filter_map(|row| {
+            let (n, e) = row.split_once('\t')?;
+            Some((n.to_string(), e.to_string()))
+        })
+        .collect();
+    let ttl = |t: &str| {
+        let e = tables
+            .get(t)
+            .unwrap_or_else(|| panic!("no system.{t}: {tables:?}"));
+        e.split_once(" TTL ").map(|(_, rest)| {
+            rest.split(" SETTINGS")
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+    };
+    for t in DEFAULT_TABLES
+        .iter()
+        .filter(|t| !["query_log", "trace_log"].contains(t))
+    {
+        assert_eq!(
+            ttl(t).as_deref(),
+            Some("event_date + toIntervalDay(7)"),
+            "{t}"
+        );
+    }
+    assert_eq!(
+        ttl("query_log").as_deref(),
+        Some("event_date + toIntervalDay(30)")
+    );
+    assert_eq!(
+        ttl("text_log").as_deref(),
+        Some("event_date + toIntervalDay(3)")
+    );
+    assert_eq!(ttl("trace_log"), None);
+}
+
+/// `spec.logging.format: Json` on ClickHouse 26.x: the generated `logger/formatting` makes the
+/// server write its log as one JSON object per line (chDB honours `logger`; the test only moves
+/// the files into the temporary folder).
+#[test]
+fn a_json_log_format_writes_one_json_object_per_line() {
+    let (c, i) = c1(serde_json::json!({"logging": {"format": "Json", "size": "10M", "count": 2}}));
+    let d = build(&c, &i);
+    let layout = lay_out("json-log", &d, "c1-0-0", "");
+    let r = run(&layout, &["SELECT 1"]);
+    assert_eq!(r.rows(0), ["1"]);
+    let lines: Vec<&str> = r.log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "no server log");
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+        assert!(v["message"].is_string(), "{line}");
+    }
+}
+
+/// `spec.logging.level` wins over the operator's default in the merged files, as the setting
+/// `logger/level` it replaces does (files merge in name order).
+#[test]
+fn the_level_of_spec_logging_is_the_merged_level() {
+    let (c, i) = c1(serde_json::json!({"logging": {"level": "warning"}}));
+    assert_eq!(
+        merged_logger_level(&build(&c, &i)).as_deref(),
+        Some("warning")
+    );
+}
+
+/// `spec.shardWeights` on ClickHouse 26.x: `system.clusters` has each shard's weight, the
+/// named one's and 1 for the others.
+#[test]
+fn shard_weights_are_the_clusters_weights() {
+    let (c, i) = c1(serde_json::json!({"shardWeights": {"1": 3}}));
+    let d = build(&c, &i);
+    let layout = lay_out("shard-weights", &d, "c1-0-0", "");
+    let r = run(
+        &layout,
+        &[
+            CLUSTERS,
+            "SELECT DISTINCT shard_num, shard_weight FROM system.clusters \
+             WHERE cluster = 'c1' ORDER BY shard_num",
+        ],
+    );
+    check_clusters(&r.rows(0), "c1", &C1_HOSTS, names::TCP_PORT).unwrap();
+    assert_eq!(r.rows(1), ["1\t1", "2\t3"]);
+}
+
+/// Passwords not in the clear on ClickHouse 26.x: users Secret keys `<user>.sha256_hex` and
+/// `<user>.double_sha1_hex` give their user that hash as it is (`system.users.auth_type`, and
+/// the hash of `SHOW CREATE USER` is the SHA-256 of the password, or its double SHA-1).
+#[test]
+fn users_given_by_their_hashes_have_those_hashes() {
+    use sha2::{Digest, Sha256};
+    let (c, mut i) = c1(serde_json::json!({}));
+    i.server_version = Some("24.8.4.13".parse().unwrap());
+    i.user_passwords.insert(
+        "carol.sha256_hex".into(),
+        Password(hex::encode(Sha256::digest(b"carol pw"))),
+    );
+    let d = build(&c, &i);
+    let layout = lay_out("hashed-users", &d, "c1-0-0", "");
+    let mysql = "dave.double_sha1_hex";
+    let r = run(
+        &layout,
+        &[
+            "SELECT name, auth_type FROM system.users WHERE name = 'carol'",
+            "SHOW CREATE USER carol SETTINGS format_display_secrets_in_show_and_select = 1",
+            "SELECT upper(hex(SHA256('carol pw')))",
+        ],
+    );
+    assert_eq!(r.rows(0), ["carol\t['sha256_password']"]);
+    assert!(r.rows(1)[0].contains(&r.rows(2)[0]), "{:?}", r.rows(1));
+
+    // double SHA-1: its hash, computed by the engine itself from the password
+    let probe = run(&layout, &["SELECT hex(SHA1(unhex(hex(SHA1('dave pw')))))"]);
+    let double = probe.rows(0)[0].to_lowercase();
+    i.user_passwords
+        .insert(mysql.into(), Password(double.clone()));
+    let d = build(&c, &i);
+    let layout = lay_out("hashed-users-2", &d, "c1-0-0", "");
+    let r = run(
+        &layout,
+        &[
+            "SELECT name, auth_type FROM system.users WHERE name = 'dave'",
+            "SHOW CREATE USER dave SETTINGS format_display_secrets_in_show_and_select = 1",
+        ],
+    );
+    assert_eq!(r.rows(0), ["dave\t['double_sha1_password']"]);
+    assert!(
+        r.rows(1)[0].to_lowercase().contains(&double),
+        "{:?}",
+        r.rows(1)
+    );
+}
+
+/// `spec.protocols` on ClickHouse 26.x: the MySQL, PostgreSQL and gRPC ports, and gRPC's TLS
+/// section with `spec.tls`, load (chDB serves no port, so that they answer is not shown here),
+/// and the MySQL and PostgreSQL ports are no longer removed.
+#[test]
+fn the_client_protocols_load() {
+    for extra in [
+        serde_json::json!({"protocols": {"mysql": true, "postgresql": true, "grpc": true}}),
+        serde_json::json!({"protocols": {"mysql": true, "postgresql": true, "grpc": true},
+            "tls": {"enabled": true, "serverCertSecret": "c1-tls", "caSecret": "c1-ca"}}),
+    ] {
+        let tls = extra.get("tls").is_some();
+        let (c, i) = c1(extra);
+        let d = build(&c, &i);
+        let files = d.common_config.data.as_ref().unwrap();
+        assert!(files[SERVER_FILE].contains("<grpc_port>9100</grpc_port>"));
+        assert_eq!(
+            files[SERVER_FILE].contains("<enable_ssl>1</enable_ssl>"),
+            tls
+        );
+        let layout = lay_out(
+            if tls { "protocols-tls" } else { "protocols" },
+            &d,
+            "c1-0-0",
+            "",
+        );
+        let r = run(&layout, &[CLUSTERS]);
+        let port = if tls {
+            names::TCP_SECURE_PORT
+        } else {
+            names::TCP_PORT
+        };
+        check_clusters(&r.rows(0), "c1", &C1_HOSTS, port).unwrap();
+    }
+}
+
+/// Users managed with SQL on ClickHouse 26.x: `spec.users.accounts.<user>.accessManagement`
+/// gives that user the right to create users and grant (`SHOW GRANTS FOR`), and not another;
+/// `replicatedAccess` loads (chDB keeps no replicated access storage, so where the users go is
+/// not shown here; see docs/testing.md).
+#[test]
+fn access_management_lets_the_user_manage_users_with_sql() {
+    let (c, mut i) = c1(
+        serde_json::json!({"users": {"secretName": "u", "replicatedAccess": true,
+        "accounts": {"alice": {"accessManagement": true}}}}),
+    );
+    i.server_version = Some("24.8.4.13".parse().unwrap());
+    let d = build(&c, &i);
+    let layout = lay_out("access-management", &d, "c1-0-0", "");
+    let r = run(&layout, &["SHOW GRANTS FOR alice", "SHOW GRANTS FOR bob"]);
+    let alice = r.rows(0).join("\n");
+    assert!(
+        alice.contains("CREATE USER") && alice.contains("WITH GRANT OPTION"),
+        "{alice}"
+    );
+    assert!(
+        !r.rows(1).join("\n").contains("CREATE USER"),
+        "{:?}",
+        r.rows(1)
+    );
+}

@@ -62,6 +62,12 @@ pub struct ClickHouseClusterSpec {
     /// Number of replicas in every shard. Each replica is one StatefulSet with one pod.
     #[serde(default = "default_replicas")]
     pub replicas: i32,
+    /// Weights of shards in `remote_servers`: shard index (`"0"`, `"1"`, …, below `shards`) →
+    /// weight (1 to 1000; a shard not named weighs 1). An insert into a Distributed table
+    /// sends each shard its weight's share of the rows. A change is reloaded by the servers:
+    /// no restart.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shard_weights: BTreeMap<String, u32>,
     /// ClickHouse server image.
     #[serde(default = "default_server_image")]
     pub image: String,
@@ -92,6 +98,27 @@ pub struct ClickHouseClusterSpec {
     /// a PodMonitor can scrape them directly. Turning it on or off restarts the servers.
     #[serde(default)]
     pub server_metrics: ServerMetricsSpec,
+    /// Client protocols besides HTTP and native that BI tools use: MySQL (9004), PostgreSQL
+    /// (9005) and gRPC (9100), each served, declared on the pods, published by the client
+    /// Services and allowed by the NetworkPolicy like the other client ports. Off by default
+    /// (the images' MySQL and PostgreSQL ports are closed). A change restarts the servers.
+    #[serde(default, skip_serializing_if = "ProtocolsSpec::is_default")]
+    pub protocols: ProtocolsSpec,
+    /// How long the servers keep the rows of their system log tables (`query_log`,
+    /// `part_log`, `metric_log`, …), which otherwise grow until the disk is full: a TTL each
+    /// table is created with (ClickHouse 21.1 and later; decision 55). Unset: 30 days on the
+    /// default tables, written for clusters created by or restarted under this operator
+    /// version (it restarts no running pod). Set or changed: the servers restart, since the
+    /// tables are created at startup; a table whose TTL changes is renamed (`query_log_0`) and
+    /// created anew, as ClickHouse does for a changed system log table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_logs: Option<SystemLogsSpec>,
+    /// The servers' own log (`logger`): level, format, file size and count, and whether it is
+    /// written to files besides the console (the container log, which `kubectl logs` shows).
+    /// The level is reloaded; the rest restarts the servers. Unset fields keep the defaults:
+    /// `information`, text, files of 100M, 3 of them, files on.
+    #[serde(default, skip_serializing_if = "LoggingSpec::is_default")]
+    pub logging: LoggingSpec,
     /// What schema the operator copies onto new replicas and shards.
     #[serde(default)]
     pub schema_policy: SchemaPolicySpec,
@@ -108,6 +135,13 @@ pub struct ClickHouseClusterSpec {
     /// Stop every pod (data is kept) while true.
     #[serde(default)]
     pub pause: bool,
+    /// Hands off while true: the operator changes nothing of this cluster (no object written,
+    /// no pod restarted or deleted, no statement sent, no scheduled backup), its pods keep
+    /// running as they are, and the status says `suspended`; a change of the spec waits until
+    /// it is false again. Unlike `pause`, nothing stops. Deleting the cluster still runs its
+    /// reclaim policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
     /// Scheduled backups.
     #[serde(default)]
     pub backup: BackupScheduleSpec,
@@ -578,6 +612,121 @@ fn default_server_metrics_port() -> i32 {
     9363
 }
 
+/// `spec.protocols`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtocolsSpec {
+    /// The MySQL wire protocol on 9004 (ClickHouse 20.1 and later). With `spec.tls` the
+    /// server offers TLS there (clients choose); refused with `spec.tls.required`, since a
+    /// client may still connect in clear.
+    #[serde(default)]
+    pub mysql: bool,
+    /// The PostgreSQL wire protocol on 9005 (ClickHouse 21.1 and later). TLS as for MySQL.
+    #[serde(default)]
+    pub postgresql: bool,
+    /// gRPC on 9100 (ClickHouse 21.1 and later, in builds with gRPC, as the official images
+    /// are). With `spec.tls` the port takes TLS only, with the server certificate.
+    #[serde(default)]
+    pub grpc: bool,
+}
+
+impl ProtocolsSpec {
+    /// Whether nothing is on.
+    pub fn is_default(&self) -> bool {
+        *self == ProtocolsSpec::default()
+    }
+}
+
+/// `spec.logging`: the server log (ClickHouse's `logger`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggingSpec {
+    /// `fatal`, `critical`, `error`, `warning`, `notice`, `information` (the default),
+    /// `debug`, `trace` or `test`. Reloaded: no restart. Replaces the setting `logger/level`
+    /// of `spec.configuration.settings`, which is refused beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// `Text` (the default) or `Json`: one JSON object per line (`logger/formatting/type`,
+    /// ClickHouse 22.x and later; older servers ignore it and write text), on the console and
+    /// in the files. Replaces the setting `logger/formatting/type`, refused beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<LogFormat>,
+    /// Size at which a log file is rotated, as ClickHouse reads it (`100M`, the default;
+    /// digits and an optional `K`, `M` or `G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// Rotated files kept (1 to 1000; default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i32>,
+    /// Write the log and the error log to files (default true: in the log volume of
+    /// `spec.storage.logs`, or scratch space of the pod) besides the console; false: the
+    /// console only, as the official images do without a log folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<bool>,
+}
+
+impl LoggingSpec {
+    /// Whether nothing is set.
+    pub fn is_default(&self) -> bool {
+        *self == LoggingSpec::default()
+    }
+}
+
+/// `spec.logging.format`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The levels `spec.logging.level` takes, as ClickHouse names them.
+pub const LOG_LEVELS: &[&str] = &[
+    "fatal",
+    "critical",
+    "error",
+    "warning",
+    "notice",
+    "information",
+    "debug",
+    "trace",
+    "test",
+];
+
+/// `spec.systemLogs`: the TTLs of the system log tables (decision 55).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemLogsSpec {
+    /// Days a row of each default system log table is kept (`event_date + INTERVAL n DAY
+    /// DELETE`; default 30, at most 36500). 0 is the off switch: no TTL is written and the
+    /// tables keep every row, as the image configures them.
+    #[serde(default = "default_system_log_ttl_days")]
+    pub ttl_days: u32,
+    /// Days per table, over `ttlDays`: a default table (`query_log`, `query_thread_log`,
+    /// `part_log`, `trace_log`, `metric_log`, `asynchronous_metric_log`) with 0 keeps every
+    /// row; another known table (`text_log`, `query_views_log`, `processors_profile_log`,
+    /// `session_log`, `zookeeper_log`, `asynchronous_insert_log`, `backup_log`,
+    /// `blob_storage_log`, `error_log`, `query_metric_log`, `crash_log`) gets its TTL only
+    /// here, and naming it turns that log on where the image's configuration has it off.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tables: BTreeMap<String, u32>,
+}
+
+impl Default for SystemLogsSpec {
+    fn default() -> Self {
+        SystemLogsSpec {
+            ttl_days: default_system_log_ttl_days(),
+            tables: BTreeMap::new(),
+        }
+    }
+}
+
+/// The default `spec.systemLogs.ttlDays`.
+pub const DEFAULT_SYSTEM_LOG_TTL_DAYS: u32 = 30;
+
+fn default_system_log_ttl_days() -> u32 {
+    DEFAULT_SYSTEM_LOG_TTL_DAYS
+}
+
 /// Automatic version upgrades (S2-24, decision 15).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -866,7 +1015,10 @@ pub struct SecretKeyRef {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UsersSpec {
-    /// The Secret (same namespace) whose keys are user names and values their passwords.
+    /// The Secret (same namespace) whose keys are user names and values their passwords; a key
+    /// `<user>.sha256_hex` holds the SHA-256 of the user's password instead (hex), and
+    /// `<user>.double_sha1_hex` its double SHA-1 (ClickHouse 20.1 and later): the hash is used
+    /// as it is, and the password is nowhere.
     pub secret_name: String,
     /// Settings profile given to these users.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -880,6 +1032,12 @@ pub struct UsersSpec {
     /// above for that user.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub accounts: BTreeMap<String, AccountSpec>,
+    /// Keep the users, roles, quotas and grants created with SQL in Keeper, shared by every
+    /// server (`user_directories/replicated`, ClickHouse 21.9 and later), instead of on each
+    /// server's own disk, where a new replica has none of them. Needs Keeper. A change
+    /// restarts the servers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replicated_access: bool,
 }
 
 /// What one user of the users Secret may do, over the defaults of `spec.users`.
@@ -898,6 +1056,12 @@ pub struct AccountSpec {
     /// The only databases this user may use (`allow_databases`); empty: every database.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub databases: Vec<String>,
+    /// Let this user manage users, roles, quotas and grants with SQL (`CREATE USER`, `GRANT`,
+    /// …: ClickHouse's `access_management`, 20.4 and later; written once the servers report
+    /// such a version). Reloaded: no restart. What such a user creates is kept by each server
+    /// for itself, unless `spec.users.replicatedAccess` keeps it in Keeper for all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub access_management: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -1256,7 +1420,8 @@ pub enum ClientServiceType {
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseClusterStatus {
     /// `initializing`, `ready` (every pod Ready on its current revision and every shard
-    /// reachable through every server), `paused`, `stopping` or `error`.
+    /// reachable through every server), `paused`, `stopping`, `error` or `suspended`
+    /// (`spec.suspend`: the operator changes nothing).
     #[serde(default)]
     pub state: ClusterState,
     /// What happens now, or what is wrong, naming the field or object concerned.
@@ -1301,6 +1466,12 @@ pub struct ClickHouseClusterStatus {
     /// has answered; what version-dependent configuration relies on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The last one-shot rolling restart asked for (the annotation
+    /// `clickhouse.com/restart-at` of the cluster, a timestamp): the server pods carry it in
+    /// their template, so each value restarts them once, in Smart Update order, and removing
+    /// the annotation restarts nothing (decision 57).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_at: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -1312,6 +1483,8 @@ pub enum ClusterState {
     Paused,
     Stopping,
     Error,
+    /// `spec.suspend`: the operator changes nothing.
+    Suspended,
 }
 
 impl std::fmt::Display for ClusterState {
@@ -1322,6 +1495,7 @@ impl std::fmt::Display for ClusterState {
             ClusterState::Paused => "paused",
             ClusterState::Stopping => "stopping",
             ClusterState::Error => "error",
+            ClusterState::Suspended => "suspended",
         })
     }
 }

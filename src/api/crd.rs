@@ -569,7 +569,14 @@ mod tests {
         let st = schema(&c)["properties"]["status"]["properties"].clone();
         assert_eq!(
             st["state"]["enum"],
-            json!(["initializing", "ready", "paused", "stopping", "error"])
+            json!([
+                "initializing",
+                "ready",
+                "paused",
+                "stopping",
+                "error",
+                "suspended"
+            ])
         );
         let rs =
             st["replicaStateMap"]["additionalProperties"]["properties"]["state"]["enum"].clone();

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod cluster;
 pub mod crd;
+pub mod defaults;
 pub mod restore;
 pub mod schema_policy;
 pub mod validate;

@@ -77,6 +77,10 @@ pub fn validate(name: &str, spec: &ClickHouseClusterSpec) -> (Vec<FieldError>, V
     }
     check_keeper_start(spec, &mut errors);
     check_configuration(name, spec, &mut errors);
+    check_system_logs(spec, &mut errors);
+    check_logging(spec, &mut errors);
+    check_protocols(spec, &mut errors);
+    check_replicated_access(spec, &mut errors);
     check_client_service(spec, &mut errors);
     check_cr_version(spec, &mut errors);
     (errors.0, warnings(spec))
@@ -426,6 +430,155 @@ fn is_xml_name(s: &str) -> bool {
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
         && s.len() <= 64
+}
+
+/// `spec.users.replicatedAccess` keeps SQL users in Keeper: the cluster needs one.
+fn check_replicated_access(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    if spec.users.as_ref().is_some_and(|u| u.replicated_access)
+        && spec.keeper.replicas == 0
+        && spec.keeper.external.is_none()
+    {
+        errors.add(
+            "spec.users.replicatedAccess",
+            "keeps the users created with SQL in Keeper: the cluster has none \
+             (spec.keeper.replicas is 0 and spec.keeper.external is not set)"
+                .into(),
+        );
+    }
+}
+
+/// `spec.protocols`: the MySQL and PostgreSQL protocols take clients in clear whatever the
+/// server offers, so not with `spec.tls.required`; no protocol on the servers' metrics port.
+fn check_protocols(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    let p = &spec.protocols;
+    for (on, field) in [(p.mysql, "mysql"), (p.postgresql, "postgresql")] {
+        if on && spec.tls.enabled && spec.tls.required {
+            errors.add(
+                &format!("spec.protocols.{field}"),
+                "a client may connect in clear on this protocol's port, which spec.tls.required \
+                 forbids: use HTTPS or native TLS, or gRPC (TLS only with spec.tls)"
+                    .into(),
+            );
+        }
+    }
+    if spec.server_metrics.enabled {
+        for (on, field, port) in [
+            (p.mysql, "mysql", crate::model::names::MYSQL_PORT),
+            (
+                p.postgresql,
+                "postgresql",
+                crate::model::names::POSTGRESQL_PORT,
+            ),
+            (p.grpc, "grpc", crate::model::names::GRPC_PORT),
+        ] {
+            if on && spec.server_metrics.port == port {
+                errors.add(
+                    "spec.serverMetrics.port",
+                    format!("{port} is the port of spec.protocols.{field}"),
+                );
+            }
+        }
+    }
+}
+
+/// `spec.logging`: a level ClickHouse knows, a size it reads, a sane count; and never beside
+/// the setting it replaces (which would decide by the order of the files), nor files off with
+/// a log volume nothing would write to.
+fn check_logging(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    let l = &spec.logging;
+    if let Some(level) = l
+        .level
+        .as_ref()
+        .filter(|l| !super::LOG_LEVELS.contains(&l.as_str()))
+    {
+        errors.add(
+            "spec.logging.level",
+            format!("{level:?} is not one of {}", super::LOG_LEVELS.join(", ")),
+        );
+    }
+    if let Some(size) = &l.size {
+        let digits = size.strip_suffix(['K', 'M', 'G']).unwrap_or(size);
+        if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            errors.add(
+                "spec.logging.size",
+                format!("{size:?} is not a size such as 100M (digits, then K, M or G)"),
+            );
+        }
+    }
+    if let Some(count) = l.count.filter(|c| !(1..=1000).contains(c)) {
+        errors.add(
+            "spec.logging.count",
+            format!("{count} is not between 1 and 1000"),
+        );
+    }
+    if l.files == Some(false) && spec.storage.logs.is_some() {
+        errors.add(
+            "spec.logging.files",
+            "false leaves the log volume of spec.storage.logs unused: keep the files or remove \
+             the volume (a volume cannot be removed from a running cluster)"
+                .into(),
+        );
+    }
+    let replaced = [
+        ("logger/level", "level", l.level.is_some()),
+        ("logger/formatting", "format", l.format.is_some()),
+        ("logger/size", "size", l.size.is_some()),
+        ("logger/count", "count", l.count.is_some()),
+    ];
+    for key in spec.configuration.settings.keys() {
+        for (path, field, set) in replaced {
+            if set && (key == path || key.starts_with(&format!("{path}/"))) {
+                errors.add(
+                    &format!("spec.configuration.settings.{key}"),
+                    format!("spec.logging.{field} sets it: remove one of the two"),
+                );
+            }
+        }
+    }
+}
+
+/// `spec.systemLogs` (decision 55): known tables, at most 100 years; and no setting that would
+/// make a server with the operator's `ttl` refuse to start (`<table>/engine`, which ClickHouse
+/// refuses beside a `ttl`) or that the operator's file overrides (`<table>/ttl`).
+fn check_system_logs(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    use crate::model::config::system_logs as logs;
+    if let Some(s) = &spec.system_logs {
+        if s.ttl_days > 36500 {
+            errors.add(
+                "spec.systemLogs.ttlDays",
+                format!("{} days is more than 36500", s.ttl_days),
+            );
+        }
+        for (table, days) in &s.tables {
+            let field = format!("spec.systemLogs.tables.{table}");
+            if !logs::is_known(table) {
+                errors.add(
+                    &field,
+                    format!(
+                        "not a system log table the operator knows (one of {}, {})",
+                        logs::DEFAULT_TABLES.join(", "),
+                        logs::OPTIONAL_TABLES.join(", ")
+                    ),
+                );
+            } else if *days > 36500 {
+                errors.add(&field, format!("{days} days is more than 36500"));
+            }
+        }
+    }
+    for (table, _) in logs::ttls(spec.system_logs.as_ref()) {
+        for key in ["engine", "ttl"] {
+            let path = format!("{table}/{key}");
+            if spec.configuration.settings.contains_key(&path) {
+                errors.add(
+                    &format!("spec.configuration.settings.{path}"),
+                    format!(
+                        "the operator writes a ttl for {table} (spec.systemLogs): set its days \
+                         there, or 0 in spec.systemLogs.tables.{table} to write your own"
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// The disruption budget must let at least one pod go.
@@ -899,6 +1052,28 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             let hidden = (spec.configuration.files.contains_key(file) || in_shard)
                 .then_some("spec.configuration.files or the shard's shardFiles");
             check_extra_file(&field, file, hidden, errors);
+        }
+    }
+    for (shard, weight) in &spec.shard_weights {
+        let field = format!("spec.shardWeights[{shard}]");
+        match shard.parse::<i32>() {
+            Ok(s) if s.to_string() == *shard && (0..spec.shards).contains(&s) => {}
+            _ => errors.add(
+                &field,
+                format!(
+                    "{shard:?} is not the index of a shard (\"0\" to \"{}\")",
+                    spec.shards - 1
+                ),
+            ),
+        }
+        if !(1..=1000).contains(weight) {
+            errors.add(
+                &field,
+                format!(
+                    "{weight} is not between 1 and 1000 (a shard of weight 0 would leave the \
+                     cluster's queries)"
+                ),
+            );
         }
     }
     for (shard, files) in &spec.configuration.shard_files {
@@ -1601,6 +1776,149 @@ mod tests {
         );
     }
 
+    /// `spec.users.replicatedAccess` needs a Keeper, the cluster's own or an external one.
+    #[test]
+    fn replicated_access_needs_keeper() {
+        let mut s: ClickHouseClusterSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 1, "users": {"secretName": "u", "replicatedAccess": true},
+            "keeper": {"replicas": 0}}))
+        .unwrap();
+        assert_eq!(
+            validate("c1", &s)
+                .0
+                .iter()
+                .map(|e| e.field.as_str())
+                .collect::<Vec<_>>(),
+            ["spec.users.replicatedAccess"]
+        );
+        s.keeper.replicas = 3;
+        assert!(validate("c1", &s).0.is_empty());
+    }
+
+    /// `spec.protocols`: MySQL and PostgreSQL are refused with `tls.required` (a client could
+    /// connect in clear), gRPC is not; a protocol's port is not the metrics port.
+    #[test]
+    fn protocols_in_clear_are_refused_with_required_tls() {
+        let mut s: ClickHouseClusterSpec = serde_json::from_value(serde_json::json!({
+            "protocols": {"mysql": true, "postgresql": true, "grpc": true},
+            "tls": {"enabled": true, "required": true, "serverCertSecret": "c1-tls",
+                "caSecret": "c1-ca"},
+            "serverMetrics": {"enabled": true, "port": 9100}}))
+        .unwrap();
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.protocols.mysql",
+                "spec.protocols.postgresql",
+                "spec.serverMetrics.port"
+            ]
+        );
+        s.tls.required = false;
+        s.server_metrics.port = 9363;
+        assert!(
+            validate("c1", &s).0.is_empty(),
+            "{:?}",
+            validate("c1", &s).0
+        );
+    }
+
+    /// `spec.logging`: its values are checked, and the settings it replaces are refused beside
+    /// it but still taken alone (the earlier way, kept working).
+    #[test]
+    fn logging_values_are_checked_and_the_settings_it_replaces_refused_beside_it() {
+        let mut s = spec();
+        s.logging = crate::api::LoggingSpec {
+            level: Some("verbose".into()),
+            format: Some(crate::api::LogFormat::Json),
+            size: Some("1T".into()),
+            count: Some(0),
+            files: Some(false),
+        };
+        s.storage.logs = serde_json::from_value(serde_json::json!({"size": "1Gi"})).unwrap();
+        s.configuration
+            .settings
+            .insert("logger/formatting/type".into(), "json".into());
+        s.configuration
+            .settings
+            .insert("logger/level".into(), "debug".into());
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.logging.level",
+                "spec.logging.size",
+                "spec.logging.count",
+                "spec.logging.files",
+                "spec.configuration.settings.logger/formatting/type",
+                "spec.configuration.settings.logger/level",
+            ]
+        );
+        s.logging = crate::api::LoggingSpec {
+            level: Some("debug".into()),
+            size: Some("500M".into()),
+            count: Some(10),
+            ..Default::default()
+        };
+        s.configuration.settings.remove("logger/level");
+        assert!(
+            validate("c1", &s).0.is_empty(),
+            "{:?}",
+            validate("c1", &s).0
+        );
+        // the settings alone, as before spec.logging existed
+        s.logging = Default::default();
+        s.configuration
+            .settings
+            .insert("logger/level".into(), "debug".into());
+        assert!(validate("c1", &s).0.is_empty());
+    }
+
+    /// Decision 55: `spec.systemLogs` names only known tables (never a path), with at most
+    /// 36500 days, and a setting that would stop a server beside the operator's `ttl` is
+    /// refused.
+    #[test]
+    fn system_log_tables_and_days_are_checked_and_an_engine_beside_the_ttl_refused() {
+        let mut s = spec();
+        s.system_logs = Some(crate::api::SystemLogsSpec {
+            ttl_days: 40000,
+            tables: BTreeMap::from([
+                ("../etc/passwd".to_string(), 3),
+                ("text_log".to_string(), 50000),
+                ("query_log".to_string(), 7),
+            ]),
+        });
+        s.configuration
+            .settings
+            .insert("query_log/engine".into(), "ENGINE = Log".into());
+        s.configuration.settings.insert(
+            "opentelemetry_span_log/engine".into(),
+            "ENGINE = Log".into(),
+        );
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.systemLogs.ttlDays",
+                "spec.systemLogs.tables.../etc/passwd",
+                "spec.systemLogs.tables.text_log",
+                "spec.configuration.settings.query_log/engine",
+            ]
+        );
+        // the table's own TTL off: its engine is the user's
+        s.system_logs = Some(crate::api::SystemLogsSpec {
+            ttl_days: 30,
+            tables: BTreeMap::from([("query_log".to_string(), 0)]),
+        });
+        assert!(validate("c1", &s).0.is_empty());
+        // unset, the default TTLs count
+        s.system_logs = None;
+        assert_eq!(validate("c1", &s).0.len(), 1);
+    }
+
     /// S2-10: the servers' own metrics port must not be one the servers already use.
     #[test]
     fn the_server_metrics_port_must_be_free() {
@@ -1705,6 +2023,35 @@ mod tests {
                 fields("c1", &s)
             );
         }
+    }
+
+    /// Shard weights name a shard of the cluster by its index, and weigh 1 to 1000 (0 would take
+    /// the shard out of the cluster's queries).
+    #[test]
+    fn shard_weights_name_an_existing_shard_and_weigh_1_to_1000() {
+        let mut s = spec();
+        s.shards = 2;
+        s.shard_weights = BTreeMap::from([
+            ("0".to_string(), 0),
+            ("1".to_string(), 1000),
+            ("2".to_string(), 1),
+            ("01".to_string(), 1),
+            ("x".to_string(), 1001),
+        ]);
+        let (errors, _) = validate("c1", &s);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.shardWeights[0]",
+                "spec.shardWeights[01]",
+                "spec.shardWeights[2]",
+                "spec.shardWeights[x]",
+                "spec.shardWeights[x]",
+            ]
+        );
+        s.shard_weights = BTreeMap::from([("1".to_string(), 3)]);
+        assert!(validate("c1", &s).0.is_empty());
     }
 
     /// S2-10: shard files are named by a shard index, plain file names, not the operator's
@@ -1813,6 +2160,7 @@ mod tests {
                 profile: Some("nobody".into()),
                 quota: Some("q1".into()),
                 databases: vec!["db1".into(), "db 2".into()],
+                access_management: false,
             },
         );
         accounts.insert("bad name".to_string(), Default::default());

@@ -116,6 +116,22 @@ pub enum Capability {
     /// Keeper over TLS: `keeper_server/tcp_port_secure`, `raft_configuration/secure`, and a
     /// server's `zookeeper/node/secure`.
     KeeperTls,
+    /// `password_double_sha1_hex` of a user of the users file (the hash the MySQL protocol
+    /// needs).
+    PasswordDoubleSha1,
+    /// `access_management` of a user of the users file (SQL-driven access control).
+    AccessManagement,
+    /// `user_directories/replicated`: users, roles and grants created with SQL kept in Keeper.
+    ReplicatedAccessStorage,
+    /// The MySQL wire protocol (`mysql_port`).
+    MysqlProtocol,
+    /// The PostgreSQL wire protocol (`postgresql_port`).
+    PostgresqlProtocol,
+    /// gRPC (`grpc_port`, `grpc/enable_ssl`).
+    GrpcProtocol,
+    /// A `<ttl>` of a system log table's configuration (`query_log/ttl`): the table is created
+    /// with that TTL (decision 55).
+    SystemLogTtl,
 }
 
 /// The one table of version thresholds, from ClickHouse's changelog and the pull requests it
@@ -175,6 +191,26 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // declared ready for production in 22.3, by which a server's `zookeeper/node/secure`
     // (PR #18184, 21.1) existed too: 22.3 for both.
     (Capability::KeeperTls, Version::new(22, 3)),
+    // PR #17438 "Support configure System log table`s ttl in config.xml" (the `<ttl>` element
+    // of a system log table), merged in December 2020 after the 20.12 branch: 21.1. Before it
+    // the element is ignored (ClickHouse reads only the keys it knows there); 18.16 has no
+    // table TTL at all (MergeTree TTL came with 19.6).
+    (Capability::SystemLogTtl, Version::new(21, 1)),
+    // `password_double_sha1_hex` came with the MySQL wire protocol's native password
+    // authentication in 19.x; its first release is not pinned, so 20.1. 18.16 knows only
+    // `password` and `password_sha256_hex` and refuses a user with neither, which would stop
+    // every reload of the users file.
+    (Capability::PasswordDoubleSha1, Version::new(20, 1)),
+    // The client protocols of `spec.protocols`; none exists in 18.16. The MySQL interface
+    // came in 19.x, PostgreSQL's and gRPC's in late 2020; their first releases are not pinned
+    // here, so the later candidates: 20.1 and 21.1.
+    // SQL-driven access control (`access_management`, RBAC) came with 20.4; replicated access
+    // storage with 21.9 (the later candidate of 21.8/21.9, not pinned).
+    (Capability::AccessManagement, Version::new(20, 4)),
+    (Capability::ReplicatedAccessStorage, Version::new(21, 9)),
+    (Capability::MysqlProtocol, Version::new(20, 1)),
+    (Capability::PostgresqlProtocol, Version::new(21, 1)),
+    (Capability::GrpcProtocol, Version::new(21, 1)),
 ];
 
 impl Capability {
@@ -260,6 +296,13 @@ mod tests {
             Capability::ClusterSecret,
             Capability::UserGrantsInUsersFile,
             Capability::KeeperTls,
+            Capability::SystemLogTtl,
+            Capability::PasswordDoubleSha1,
+            Capability::AccessManagement,
+            Capability::ReplicatedAccessStorage,
+            Capability::MysqlProtocol,
+            Capability::PostgresqlProtocol,
+            Capability::GrpcProtocol,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

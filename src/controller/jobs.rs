@@ -141,10 +141,12 @@ pub async fn reconcile<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Res
 
 /// One pass of a backup or restore: [`reconcile`] without its span.
 async fn pass<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let queued = ctx.metrics.queued(K::KIND);
     let _permit = K::permits(&ctx)
         .acquire()
         .await
         .expect("the semaphore is never closed");
+    queued.started();
     let _timer = PassTimer::start(K::KIND, &ctx.metrics);
     if let Some(action) = object.prepare(&ctx).await? {
         return Ok(action);

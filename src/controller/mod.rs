@@ -72,6 +72,8 @@ pub struct Context {
     pub pvc_delete_key: crate::runtime::settings::PvcDeleteKey,
     /// Where the exporter's credentials are published (`EXPORTER_CREDENTIALS_SECRET`).
     pub exporter_credentials: Option<exporter_credentials::Publisher>,
+    /// Defaults merged under every cluster's spec (`CLUSTER_DEFAULTS_FILE`, decision 58).
+    pub cluster_defaults: crate::api::defaults::ClusterDefaults,
 }
 
 impl Context {
@@ -284,6 +286,7 @@ pub async fn run_with(
         exporter_credentials: settings.exporter_credentials.clone().map(|name| {
             exporter_credentials::Publisher::new(settings.lease_namespace.clone(), name)
         }),
+        cluster_defaults: settings.cluster_defaults.clone(),
     });
     // MAX_CONCURRENT_RECONCILES is enforced by the permits each pass takes first (tokio's
     // semaphore hands them out first come, first served), not by the runtime's own limit: at

@@ -5,6 +5,7 @@
 //! | change | server | keeper |
 //! |---|---|---|
 //! | `shards`, `replicas` | [`Need::Scale`] + [`Need::ConfigReload`] (remote_servers) | — |
+//! | `shardWeights` | [`Need::ConfigReload`] (remote_servers) | — |
 //! | `keeper.replicas` | [`Need::ConfigReload`] (Keeper node list) | [`Need::Scale`] + [`Need::ConfigReload`] (raft members) |
 //! | image, resources, env, envSecret, affinity, antiAffinity, tolerations, nodeSelector, sidecars, pod labels/annotations, topologySpreadKey, `pod.template` | [`Need::RollingRestart`] | the same for `keeper.*` |
 //! | settings ClickHouse reloads ([`crate::model::config::settings::RELOADABLE`]) | [`Need::ConfigReload`] | — |
@@ -27,6 +28,9 @@
 //! | `pause` false → true / true → false | [`Need::StopAll`] / [`Need::StartAll`] | the same |
 //! | `tls.enabled` toggled | [`Need::FullStopStart`] | — |
 //! | `tls.required`, certificate Secret names, `serverMetrics` | [`Need::RollingRestart`] | — |
+//! | `protocols` | [`Need::RollingRestart`] (ports of the pods; Services and NetworkPolicy updated) | — |
+//! | `logging.level` / `logging.format`, `size`, `count`, `files` | [`Need::ConfigReload`] / [`Need::RollingRestart`] | — |
+//! | `systemLogs` set or changed / unset with a new operator version (the default TTLs) | [`Need::RollingRestart`] / nothing (at the next restart) | — |
 //! | `updateStrategy`, `podDisruptionBudget`, `clientService`, `networkPolicy` | [`Need::ObjectUpdate`] | — |
 //! | `backup.destination.webIdentity` set, changed or removed | [`Need::RollingRestart`] | — |
 //! | `schemaPolicy`, `backup`, `crVersion`, `storage.reclaimPolicy`, `catchUpSeconds`, `upgradeOptions` | nothing | nothing |
@@ -315,6 +319,9 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         s.add(Need::Scale, "spec.shards");
         s.add(Need::ConfigReload, "spec.shards (remote_servers)");
     }
+    if old.shard_weights != new.shard_weights {
+        s.add(Need::ConfigReload, "spec.shardWeights (remote_servers)");
+    }
     if old.replicas != new.replicas {
         s.add(Need::Scale, "spec.replicas");
         s.add(Need::ConfigReload, "spec.replicas (remote_servers)");
@@ -453,6 +460,14 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
     if oc.quotas != nc.quotas {
         s.add(Need::ConfigReload, "spec.configuration.quotas");
     }
+    let replicated =
+        |s: &ClickHouseClusterSpec| s.users.as_ref().is_some_and(|u| u.replicated_access);
+    if replicated(old) != replicated(new) {
+        s.add(
+            Need::RollingRestart,
+            "spec.users.replicatedAccess (user_directories)",
+        );
+    }
     if old.users != new.users {
         s.add(Need::ConfigReload, "spec.users");
     }
@@ -476,8 +491,32 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         &new.storage,
         new.storage_scaling.enable_volume_scaling,
     );
+    if old.protocols != new.protocols {
+        s.add(
+            Need::RollingRestart,
+            "spec.protocols (the servers' ports; Services and NetworkPolicy updated)",
+        );
+    }
     if old.server_metrics != new.server_metrics {
         s.add(Need::RollingRestart, "spec.serverMetrics");
+    }
+    let (ol, nl) = (&old.logging, &new.logging);
+    if ol.level != nl.level {
+        s.add(Need::ConfigReload, "spec.logging.level (logger/level)");
+    }
+    if (&ol.format, &ol.size, &ol.count, &ol.files) != (&nl.format, &nl.size, &nl.count, &nl.files)
+    {
+        s.add(
+            Need::RollingRestart,
+            "spec.logging (format, size, count, files)",
+        );
+    }
+    if old.system_logs != new.system_logs {
+        // decision 55: the tables are created at startup
+        s.add(
+            Need::RollingRestart,
+            "spec.systemLogs (system log tables' TTLs)",
+        );
     }
     if old.update_strategy != new.update_strategy {
         s.add(Need::ObjectUpdate, "spec.updateStrategy");
@@ -730,6 +769,24 @@ mod tests {
     fn an_unchanged_spec_needs_nothing() {
         let s = spec(json!({"shards": 2, "configuration": {"settings": {"a": "1"}}}));
         assert!(classify(&s, &s).is_empty());
+    }
+
+    /// Shard weights are in `remote_servers`, which the servers reload: no restart, no
+    /// scaling.
+    #[test]
+    fn shard_weights_reload_without_restart() {
+        row(
+            json!({"shards": 2}),
+            json!({"shards": 2, "shardWeights": {"1": 3}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(
+            json!({"shards": 2, "shardWeights": {"1": 3}}),
+            json!({"shards": 2, "shardWeights": {"0": 2, "1": 3}}),
+            &[Need::ConfigReload],
+            &[],
+        );
     }
 
     /// S2-14 / S0-05: replica and shard counts scale without a restart.
@@ -1183,6 +1240,138 @@ mod tests {
             u,
             &[],
         );
+    }
+
+    /// Users managed with SQL: `accessManagement` is in the users file (reloaded),
+    /// `replicatedAccess` in `user_directories`, read at startup.
+    #[test]
+    fn access_management_reloads_and_replicated_access_restarts() {
+        row(
+            json!({"users": {"secretName": "u"}}),
+            json!({"users": {"secretName": "u", "accounts": {"a": {"accessManagement": true}}}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        row(
+            json!({"users": {"secretName": "u"}}),
+            json!({"users": {"secretName": "u", "replicatedAccess": true}}),
+            &[Need::ConfigReload, Need::RollingRestart],
+            &[],
+        );
+    }
+
+    /// `spec.protocols`: a protocol turned on or off changes the pods' ports: the servers roll,
+    /// never Keeper.
+    #[test]
+    fn protocols_roll_the_servers() {
+        for change in [
+            json!({"protocols": {"mysql": true}}),
+            json!({"protocols": {"postgresql": true}}),
+            json!({"protocols": {"grpc": true}}),
+        ] {
+            row(json!({}), change, &[Need::RollingRestart], &[]);
+        }
+    }
+
+    /// `spec.logging`: the level is reloaded (as the setting `logger/level` it replaces); the
+    /// format, file size and count and the files switch are read at startup and roll the
+    /// servers, never Keeper.
+    #[test]
+    fn logging_level_reloads_and_the_rest_rolls_the_servers() {
+        row(
+            json!({}),
+            json!({"logging": {"level": "debug"}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+        for change in [
+            json!({"logging": {"format": "Json"}}),
+            json!({"logging": {"size": "10M"}}),
+            json!({"logging": {"count": 9}}),
+            json!({"logging": {"files": false}}),
+        ] {
+            row(json!({}), change, &[Need::RollingRestart], &[]);
+        }
+        row(
+            json!({"logging": {"level": "debug", "format": "Json"}}),
+            json!({"logging": {"level": "trace", "format": "Json"}}),
+            &[Need::ConfigReload],
+            &[],
+        );
+    }
+
+    /// S2-43, decision 57: each value of the annotation `clickhouse.com/restart-at` restarts the
+    /// server pods once (their template carries it), never Keeper's; the same value recorded in
+    /// the status after the annotation is gone restarts nothing.
+    #[test]
+    fn each_restart_annotation_value_restarts_the_servers_once() {
+        use crate::model::labels::{RESTART_AT, RESTARTED_AT};
+        let sts = |annotation: Option<&str>, recorded: Option<&str>| {
+            let mut c = ClickHouseCluster::new("c", spec(json!({})));
+            c.metadata.namespace = Some("ns".into());
+            c.metadata.uid = Some("uid".into());
+            c.metadata.annotations =
+                annotation.map(|a| [(RESTART_AT.to_string(), a.to_string())].into());
+            c.status = recorded.map(|r| crate::api::ClickHouseClusterStatus {
+                restarted_at: Some(r.into()),
+                ..Default::default()
+            });
+            let inputs = Inputs {
+                replicas: vec![ReplicaSpec::new("c", 0, 0)],
+                operator_password: Password("-".into()),
+                ..Default::default()
+            };
+            let d = desired(&Cluster::new(&c).unwrap(), &inputs).unwrap();
+            (
+                json(&d.server_statefulsets[0]),
+                d.keeper.map(|k| json(&k.statefulset)),
+            )
+        };
+        let (none, keeper) = sts(None, None);
+        let (t1, keeper1) = sts(Some("2026-12-04T18:00:00Z"), None);
+        let (t1_kept, _) = sts(None, Some("2026-12-04T18:00:00Z"));
+        let (t2, _) = sts(Some("2026-12-05T08:00:00Z"), Some("2026-12-04T18:00:00Z"));
+        assert_eq!(
+            t1["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT],
+            "2026-12-04T18:00:00Z"
+        );
+        assert!(pod_template_changed(&none, &t1));
+        assert!(!pod_template_changed(&t1, &t1_kept));
+        assert!(pod_template_changed(&t1_kept, &t2));
+        assert!(!pod_template_changed(&keeper.unwrap(), &keeper1.unwrap()));
+    }
+
+    /// Decision 55: the system log TTLs are read at startup: setting or changing
+    /// `spec.systemLogs` rolls the servers, never Keeper; a spec that leaves the TTLs as the
+    /// default writes the same file, and a cluster that never sets the field keeps its template
+    /// (the default reaches its servers at their next restart: invariant 9).
+    #[test]
+    fn system_log_ttls_roll_the_servers_once_set() {
+        let rr = &[Need::RollingRestart];
+        row(json!({}), json!({"systemLogs": {"ttlDays": 7}}), rr, &[]);
+        row(
+            json!({"systemLogs": {"ttlDays": 7}}),
+            json!({"systemLogs": {"ttlDays": 7, "tables": {"text_log": 3}}}),
+            rr,
+            &[],
+        );
+        row(json!({"systemLogs": {"ttlDays": 7}}), json!({}), rr, &[]);
+        row(json!({"shards": 2}), json!({"shards": 2}), &[], &[]);
+        let hashes = |v| {
+            let d = built(&spec(v)).unwrap();
+            let a = json(&d.server_statefulsets[0])["spec"]["template"]["metadata"]["annotations"]
+                .clone();
+            (
+                a[labels::SYSTEM_LOGS_HASH].as_str().map(str::to_string),
+                a[labels::CONFIG_HASH].clone(),
+            )
+        };
+        let (none, config) = hashes(json!({}));
+        assert_eq!(none, None);
+        let (set, same_config) = hashes(json!({"systemLogs": {"ttlDays": 7}}));
+        assert!(set.is_some());
+        // the file itself is in no hash: it follows the server version as well
+        assert_eq!(config, same_config);
     }
 
     /// Fields that concern neither pods nor configuration need nothing.

@@ -118,6 +118,9 @@ pub fn server_hashes(
     if let Some(h) = secret_config_hash(spec, secrets) {
         out.insert(labels::SECRET_CONFIG_HASH, h);
     }
+    if let Some(h) = super::config::system_logs::spec_hash(spec) {
+        out.insert(labels::SYSTEM_LOGS_HASH, h);
+    }
     PodHashes(out)
 }
 

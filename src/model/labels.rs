@@ -71,6 +71,25 @@ pub const INTERSERVER_HASH: &str = "clickhouse.com/interserver-hash";
 /// Pod-template annotation: hash of the Secret keys `configuration.secretSettings` and the
 /// `config.d` files of `configuration.secretFiles` name, with their values.
 pub const SECRET_CONFIG_HASH: &str = "clickhouse.com/secret-config-hash";
+/// Annotation of a ClickHouseCluster: a timestamp (RFC 3339) that asks for one rolling restart
+/// of the servers per value (decision 57), as `kubectl rollout restart` does for a Deployment.
+pub const RESTART_AT: &str = "clickhouse.com/restart-at";
+/// Pod-template annotation: the last [`RESTART_AT`] asked for (`status.restartedAt`).
+pub const RESTARTED_AT: &str = "clickhouse.com/restarted-at";
+/// The [`RESTART_AT`] annotation of `c`, normalised, if it is a timestamp; `Err` with its value
+/// cut short when it is not one.
+pub fn restart_at(c: &crate::api::ClickHouseCluster) -> Option<Result<String, String>> {
+    let v = c.metadata.annotations.as_ref()?.get(RESTART_AT)?;
+    Some(
+        v.trim()
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .map(|t| t.to_string())
+            .map_err(|_| v.chars().take(40).collect()),
+    )
+}
+/// Pod-template annotation: hash of `spec.systemLogs` when it is set (decision 55); the file
+/// itself is not hashed, since it follows the server version too.
+pub const SYSTEM_LOGS_HASH: &str = "clickhouse.com/system-logs-hash";
 /// Pod-template annotation: hash of the environment Secret's data (`pod.envSecret`).
 pub const ENV_SECRET_HASH: &str = "clickhouse.com/env-secret-hash";
 

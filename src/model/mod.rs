@@ -192,6 +192,13 @@ pub enum BuildError {
     /// An environment Secret holds a variable the operator or the image's entrypoint owns.
     #[error("{field}: {detail}")]
     ReservedEnv { field: String, detail: String },
+    /// A key or value of the users Secret the users file cannot take (the message names the
+    /// key, never the value).
+    #[error("{field}: {detail}")]
+    UsersSecret { field: String, detail: String },
+    /// A field the servers' version does not have.
+    #[error("{field}: {detail}")]
+    Unsupported { field: String, detail: String },
     /// A Kubernetes quantity that does not parse.
     #[error("{field}: {value:?} is not a quantity such as 10Gi")]
     InvalidQuantity { field: &'static str, value: String },
@@ -205,6 +212,10 @@ pub struct Cluster<'a> {
     pub spec: &'a ClickHouseClusterSpec,
     /// Controller owner reference to the ClickHouseCluster, put on every object.
     pub owner: OwnerReference,
+    /// The one-shot rolling restart the server pods carry ([`labels::RESTARTED_AT`]): the
+    /// annotation [`labels::RESTART_AT`] when it is a timestamp, else the last one recorded
+    /// (`status.restartedAt`), so that removing the annotation restarts nothing (decision 57).
+    pub restart_at: Option<String>,
 }
 
 impl<'a> Cluster<'a> {
@@ -223,11 +234,15 @@ impl<'a> Cluster<'a> {
         let owner = c
             .controller_owner_ref(&())
             .ok_or(BuildError::MissingMetadata("uid"))?;
+        let restart_at = labels::restart_at(c)
+            .and_then(Result::ok)
+            .or_else(|| c.status.as_ref()?.restarted_at.clone());
         Ok(Cluster {
             name,
             namespace,
             spec: &c.spec,
             owner,
+            restart_at,
         })
     }
 
@@ -693,9 +708,22 @@ fn stamp_all(d: &mut Desired) {
 }
 
 fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
-    let common = config::server::common_files(c)?;
+    config::server::check_protocols(c, inputs.server_version)?;
+    let mut common = config::server::common_files(c)?;
+    common.push(config::server::ConfigFile {
+        name: config::system_logs::SYSTEM_LOGS_FILE.into(),
+        content: config::system_logs::file(
+            c.spec,
+            config::system_logs::version_for(inputs.server_version, &c.spec.image),
+        ),
+        effect: config::server::Effect::NextStart,
+    });
+    common.sort_by(|a, b| a.name.cmp(&b.name));
     let listed = inputs.listed.as_ref().unwrap_or(&inputs.replicas);
     let mut hashes = hash::server_hashes(c.spec, &common, &inputs.secrets);
+    if let Some(at) = &c.restart_at {
+        hashes.insert(labels::RESTARTED_AT, at.clone());
+    }
     if let Some(p) = &inputs.interserver_password {
         hashes.insert(
             labels::INTERSERVER_HASH,

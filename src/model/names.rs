@@ -13,6 +13,15 @@ pub const INTERSERVER_HTTP_PORT: i32 = 9009;
 pub const HTTPS_PORT: i32 = 8443;
 /// Native TCP interface over TLS, served when `spec.tls.enabled`.
 pub const TCP_SECURE_PORT: i32 = 9440;
+/// Keeper path (under the cluster's root) of the users, roles and grants created with SQL when
+/// `spec.users.replicatedAccess` is on.
+pub const REPLICATED_ACCESS_PATH: &str = "/clickhouse/access";
+/// The MySQL wire protocol (`spec.protocols.mysql`), the images' default port.
+pub const MYSQL_PORT: i32 = 9004;
+/// The PostgreSQL wire protocol (`spec.protocols.postgresql`), the images' default port.
+pub const POSTGRESQL_PORT: i32 = 9005;
+/// gRPC (`spec.protocols.grpc`), the port of ClickHouse's example configuration.
+pub const GRPC_PORT: i32 = 9100;
 /// Interserver HTTPS port, used instead of 9009 when `spec.tls.required`.
 pub const INTERSERVER_HTTPS_PORT: i32 = 9010;
 /// Client port of ClickHouse Keeper (the ZooKeeper protocol).

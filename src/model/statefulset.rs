@@ -333,7 +333,22 @@ pub fn server_ports(c: &Cluster<'_>) -> Vec<(&'static str, i32)> {
     if c.spec.server_metrics.enabled {
         ports.push(("prometheus", c.spec.server_metrics.port));
     }
+    ports.extend(protocol_ports(c));
     ports
+}
+
+/// The ports of `spec.protocols` that are on.
+pub fn protocol_ports(c: &Cluster<'_>) -> Vec<(&'static str, i32)> {
+    let p = &c.spec.protocols;
+    [
+        (p.mysql, "mysql", names::MYSQL_PORT),
+        (p.postgresql, "postgresql", names::POSTGRESQL_PORT),
+        (p.grpc, "grpc", names::GRPC_PORT),
+    ]
+    .into_iter()
+    .filter(|(on, _, _)| *on)
+    .map(|(_, n, port)| (n, port))
+    .collect()
 }
 
 /// The StatefulSet of replica `r`: `replicas` 1 (0 while paused), `OnDelete` under SmartUpdate

@@ -3103,3 +3103,214 @@ fn a_web_identity_destination_gives_the_servers_its_role_and_a_keyless_collectio
         );
     }
 }
+
+/// `spec.logging`: unset, the logger the operator always wrote (no restart for any running
+/// cluster); set, its size, count and JSON format in the startup file and its level in the
+/// file the servers reload; files off write empty paths (ClickHouse writes no file then).
+#[test]
+fn logging_writes_the_logger_with_its_level_in_the_reloaded_file() {
+    let i = inputs(replicas(1, 1));
+    let plain = build(&cluster(json!({})), &i);
+    let server = common_file(&plain, SERVER_FILE);
+    assert!(
+        server.contains(
+            "    <logger>\n        <level>information</level>\n        \
+             <log>/var/log/clickhouse-server/clickhouse-server.log</log>\n        \
+             <errorlog>/var/log/clickhouse-server/clickhouse-server.err.log</errorlog>\n        \
+             <size>100M</size>\n        <count>3</count>\n        <console>1</console>\n    \
+             </logger>"
+        ),
+        "{server}"
+    );
+    let set = build(
+        &cluster(
+            json!({"logging": {"level": "debug", "format": "Json", "size": "500M",
+            "count": 10, "files": false}}),
+        ),
+        &i,
+    );
+    let server = common_file(&set, SERVER_FILE);
+    for want in [
+        "<log></log>",
+        "<errorlog></errorlog>",
+        "<size>500M</size>",
+        "<count>10</count>",
+        "<formatting>\n            <type>json</type>\n        </formatting>",
+    ] {
+        assert!(server.contains(want), "{want}: {server}");
+    }
+    let runtime = common_file(&set, RUNTIME_FILE);
+    assert!(
+        runtime.contains("<logger>\n        <level>debug</level>\n    </logger>"),
+        "{runtime}"
+    );
+    // only the level: the startup file is as without spec.logging
+    let level = build(&cluster(json!({"logging": {"level": "trace"}})), &i);
+    assert_eq!(
+        common_file(&level, SERVER_FILE),
+        common_file(&plain, SERVER_FILE)
+    );
+}
+
+/// `spec.shardWeights`: the named shard's `<weight>` in `remote_servers`; a shard not named
+/// gets none (ClickHouse's default 1), so the file of a cluster without weights is unchanged.
+#[test]
+fn shard_weights_are_written_into_remote_servers() {
+    let i = inputs(replicas(2, 1));
+    let plain = remote_file(&build(&cluster(json!({"shards": 2})), &i));
+    assert!(!plain.contains("<weight>"), "{plain}");
+    let weighted = remote_file(&build(
+        &cluster(json!({"shards": 2, "shardWeights": {"1": 3}})),
+        &i,
+    ));
+    let shards: Vec<&str> = weighted.split("<shard>").skip(1).collect();
+    assert_eq!(shards.len(), 2, "{weighted}");
+    assert!(!shards[0].contains("<weight>"), "{weighted}");
+    assert!(
+        shards[1].trim_start().starts_with("<weight>3</weight>"),
+        "{weighted}"
+    );
+    assert_eq!(
+        weighted
+            .replace("<weight>3</weight>", "")
+            .replace(" ", "")
+            .replace("\n", ""),
+        plain.replace(" ", "").replace("\n", "")
+    );
+}
+
+/// `spec.protocols`: each protocol that is on is served (its port in the startup file, its
+/// port no longer closed), declared on the container, published by the headless and client
+/// Services and allowed as a client port by the NetworkPolicy; gRPC takes TLS with the server
+/// certificate when `spec.tls` is on; servers known to be older than a protocol refuse it.
+#[test]
+fn protocols_are_served_declared_published_and_allowed() {
+    let i = inputs(replicas(1, 1));
+    let plain = build(&cluster(json!({})), &i);
+    assert!(common_file(&plain, config::server::CLOSED_PORTS_FILE).contains("<mysql_port remove"));
+    let d = build(
+        &cluster(json!({"protocols": {"mysql": true, "postgresql": true, "grpc": true}})),
+        &i,
+    );
+    let server = common_file(&d, SERVER_FILE);
+    for want in [
+        "<mysql_port>9004</mysql_port>",
+        "<postgresql_port>9005</postgresql_port>",
+        "<grpc_port>9100</grpc_port>",
+    ] {
+        assert!(server.contains(want), "{want}: {server}");
+    }
+    assert!(!server.contains("enable_ssl"), "{server}");
+    let closed = common_file(&d, config::server::CLOSED_PORTS_FILE);
+    assert!(
+        !closed.contains("mysql_port") && !closed.contains("postgresql_port"),
+        "{closed}"
+    );
+    let sts = serde_json::to_value(&d.server_statefulsets[0]).unwrap();
+    let container_ports: Vec<i64> = sts["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_i64().unwrap())
+        .collect();
+    let service_ports = |s: &k8s_openapi::api::core::v1::Service| -> Vec<i32> {
+        s.spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.port)
+            .collect()
+    };
+    let client = service_ports(d.client_service.as_ref().unwrap());
+    let headless = service_ports(&d.headless_service);
+    let policy = serde_json::to_string(&d.network_policies[0]).unwrap();
+    for port in [9004, 9005, 9100] {
+        assert!(
+            container_ports.contains(&i64::from(port)),
+            "{container_ports:?}"
+        );
+        assert!(client.contains(&port), "{client:?}");
+        assert!(headless.contains(&port), "{headless:?}");
+        assert!(policy.contains(&format!("\"port\":{port}")), "{policy}");
+    }
+    // gRPC with TLS
+    let tls = build(
+        &cluster(json!({"protocols": {"grpc": true},
+            "tls": {"enabled": true, "serverCertSecret": "c1-tls"}})),
+        &i,
+    );
+    let server = common_file(&tls, SERVER_FILE);
+    assert!(
+        server.contains("<enable_ssl>1</enable_ssl>")
+            && server.contains("<ssl_cert_file>/etc/clickhouse-server/tls/tls.crt</ssl_cert_file>"),
+        "{server}"
+    );
+    // servers known to be older
+    let mut old = inputs(replicas(1, 1));
+    old.server_version = Some("18.16.1".parse().unwrap());
+    let c = cluster(json!({"protocols": {"mysql": true}}));
+    let e = desired(&Cluster::new(&c).unwrap(), &old).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "spec.protocols.mysql: needs ClickHouse 20.1.0.0 or later: the servers run 18.16.1.0"
+    );
+}
+
+/// Users managed with SQL: `accessManagement` gives the user `access_management` where the
+/// servers have it (20.4; not before, not while no version is known); `replicatedAccess` puts
+/// SQL-created users in Keeper (`user_directories` of the users file and Keeper, in place of
+/// each server's own disk), and is refused for servers known to be older than 21.9.
+#[test]
+fn sql_users_get_access_management_and_replicated_storage() {
+    let spec = json!({"users": {"secretName": "u", "replicatedAccess": true,
+        "accounts": {"alice": {"accessManagement": true}}}});
+    let mut i = inputs(replicas(1, 1));
+    i.user_passwords = BTreeMap::from([
+        ("alice".into(), Password("a".into())),
+        ("bob".into(), Password("b".into())),
+    ]);
+    let unknown = build(&cluster(spec.clone()), &i);
+    assert!(!users_file(&unknown).contains("access_management"));
+    i.server_version = Some("24.8.4.13".parse().unwrap());
+    let d = build(&cluster(spec.clone()), &i);
+    let users = users_file(&d);
+    let alice = users
+        .split("<alice")
+        .nth(1)
+        .unwrap()
+        .split("</alice>")
+        .next()
+        .unwrap();
+    assert!(
+        alice.contains("<access_management>1</access_management>"),
+        "{users}"
+    );
+    let bob = users
+        .split("<bob")
+        .nth(1)
+        .unwrap()
+        .split("</bob>")
+        .next()
+        .unwrap();
+    assert!(!bob.contains("access_management"), "{users}");
+    let server = common_file(&d, SERVER_FILE);
+    assert!(
+        server.contains(
+            "<user_directories replace=\"replace\">\n        <users_xml>\n            \
+             <path>users.xml</path>\n        </users_xml>\n        <replicated>\n            \
+             <zookeeper_path>/clickhouse/access</zookeeper_path>\n        </replicated>\n    \
+             </user_directories>"
+        ),
+        "{server}"
+    );
+    i.server_version = Some("21.8.1".parse().unwrap());
+    let c = cluster(spec);
+    let e = desired(&Cluster::new(&c).unwrap(), &i).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("spec.users.replicatedAccess: needs ClickHouse 21.9")
+    );
+}

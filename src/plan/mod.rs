@@ -220,9 +220,57 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         return Plan::refused(status, events, failure, false);
     }
 
+    // Hands off (decision 56): nothing is planned, the pods run on as they are.
+    if cluster.spec.suspend {
+        let message = "spec.suspend is true: the operator changes nothing of this cluster and \
+                       its pods keep running as they are; set it to false to resume";
+        let mut status = old.clone();
+        status.state = ClusterState::Suspended;
+        status.message = Some(message.into());
+        status.observed_generation = generation;
+        status::set_condition(
+            &mut status.conditions,
+            status::SUSPENDED,
+            true,
+            "Suspended",
+            message,
+            generation,
+            now,
+        );
+        if old.state != ClusterState::Suspended {
+            events.push(PlannedEvent {
+                kind: EventType::Normal,
+                reason: "Suspended",
+                action: "Suspend",
+                message: message.into(),
+            });
+        }
+        return Plan {
+            status,
+            events,
+            actions: Vec::new(),
+            phases: Vec::new(),
+            lag_checks: Vec::new(),
+            again: false,
+            failure: None,
+            manage: true,
+            members: Vec::new(),
+            recheck_soon: false,
+        };
+    }
+
     // Validate and default.
     let (policy, replaced) = SchemaPolicy::normalise(&cluster.spec.schema_policy);
-    let (errors, warnings) = validate::validate(&name, &cluster.spec);
+    let (mut errors, warnings) = validate::validate(&name, &cluster.spec);
+    let restart_at = crate::model::labels::restart_at(cluster);
+    if let Some(Err(value)) = &restart_at {
+        errors.push(validate::FieldError {
+            field: format!("metadata.annotations[{}]", crate::model::labels::RESTART_AT),
+            message: format!(
+                "{value:?} is not a timestamp such as 2026-12-04T18:00:00Z (date -u +%FT%TZ)"
+            ),
+        });
+    }
     if old.schema_policy.as_ref() != Some(&policy.effective())
         || old.observed_generation != generation
     {
@@ -255,6 +303,11 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
 
     let pass = pass::plan_pass(cluster, &world.observed, now);
     let mut status = pass.status;
+    if let Some(Ok(at)) = restart_at {
+        // decision 57: the templates built in this pass carry it; recorded so that they keep
+        // it once the annotation is gone
+        status.restarted_at = Some(at);
+    }
     status.schema_policy = Some(policy.effective());
     if pass.failure.is_none() {
         status::redundancy(&mut status, &warnings, generation, now);
@@ -268,6 +321,17 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         }
     }
     events.extend(pass.events);
+    if old.conditions.iter().any(|c| c.r#type == status::SUSPENDED) {
+        status::set_condition(
+            &mut status.conditions,
+            status::SUSPENDED,
+            false,
+            "Resumed",
+            "spec.suspend is false: the operator manages the cluster",
+            generation,
+            now,
+        );
+    }
     if old.state != status.state {
         events.push(PlannedEvent {
             kind: if status.state == ClusterState::Error {
@@ -326,6 +390,94 @@ mod tests {
 
     fn now() -> Timestamp {
         "2026-11-30T00:00:00Z".parse().unwrap()
+    }
+
+    /// S2-43, decision 57: the annotation `clickhouse.com/restart-at` is recorded in the status
+    /// (normalised), kept there once the annotation is gone, and an annotation that is no
+    /// timestamp is refused naming it, nothing planned.
+    #[test]
+    fn a_restart_annotation_is_recorded_kept_and_checked() {
+        use crate::model::labels::RESTART_AT;
+        let mut c = cluster("c1", serde_json::json!({}));
+        c.metadata.annotations = Some(
+            [(
+                RESTART_AT.to_string(),
+                "2026-12-04T18:00:00+00:00".to_string(),
+            )]
+            .into(),
+        );
+        let plan = decide(&c, &world(), now());
+        assert_eq!(
+            plan.status.restarted_at.as_deref(),
+            Some("2026-12-04T18:00:00Z")
+        );
+        c.status = Some(plan.status);
+        c.metadata.annotations = None;
+        let plan = decide(&c, &world(), now());
+        assert_eq!(
+            plan.status.restarted_at.as_deref(),
+            Some("2026-12-04T18:00:00Z")
+        );
+        c.metadata.annotations =
+            Some([(RESTART_AT.to_string(), "yesterday; rm -rf /".to_string())].into());
+        let plan = decide(&c, &world(), now());
+        assert!(plan.actions.is_empty());
+        let failure = plan.failure.unwrap();
+        assert_eq!(failure.reason, FailureReason::InvalidSpec);
+        assert!(
+            failure
+                .message
+                .contains("metadata.annotations[clickhouse.com/restart-at]"),
+            "{}",
+            failure.message
+        );
+    }
+
+    /// S2-42, decision 56: a suspended cluster gets no action at all (here its first pass,
+    /// which would create everything), the state `suspended`, the condition and one event;
+    /// resumed, the condition turns `False` and the pass plans again.
+    #[test]
+    fn a_suspended_cluster_gets_no_action_and_says_so_until_resumed() {
+        let mut c = cluster("c1", serde_json::json!({"suspend": true}));
+        let plan = decide(&c, &world(), now());
+        assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+        assert!(plan.failure.is_none());
+        assert_eq!(plan.status.state, ClusterState::Suspended);
+        let cond = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == status::SUSPENDED)
+            .unwrap();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str()),
+            ("True", "Suspended")
+        );
+        assert_eq!(
+            plan.events.iter().map(|e| e.reason).collect::<Vec<_>>(),
+            ["Suspended"]
+        );
+        // the next pass says nothing new
+        c.status = Some(plan.status.clone());
+        assert!(decide(&c, &world(), now()).events.is_empty());
+        // even an invalid spec changes nothing while suspended
+        c.spec.shards = 0;
+        assert!(decide(&c, &world(), now()).actions.is_empty());
+        c.spec.shards = 1;
+        c.spec.suspend = false;
+        let resumed = decide(&c, &world(), now());
+        assert!(!resumed.actions.is_empty());
+        assert_ne!(resumed.status.state, ClusterState::Suspended);
+        let cond = resumed
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == status::SUSPENDED)
+            .unwrap();
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str()),
+            ("False", "Resumed")
+        );
     }
 
     /// S0-07 / decision 18: the oldest cluster owns the namespace; ties go to the name.

@@ -60,13 +60,46 @@ pub struct BuildLabels {
     pub version: String,
 }
 
+/// A pass waiting for its slot (see [`Metrics::queued`]).
+pub struct Queued<'a> {
+    metrics: &'a Metrics,
+    labels: KindLabels,
+    since: std::time::Instant,
+    done: bool,
+}
+
+impl Queued<'_> {
+    /// The pass has its slot: out of the queue, its wait observed.
+    pub fn started(mut self) {
+        self.leave();
+    }
+
+    fn leave(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.metrics.queue_depth.get_or_create(&self.labels).dec();
+            self.metrics
+                .queue_wait
+                .get_or_create(&self.labels)
+                .observe(self.since.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
 /// The states a cluster can report, each a series of `cluster_state`.
-const STATES: [ClusterState; 5] = [
+const STATES: [ClusterState; 6] = [
     ClusterState::Initializing,
     ClusterState::Ready,
     ClusterState::Paused,
     ClusterState::Stopping,
     ClusterState::Error,
+    ClusterState::Suspended,
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +124,10 @@ pub struct Metrics {
     pub backup_failures: Family<ErrorLabels, Counter>,
     pub build_info: Family<BuildLabels, Gauge>,
     pub observations: Family<SourceLabels, Counter>,
+    /// Passes due and waiting for a slot (MAX_CONCURRENT_RECONCILES), by kind.
+    pub queue_depth: Family<KindLabels, Gauge>,
+    /// How long a due pass waited for its slot, by kind.
+    pub queue_wait: Family<KindLabels, Histogram>,
     pub registry: Registry,
 }
 
@@ -165,6 +202,20 @@ impl Default for Metrics {
             "Passes of clusters by where they read the Kubernetes objects: the watch-fed caches, or the API server (after the operator's own writes, or before the caches are filled)",
             observations.clone(),
         );
+        let queue_depth = Family::<KindLabels, Gauge>::default();
+        registry.register(
+            "workqueue_depth",
+            "Passes due and waiting for a slot (MAX_CONCURRENT_RECONCILES), by kind (as controller-runtime's workqueue_depth)",
+            queue_depth.clone(),
+        );
+        let queue_wait = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0])
+        });
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long a due pass waited for its slot, by kind (as controller-runtime's workqueue_queue_duration_seconds)",
+            queue_wait.clone(),
+        );
         build_info
             .get_or_create(&BuildLabels {
                 version: crate::api::validate::OPERATOR_VERSION.to_string(),
@@ -183,6 +234,8 @@ impl Default for Metrics {
             backup_failures,
             build_info,
             observations,
+            queue_depth,
+            queue_wait,
             registry,
         }
     }
@@ -196,6 +249,19 @@ impl Metrics {
                 source: source.into(),
             })
             .inc();
+    }
+
+    /// A pass of `kind` is due and waits for its slot: counted in the queue depth until the
+    /// returned guard says it [`Queued::started`] (or is dropped), then its wait observed.
+    pub fn queued<'a>(&'a self, kind: &str) -> Queued<'a> {
+        let labels = KindLabels { kind: kind.into() };
+        self.queue_depth.get_or_create(&labels).inc();
+        Queued {
+            metrics: self,
+            labels,
+            since: std::time::Instant::now(),
+            done: false,
+        }
     }
 
     pub fn observe_pass(&self, kind: &str, took: Duration) {
@@ -391,6 +457,38 @@ mod tests {
         assert!(text.contains("reason=\"InvalidSpec\""));
         assert!(text.contains("clickhouse_operator_reconcile_duration_seconds_bucket"));
         assert!(text.contains("clickhouse_operator_last_successful_reconcile_timestamp_seconds{"));
+    }
+
+    /// The queue: a due pass counts in `workqueue_depth` until it has its slot, and its wait is
+    /// observed then (or when it gives up waiting).
+    #[test]
+    fn the_queue_depth_counts_passes_waiting_for_a_slot() {
+        let m = Metrics::default();
+        let a = m.queued("ClickHouseCluster");
+        let b = m.queued("ClickHouseCluster");
+        let depth = |m: &Metrics| {
+            m.queue_depth
+                .get_or_create(&KindLabels {
+                    kind: "ClickHouseCluster".into(),
+                })
+                .get()
+        };
+        assert_eq!(depth(&m), 2);
+        a.started();
+        assert_eq!(depth(&m), 1);
+        drop(b);
+        assert_eq!(depth(&m), 0);
+        let text = m.encode();
+        assert!(
+            text.contains("clickhouse_operator_workqueue_depth{kind=\"ClickHouseCluster\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "clickhouse_operator_workqueue_queue_duration_seconds_count{kind=\"ClickHouseCluster\"} 2"
+            ),
+            "{text}"
+        );
     }
 
     /// Per cluster, its state as a labelled gauge, its pods desired/ready/updated, its condemned

@@ -124,6 +124,11 @@ pub struct Settings {
     /// it), so that the exporter may read that one Secret and no other (decision 36). Unset:
     /// nothing is published, and the exporter reads each cluster's own Secrets.
     pub exporter_credentials: Option<String>,
+    /// Defaults merged under every cluster's spec (decision 58), from the file
+    /// `CLUSTER_DEFAULTS_FILE` names (the chart mounts its `clusterDefaults` there); none
+    /// without it. A file that cannot be read or holds a field that cannot take a default stops
+    /// the operator at start, naming it.
+    pub cluster_defaults: crate::api::defaults::ClusterDefaults,
 }
 
 /// Parses `key=value,…` (a label selector of equalities only).
@@ -280,6 +285,11 @@ pub const ENV: &[(&str, &str, &str)] = &[
     ),
     ("LOG_FORMAT", "json", "json or text"),
     (
+        "CLUSTER_DEFAULTS_FILE",
+        "none",
+        "a file of defaults merged under every cluster's spec (pod, keeper.pod, configuration.settings, profiles, quotas)",
+    ),
+    (
         "LOG_LEVEL",
         "info",
         "a tracing filter, e.g. info,clickhouse_operator=debug",
@@ -419,7 +429,17 @@ impl Settings {
                 ));
             }
         };
+        let cluster_defaults = match get("CLUSTER_DEFAULTS_FILE").filter(|v| !v.trim().is_empty()) {
+            None => crate::api::defaults::ClusterDefaults::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path.trim())
+                    .map_err(|e| format!("CLUSTER_DEFAULTS_FILE: cannot read {path:?}: {e}"))?;
+                crate::api::defaults::ClusterDefaults::parse(&text)
+                    .map_err(|e| format!("CLUSTER_DEFAULTS_FILE {path:?}: {e}"))?
+            }
+        };
         Ok(Settings {
+            cluster_defaults,
             exporter_credentials,
             operator_pod_labels,
             operator_networks,
@@ -460,6 +480,39 @@ impl Settings {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    /// Decision 58: `CLUSTER_DEFAULTS_FILE` is read and checked at start: a file that cannot be
+    /// read or holds a field that cannot take a default stops the operator, naming it.
+    #[test]
+    fn cluster_defaults_are_read_at_start_and_a_bad_file_stops_it() {
+        let dir = std::env::temp_dir().join(format!("chop-defaults-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with = |text: &str| {
+            let path = dir.join("d.yaml");
+            std::fs::write(&path, text).unwrap();
+            let path = path.display().to_string();
+            Settings::from_lookup(move |k| (k == "CLUSTER_DEFAULTS_FILE").then(|| path.clone()))
+        };
+        let ok = with("pod: {nodeSelector: {pool: db}}").unwrap();
+        assert!(!ok.cluster_defaults.is_empty());
+        let e = with("shards: 3").unwrap_err();
+        assert!(
+            e.contains("CLUSTER_DEFAULTS_FILE") && e.contains("shards"),
+            "{e}"
+        );
+        let e = Settings::from_lookup(|k| {
+            (k == "CLUSTER_DEFAULTS_FILE").then(|| "/nonexistent/defaults.yaml".to_string())
+        })
+        .unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        assert!(
+            Settings::from_lookup(|_| None)
+                .unwrap()
+                .cluster_defaults
+                .is_empty()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// S2-07: empty or unset watches everything; a comma-separated list watches those.
     #[test]

@@ -5,6 +5,7 @@ mod engine;
 mod exporter;
 mod external_keeper;
 mod faults;
+mod features;
 mod foundation;
 mod isolation;
 mod keeper;

@@ -409,6 +409,12 @@ async fn pass(
     let mut caught_up = false;
     let mut soon = false;
     for _ in 0..PASSES_PER_RECONCILE {
+        // decision 58: the operator's defaults under the cluster's own spec, for this pass only
+        // (the cluster object is never written with them)
+        current.spec = ctx
+            .cluster_defaults
+            .apply(&current.spec)
+            .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
         let (mut world, fresh) = observe::observe(&current, ctx).await?;
         caught_up = fresh;
         let mut plan = plan::decide(&current, &world, Timestamp::now());
@@ -479,6 +485,7 @@ async fn reconcile_in_span(
     cluster: Arc<ClickHouseCluster>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    let queued = ctx.metrics.queued(KIND);
     // an idle health check waits for one of the idle slots first, so that it never queues
     // ahead of more than a few passes a change triggered (decision 41)
     let _idle_permit = if ctx.pacer.take_idle(&key(&cluster)) {
@@ -496,6 +503,7 @@ async fn reconcile_in_span(
         .acquire()
         .await
         .expect("the semaphore is never closed");
+    queued.started();
     let _timer = PassTimer::start(KIND, &ctx.metrics);
     // the pass may have waited for its permit: plan from the cache's copy as it is now
     let cluster = ctx

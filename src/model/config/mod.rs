@@ -3,5 +3,6 @@
 pub mod keeper;
 pub mod server;
 pub mod settings;
+pub mod system_logs;
 pub mod users;
 pub mod xml;

@@ -45,6 +45,10 @@ pub enum Effect {
     Restart,
     /// Reloaded by ClickHouse at runtime: no pod template depends on it.
     Reload,
+    /// Read at startup, but its content also follows what the operator learns (the server
+    /// version): no pod template hashes it; what restarts the servers for it is the spec
+    /// field's own hash annotation (the system log TTLs, decision 55).
+    NextStart,
 }
 
 /// One file of `config.d/`.
@@ -74,11 +78,15 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
             .filter_map(|(k, v)| Some((k.strip_prefix("zookeeper/")?, v.as_str()))),
         "spec.configuration.settings",
     )?;
+    // `spec.logging.level` is reloaded like the setting `logger/level` it replaces (validation
+    // refuses both at once)
+    let level = c.spec.logging.level.as_deref().map(|l| ("logger/level", l));
     let reload = Element::from_paths(
         settings
             .iter()
             .filter(|(k, _)| !needs_restart(k) && !k.starts_with("zookeeper/"))
-            .map(|(k, v)| (k.as_str(), v.as_str())),
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(level),
         "spec.configuration.settings",
     )?;
     let mut files = vec![
@@ -98,6 +106,7 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
                 .children(
                     CLOSED_PORTS
                         .iter()
+                        .filter(|p| !opened(c, p))
                         .map(|p| Element::new(p).attr("remove", "remove")),
                 )
                 .to_document(),
@@ -150,6 +159,86 @@ pub fn common_files(c: &Cluster<'_>) -> Result<Vec<ConfigFile>, BuildError> {
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(files)
+}
+
+/// Whether `spec.protocols` opens the port [`CLOSED_PORTS`] would close.
+fn opened(c: &Cluster<'_>, port: &str) -> bool {
+    let p = &c.spec.protocols;
+    (port == "mysql_port" && p.mysql) || (port == "postgresql_port" && p.postgresql)
+}
+
+/// The protocols of `spec.protocols`: their ports, and gRPC over TLS with the server
+/// certificate when `spec.tls` is on (MySQL and PostgreSQL offer TLS on their own port from the
+/// `openSSL` server section).
+fn protocols(c: &Cluster<'_>) -> Vec<Element> {
+    let p = &c.spec.protocols;
+    let mut out = Vec::new();
+    if p.mysql {
+        out.push(Element::leaf("mysql_port", names::MYSQL_PORT));
+    }
+    if p.postgresql {
+        out.push(Element::leaf("postgresql_port", names::POSTGRESQL_PORT));
+    }
+    if p.grpc {
+        out.push(Element::leaf("grpc_port", names::GRPC_PORT));
+        if c.spec.tls.enabled {
+            out.push(
+                Element::new("grpc")
+                    .child(Element::leaf("enable_ssl", 1))
+                    .child(Element::leaf(
+                        "ssl_cert_file",
+                        format!("{}/tls.crt", names::SERVER_TLS_PATH),
+                    ))
+                    .child(Element::leaf(
+                        "ssl_key_file",
+                        format!("{}/tls.key", names::SERVER_TLS_PATH),
+                    ))
+                    .child(Element::leaf("ssl_require_client_auth", "false")),
+            );
+        }
+    }
+    out
+}
+
+/// The version a protocol of `spec.protocols` needs, when the servers are known to be older:
+/// an error naming the field (the configuration is not written for servers that cannot serve
+/// it).
+pub fn check_protocols(
+    c: &Cluster<'_>,
+    version: Option<crate::clickhouse::Version>,
+) -> Result<(), BuildError> {
+    use crate::clickhouse::Capability;
+    let Some(v) = version else {
+        return Ok(());
+    };
+    if c.spec.users.as_ref().is_some_and(|u| u.replicated_access)
+        && !v.supports(Capability::ReplicatedAccessStorage)
+    {
+        return Err(BuildError::Unsupported {
+            field: "spec.users.replicatedAccess".into(),
+            detail: format!(
+                "needs ClickHouse {} or later: the servers run {v}",
+                Capability::ReplicatedAccessStorage.since()
+            ),
+        });
+    }
+    let p = &c.spec.protocols;
+    for (on, field, cap) in [
+        (p.mysql, "mysql", Capability::MysqlProtocol),
+        (p.postgresql, "postgresql", Capability::PostgresqlProtocol),
+        (p.grpc, "grpc", Capability::GrpcProtocol),
+    ] {
+        if on && !v.supports(cap) {
+            return Err(BuildError::Unsupported {
+                field: format!("spec.protocols.{field}"),
+                detail: format!(
+                    "needs ClickHouse {} or later: the servers run {v}",
+                    cap.since()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `00-operator-server.xml`.
@@ -228,6 +317,21 @@ fn server_element(c: &Cluster<'_>) -> Element {
                     )),
             );
     }
+    root = root.children(protocols(c));
+    if c.spec.users.as_ref().is_some_and(|u| u.replicated_access) {
+        // the image's `users_xml` (the users file of the operator and `spec.users`) and, in
+        // place of its `local_directory` on each server's disk, Keeper: a user created with
+        // SQL is then known to every server, a new replica included
+        root = root.child(
+            Element::new("user_directories")
+                .attr("replace", "replace")
+                .child(Element::new("users_xml").child(Element::leaf("path", "users.xml")))
+                .child(Element::new("replicated").child(Element::leaf(
+                    "zookeeper_path",
+                    names::REPLICATED_ACCESS_PATH,
+                ))),
+        );
+    }
     if c.spec.server_metrics.enabled {
         root = root.child(
             Element::new("prometheus")
@@ -241,22 +345,34 @@ fn server_element(c: &Cluster<'_>) -> Element {
     if let Some(storage) = storage_configuration(c) {
         root = root.child(storage);
     }
-    root.child(
-        Element::new("logger")
-            .child(Element::leaf("level", "information"))
-            .child(Element::leaf(
-                "log",
-                format!("{}/clickhouse-server.log", names::SERVER_LOG_PATH),
-            ))
-            .child(Element::leaf(
-                "errorlog",
-                format!("{}/clickhouse-server.err.log", names::SERVER_LOG_PATH),
-            ))
-            .child(Element::leaf("size", "100M"))
-            .child(Element::leaf("count", 3))
-            .child(Element::leaf("console", 1)),
-    )
-    .child(Element::new("distributed_ddl").child(Element::leaf("path", DDL_PATH)))
+    root.child(logger(&c.spec.logging))
+        .child(Element::new("distributed_ddl").child(Element::leaf("path", DDL_PATH)))
+}
+
+/// `logger` from `spec.logging`: without it, what the operator always wrote (so a cluster that
+/// sets nothing keeps its file). The level here is the default the runtime file overrides
+/// (`spec.logging.level` is reloaded, see [`common_files`]); files off write empty paths,
+/// which ClickHouse reads as no file.
+fn logger(l: &crate::api::LoggingSpec) -> Element {
+    let files = l.files.unwrap_or(true);
+    let path = |name: &str| {
+        if files {
+            format!("{}/{name}", names::SERVER_LOG_PATH)
+        } else {
+            String::new()
+        }
+    };
+    Element::new("logger")
+        .child(Element::leaf("level", "information"))
+        .child(Element::leaf("log", path("clickhouse-server.log")))
+        .child(Element::leaf("errorlog", path("clickhouse-server.err.log")))
+        .child(Element::leaf("size", l.size.as_deref().unwrap_or("100M")))
+        .child(Element::leaf("count", l.count.unwrap_or(3)))
+        .child(Element::leaf("console", 1))
+        .children(
+            (l.format == Some(crate::api::LogFormat::Json))
+                .then(|| Element::new("formatting").child(Element::leaf("type", "json"))),
+        )
 }
 
 /// `storage_configuration` from `spec.storage.disks` and `spec.storage.policies` (none without
@@ -407,9 +523,12 @@ pub fn remote_servers(
     } else {
         names::TCP_PORT
     };
-    let shards = by_shard.into_values().map(|mut rs| {
+    let shards = by_shard.into_iter().map(|(shard, mut rs)| {
         rs.sort_by_key(|r| r.index);
+        // only a weight the spec sets is written: the file of a cluster without weights stays
+        let weight = c.spec.shard_weights.get(&shard.to_string());
         Element::new("shard")
+            .children(weight.map(|w| Element::leaf("weight", w)))
             .child(Element::leaf("internal_replication", "true"))
             .children(rs.into_iter().map(|r| {
                 let mut e = Element::new("replica")

@@ -27,6 +27,87 @@ pub fn sha256_hex(password: &Password) -> String {
     hex::encode(Sha256::digest(password.0.as_bytes()))
 }
 
+/// Suffix of a users Secret key whose value is the SHA-256 of the password, hex-encoded
+/// (`alice.sha256_hex`): written as `password_sha256_hex`, so the password itself is in no
+/// Secret, no operator memory and no file.
+pub const SHA256_SUFFIX: &str = ".sha256_hex";
+/// Suffix of a users Secret key whose value is SHA-1 of SHA-1 of the password, hex-encoded
+/// (`alice.double_sha1_hex`, what MySQL clients need): written as `password_double_sha1_hex`.
+pub const DOUBLE_SHA1_SUFFIX: &str = ".double_sha1_hex";
+
+/// What a users Secret key gives its user.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential<'a> {
+    /// The password itself (the key is the user name): hashed here.
+    Plain(&'a Password),
+    /// `password_sha256_hex`, as given (lower case).
+    Sha256Hex(String),
+    /// `password_double_sha1_hex`, as given (lower case).
+    DoubleSha1Hex(String),
+}
+
+impl Credential<'_> {
+    fn element(&self) -> Element {
+        match self {
+            Credential::Plain(p) => Element::leaf("password_sha256_hex", sha256_hex(p)),
+            Credential::Sha256Hex(h) => Element::leaf("password_sha256_hex", h),
+            Credential::DoubleSha1Hex(h) => Element::leaf("password_double_sha1_hex", h),
+        }
+        .secret()
+    }
+}
+
+/// The users of the users Secret and their credentials: a key is a user name with its
+/// password, or a user name with [`SHA256_SUFFIX`] or [`DOUBLE_SHA1_SUFFIX`] and the hash. A
+/// user with two keys, a hash that is not one (64 or 40 hex digits) and a double SHA-1 for
+/// servers known to be older than it are refused, the key named and never the value.
+pub fn credentials(
+    secret: &std::collections::BTreeMap<String, Password>,
+    version: Option<crate::clickhouse::Version>,
+) -> Result<std::collections::BTreeMap<&str, Credential<'_>>, BuildError> {
+    let mut out = std::collections::BTreeMap::new();
+    for (key, value) in secret {
+        let field = format!("spec.users.secretName (key {key:?})");
+        let hash = |len: usize| {
+            let h = value.0.trim().to_ascii_lowercase();
+            if h.len() == len && h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                Ok(h)
+            } else {
+                Err(BuildError::UsersSecret {
+                    field: field.clone(),
+                    detail: format!("the value is not a hash of {len} hexadecimal digits"),
+                })
+            }
+        };
+        let (user, credential) = if let Some(user) = key.strip_suffix(SHA256_SUFFIX) {
+            (user, Credential::Sha256Hex(hash(64)?))
+        } else if let Some(user) = key.strip_suffix(DOUBLE_SHA1_SUFFIX) {
+            if version
+                .is_some_and(|v| !v.supports(crate::clickhouse::Capability::PasswordDoubleSha1))
+            {
+                return Err(BuildError::UsersSecret {
+                    field,
+                    detail: format!(
+                        "a double SHA-1 password needs ClickHouse {} or later: the servers run {}",
+                        crate::clickhouse::Capability::PasswordDoubleSha1.since(),
+                        version.map(|v| v.to_string()).unwrap_or_default()
+                    ),
+                });
+            }
+            (user, Credential::DoubleSha1Hex(hash(40)?))
+        } else {
+            (key.as_str(), Credential::Plain(value))
+        };
+        if out.insert(user, credential).is_some() {
+            return Err(BuildError::UsersSecret {
+                field,
+                detail: format!("user {user:?} has more than one key (a password and a hash)"),
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// One account of the users file.
 struct Account<'a> {
     networks: Element,
@@ -35,6 +116,8 @@ struct Account<'a> {
     databases: &'a [String],
     /// SQL privileges (`<grants>`, 23.6 and later); none: the version's default (all).
     grants: Vec<String>,
+    /// `access_management` (20.4 and later).
+    access_management: bool,
 }
 
 /// The privileges of the operator's account where the servers have SQL privileges for users of
@@ -70,17 +153,20 @@ pub fn operator_grants(definers: &[&str]) -> Vec<String> {
 fn user(
     name: &str,
     field: &str,
-    password: &Password,
+    credential: &Credential<'_>,
     account: Account<'_>,
 ) -> Result<Element, BuildError> {
     // `replace` drops whatever the image defines for the same user (e.g. a plain `password` of
     // `default`), which ClickHouse would refuse next to `password_sha256_hex`.
     let mut e = Element::checked(name, field)?
         .attr("replace", "replace")
-        .child(Element::leaf("password_sha256_hex", sha256_hex(password)).secret())
+        .child(credential.element())
         .child(account.networks)
         .child(Element::leaf("profile", account.profile))
         .child(Element::leaf("quota", account.quota));
+    if account.access_management {
+        e = e.child(Element::leaf("access_management", 1));
+    }
     if !account.grants.is_empty() {
         e = e.child(
             Element::new("grants")
@@ -158,7 +244,7 @@ pub fn default_user_networks(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Eleme
 ///   the operator's networks, the pod network), or what `spec.users.accounts.<user>` says
 ///   instead, and there `databases` as `allow_databases`.
 pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<String, BuildError> {
-    let users = &inputs.user_passwords;
+    let users = credentials(&inputs.user_passwords, inputs.server_version)?;
     let operator_networks = inputs.operator_networks.as_slice();
     let replicas = inputs.replicas.as_slice();
     let configuration = &c.spec.configuration;
@@ -202,7 +288,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         definers.extend(
             users
                 .keys()
-                .map(String::as_str)
+                .copied()
                 .filter(|u| *u != DEFAULT_USER && *u != names::OPERATOR_USER),
         );
         let mut grants = operator_grants(&definers);
@@ -219,13 +305,14 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
     let mut list = Element::new("users").child(user(
         names::OPERATOR_USER,
         "operator user",
-        &inputs.operator_password,
+        &Credential::Plain(&inputs.operator_password),
         Account {
             networks: networks(c, servers_as_operator, operator_networks),
             profile: DEFAULT_PROFILE,
             quota: DEFAULT_QUOTA,
             databases: &[],
             grants,
+            access_management: false,
         },
     )?);
     if let Some(p) = &inputs.exporter_password {
@@ -243,7 +330,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         list = list.child(user(
             names::EXPORTER_USER,
             "exporter user",
-            p,
+            &Credential::Plain(p),
             Account {
                 networks: networks(c, &[], operator_networks),
                 profile: names::EXPORTER_PROFILE,
@@ -257,6 +344,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 } else {
                     Vec::new()
                 },
+                access_management: false,
             },
         )?);
     }
@@ -264,13 +352,14 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         list = list.child(user(
             names::CLUSTER_USER,
             "cluster user",
-            p,
+            &Credential::Plain(p),
             Account {
                 networks: networks(c, replicas, &[]),
                 profile: DEFAULT_PROFILE,
                 quota: DEFAULT_QUOTA,
                 databases: &[],
                 grants: Vec::new(),
+                access_management: false,
             },
         )?);
     }
@@ -279,7 +368,8 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         .map(|u| u.networks.as_slice())
         .filter(|n| !n.is_empty())
         .unwrap_or(operator_networks);
-    for (name, password) in users {
+    for (name, credential) in &users {
+        let name = *name;
         if name == names::OPERATOR_USER
             || name == names::CLUSTER_USER
             || name == names::EXPORTER_USER
@@ -303,13 +393,18 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
         list = list.child(user(
             name,
             "spec.users.secretName (a key)",
-            password,
+            credential,
             Account {
                 networks: networks(c, &[], networks_of),
                 profile: profile_of,
                 quota: quota_of,
                 databases: account.map(|a| a.databases.as_slice()).unwrap_or(&[]),
                 grants: Vec::new(),
+                // written only where the servers have it (an older one ignores or refuses it)
+                access_management: account.is_some_and(|a| a.access_management)
+                    && inputs.server_version.is_some_and(|v| {
+                        v.supports(crate::clickhouse::Capability::AccessManagement)
+                    }),
             },
         )?);
     }
@@ -325,7 +420,87 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
 
 #[cfg(test)]
 mod tests {
-    use super::ip_entry;
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn secret(pairs: &[(&str, &str)]) -> BTreeMap<String, Password> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Password(v.to_string())))
+            .collect()
+    }
+
+    /// Passwords not in the clear: a key with `.sha256_hex` or `.double_sha1_hex` names its user
+    /// and holds the hash, taken as it is (lower-cased); a plain key holds the password, hashed
+    /// here.
+    #[test]
+    fn hashed_keys_give_their_user_the_hash_as_it_is() {
+        let sha = "A".repeat(64);
+        let dsha = "b".repeat(40);
+        let s = secret(&[
+            ("alice.sha256_hex", &sha),
+            ("bob.double_sha1_hex", &dsha),
+            ("carol", "carol-pw"),
+        ]);
+        let c = credentials(&s, Some("24.8".parse().unwrap())).unwrap();
+        assert_eq!(
+            c.keys().copied().collect::<Vec<_>>(),
+            ["alice", "bob", "carol"]
+        );
+        assert!(c["alice"] == Credential::Sha256Hex("a".repeat(64)));
+        assert!(c["bob"] == Credential::DoubleSha1Hex(dsha.clone()));
+        assert_eq!(
+            c["carol"].element().to_document(),
+            Element::leaf(
+                "password_sha256_hex",
+                sha256_hex(&Password("carol-pw".into()))
+            )
+            .secret()
+            .to_document()
+        );
+        // the version unknown: allowed (the servers report it later)
+        assert!(credentials(&s, None).is_ok());
+    }
+
+    /// A user with two keys, a value that is no hash, and a double SHA-1 for servers older than
+    /// it are refused, naming the key and never the value.
+    #[test]
+    fn bad_hashed_keys_are_refused_naming_the_key_not_the_value() {
+        let secret_value = "s3cret-not-a-hash";
+        for (s, version, words) in [
+            (
+                secret(&[("alice.sha256_hex", secret_value)]),
+                "24.8",
+                "64 hexadecimal digits",
+            ),
+            (
+                secret(&[("alice.double_sha1_hex", &"0".repeat(64))]),
+                "24.8",
+                "40 hexadecimal digits",
+            ),
+            (
+                secret(&[
+                    ("alice", secret_value),
+                    ("alice.sha256_hex", &"0".repeat(64)),
+                ]),
+                "24.8",
+                "more than one key",
+            ),
+            (
+                secret(&[("alice.double_sha1_hex", &"0".repeat(40))]),
+                "18.16.1",
+                "needs ClickHouse 20.1",
+            ),
+        ] {
+            let e = credentials(&s, Some(version.parse().unwrap()))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains(words), "{e}");
+            assert!(e.contains("alice"), "{e}");
+            assert!(!e.contains(secret_value), "{e}");
+        }
+    }
 
     /// Decision 27: an IPv4 network is written as its IPv4-mapped IPv6 network, which 18.16 matches
     /// correctly (it matches a plain IPv4 CIDR against every IPv4 client); single addresses and

@@ -1,0 +1,303 @@
+//! Features users of other operators look for, on 18.16 servers: shard weights, `suspend`
+//! and the one-shot rolling restart (docs/testing.md).
+
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::support::*;
+use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
+
+const SERVERS: &str = "clickhouse.com/cluster=c1,app.kubernetes.io/component=server";
+
+/// The server pods of `c`, by shard.
+fn pods_by_shard(c: &ClickHouseCluster) -> Vec<String> {
+    let map = &c.status.as_ref().unwrap().replica_state_map;
+    let mut v: Vec<(i32, String)> = map
+        .iter()
+        .map(|(n, r)| (r.shard, format!("{n}-0")))
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+/// `spec.shardWeights` on 18.16: a Distributed insert sends each shard its weight's share of
+/// the rows (weights 1 and 3, rows by `n % 4`: 1000 and 3000 of 4000), and a new weight is
+/// reloaded without a restart (1 and 1: the next 4000 split 2000 and 2000).
+#[tokio::test]
+async fn a_distributed_insert_follows_the_shard_weights_and_a_new_weight_restarts_nothing() {
+    let client = client().await;
+    let ns = namespace(&client, "weights").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "storage": {"size": "1Gi"},
+            "keeper": {"replicas": 1}, "shardWeights": {"1": 3}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let pods = pods_by_shard(&c);
+    assert_eq!(pods.len(), 2);
+    let mut chs = Vec::new();
+    for p in &pods {
+        let ch = sql_client(&client, &ns, "c1", p).await;
+        exec(
+            &ch,
+            "CREATE TABLE default.t (n UInt64) ENGINE = MergeTree ORDER BY n",
+        )
+        .await;
+        exec(
+            &ch,
+            "CREATE TABLE default.td AS default.t ENGINE = Distributed(c1, default, t, n)",
+        )
+        .await;
+        chs.push(ch);
+    }
+    let counts = |want: [u64; 2]| {
+        let chs = &chs;
+        async move {
+            wait_for(
+                Duration::from_secs(60),
+                "the rows on each shard",
+                || async move {
+                    let mut got = [0u64; 2];
+                    for (i, ch) in chs.iter().enumerate() {
+                        got[i] = query(ch, "SELECT count() AS v FROM default.t").await[0]
+                            .parse()
+                            .unwrap();
+                    }
+                    (got == want).then_some(())
+                },
+            )
+            .await
+        }
+    };
+    exec(
+        &chs[0],
+        "INSERT INTO default.td SELECT number FROM numbers(4000)",
+    )
+    .await;
+    counts([1000, 3000]).await;
+
+    let before = pod_ids(&client, &ns, SERVERS).await;
+    patch_spec(&client, &ns, "c1", json!({"shardWeights": {"1": 1}})).await;
+    wait_ready(&client, &ns, "c1", 2).await;
+    // both servers have reloaded the new weight (18.16 resolves every host of the cluster here)
+    for ch in &chs {
+        let ch = ch.clone();
+        wait_for(Duration::from_secs(60), "the new weight reloaded", || {
+            let ch = ch.clone();
+            async move {
+                let w = query(
+                    &ch,
+                    "SELECT toString(max(shard_weight)) AS v FROM system.clusters \
+                     WHERE cluster = 'c1'",
+                )
+                .await;
+                (w == ["1"]).then_some(())
+            }
+        })
+        .await;
+    }
+    exec(
+        &chs[1],
+        "INSERT INTO default.td SELECT number FROM numbers(4000, 4000)",
+    )
+    .await;
+    counts([3000, 5000]).await;
+    assert_eq!(
+        pod_ids(&client, &ns, SERVERS).await,
+        before,
+        "a weight restarted a server"
+    );
+    finish(&client, &ns, op).await;
+}
+
+/// S2-42 and S2-43 on 18.16: while suspended, a change that would restart the servers waits
+/// (no pod restarted, the state `suspended` with its condition); resumed, it is rolled out. A
+/// timestamp in `clickhouse.com/restart-at` restarts each server once; the same timestamp
+/// left there, then the annotation removed, restarts nothing more.
+#[tokio::test]
+async fn a_suspended_cluster_is_left_alone_and_a_restart_timestamp_restarts_each_server_once() {
+    let client = client().await;
+    let ns = namespace(&client, "suspend").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 2, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let first = pod_ids(&client, &ns, SERVERS).await;
+    assert_eq!(first.len(), 2);
+
+    patch_spec(&client, &ns, "c1", json!({"suspend": true})).await;
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "suspended",
+        |s| {
+            s.state == ClusterState::Suspended
+                && s.conditions
+                    .iter()
+                    .any(|c| c.r#type == "Suspended" && c.status == "True")
+        },
+    )
+    .await;
+    // a change that restarts the servers waits while suspended
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"pod": {"annotations": {"team": "db"}}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        pod_ids(&client, &ns, SERVERS).await,
+        first,
+        "a pod restarted while suspended"
+    );
+    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    assert_eq!(
+        api.get("c1").await.unwrap().status.unwrap().state,
+        ClusterState::Suspended
+    );
+
+    patch_spec(&client, &ns, "c1", json!({"suspend": false})).await;
+    let (restarted, _) = watch_rollout(&client, &ns, "c1", &first, 2, 4).await;
+    assert_eq!(restarted.len(), 2, "{restarted:?}");
+    let resumed = wait_ready(&client, &ns, "c1", 4).await;
+    assert!(
+        resumed
+            .status
+            .unwrap()
+            .conditions
+            .iter()
+            .any(|c| c.r#type == "Suspended" && c.status == "False")
+    );
+
+    // one rolling restart per timestamp
+    let annotate = |value: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            api.patch(
+                "c1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations":
+                    {"clickhouse.com/restart-at": value}}})),
+            )
+            .await
+            .expect("annotate the cluster");
+        }
+    };
+    let before = pod_ids(&client, &ns, SERVERS).await;
+    annotate(json!("2026-12-04T18:00:00Z")).await;
+    // the annotation bumps no generation: wait for both pods replaced and the cluster ready
+    let after = wait_for(Duration::from_secs(300), "each server restarted", || {
+        let (client, ns, api, before) = (client.clone(), ns.clone(), api.clone(), &before);
+        async move {
+            let now = pod_ids(&client, &ns, SERVERS).await;
+            let s = api.get("c1").await.ok()?.status?;
+            let replaced = now.len() == 2
+                && now
+                    .iter()
+                    .all(|(name, (uid, _))| before.get(name).map(|(u, _)| u) != Some(uid));
+            (replaced
+                && s.state == ClusterState::Ready
+                && s.restarted_at.as_deref() == Some("2026-12-04T18:00:00Z"))
+            .then_some(now)
+        }
+    })
+    .await;
+    // and only once: nothing more while the annotation stays
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(pod_ids(&client, &ns, SERVERS).await, after);
+    annotate(serde_json::Value::Null).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        pod_ids(&client, &ns, SERVERS).await,
+        after,
+        "removing the annotation restarted a server"
+    );
+    finish(&client, &ns, op).await;
+}
+
+/// Operator-level defaults (decision 58) on 18.16: an operator started with a defaults file
+/// (`CLUSTER_DEFAULTS_FILE`, what the chart's `clusterDefaults` mount) gives a cluster that sets
+/// none of them its servers' toleration and pull secret, and a profile
+/// setting that the servers apply; the cluster's own setting wins; the cluster object is not
+/// written with them.
+#[tokio::test]
+async fn operator_defaults_reach_a_clusters_pods_and_settings_under_its_own() {
+    use k8s_openapi::api::core::v1::Pod;
+    let client = client().await;
+    let ns = namespace(&client, "defaults").await;
+    let dir = std::env::temp_dir().join(format!("chop-e2e-defaults-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cluster-defaults.yaml");
+    std::fs::write(
+        &file,
+        "pod:\n  template: {spec: {imagePullSecrets: [{name: registry}]}}\n  \
+         tolerations: [{key: dedicated, value: clickhouse, effect: NoSchedule}]\n\
+         configuration:\n  profiles:\n    default: {max_memory_usage: 1234567890, \
+         max_execution_time: 77}\n",
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let op = start_operator_env(&client, &ns, &[("CLUSTER_DEFAULTS_FILE", &path)]).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"replicas": 1, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1},
+            "configuration": {"profiles": {"default": {"max_execution_time": "60"}}}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    assert!(c.spec.pod.tolerations.is_empty(), "the cluster was written");
+    let pod = format!(
+        "{}-0",
+        c.status
+            .as_ref()
+            .unwrap()
+            .replica_state_map
+            .keys()
+            .next()
+            .unwrap()
+    );
+    let spec = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get(&pod)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "registry");
+    assert!(
+        spec.tolerations
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key.as_deref() == Some("dedicated")),
+        "no toleration from the defaults"
+    );
+    let ch = sql_client(&client, &ns, "c1", &pod).await;
+    assert_eq!(
+        query(
+            &ch,
+            "SELECT value AS v FROM system.settings WHERE name IN \
+             ('max_memory_usage', 'max_execution_time') ORDER BY name"
+        )
+        .await,
+        ["60", "1234567890"]
+    );
+    finish(&client, &ns, op).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
