@@ -64,11 +64,15 @@ pub struct ScaleInPlan {
 }
 
 /// Plans the scale-in. `sts_ready(name)` tells whether a replica's StatefulSet exists with its
-/// pod Ready; `ready(name)` whether a survivor can run SQL now.
+/// pod Ready; `ready(name)` whether a survivor can run SQL now; `never_ran(name)` whether a
+/// replica's pod was never started on a node (say, unschedulable): such a condemned replica
+/// holds no data and no Keeper metadata, and its removal does not wait for it to be Ready,
+/// which it may never be (decision 52).
 pub fn plan_scale_in(
     map: &BTreeMap<String, ReplicaStatus>,
     sts_ready: impl Fn(&str) -> bool,
     sts_exists: impl Fn(&str) -> bool,
+    never_ran: impl Fn(&str) -> bool,
 ) -> ScaleInPlan {
     let mut plan = ScaleInPlan::default();
     let condemned: Vec<(&String, &ReplicaStatus)> = map
@@ -84,8 +88,9 @@ pub fn plan_scale_in(
         .filter(|n| {
             let r = &map[*n];
             let still_there = r.scale_in_step.is_none_or(|s| s < ScaleInStep::Deleted);
-            still_there && sts_exists(n) && !sts_ready(n)
-                || r.state != ReplicaState::Condemned && !sts_ready(n)
+            let condemned = r.state == ReplicaState::Condemned;
+            still_there && sts_exists(n) && !sts_ready(n) && !(condemned && never_ran(n))
+                || !condemned && !sts_ready(n)
         })
         .collect();
     for (name, r) in condemned {
@@ -210,7 +215,7 @@ mod tests {
     /// S0-30 / S1-21: the steps in order, the sync on the shard's backup replica first.
     #[test]
     fn scale_in_steps_run_in_order_with_the_sync_on_the_backup_replica() {
-        let p = plan_scale_in(&map(), |_| true, |_| true);
+        let p = plan_scale_in(&map(), |_| true, |_| true, |_| false);
         assert_eq!(p.chains.len(), 2);
         assert_eq!(
             kinds(&p.chains[0]),
@@ -238,9 +243,30 @@ mod tests {
     /// S0-24: an unready StatefulSet defers everything after leaving traffic, and says which.
     #[test]
     fn unready_statefulset_defers_the_scale_in() {
-        let p = plan_scale_in(&map(), |n| n != "c1-0-0", |_| true);
+        let p = plan_scale_in(&map(), |n| n != "c1-0-0", |_| true, |_| false);
         assert!(p.chains.iter().all(|c| kinds(c) == ["leave"]));
         assert!(p.waiting[0].contains("c1-0-0"), "{:?}", p.waiting);
+    }
+
+    /// Decision 52: a condemned replica whose pod never ran (unschedulable, say) is removed
+    /// without waiting for it to be Ready; an unready survivor still defers everything.
+    #[test]
+    fn a_condemned_replica_that_never_ran_does_not_hold_its_own_removal() {
+        let condemned = map()
+            .iter()
+            .find(|(_, r)| r.state == ReplicaState::Condemned)
+            .map(|(n, _)| n.clone())
+            .unwrap();
+        let c = condemned.as_str();
+        let p = plan_scale_in(&map(), |n| n != c, |_| true, |n| n == c);
+        assert!(p.waiting.is_empty(), "{:?}", p.waiting);
+        assert!(kinds(&p.chains[0]).contains(&"sync"), "{:?}", p.chains);
+        let p = plan_scale_in(&map(), |n| n != c && n != "c1-0-0", |_| true, |n| n == c);
+        assert!(
+            p.waiting[0].ends_with("(not ready: c1-0-0)"),
+            "{:?}",
+            p.waiting
+        );
     }
 
     /// Decision 3: a restarted operator resumes after the last recorded step; never deletes
@@ -249,11 +275,11 @@ mod tests {
     fn resumes_after_the_recorded_step() {
         let mut m = map();
         m.get_mut("c1-0-1").unwrap().scale_in_step = Some(ScaleInStep::Deleted);
-        let p = plan_scale_in(&m, |n| n != "c1-0-1", |n| n != "c1-0-1");
+        let p = plan_scale_in(&m, |n| n != "c1-0-1", |n| n != "c1-0-1", |_| false);
         assert_eq!(kinds(&p.chains[0]), ["drop-keeper", "label-pvcs"]);
         let mut m = map();
         m.get_mut("c1-0-1").unwrap().scale_in_step = Some(ScaleInStep::OutOfTraffic);
-        let p = plan_scale_in(&m, |_| true, |_| true);
+        let p = plan_scale_in(&m, |_| true, |_| true, |_| false);
         assert_eq!(kinds(&p.chains[0])[0], "sync");
     }
 
@@ -263,7 +289,7 @@ mod tests {
         let mut m = map();
         m.retain(|_, r| r.state != ReplicaState::Condemned);
         assert_eq!(
-            plan_scale_in(&m, |_| true, |_| true),
+            plan_scale_in(&m, |_| true, |_| true, |_| false),
             ScaleInPlan::default()
         );
     }
@@ -276,7 +302,7 @@ mod tests {
             let mut m = map();
             let mut log: Vec<(String, &'static str)> = Vec::new();
             for cut in cuts.iter().chain(std::iter::repeat_n(&7, 10)) {
-                let p = plan_scale_in(&m, |_| true, |n| m.get(n).is_none_or(|r| r.scale_in_step < Some(ScaleInStep::Deleted)));
+                let p = plan_scale_in(&m, |_| true, |n| m.get(n).is_none_or(|r| r.scale_in_step < Some(ScaleInStep::Deleted)), |_| false);
                 for chain in &p.chains {
                     for a in chain.iter().take(*cut) {
                         log.push((a.replica().to_string(), kinds(std::slice::from_ref(a))[0]));

@@ -85,6 +85,12 @@ impl ShardWatch {
     }
 }
 
+/// Runs a blocking call (a command) off the test's runtime, where the writer and the samplers
+/// run.
+async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
 /// The PVCs of the cluster by name, with their uid.
 async fn pvc_uids(client: &Client, ns: &str) -> BTreeMap<String, String> {
     Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
@@ -154,13 +160,19 @@ async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
         .collect();
     println!("draining {node} (servers {on_node:?}, {victim_pod} among them)");
     let started = Instant::now();
-    let out = multi_node_kubectl(&[
-        "drain",
-        &node,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        "--timeout=240s",
-    ]);
+    let out = off_runtime({
+        let node = node.clone();
+        move || {
+            multi_node_kubectl(&[
+                "drain",
+                &node,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                "--timeout=240s",
+            ])
+        }
+    })
+    .await;
     println!("drained in {:?}: {}", started.elapsed(), out.trim());
     // the evicted pods wait for their volumes' node
     tokio::time::sleep(Duration::from_secs(15)).await;
@@ -182,7 +194,11 @@ async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
         "status while drained: {} {:?}",
         status.state, status.message
     );
-    multi_node_kubectl(&["uncordon", &node]);
+    off_runtime({
+        let node = node.clone();
+        move || multi_node_kubectl(&["uncordon", &node])
+    })
+    .await;
     wait_ready(&client, &ns, "c1", 1).await;
     let after = placement(&pods, SERVERS).await;
     for p in &on_node {
@@ -210,7 +226,11 @@ async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
     let pvcs_before = pvc_uids(&client, &ns).await;
     println!("stopping {node2} (servers {down:?})");
     let stopped = Instant::now();
-    node_stop(&node2);
+    off_runtime({
+        let node = node2.clone();
+        move || node_stop(&node)
+    })
+    .await;
     let named = wait_for(
         Duration::from_secs(30),
         "the status naming the replicas down",
@@ -238,7 +258,11 @@ async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
         "a pod was deleted or replaced while its node was down"
     );
     assert_eq!(pvc_uids(&client, &ns).await, pvcs_before, "a PVC changed");
-    node_start(&node2);
+    off_runtime({
+        let node = node2.clone();
+        move || node_start(&node)
+    })
+    .await;
     wait_ready(&client, &ns, "c1", 1).await;
     println!("ready {:?} after the stop", stopped.elapsed());
 
@@ -426,7 +450,11 @@ async fn the_generated_network_policies_let_the_cluster_work_and_refuse_the_rest
         // a policy takes effect within about a second of its change
         let mut got = !want;
         for _ in 0..3 {
-            got = connects(from, to, port, to == cluster_ip);
+            // off the test's runtime, where the writer runs
+            let (f, t, answer) = (from.to_string(), to.to_string(), to == cluster_ip);
+            got = tokio::task::spawn_blocking(move || connects(&f, &t, port, answer))
+                .await
+                .unwrap();
             if got == want {
                 break;
             }
@@ -446,5 +474,13 @@ async fn the_generated_network_policies_let_the_cluster_work_and_refuse_the_rest
     assert!(wrong.is_empty(), "{wrong:?}");
     let rows = workload.stop_and_check(&client, &ns).await;
     println!("{rows} acknowledged batches on both replicas");
+    assert!(
+        rows >= 10,
+        "the cluster did not work through its policies: {rows} batches"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for name in ["app", "stranger"] {
+        pods.delete(name, &Default::default()).await.unwrap();
+    }
     finish(&client, &ns, op).await;
 }

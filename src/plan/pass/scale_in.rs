@@ -13,6 +13,10 @@ pub fn plan(pass: &mut Pass) {
         &pass.map,
         |n| pass.facts.server(n).pod.ready,
         |n| pass.facts.server(n).statefulset.is_some(),
+        |n| {
+            let pod = &pass.facts.server(n).pod;
+            pod.started.is_none() && !pod.ready
+        },
     );
     for chain in p.chains {
         for step in chain {
