@@ -1291,7 +1291,7 @@ fn the_operator_keeps_a_pod_through_voluntary_evictions() {
     }
 }
 
-/// Operator-level defaults (decision 58): the chart's `clusterDefaults` become a ConfigMap the
+/// Operator-level defaults (decision 52): the chart's `clusterDefaults` become a ConfigMap the
 /// operator's pod mounts and names in `CLUSTER_DEFAULTS_FILE`, with a hash of them on the pod so
 /// that a change restarts the operator; the file is what the operator parses; without them,
 /// nothing of it is rendered.

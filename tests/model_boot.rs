@@ -484,7 +484,7 @@ fn the_cluster_secret_is_refused_by_18_16_and_grants_are_ignored() {
     assert!(!body.contains("Unknown element"), "{body}");
 }
 
-/// Decision 55: before any server reported its version, the system log TTLs are written for the
+/// Decision 49: before any server reported its version, the system log TTLs are written for the
 /// version the image tag names (24.8 here), so an 18.16 server may start with them, as the
 /// servers of the local Kubernetes do: it boots, writes its query log and ignores the `<ttl>`
 /// (18.16 has no table TTL). Once 18.16 is reported, the file holds no table at all.

@@ -1678,7 +1678,7 @@ fn a_web_identity_destination_is_a_keyless_collection_backups_can_name() {
     );
 }
 
-/// Decision 55, docs/configuration.md "System log tables": the TTLs of `spec.systemLogs` are the
+/// Decision 49, docs/configuration.md "System log tables": the TTLs of `spec.systemLogs` are the
 /// TTLs ClickHouse 26.x creates its system log tables with: `ttlDays` on every default table,
 /// a table's own days over it, an optional table named (`text_log`) turned on with its days,
 /// and a default table set to 0 left as the image has it (no TTL).

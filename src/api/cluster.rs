@@ -106,7 +106,7 @@ pub struct ClickHouseClusterSpec {
     pub protocols: ProtocolsSpec,
     /// How long the servers keep the rows of their system log tables (`query_log`,
     /// `part_log`, `metric_log`, …), which otherwise grow until the disk is full: a TTL each
-    /// table is created with (ClickHouse 21.1 and later; decision 55). Unset: 30 days on the
+    /// table is created with (ClickHouse 21.1 and later; decision 49). Unset: 30 days on the
     /// default tables, written for clusters created by or restarted under this operator
     /// version (it restarts no running pod). Set or changed: the servers restart, since the
     /// tables are created at startup; a table whose TTL changes is renamed (`query_log_0`) and
@@ -692,7 +692,7 @@ pub const LOG_LEVELS: &[&str] = &[
     "test",
 ];
 
-/// `spec.systemLogs`: the TTLs of the system log tables (decision 55).
+/// `spec.systemLogs`: the TTLs of the system log tables (decision 49).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SystemLogsSpec {
@@ -1469,7 +1469,7 @@ pub struct ClickHouseClusterStatus {
     /// The last one-shot rolling restart asked for (the annotation
     /// `clickhouse.com/restart-at` of the cluster, a timestamp): the server pods carry it in
     /// their template, so each value restarts them once, in Smart Update order, and removing
-    /// the annotation restarts nothing (decision 57).
+    /// the annotation restarts nothing (decision 51).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_at: Option<String>,
 }

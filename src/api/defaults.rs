@@ -1,4 +1,4 @@
-//! PURE: operator-level defaults for every cluster (decision 58): a part of a
+//! PURE: operator-level defaults for every cluster (decision 52): a part of a
 //! `ClickHouseCluster` spec that the operator's installation gives (the chart's
 //! `clusterDefaults`, a file the operator reads at start, `CLUSTER_DEFAULTS_FILE`), merged under
 //! each cluster's own spec before a pass plans it. A cluster's own fields win; the cluster
@@ -141,7 +141,7 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    /// Decision 58: pull secrets, tolerations, node selectors and settings of the defaults
+    /// Decision 52: pull secrets, tolerations, node selectors and settings of the defaults
     /// reach a cluster that sets none; what a cluster sets wins, setting by setting.
     #[test]
     fn defaults_go_under_the_clusters_own_fields() {
@@ -179,7 +179,7 @@ mod tests {
         assert!(ClusterDefaults::parse("").unwrap().is_empty());
     }
 
-    /// Decision 58: a default outside the allowed paths, or one that is no spec, stops the
+    /// Decision 52: a default outside the allowed paths, or one that is no spec, stops the
     /// operator at start with the path named.
     #[test]
     fn defaults_outside_the_allowed_fields_are_refused() {

@@ -537,7 +537,7 @@ fn check_logging(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     }
 }
 
-/// `spec.systemLogs` (decision 55): known tables, at most 100 years; and no setting that would
+/// `spec.systemLogs` (decision 49): known tables, at most 100 years; and no setting that would
 /// make a server with the operator's `ttl` refuse to start (`<table>/engine`, which ClickHouse
 /// refuses beside a `ttl`) or that the operator's file overrides (`<table>/ttl`).
 fn check_system_logs(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
@@ -1876,7 +1876,7 @@ mod tests {
         assert!(validate("c1", &s).0.is_empty());
     }
 
-    /// Decision 55: `spec.systemLogs` names only known tables (never a path), with at most
+    /// Decision 49: `spec.systemLogs` names only known tables (never a path), with at most
     /// 36500 days, and a setting that would stop a server beside the operator's `ttl` is
     /// refused.
     #[test]

@@ -130,7 +130,7 @@ pub enum Capability {
     /// gRPC (`grpc_port`, `grpc/enable_ssl`).
     GrpcProtocol,
     /// A `<ttl>` of a system log table's configuration (`query_log/ttl`): the table is created
-    /// with that TTL (decision 55).
+    /// with that TTL (decision 49).
     SystemLogTtl,
 }
 

@@ -72,7 +72,7 @@ pub struct Context {
     pub pvc_delete_key: crate::runtime::settings::PvcDeleteKey,
     /// Where the exporter's credentials are published (`EXPORTER_CREDENTIALS_SECRET`).
     pub exporter_credentials: Option<exporter_credentials::Publisher>,
-    /// Defaults merged under every cluster's spec (`CLUSTER_DEFAULTS_FILE`, decision 58).
+    /// Defaults merged under every cluster's spec (`CLUSTER_DEFAULTS_FILE`, decision 52).
     pub cluster_defaults: crate::api::defaults::ClusterDefaults,
 }
 

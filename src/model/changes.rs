@@ -512,7 +512,7 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         );
     }
     if old.system_logs != new.system_logs {
-        // decision 55: the tables are created at startup
+        // decision 49: the tables are created at startup
         s.add(
             Need::RollingRestart,
             "spec.systemLogs (system log tables' TTLs)",
@@ -1300,7 +1300,7 @@ mod tests {
         );
     }
 
-    /// S2-43, decision 57: each value of the annotation `clickhouse.com/restart-at` restarts the
+    /// S2-43, decision 51: each value of the annotation `clickhouse.com/restart-at` restarts the
     /// server pods once (their template carries it), never Keeper's; the same value recorded in
     /// the status after the annotation is gone restarts nothing.
     #[test]
@@ -1341,7 +1341,7 @@ mod tests {
         assert!(!pod_template_changed(&keeper.unwrap(), &keeper1.unwrap()));
     }
 
-    /// Decision 55: the system log TTLs are read at startup: setting or changing
+    /// Decision 49: the system log TTLs are read at startup: setting or changing
     /// `spec.systemLogs` rolls the servers, never Keeper; a spec that leaves the TTLs as the
     /// default writes the same file, and a cluster that never sets the field keeps its template
     /// (the default reaches its servers at their next restart: invariant 9).

@@ -72,7 +72,7 @@ pub const INTERSERVER_HASH: &str = "clickhouse.com/interserver-hash";
 /// `config.d` files of `configuration.secretFiles` name, with their values.
 pub const SECRET_CONFIG_HASH: &str = "clickhouse.com/secret-config-hash";
 /// Annotation of a ClickHouseCluster: a timestamp (RFC 3339) that asks for one rolling restart
-/// of the servers per value (decision 57), as `kubectl rollout restart` does for a Deployment.
+/// of the servers per value (decision 51), as `kubectl rollout restart` does for a Deployment.
 pub const RESTART_AT: &str = "clickhouse.com/restart-at";
 /// Pod-template annotation: the last [`RESTART_AT`] asked for (`status.restartedAt`).
 pub const RESTARTED_AT: &str = "clickhouse.com/restarted-at";
@@ -87,7 +87,7 @@ pub fn restart_at(c: &crate::api::ClickHouseCluster) -> Option<Result<String, St
             .map_err(|_| v.chars().take(40).collect()),
     )
 }
-/// Pod-template annotation: hash of `spec.systemLogs` when it is set (decision 55); the file
+/// Pod-template annotation: hash of `spec.systemLogs` when it is set (decision 49); the file
 /// itself is not hashed, since it follows the server version too.
 pub const SYSTEM_LOGS_HASH: &str = "clickhouse.com/system-logs-hash";
 /// Pod-template annotation: hash of the environment Secret's data (`pod.envSecret`).

@@ -214,7 +214,7 @@ pub struct Cluster<'a> {
     pub owner: OwnerReference,
     /// The one-shot rolling restart the server pods carry ([`labels::RESTARTED_AT`]): the
     /// annotation [`labels::RESTART_AT`] when it is a timestamp, else the last one recorded
-    /// (`status.restartedAt`), so that removing the annotation restarts nothing (decision 57).
+    /// (`status.restartedAt`), so that removing the annotation restarts nothing (decision 51).
     pub restart_at: Option<String>,
 }
 

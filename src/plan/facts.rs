@@ -633,7 +633,7 @@ fn old_revision(sts: &StatefulSet, p: &Pod) -> bool {
 /// A pod not Ready whose containers are all, as last reported, running and ready: only the
 /// node controller marks such a pod not Ready, when the pod's node stops reporting (lost,
 /// stopped, cut off). The replica is down for its clients; the operator says so and does
-/// nothing to the pod, its StatefulSet or its volumes (decision 51).
+/// nothing to the pod, its StatefulSet or its volumes (decision 47).
 pub fn node_lost(p: &Pod) -> Option<String> {
     let st = p.status.as_ref()?;
     let not_ready = st
@@ -867,7 +867,7 @@ mod tests {
         .unwrap()
     }
 
-    /// Decision 51: a pod the node controller marked not Ready while its containers were last
+    /// Decision 47: a pod the node controller marked not Ready while its containers were last
     /// seen running and ready is on a node that stopped reporting, and is said to be; a pod
     /// whose own container is not ready (the kubelet said so) is not, nor is a Ready one.
     #[test]

@@ -220,7 +220,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         return Plan::refused(status, events, failure, false);
     }
 
-    // Hands off (decision 56): nothing is planned, the pods run on as they are.
+    // Hands off (decision 50): nothing is planned, the pods run on as they are.
     if cluster.spec.suspend {
         let message = "spec.suspend is true: the operator changes nothing of this cluster and \
                        its pods keep running as they are; set it to false to resume";
@@ -304,7 +304,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
     let pass = pass::plan_pass(cluster, &world.observed, now);
     let mut status = pass.status;
     if let Some(Ok(at)) = restart_at {
-        // decision 57: the templates built in this pass carry it; recorded so that they keep
+        // decision 51: the templates built in this pass carry it; recorded so that they keep
         // it once the annotation is gone
         status.restarted_at = Some(at);
     }
@@ -392,7 +392,7 @@ mod tests {
         "2026-11-30T00:00:00Z".parse().unwrap()
     }
 
-    /// S2-43, decision 57: the annotation `clickhouse.com/restart-at` is recorded in the status
+    /// S2-43, decision 51: the annotation `clickhouse.com/restart-at` is recorded in the status
     /// (normalised), kept there once the annotation is gone, and an annotation that is no
     /// timestamp is refused naming it, nothing planned.
     #[test]
@@ -433,7 +433,7 @@ mod tests {
         );
     }
 
-    /// S2-42, decision 56: a suspended cluster gets no action at all (here its first pass,
+    /// S2-42, decision 50: a suspended cluster gets no action at all (here its first pass,
     /// which would create everything), the state `suspended`, the condition and one event;
     /// resumed, the condition turns `False` and the pass plans again.
     #[test]

@@ -67,7 +67,7 @@ pub struct ScaleInPlan {
 /// pod Ready; `ready(name)` whether a survivor can run SQL now; `never_ran(name)` whether a
 /// replica's pod was never started on a node (say, unschedulable): such a condemned replica
 /// holds no data and no Keeper metadata, and its removal does not wait for it to be Ready,
-/// which it may never be (decision 52).
+/// which it may never be (decision 48).
 pub fn plan_scale_in(
     map: &BTreeMap<String, ReplicaStatus>,
     sts_ready: impl Fn(&str) -> bool,
@@ -248,7 +248,7 @@ mod tests {
         assert!(p.waiting[0].contains("c1-0-0"), "{:?}", p.waiting);
     }
 
-    /// Decision 52: a condemned replica whose pod never ran (unschedulable, say) is removed
+    /// Decision 48: a condemned replica whose pod never ran (unschedulable, say) is removed
     /// without waiting for it to be Ready; an unready survivor still defers everything.
     #[test]
     fn a_condemned_replica_that_never_ran_does_not_hold_its_own_removal() {

@@ -14,7 +14,7 @@ pub const REDUNDANT: &str = "Redundant";
 /// A removed replica's Keeper metadata could not be dropped (decision 2): the condition, and the
 /// Warning event of the same reason, name the nodes left. It stays as the record of them.
 pub const KEEPER_METADATA_LEFT: &str = "KeeperMetadataLeft";
-/// `spec.suspend` (decision 56): `True` while the operator keeps its hands off the cluster.
+/// `spec.suspend` (decision 50): `True` while the operator keeps its hands off the cluster.
 pub const SUSPENDED: &str = "Suspended";
 /// The reason of the failed-pass condition (S2-36).
 pub const ERROR_RECONCILE: &str = "ErrorReconcile";

@@ -124,7 +124,7 @@ pub struct Settings {
     /// it), so that the exporter may read that one Secret and no other (decision 36). Unset:
     /// nothing is published, and the exporter reads each cluster's own Secrets.
     pub exporter_credentials: Option<String>,
-    /// Defaults merged under every cluster's spec (decision 58), from the file
+    /// Defaults merged under every cluster's spec (decision 52), from the file
     /// `CLUSTER_DEFAULTS_FILE` names (the chart mounts its `clusterDefaults` there); none
     /// without it. A file that cannot be read or holds a field that cannot take a default stops
     /// the operator at start, naming it.
@@ -481,7 +481,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Decision 58: `CLUSTER_DEFAULTS_FILE` is read and checked at start: a file that cannot be
+    /// Decision 52: `CLUSTER_DEFAULTS_FILE` is read and checked at start: a file that cannot be
     /// read or holds a field that cannot take a default stops the operator, naming it.
     #[test]
     fn cluster_defaults_are_read_at_start_and_a_bad_file_stops_it() {

@@ -231,7 +231,7 @@ async fn a_suspended_cluster_is_left_alone_and_a_restart_timestamp_restarts_each
     finish(&client, &ns, op).await;
 }
 
-/// Operator-level defaults (decision 58) on 18.16: an operator started with a defaults file
+/// Operator-level defaults (decision 52) on 18.16: an operator started with a defaults file
 /// (`CLUSTER_DEFAULTS_FILE`, what the chart's `clusterDefaults` mount) gives a cluster that sets
 /// none of them its servers' toleration and pull secret, and a profile
 /// setting that the servers apply; the cluster's own setting wins; the cluster object is not

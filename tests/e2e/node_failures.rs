@@ -103,7 +103,7 @@ async fn pvc_uids(client: &Client, ns: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Decisions 50 and 51: a 2×2 cluster
+/// Decisions 46 and 47: a 2×2 cluster
 /// with 3 Keeper members, each shard's replicas and the members on distinct nodes
 /// (`antiAffinity: Required`), rows written every second throughout:
 ///
@@ -388,7 +388,7 @@ async fn bystander(client: &Client, ns: &str, name: &str, labels: serde_json::Va
     .await
 }
 
-/// Decision 27 under an enforcing network (decision 50): the NetworkPolicies the operator
+/// Decision 27 under an enforcing network (decision 46): the NetworkPolicies the operator
 /// generates let the cluster work (rows written through the client Service, replicated,
 /// queried across shards, Keeper used by every server: every acknowledged row on both
 /// replicas) and refuse what they should, checked by real connections from pods of the

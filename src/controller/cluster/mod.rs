@@ -409,7 +409,7 @@ async fn pass(
     let mut caught_up = false;
     let mut soon = false;
     for _ in 0..PASSES_PER_RECONCILE {
-        // decision 58: the operator's defaults under the cluster's own spec, for this pass only
+        // decision 52: the operator's defaults under the cluster's own spec, for this pass only
         // (the cluster object is never written with them)
         current.spec = ctx
             .cluster_defaults

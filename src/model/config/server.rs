@@ -47,7 +47,7 @@ pub enum Effect {
     Reload,
     /// Read at startup, but its content also follows what the operator learns (the server
     /// version): no pod template hashes it; what restarts the servers for it is the spec
-    /// field's own hash annotation (the system log TTLs, decision 55).
+    /// field's own hash annotation (the system log TTLs, decision 49).
     NextStart,
 }
 

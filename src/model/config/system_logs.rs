@@ -1,4 +1,4 @@
-//! `spec.systemLogs`: a TTL on each system log table (decision 55), so that `query_log`,
+//! `spec.systemLogs`: a TTL on each system log table (decision 49), so that `query_log`,
 //! `part_log`, `metric_log` and the rest do not grow until the data volume is full.
 //!
 //! ClickHouse creates a system log table at startup from its section of the configuration
@@ -126,7 +126,7 @@ mod tests {
         Some(s.parse().unwrap())
     }
 
-    /// Decision 55: unset, every default table gets 30 days, in one element each.
+    /// Decision 49: unset, every default table gets 30 days, in one element each.
     #[test]
     fn the_default_is_thirty_days_on_the_default_tables() {
         let f = file(&spec(serde_json::json!({})), v("24.8.4.13"));
@@ -140,7 +140,7 @@ mod tests {
         assert!(!f.contains("opentelemetry"), "{f}");
     }
 
-    /// Decision 55: `ttlDays`, a table's own days, a table turned off with 0, an optional
+    /// Decision 49: `ttlDays`, a table's own days, a table turned off with 0, an optional
     /// table named, and the off switch.
     #[test]
     fn days_per_table_and_the_off_switch() {
@@ -167,7 +167,7 @@ mod tests {
         assert!(!file(&off, v("25.3")).contains("_log"));
     }
 
-    /// Decision 55: nothing before 21.1 (18.16 has no table TTL; 20.x ignores the element) nor
+    /// Decision 49: nothing before 21.1 (18.16 has no table TTL; 20.x ignores the element) nor
     /// while no version is known; the image tag stands in for a version not reported yet,
     /// and the reported one wins over it.
     #[test]
@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(version_for(None, "registry:5000/clickhouse"), None);
     }
 
-    /// Decision 55, invariant 9: the pod template carries a hash of the spec only when
+    /// Decision 49, invariant 9: the pod template carries a hash of the spec only when
     /// `spec.systemLogs` is set; equal TTLs hash alike, other TTLs differently.
     #[test]
     fn only_a_set_spec_is_hashed_into_the_pod_template() {
