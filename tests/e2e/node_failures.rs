@@ -111,7 +111,7 @@ async fn pvc_uids(client: &Client, ns: &str) -> BTreeMap<String, String> {
 ///    PodDisruptionBudgets let one replica of each go, no shard is ever without a Ready
 ///    replica, the evicted pods wait for their node (local volumes), the status is not
 ///    `ready` meanwhile, and after `uncordon` they come back on it and the cluster is `ready`;
-/// 2. a node's agent is stopped for 90 s: within 30 s the status names the replicas that are
+/// 2. a node's agent is stopped for 90 s: within a minute the status names the replicas that are
 ///    down, nothing is deleted or replaced (the pods, StatefulSets and PVCs keep their uids),
 ///    and after it starts again the cluster is `ready`;
 ///
@@ -231,38 +231,43 @@ async fn a_drained_node_and_a_stopped_node_cost_no_row_and_no_shard() {
         move || node_stop(&node)
     })
     .await;
-    let named = wait_for(
-        Duration::from_secs(30),
-        "the status naming the replicas down",
-        || {
-            let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
-            let down = down.clone();
-            let node = node2.clone();
-            async move {
-                let s = clusters.get("c1").await.ok()?.status?;
-                let text = s.message.clone().unwrap_or_default();
-                (s.state != ClusterState::Ready
-                    && down
-                        .iter()
-                        .all(|p| text.contains(&format!("pod {p}: node {node} stopped reporting"))))
-                .then_some(text)
+    // the node controller marks the pods not Ready after its grace period (10 s here); the
+    // status follows at the next pass, which on a loaded machine may wait for servers that
+    // no longer answer: a minute at most
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    let mut named = None;
+    let mut last = String::new();
+    while named.is_none() && stopped.elapsed() < Duration::from_secs(60) {
+        if let Some(s) = clusters.get("c1").await.ok().and_then(|c| c.status) {
+            last = s.message.clone().unwrap_or_default();
+            let all = down
+                .iter()
+                .all(|p| last.contains(&format!("pod {p}: node {node2} stopped reporting")));
+            if s.state != ClusterState::Ready && all {
+                named = Some(stopped.elapsed());
             }
-        },
-    )
-    .await;
-    println!("{:?} after the stop: {named}", stopped.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("{named:?} after the stop: {last}");
     tokio::time::sleep(Duration::from_secs(90).saturating_sub(stopped.elapsed())).await;
-    assert_eq!(
-        pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await,
-        uids_before,
-        "a pod was deleted or replaced while its node was down"
-    );
-    assert_eq!(pvc_uids(&client, &ns).await, pvcs_before, "a PVC changed");
+    let uids_down = pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await;
+    let pvcs_down = pvc_uids(&client, &ns).await;
+    // the node comes back whatever was found, so that the tests after this one have it
     off_runtime({
         let node = node2.clone();
         move || node_start(&node)
     })
     .await;
+    assert!(
+        named.is_some(),
+        "the status did not name the replicas of the stopped node within a minute: {last}"
+    );
+    assert_eq!(
+        uids_down, uids_before,
+        "a pod was deleted or replaced while its node was down"
+    );
+    assert_eq!(pvcs_down, pvcs_before, "a PVC changed");
     wait_ready(&client, &ns, "c1", 1).await;
     println!("ready {:?} after the stop", stopped.elapsed());
 

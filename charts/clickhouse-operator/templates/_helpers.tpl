@@ -169,10 +169,11 @@ No wildcard anywhere.
 
 {{/* What the PVC cleaner does: nothing else. */}}
 {{- define "clickhouse-operator.pvcCleanerRules" -}}
-# PVCs labelled clickhouse.com/delete-pvc=true are listed and deleted once no pod mounts them.
+# PVCs labelled clickhouse.com/delete-pvc=true are watched, listed and deleted once no pod
+# mounts them.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["list", "delete"]
+  verbs: ["list", "watch", "delete"]
 # Which PVCs are still mounted: every pod of the namespace is listed.
 - apiGroups: [""]
   resources: ["pods"]
