@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, ResourceExt};
 
-use super::{docs, helm, helm_cmd, repo, rule_triples, text};
+use super::{docs, helm, helm_cmd, repo, rule_triples, skipped, text};
 
 const READY: Duration = Duration::from_secs(360);
 /// The operator's Lease duration (src/runtime/leader.rs) and its standby's retry period.
@@ -345,10 +345,10 @@ fn audit_requests(audit: &Path, users: &BTreeSet<String>, since: &str) -> Vec<Re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn charts_in_the_cluster_least_privilege_quota_guard_and_failover() {
     let Ok(_) = helm() else {
-        eprintln!(
-            "SKIPPED: helm cannot be built here: {}",
+        skipped(&format!(
+            "helm cannot be built here: {}",
             helm().unwrap_err()
-        );
+        ));
         return;
     };
     // the binary the node agent runs for the operator image: cargo built it for this test
@@ -1016,10 +1016,10 @@ const KEPT_UNUSED: &[(&str, &str)] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crd_upgrade_with_server_side_apply_over_older_crds() {
     let Ok(_) = helm() else {
-        eprintln!(
-            "SKIPPED: helm cannot be built here: {}",
+        skipped(&format!(
+            "helm cannot be built here: {}",
             helm().unwrap_err()
-        );
+        ));
         return;
     };
     let _ = client().await;
@@ -1145,7 +1145,7 @@ async fn install_with_helm_readme_runs_as_written() {
     let helm_bin = match helm() {
         Ok(h) => h,
         Err(why) => {
-            eprintln!("SKIPPED: helm cannot be built here: {why}");
+            skipped(&format!("helm cannot be built here: {why}"));
             return;
         }
     };
