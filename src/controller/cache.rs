@@ -182,14 +182,7 @@ impl<K: Resource + Clone + Serialize + DeserializeOwned> Index<K> {
             resource_version: Option<String>,
             uid: Option<String>,
         }
-        let stored = self
-            .inner
-            .read()
-            .unwrap()
-            .objects
-            .get(&(ns.to_string(), name.to_string()))
-            .map(|(_, o)| o.clone())?;
-        let lite: Lite = serde_json::from_slice(&stored).ok()?;
+        let lite: Lite = serde_json::from_slice(&self.stored(ns, name)?).ok()?;
         Some((
             lite.metadata.resource_version.unwrap_or_default(),
             lite.metadata.uid,
@@ -197,14 +190,17 @@ impl<K: Resource + Clone + Serialize + DeserializeOwned> Index<K> {
     }
 
     pub fn get(&self, ns: &str, name: &str) -> Option<Arc<K>> {
-        let stored = self
-            .inner
+        Self::load(&self.stored(ns, name)?).map(Arc::new)
+    }
+
+    /// An object as stored.
+    fn stored(&self, ns: &str, name: &str) -> Option<Stored> {
+        self.inner
             .read()
             .unwrap()
             .objects
             .get(&(ns.to_string(), name.to_string()))
-            .map(|(_, o)| o.clone())?;
-        Self::load(&stored).map(Arc::new)
+            .map(|(_, o)| o.clone())
     }
 }
 

@@ -83,45 +83,44 @@ pub fn deletable<'a>(
         .collect()
 }
 
-/// One sweep over `namespace` (or all namespaces). Returns the PVCs deleted.
+/// One sweep over `namespace` (or all namespaces), given its `labelled` PVCs as the watch has
+/// them: lists the pods, deletes each deletable PVC only if it is still the one seen (its uid
+/// as a precondition). Returns the PVCs deleted.
 pub async fn sweep(
     client: &Client,
     key: &PvcDeleteKey,
     namespace: Option<&str>,
+    labelled: &[PersistentVolumeClaim],
 ) -> Result<Vec<String>, kube::Error> {
-    let (pvcs, pods): (Api<PersistentVolumeClaim>, Api<Pod>) = match namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let labelled = pvcs
-        .list(&ListParams::default().labels(&format!(
-            "{DELETE_PVC_LABEL}=true,{}={},{}",
-            labels::MANAGED_BY,
-            labels::MANAGED_BY_VALUE,
-            labels::CLUSTER
-        )))
-        .await?
-        .items;
     if labelled.is_empty() {
         return Ok(Vec::new());
     }
+    let pods: Api<Pod> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let pods = pods.list(&ListParams::default()).await?.items;
     let mut deleted = Vec::new();
     for p in labelled.iter().filter(|p| !proven(key, p)) {
         warn!(namespace = ?p.namespace(), pvc = %p.name_any(), "labelled {DELETE_PVC_LABEL} without a valid proof: kept");
     }
-    for pvc in deletable(key, &labelled, &pods) {
+    for pvc in deletable(key, labelled, &pods) {
         let ns = pvc.namespace().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-        match api.delete(&pvc.name_any(), &DeleteParams::default()).await {
+        let dp = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: pvc.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pvc.name_any(), &dp).await {
             Ok(_) => {
                 info!(namespace = %ns, pvc = %pvc.name_any(), "deleted a PVC labelled {DELETE_PVC_LABEL}");
                 deleted.push(format!("{ns}/{}", pvc.name_any()));
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            // gone, or another PVC under its name
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => return Err(e),
         }
     }
@@ -164,10 +163,12 @@ pub async fn run(client: Client, namespaces: WatchNamespaces, key: PvcDeleteKey)
         // a labelled PVC appeared or changed, or the period passed
         let _ = tokio::time::timeout(PERIOD, events.next()).await;
         for (ns, store) in targets.iter().zip(&stores) {
-            if store.is_empty() {
+            let labelled: Vec<PersistentVolumeClaim> =
+                store.state().iter().map(|p| (**p).clone()).collect();
+            if labelled.is_empty() {
                 continue;
             }
-            if let Err(e) = sweep(&client, &key, ns.as_deref()).await {
+            if let Err(e) = sweep(&client, &key, ns.as_deref(), &labelled).await {
                 warn!(error = %e, namespace = ?ns, "PVC cleaner sweep failed");
             }
         }

@@ -179,6 +179,8 @@ pub struct PvcFacts {
     pub file_system_resize_pending: bool,
     /// Since when (the condition's `lastTransitionTime`).
     pub file_system_resize_pending_since: Option<Timestamp>,
+    /// Bound to a volume (it may hold data); a claim never bound never held any.
+    pub bound: bool,
 }
 
 /// One server replica: its StatefulSet, pod and data PVC.
@@ -544,6 +546,8 @@ pub fn pvc_facts(name: &str, p: &PersistentVolumeClaim) -> PvcFacts {
         resizing: pvc_condition(p, "Resizing")
             || (!pvc_condition(p, "FileSystemResizePending") && smaller_than_requested(p)),
         file_system_resize_pending: pvc_condition(p, "FileSystemResizePending"),
+        bound: p.spec.as_ref().is_some_and(|s| s.volume_name.is_some())
+            || p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"),
         file_system_resize_pending_since: p
             .status
             .iter()

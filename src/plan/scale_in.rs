@@ -65,9 +65,9 @@ pub struct ScaleInPlan {
 
 /// Plans the scale-in. `sts_ready(name)` tells whether a replica's StatefulSet exists with its
 /// pod Ready; `ready(name)` whether a survivor can run SQL now; `never_ran(name)` whether a
-/// replica's pod was never started on a node (say, unschedulable): such a condemned replica
-/// holds no data and no Keeper metadata, and its removal does not wait for it to be Ready,
-/// which it may never be (decision 48).
+/// replica's pod was never started on a node (say, unschedulable) and none of its volumes was
+/// ever bound: such a condemned replica holds no data and no Keeper metadata, and its removal
+/// does not wait for it to be Ready, which it may never be (decision 48).
 pub fn plan_scale_in(
     map: &BTreeMap<String, ReplicaStatus>,
     sts_ready: impl Fn(&str) -> bool,

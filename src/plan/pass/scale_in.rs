@@ -13,9 +13,10 @@ pub fn plan(pass: &mut Pass) {
         &pass.map,
         |n| pass.facts.server(n).pod.ready,
         |n| pass.facts.server(n).statefulset.is_some(),
+        // never started on a node, and no volume of it ever bound: it holds no data
         |n| {
-            let pod = &pass.facts.server(n).pod;
-            pod.started.is_none() && !pod.ready
+            let f = pass.facts.server(n);
+            f.pod.started.is_none() && !f.pvcs.is_empty() && f.pvcs.values().all(|v| !v.bound)
         },
     );
     for chain in p.chains {

@@ -70,7 +70,7 @@ fn reopen_keeper_sessions(pass: &mut Pass) {
     }
     let stalled: Vec<(String, Vec<(String, String)>)> = pass
         .live_replicas()
-        .filter(|(n, _)| pass.facts.server(n).pod.ready && !pass.facts.server(n).pod.terminating)
+        .filter(|(n, _)| pass.facts.server(n).pod.ready)
         .filter_map(|(n, _)| {
             let tables = pass.obs.stalled_tables.get(n.as_str())?;
             (!tables.is_empty()).then(|| (n.clone(), tables.clone()))
