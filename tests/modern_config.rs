@@ -1241,7 +1241,7 @@ fn the_operators_grants_allow_its_statements_and_nothing_else() {
         sql::discover_databases(v, Source::Local),
         sql::discover_databases(v, Source::AllReplicas(&cluster)),
         sql::discover_tables(v, Source::Local),
-        sql::cluster_host_count(&cluster),
+        sql::server_glance(&cluster),
         sql::shards_answering(&cluster),
         sql::fetches_from(&replica),
         sql::replicated_tables().into(),

@@ -7,9 +7,10 @@
 //!
 //! - `GET /ping` (the probes) and `GET /`: `Ok.`;
 //! - `SELECT version()`: the version named by the image tag (`24.8` → `24.8.1.1`);
-//! - `SELECT count() …, version() … FROM system.clusters WHERE cluster = '<c>'`: the hosts of
-//!   `<c>` in the `remote_servers` of the pod's `config.d/` files, read at each query (so a
-//!   reload is seen), and that version;
+//! - `SELECT count() …, version() …, (… system.replicas …) … FROM system.clusters WHERE
+//!   cluster = '<c>'` (the operator's glance): the hosts of `<c>` in the `remote_servers` of
+//!   the pod's `config.d/` files, read at each query (so a reload is seen), that version, and
+//!   no read-only table (it has none);
 //! - `SELECT count() … FROM cluster('<c>', system.one)`: its shards (every one answers), or
 //!   ClickHouse's error 170 when the cluster is not configured;
 //! - `SELECT 1`: 1; `SYSTEM DROP DNS CACHE`: an empty success (it resolves nothing).
@@ -122,9 +123,11 @@ pub fn answer(sql: &str, version: &str, config_d: &Path) -> (u16, String, Option
         let len = s[start..].find('\'')?;
         Some(s[start..start + len].to_string())
     };
-    if lower
-        .starts_with("select count() as n, version() as v from system.clusters where cluster = ")
-    {
+    if lower.starts_with(
+        "select count() as n, version() as v, \
+         (select count() from system.replicas where is_readonly or is_session_expired) as ro \
+         from system.clusters where cluster = ",
+    ) {
         let cluster = quoted().unwrap_or_default();
         let hosts: usize = clusters(config_d)
             .get(&cluster)
@@ -133,7 +136,7 @@ pub fn answer(sql: &str, version: &str, config_d: &Path) -> (u16, String, Option
         return (
             200,
             format!(
-                "{{\"meta\":[{{\"name\":\"n\",\"type\":\"UInt64\"}},{{\"name\":\"v\",\"type\":\"String\"}}],\"data\":[[\"{hosts}\",\"{version}\"]],\"rows\":1}}\n"
+                "{{\"meta\":[{{\"name\":\"n\",\"type\":\"UInt64\"}},{{\"name\":\"v\",\"type\":\"String\"}},{{\"name\":\"ro\",\"type\":\"UInt64\"}}],\"data\":[[\"{hosts}\",\"{version}\",\"0\"]],\"rows\":1}}\n"
             ),
             None,
         );
@@ -291,7 +294,7 @@ mod tests {
     #[tokio::test]
     async fn the_operators_client_reads_version_hosts_and_shards_from_a_hollow_server() {
         use clickhouse_operator::clickhouse::replica::{
-            cluster_hosts_and_version, shards_answering,
+            Glance, glance, shards_answering,
         };
         use clickhouse_operator::clickhouse::sql::ClusterName;
         use clickhouse_operator::clickhouse::{Client, ClientConfig, Credentials, Endpoint};
@@ -339,8 +342,12 @@ mod tests {
         assert_eq!(version.unwrap().to_string(), "24.8.1.1");
         let c1 = ClusterName("c1".into());
         assert_eq!(
-            cluster_hosts_and_version(&client, &c1).await.unwrap(),
-            (5, "24.8.1.1".to_string())
+            glance(&client, &c1).await.unwrap(),
+            Glance {
+                hosts: 5,
+                version: "24.8.1.1".to_string(),
+                read_only: 0
+            }
         );
         assert_eq!(shards_answering(&client, &c1).await.unwrap(), 3);
         let missing = shards_answering(&client, &ClusterName("other".into())).await;
@@ -351,10 +358,10 @@ mod tests {
             "{missing:?}"
         );
         assert_eq!(
-            cluster_hosts_and_version(&client, &ClusterName("other".into()))
+            glance(&client, &ClusterName("other".into()))
                 .await
                 .unwrap()
-                .0,
+                .hosts,
             0
         );
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();

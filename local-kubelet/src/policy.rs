@@ -18,7 +18,13 @@
 //!   pod's (egress); it never matches an address that is not a known pod;
 //! - only policy-covered traffic is filtered: answers of allowed connections pass (conntrack),
 //!   loopback inside the pod always passes, and so does a pod's traffic to a ClusterIP (the
-//!   proxy decides for the real backend).
+//!   proxy decides for the real backend);
+//! - a policy change applies to connections already open, not only to new ones: every packet
+//!   a connection's opener sends is checked against the rules of the moment (only answers pass
+//!   on conntrack), so a connection the rules stop allowing stalls, as a network partition
+//!   does. Kubernetes leaves this to the plugin; OVN applies its ACL changes to open
+//!   connections in the same way, other plugins let them run on. Connections through a
+//!   ClusterIP are decided by the proxy when they open and run on.
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
@@ -521,7 +527,7 @@ fn render_chain(out: &mut String, dir: Direction, allows: &[Allow], fabric: &Fab
         Direction::Egress => ("egress", "output", "oif", "daddr"),
     };
     out.push_str(&format!(
-        "  chain {name} {{\n    type filter hook {hook} priority 0; policy drop;\n    {iface} \"lo\" accept\n    ct state established,related accept\n"
+        "  chain {name} {{\n    type filter hook {hook} priority 0; policy drop;\n    {iface} \"lo\" accept\n    ct state related accept\n    ct direction reply accept\n"
     ));
     match dir {
         Direction::Ingress => out.push_str(&format!("    ip saddr {} accept\n", fabric.host)),
@@ -1019,7 +1025,7 @@ mod tests {
     }
 
     #[test]
-    fn the_nftables_table_holds_the_rules_and_vanishes_without_isolation() {
+    fn the_nftables_table_holds_the_rules_checks_open_connections_and_vanishes_without_isolation() {
         let w = world(vec![policy(
             "a",
             json!({"podSelector": {"matchLabels": {"app": "server"}},
@@ -1034,6 +1040,9 @@ mod tests {
         );
         assert!(s.contains("hook input priority 0; policy drop;"), "{s}");
         assert!(!s.contains("chain egress"), "{s}");
+        // only answers pass on conntrack: an open connection's own packets meet the rules again
+        assert!(s.contains("ct direction reply accept"), "{s}");
+        assert!(!s.contains("established"), "{s}");
         assert!(s.contains("ip saddr 198.18.0.0/24 accept"), "{s}");
         assert!(
             s.contains(

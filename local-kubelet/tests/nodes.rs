@@ -579,6 +579,12 @@ spec:
     expect(&client, &server, 8123, true, "in the block")?;
     expect(&other, &server, 8123, false, "excepted from the block")?;
 
+    // a connection opened while allowed, then refused by an egress deny: the request sent on
+    // it afterwards gets no answer (a change applies to open connections, as a partition)
+    if !OpenConnection::open(&client, &server, 8123)?.ping()? {
+        bail!("a request on a connection opened earlier should be answered while allowed");
+    }
+    let open = OpenConnection::open(&client, &server, 8123)?;
     // egress deny for the client: to the allowed server, through the ClusterIP, to the machine
     c.apply(
         a,
@@ -596,6 +602,9 @@ spec:
     if tcp_from(&client, &gateway, 443) {
         bail!("egress deny should cover the API server on the machine");
     }
+    if open.ping()? {
+        bail!("a connection opened before the egress deny should be cut by it");
+    }
     // egress allowed to the server's named port: the server again, nothing else
     c.apply(
         a,
@@ -612,6 +621,51 @@ spec:
         c.kubectl(&["delete", "namespace", ns, "--wait=false"], None)?;
     }
     Ok(())
+}
+
+/// A TCP connection opened from inside a pod's network namespace, kept open until [`ping`]
+/// sends `GET /ping` on it.
+///
+/// [`ping`]: OpenConnection::ping
+struct OpenConnection {
+    child: std::process::Child,
+    go: std::path::PathBuf,
+}
+
+impl OpenConnection {
+    fn open(from: &str, to: &str, port: u16) -> Result<OpenConnection> {
+        let ns = netns_of(from)?;
+        let go = std::env::temp_dir().join(format!("lk-open-{}-{to}-{port}", std::process::id()));
+        let _ = std::fs::remove_file(&go);
+        let script = format!(
+            "exec 3<>/dev/tcp/{to}/{port} || exit 1; echo open; \
+             while [ ! -e {go} ]; do sleep 0.1; done; \
+             printf 'GET /ping HTTP/1.0\\r\\n\\r\\n' >&3; timeout 3 cat <&3",
+            go = go.display()
+        );
+        let mut child = Command::new("timeout")
+            .args(["60", "ip", "netns", "exec", &ns, "bash", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut line = String::new();
+        let out = child.stdout.as_mut().context("stdout")?;
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)?;
+        if line.trim() != "open" {
+            let _ = child.kill();
+            bail!("{from} -> {to}:{port} did not open");
+        }
+        Ok(OpenConnection { child, go })
+    }
+
+    /// Sends the request on the open connection: true when the server answered `Ok.`.
+    fn ping(self) -> Result<bool> {
+        std::fs::write(&self.go, "")?;
+        let out = self.child.wait_with_output()?;
+        let _ = std::fs::remove_file(&self.go);
+        Ok(String::from_utf8_lossy(&out.stdout).contains("Ok."))
+    }
 }
 
 /// `GET /ping` from the machine (the tests' own process): true when the server answered `Ok.`.

@@ -281,17 +281,28 @@ impl ReplicationLag {
     }
 }
 
-/// How many hosts the server lists in the cluster `cluster` of its `remote_servers` (see
-/// [`sql::cluster_host_count`]) and the version it reports, as it reports it (`18.16.1`,
-/// `24.8.4.13`).
-pub async fn cluster_hosts_and_version(
-    client: &Client,
-    cluster: &ClusterName,
-) -> Result<(u64, String), Error> {
-    let statement = sql::cluster_host_count(cluster);
+/// What a server says of itself at a glance (see [`sql::server_glance`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Glance {
+    /// How many hosts it lists in the cluster's `remote_servers`.
+    pub hosts: u64,
+    /// Its version, as it reports it (`18.16.1`, `24.8.4.13`).
+    pub version: String,
+    /// How many of its replicated tables are read-only.
+    pub read_only: u64,
+}
+
+/// A server's glance at itself (see [`sql::server_glance`]): one cheap statement, asked of
+/// every Ready server on every pass.
+pub async fn glance(client: &Client, cluster: &ClusterName) -> Result<Glance, Error> {
+    let statement = sql::server_glance(cluster);
     let rows = client.query(&statement, &QueryOptions::new()).await?;
     let found = rows.decode(client.endpoint(), &statement, |r| {
-        Ok((r.u64("n")?, r.str("v")?.to_string()))
+        Ok(Glance {
+            hosts: r.u64("n")?,
+            version: r.str("v")?.to_string(),
+            read_only: r.u64("ro")?,
+        })
     })?;
     Ok(found.into_iter().next().unwrap_or_default())
 }

@@ -277,11 +277,16 @@ pub fn fetches_from(replica: &ReplicaMacro) -> String {
     )
 }
 
-/// How many hosts the server lists in the cluster `cluster` of its `remote_servers` (`n`), and
-/// the server's version (`v`), in one statement (18.16 answers it as 26.x does).
-pub fn cluster_host_count(cluster: &ClusterName) -> String {
+/// A server's glance at itself, in one statement (18.16 answers it as 26.x does): how many
+/// hosts it lists in the cluster `cluster` of its `remote_servers` (`n`), its version (`v`),
+/// and how many of its replicated tables are read-only or have lost their Keeper session
+/// (`ro`; a table whose session expired turns read-only when its server next looks).
+/// `system.replicas` reads these columns without asking Keeper.
+pub fn server_glance(cluster: &ClusterName) -> String {
     format!(
-        "SELECT count() AS n, version() AS v FROM system.clusters WHERE cluster = {}",
+        "SELECT count() AS n, version() AS v, \
+         (SELECT count() FROM system.replicas WHERE is_readonly OR is_session_expired) AS ro \
+         FROM system.clusters WHERE cluster = {}",
         literal(&cluster.0)
     )
 }
@@ -679,5 +684,12 @@ mod tests {
         );
         assert!(read_only_tables().contains("is_session_expired"));
         assert!(replicated_tables().contains("zookeeper_path"));
+        // decision 53: a ready cluster's one statement per server sees a lost Keeper session
+        let glance = server_glance(&ClusterName("c'1".into()));
+        assert!(glance.ends_with("WHERE cluster = 'c\\'1'"), "{glance}");
+        assert!(
+            glance.contains("WHERE is_readonly OR is_session_expired) AS ro"),
+            "{glance}"
+        );
     }
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
 use clickhouse_operator::plan::facts::pod_ready;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -487,5 +488,153 @@ async fn the_generated_network_policies_let_the_cluster_work_and_refuse_the_rest
     for name in ["app", "stranger"] {
         pods.delete(name, &Default::default()).await.unwrap();
     }
+    finish(&client, &ns, op).await;
+}
+
+/// A NetworkPolicy that limits the egress of the pod `pod` to `to` (none: nothing at all).
+fn egress_only(pod: &str, to: Option<serde_json::Value>) -> NetworkPolicy {
+    let egress = to
+        .map(|peers| vec![json!({"to": peers})])
+        .unwrap_or_default();
+    serde_json::from_value(json!({
+        "metadata": {"name": "cut-off"},
+        "spec": {"podSelector": {"matchLabels": {"statefulset.kubernetes.io/pod-name": pod}},
+                 "policyTypes": ["Egress"], "egress": egress}
+    }))
+    .unwrap()
+}
+
+/// Waits (up to `within`) until the status is not `ready` and its message names `replica`
+/// with one of `words`; the message, or a panic naming the last one seen.
+async fn status_names(
+    client: &Client,
+    ns: &str,
+    replica: &str,
+    words: &[&str],
+    within: Duration,
+) -> String {
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), ns);
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < within {
+        if let Some(s) = clusters.get("c1").await.ok().and_then(|c| c.status) {
+            last = s.message.clone().unwrap_or_default();
+            let named = last
+                .split(&format!("{replica} ("))
+                .nth(1)
+                .is_some_and(|rest| words.iter().any(|w| rest.contains(w)));
+            if s.state != ClusterState::Ready && named {
+                return last;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the status did not name {replica} ({words:?}) within {within:?}: {last}");
+}
+
+/// Issue scenario "one replica cut off from Keeper, then from everything" (decision 46 for the
+/// enforcing network; decisions 45 and 53 for the operator): a 2×2 cluster with one Keeper
+/// member under its generated NetworkPolicies, rows written every second through the client
+/// Service. A NetworkPolicy limits one server's egress:
+///
+/// 1. to the other servers only, for at least 60 s: its Keeper session expires, its replicated
+///    table is read-only (checked on the server), and the status, `ready` until then, names
+///    the replica and why;
+/// 2. to nothing, for 60 s: the status still names it;
+///
+/// then the policy is deleted: the cluster is `ready` again without a pod replaced, and every
+/// acknowledged row is on every replica of its shard, the cut-off one included. Egress only:
+/// NetworkPolicies add up, and the operator's own ingress rules let the other servers reach it
+/// (fetches from it, Distributed queries into it); what it cannot do is open a connection.
+#[tokio::test]
+async fn a_replica_cut_off_from_keeper_then_from_everything_is_reported_and_catches_up() {
+    let _nodes = NODE_DISRUPTION.lock().await;
+    let client = multi_node_client().await;
+    let ns = namespace(&client, "nodecut").await;
+    let network = std::fs::read_to_string(multi_node_dir().join("network")).unwrap();
+    let gateway = network
+        .lines()
+        .find_map(|l| l.strip_prefix("GATEWAY="))
+        .expect("GATEWAY in the cluster's network file");
+    let nodes = format!("{}.0/24", gateway.rsplit_once('.').unwrap().0);
+    let op = start_operator_env(&client, &ns, &[("OPERATOR_NETWORKS", &nodes)]).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 2, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let uids_before = pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await;
+    let workload = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (replica, pod) = ("c1-0-0", "c1-0-0-0");
+    let victim = sql_client(&client, &ns, "c1", pod).await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns);
+
+    // 1. cut off from Keeper: the other servers only
+    let cut = Instant::now();
+    policies
+        .create(
+            &Default::default(),
+            &egress_only(
+                pod,
+                Some(json!([{"podSelector": {"matchLabels": {
+                    "clickhouse.com/cluster": "c1", "app.kubernetes.io/component": "server"}}}])),
+            ),
+        )
+        .await
+        .unwrap();
+    let said = status_names(
+        &client,
+        &ns,
+        replica,
+        &["read-only", "Keeper"],
+        Duration::from_secs(150),
+    )
+    .await;
+    println!("{:?} after the cut from Keeper: {said}", cut.elapsed());
+    tokio::time::sleep(Duration::from_secs(60).saturating_sub(cut.elapsed())).await;
+    let read_only = query(
+        &victim,
+        "SELECT toString(max(is_readonly)) AS v FROM system.replicas",
+    )
+    .await;
+    assert_eq!(
+        read_only,
+        ["1"],
+        "the cut-off replica's table should be read-only"
+    );
+
+    // 2. cut off from everything
+    let all = Instant::now();
+    policies
+        .replace("cut-off", &Default::default(), &{
+            let mut p = egress_only(pod, None);
+            p.metadata.resource_version = policies.get("cut-off").await.unwrap().resource_version();
+            p
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let said = status_names(&client, &ns, replica, &[""], Duration::from_secs(5)).await;
+    println!("{:?} after the cut from everything: {said}", all.elapsed());
+
+    // the policy goes: the replica catches up
+    let healed = Instant::now();
+    policies
+        .delete("cut-off", &Default::default())
+        .await
+        .unwrap();
+    wait_ready(&client, &ns, "c1", 1).await;
+    println!("ready {:?} after the policy went", healed.elapsed());
+    assert_eq!(
+        pod_ids(&client, &ns, "clickhouse.com/cluster=c1").await,
+        uids_before,
+        "a pod was deleted or replaced"
+    );
+    let rows = workload.stop_and_check(&client, &ns).await;
+    println!("{rows} acknowledged batches on every replica");
     finish(&client, &ns, op).await;
 }

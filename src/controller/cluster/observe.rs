@@ -542,8 +542,11 @@ async fn build(
 }
 
 /// What each Ready server has loaded of `remote_servers` (see `Observed::cluster_hosts`) and,
-/// while the cluster is not `ready`, whether a query through it reaches every shard (see
-/// `Observed::distributed`).
+/// while the cluster is not `ready` or the server has read-only replicated tables, whether it
+/// serves: a query through it reaches every shard, Keeper answers it, none of its replicated
+/// tables is read-only (see `Observed::distributed`). A `ready` cluster is glanced at only:
+/// a server cut off from Keeper shows as read-only tables once its session expires, and the
+/// full check follows on that pass.
 async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
     let probe = cluster
         .status
@@ -573,11 +576,12 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
             let Ok(c) = client else {
                 return (r, None, None);
             };
-            let seen = chreplica::cluster_hosts_and_version(&c, name)
+            let seen = chreplica::glance(&c, name)
                 .await
                 .inspect_err(|e| debug!(replica = %r, error = %e, "cannot read system.clusters"))
                 .ok();
-            let reached = if probe {
+            let read_only = seen.as_ref().is_some_and(|g| g.read_only > 0);
+            let reached = if probe || read_only {
                 Some(chreplica::serving(&c, name, ddl_path).await)
             } else {
                 None
@@ -590,16 +594,16 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
             world.observed.cluster_hosts.insert(r, None);
             continue;
         };
-        if let Some((_, version)) = &seen {
+        if let Some(g) = &seen {
             world
                 .observed
                 .server_versions
-                .insert(r.clone(), version.clone());
+                .insert(r.clone(), g.version.clone());
         }
         world
             .observed
             .cluster_hosts
-            .insert(r.clone(), seen.map(|(n, _)| n));
+            .insert(r.clone(), seen.map(|g| g.hosts));
         if let Some(reached) = reached {
             let (why, stalled) = match reached {
                 Ok(()) => (None, Vec::new()),
