@@ -899,6 +899,7 @@ mod tests {
             is_backup_pod: false,
             index: 0,
             scale_in_step: None,
+            released: false,
         };
         let mut status = ClickHouseClusterStatus {
             state: ClusterState::Ready,

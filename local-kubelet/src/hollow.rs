@@ -293,9 +293,7 @@ mod tests {
     /// for a cluster it does not have, and `/ping`.
     #[tokio::test]
     async fn the_operators_client_reads_version_hosts_and_shards_from_a_hollow_server() {
-        use clickhouse_operator::clickhouse::replica::{
-            Glance, glance, shards_answering,
-        };
+        use clickhouse_operator::clickhouse::replica::{Glance, glance, shards_answering};
         use clickhouse_operator::clickhouse::sql::ClusterName;
         use clickhouse_operator::clickhouse::{Client, ClientConfig, Credentials, Endpoint};
         let dir = std::env::temp_dir().join(format!("hollow-{}", std::process::id()));

@@ -1539,6 +1539,11 @@ pub struct ReplicaStatus {
     /// resumes where it stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_in_step: Option<ScaleInStep>,
+    /// For a Condemned replica: replaced at the user's request (the cluster's annotation
+    /// `clickhouse.com/replace-replicas`, decision 54). Its pod and volumes are given up, so
+    /// its removal neither waits for it nor asks anything of it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 /// The steps of removing a replica, in order (S0-21…S0-30, decisions 2 and 3).

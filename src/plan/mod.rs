@@ -65,6 +65,8 @@ pub enum FailureReason {
     CredentialChangeRefused,
     /// `spec.shards` shrank without the data-loss annotation.
     ShardRemovalRefused,
+    /// A replica named by `clickhouse.com/replace-replicas` cannot be replaced (decision 54).
+    ReplacementRefused,
     /// A storage change that cannot be applied (a shrink, or growth without volume scaling).
     StorageChangeRefused,
     /// A replica on its new revision cannot start (S2-31).
@@ -94,6 +96,7 @@ impl FailureReason {
             FailureReason::MissingSecret => "MissingSecret",
             FailureReason::CredentialChangeRefused => "CredentialChangeRefused",
             FailureReason::ShardRemovalRefused => "ShardRemovalRefused",
+            FailureReason::ReplacementRefused => "ReplacementRefused",
             FailureReason::StorageChangeRefused => "StorageChangeRefused",
             FailureReason::RolloutFailed => "RolloutFailed",
             FailureReason::CatchUpTimeout => "CatchUpTimeout",

@@ -86,6 +86,11 @@ pub struct MapChange {
     pub condemned: Vec<String>,
     /// Shards beyond `spec.shards` that still have replicas while removal is not allowed.
     pub refused_shards: Vec<i32>,
+    /// Replicas condemned in this pass because the user asked to replace them (decision 54;
+    /// not in `condemned`); their replacements are in `added`.
+    pub replaced: Vec<String>,
+    /// Replicas the user asked to replace that are not replaced, with why.
+    pub refused_replacements: Vec<(String, String)>,
 }
 
 /// The topology the spec asks for.
@@ -97,6 +102,8 @@ pub struct Topology<'a> {
     pub paused: bool,
     /// Lets replicas of removed shards be condemned (their data is lost).
     pub allow_shard_removal: bool,
+    /// Replicas to replace by new ones (the cluster's `clickhouse.com/replace-replicas`).
+    pub replace: &'a [String],
 }
 
 /// Plans the map for the topology. `facts` answers for each replica name.
@@ -112,6 +119,7 @@ pub fn plan_map(
         replicas,
         paused,
         allow_shard_removal,
+        replace,
     } = *t;
     let mut map = old.clone();
     let mut next_index = next_index.max(old.values().map(|r| r.index + 1).max().unwrap_or(0));
@@ -155,6 +163,12 @@ pub fn plan_map(
         }
     }
 
+    let (replaced, refused_replacements) = if paused {
+        (Vec::new(), Vec::new())
+    } else {
+        release(cluster, &mut map, next_index, replace, &facts)
+    };
+
     if !paused {
         for shard in 0..shards {
             let mut active: Vec<(String, ReplicaStatus)> = map
@@ -175,6 +189,7 @@ pub fn plan_map(
                             is_backup_pod: false,
                             index: next_index,
                             scale_in_step: None,
+                            released: false,
                         },
                     );
                     added.push(name);
@@ -206,7 +221,61 @@ pub fn plan_map(
         added,
         condemned,
         refused_shards,
+        replaced,
+        refused_replacements,
     }
+}
+
+/// Decision 54: condemns each replica of `replace` as given up (`released`), so that the
+/// scale-out that follows adds a new replica with a new name in its shard, unless that would
+/// leave its shard without a Ready replica (its data would be lost with it). A name that was a
+/// replica of the cluster and is gone (or is being removed) is done: nothing to do, nothing to
+/// say. Returns the replicas condemned, and the names refused with why.
+fn release(
+    cluster: &str,
+    map: &mut BTreeMap<String, ReplicaStatus>,
+    next_index: i64,
+    replace: &[String],
+    facts: &impl Fn(&str) -> ReplicaFacts,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut replaced = Vec::new();
+    let mut refused = Vec::new();
+    for name in replace {
+        let Some(r) = map.get(name) else {
+            let was_one = name
+                .strip_prefix(&format!("{cluster}-"))
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(s, i)| Some((s.parse::<i32>().ok()?, i.parse::<i64>().ok()?)))
+                .is_some_and(|(s, i)| replica_name(cluster, s, i) == *name && i < next_index);
+            if !was_one {
+                refused.push((name.clone(), "not a replica of this cluster".to_string()));
+            }
+            continue;
+        };
+        if r.state == ReplicaState::Condemned {
+            continue;
+        }
+        let shard = r.shard;
+        let others_ready = map.iter().any(|(n, o)| {
+            n != name && o.shard == shard && o.state != ReplicaState::Condemned && facts(n).ready
+        });
+        if !others_ready {
+            refused.push((
+                name.clone(),
+                format!(
+                    "no other replica of shard {shard} is Ready: the shard's data would go with it"
+                ),
+            ));
+            continue;
+        }
+        let r = map.get_mut(name).expect("found above");
+        r.state = ReplicaState::Condemned;
+        r.is_backup_pod = false;
+        r.scale_in_step = None;
+        r.released = true;
+        replaced.push(name.clone());
+    }
+    (replaced, refused)
 }
 
 /// The replica map as the observed server StatefulSets of `cluster` show it, for a cluster
@@ -286,6 +355,7 @@ fn adopted(
             is_backup_pod: false,
             index,
             scale_in_step: None,
+            released: false,
         },
     ))
 }
@@ -361,6 +431,7 @@ mod tests {
             is_backup_pod: backup,
             index,
             scale_in_step: None,
+            released: false,
         }
     }
 
@@ -371,6 +442,7 @@ mod tests {
             replicas,
             paused,
             allow_shard_removal: allow,
+            replace: &[],
         }
     }
 
@@ -400,6 +472,7 @@ mod tests {
                             is_backup_pod: false,
                             index: 0,
                             scale_in_step: None,
+                            released: false,
                         },
                     )
                 })
@@ -471,6 +544,78 @@ mod tests {
         let c = plan_map(&topo(1, 2, false, false), &m, 8, ready_facts);
         assert_eq!(c.added, ["c1-0-8"]);
         assert_eq!(c.next_index, 9);
+    }
+
+    /// Decision 54: a replica the user asks to replace is given up (`released`) and a new
+    /// replica with a new name takes its place in its shard, the backup role moving to a
+    /// survivor; never the last Ready replica of its shard, never while paused; a name that was
+    /// a replica and is gone is done, any other name is refused.
+    #[test]
+    fn a_replaced_replica_is_given_up_for_a_new_one_but_never_the_shards_last() {
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
+        m.insert("c1-0-1".into(), entry(0, ReplicaState::Ready, 1, false));
+        m.insert("c1-1-2".into(), entry(1, ReplicaState::Ready, 2, true));
+        m.insert("c1-1-3".into(), entry(1, ReplicaState::Ready, 3, false));
+        let lost = |n: &str| ReplicaFacts {
+            ready: n != "c1-0-0",
+            ..ready_facts(n)
+        };
+        let replace = ["c1-0-0".to_string()];
+        let t = Topology {
+            replace: &replace,
+            ..topo(2, 2, false, false)
+        };
+        let c = plan_map(&t, &m, 4, lost);
+        assert_eq!(c.replaced, ["c1-0-0"]);
+        assert!(c.condemned.is_empty() && c.refused_replacements.is_empty());
+        assert_eq!(c.added, ["c1-0-4"]);
+        let gone = &c.map["c1-0-0"];
+        assert!(gone.state == ReplicaState::Condemned && gone.released && !gone.is_backup_pod);
+        assert!(c.map["c1-0-1"].is_backup_pod);
+        // planned again with the change persisted: nothing more
+        let again = plan_map(&t, &c.map, c.next_index, lost);
+        assert!(again.replaced.is_empty() && again.added.is_empty());
+        assert!(again.refused_replacements.is_empty());
+
+        // the shard's only Ready replica: refused, nothing changes
+        let both_down = |n: &str| ReplicaFacts {
+            ready: n.starts_with("c1-1"),
+            ..ready_facts(n)
+        };
+        let c = plan_map(&t, &m, 4, both_down);
+        assert!(c.replaced.is_empty() && c.added.is_empty());
+        assert_eq!(c.refused_replacements[0].0, "c1-0-0");
+        assert!(
+            c.refused_replacements[0]
+                .1
+                .contains("no other replica of shard 0 is Ready")
+        );
+        assert_eq!(c.map["c1-0-0"].state, ReplicaState::Ready);
+        // paused: nothing
+        let paused = Topology {
+            replace: &replace,
+            ..topo(2, 2, true, false)
+        };
+        assert!(plan_map(&paused, &m, 4, lost).replaced.is_empty());
+        // a name that is done (removed before) is nothing; one never given is refused
+        let names = [
+            "c1-0-3".to_string(),
+            "c1-0-9".to_string(),
+            "other".to_string(),
+        ];
+        let t = Topology {
+            replace: &names,
+            ..topo(2, 2, false, false)
+        };
+        let c = plan_map(&t, &m, 4, lost);
+        let refused: Vec<&str> = c
+            .refused_replacements
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(refused, ["c1-0-9", "other"]);
+        assert!(c.replaced.is_empty() && c.added.is_empty());
     }
 
     /// S0-21 / S0-14: exactly the excess is condemned, newest first, never the backup replica.

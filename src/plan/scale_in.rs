@@ -89,7 +89,8 @@ pub fn plan_scale_in(
             let r = &map[*n];
             let still_there = r.scale_in_step.is_none_or(|s| s < ScaleInStep::Deleted);
             let condemned = r.state == ReplicaState::Condemned;
-            still_there && sts_exists(n) && !sts_ready(n) && !(condemned && never_ran(n))
+            let given_up = condemned && (r.released || never_ran(n));
+            still_there && sts_exists(n) && !sts_ready(n) && !given_up
                 || !condemned && !sts_ready(n)
         })
         .collect();
@@ -114,7 +115,9 @@ pub fn plan_scale_in(
                 replica: name.clone(),
             });
         }
-        if step < Some(ScaleInStep::Synced) {
+        // a replica given up by the user (decision 54) has nothing to sync from and is not
+        // asked to drop anything: its pod may never answer again
+        if step < Some(ScaleInStep::Synced) && !r.released {
             if !unready.is_empty() {
                 plan.waiting.push(format!(
                     "scale-in of {name} waits until every StatefulSet is Ready (not ready: {})",
@@ -139,7 +142,7 @@ pub fn plan_scale_in(
                 }),
             }
         }
-        if step < Some(ScaleInStep::TablesDropped) {
+        if step < Some(ScaleInStep::TablesDropped) && !r.released {
             chain.push(ScaleInAction::DropObjects {
                 replica: name.clone(),
             });
@@ -191,6 +194,7 @@ mod tests {
             is_backup_pod: backup,
             index,
             scale_in_step: None,
+            released: false,
         };
         m.insert("c1-0-0".to_string(), e(ReplicaState::Ready, 0, true));
         m.insert("c1-0-1".to_string(), e(ReplicaState::Condemned, 1, false));
@@ -267,6 +271,33 @@ mod tests {
             "{:?}",
             p.waiting
         );
+    }
+
+    /// Decision 54: a replica the user gave up (its node lost for good) is removed without
+    /// waiting for it, without a sync from it and without asking it to drop anything; its
+    /// Keeper metadata is still dropped from a survivor and its volumes labelled; a resumed
+    /// removal does not go back to the skipped steps.
+    #[test]
+    fn a_given_up_replica_is_removed_without_asking_anything_of_it() {
+        let mut m = map();
+        m.get_mut("c1-0-1").unwrap().released = true;
+        let down = |n: &str| n != "c1-0-1";
+        let p = plan_scale_in(&m, down, |_| true, |_| false);
+        assert_eq!(
+            kinds(&p.chains[0]),
+            ["leave", "delete", "drop-keeper", "label-pvcs"]
+        );
+        // nor does it hold the removal of another condemned replica
+        assert_eq!(kinds(&p.chains[1]).len(), 6, "{:?}", p.chains[1]);
+        assert!(p.waiting.is_empty(), "{:?}", p.waiting);
+        // not given up, the same unready replica holds both
+        let mut kept = m.clone();
+        kept.get_mut("c1-0-1").unwrap().released = false;
+        let p = plan_scale_in(&kept, down, |_| true, |_| false);
+        assert!(p.chains.iter().all(|c| kinds(c) == ["leave"]));
+        m.get_mut("c1-0-1").unwrap().scale_in_step = Some(ScaleInStep::OutOfTraffic);
+        let p = plan_scale_in(&m, down, |_| true, |_| false);
+        assert_eq!(kinds(&p.chains[0]), ["delete", "drop-keeper", "label-pvcs"]);
     }
 
     /// Decision 3: a restarted operator resumes after the last recorded step; never deletes

@@ -638,3 +638,159 @@ async fn a_replica_cut_off_from_keeper_then_from_everything_is_reported_and_catc
     println!("{rows} acknowledged batches on every replica");
     finish(&client, &ns, op).await;
 }
+
+/// Decision 54 (issue scenario "PVCs on a node that never comes back"): a 2×2 cluster with
+/// `antiAffinity: Required` and its one Keeper member on node-1, rows written every second. A
+/// node holding servers stops and stays down: nothing is replaced by itself (decision 47);
+/// annotating the cluster `clickhouse.com/replace-replicas` with the replicas of that node
+/// gives them up: new replicas with new names start on the nodes left (each shard's replicas
+/// still on distinct nodes), get the schema and the data from their shards, and the cluster is
+/// `ready` with the node still down; the status no longer lists the old replicas and, on 18.16
+/// (no `SYSTEM DROP REPLICA`), names their Keeper metadata left behind. The node then comes
+/// back: the old pods go, the new replicas are not disturbed, and every acknowledged row is on
+/// every replica, the new ones included.
+#[tokio::test]
+async fn replicas_of_a_node_that_never_comes_back_are_replaced_when_asked() {
+    let _nodes = NODE_DISRUPTION.lock().await;
+    let client = multi_node_client().await;
+    let ns = namespace(&client, "nodegone").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 2, "storage": {"size": "1Gi"},
+               "pod": {"antiAffinity": "Required"},
+               "keeper": {"replicas": 1,
+                          "pod": {"nodeSelector": {"kubernetes.io/hostname": "node-1"}}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let before = placement(&pods, SERVERS).await;
+    println!("servers by node: {before:?}");
+    // the node other than Keeper's with the most servers
+    let mut per_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (pod, (node, _)) in &before {
+        per_node.entry(node.clone()).or_default().push(pod.clone());
+    }
+    let (node, lost_pods) = per_node
+        .into_iter()
+        .filter(|(n, _)| n != "node-1")
+        .max_by_key(|(_, p)| p.len())
+        .expect("servers outside node-1");
+    let lost: Vec<String> = lost_pods
+        .iter()
+        .map(|p| p.strip_suffix("-0").unwrap().to_string())
+        .collect();
+    let workload = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    println!("stopping {node} for good (servers {lost_pods:?})");
+    off_runtime({
+        let node = node.clone();
+        move || node_stop(&node)
+    })
+    .await;
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(90),
+        "the lost node's replicas in the status",
+        |s| {
+            let m = s.message.as_deref().unwrap_or_default();
+            lost_pods
+                .iter()
+                .all(|p| m.contains(&format!("pod {p}: node {node} stopped reporting")))
+        },
+    )
+    .await;
+    // nothing is replaced by itself
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let c = clusters.get("c1").await.unwrap();
+    assert_eq!(replica_names(&c).len(), 4, "{:?}", replica_names(&c));
+
+    let asked = Instant::now();
+    clusters
+        .patch(
+            "c1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "clickhouse.com/replace-replicas": lost.join(",")}}})),
+        )
+        .await
+        .unwrap();
+    let c = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(300),
+        "ready with new replicas in place of the lost ones",
+        |s| {
+            s.state == ClusterState::Ready
+                && s.replica_state_map.len() == 4
+                && lost.iter().all(|r| !s.replica_state_map.contains_key(r))
+        },
+    )
+    .await;
+    println!(
+        "ready {:?} after the annotation, node still down: {:?}",
+        asked.elapsed(),
+        replica_names(&c)
+    );
+    let after = placement(&pods, SERVERS).await;
+    for shard in ["0", "1"] {
+        let nodes: BTreeSet<&String> = after
+            .iter()
+            .filter(|(p, (_, ready))| shard_of(p) == shard && *ready)
+            .map(|(_, (n, _))| n)
+            .collect();
+        assert_eq!(nodes.len(), 2, "shard {shard}: {after:?}");
+        assert!(!nodes.contains(&node), "shard {shard} on {node}: {after:?}");
+    }
+    let status = c.status.clone().unwrap_or_default();
+    let left = status
+        .conditions
+        .iter()
+        .find(|c| c.r#type == "KeeperMetadataLeft" && c.status == "True")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    println!("KeeperMetadataLeft: {left}");
+    assert!(
+        lost.iter().any(|r| left.contains(r.as_str())),
+        "18.16 cannot drop a replica from Keeper: the status should say what stays: {left:?}"
+    );
+
+    // the node comes back: the old pods go, the new replicas stay as they are
+    let kept = pod_ids(&client, &ns, SERVERS).await;
+    off_runtime({
+        let node = node.clone();
+        move || node_start(&node)
+    })
+    .await;
+    wait_for(
+        Duration::from_secs(120),
+        "the old pods gone after their node came back",
+        || {
+            let pods = pods.clone();
+            let lost_pods = lost_pods.clone();
+            async move {
+                let now = placement(&pods, SERVERS).await;
+                lost_pods.iter().all(|p| !now.contains_key(p)).then_some(())
+            }
+        },
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let now = pod_ids(&client, &ns, SERVERS).await;
+    for (pod, id) in &kept {
+        if !lost_pods.contains(pod) {
+            assert_eq!(now.get(pod), Some(id), "{pod} was disturbed");
+        }
+    }
+    let rows = workload.stop_and_check(&client, &ns).await;
+    println!("{rows} acknowledged batches on every replica");
+    finish(&client, &ns, op).await;
+}

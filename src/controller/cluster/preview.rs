@@ -362,6 +362,7 @@ pub fn render(file: &ClickHouseCluster) -> Result<Vec<serde_json::Value>, String
         replicas: c.spec.replicas,
         paused: false,
         allow_shard_removal: false,
+        replace: &[],
     };
     let first =
         crate::plan::replicas::plan_map(&topology, &Default::default(), 0, |_| Default::default());

@@ -36,6 +36,9 @@ use crate::model::diff::{FIELD_MANAGER, foreign_fields, object_covered};
 
 /// Annotation on a ClickHouseCluster that allows removing shards, whose data is then lost.
 pub const ALLOW_DATA_LOSS: &str = "clickhouse.com/allow-data-loss";
+/// Annotation of a ClickHouseCluster: replicas (names, comma-separated) to give up and replace
+/// by new replicas of their shards, say those of a node that will not come back (decision 54).
+pub const REPLACE_REPLICAS: &str = "clickhouse.com/replace-replicas";
 
 /// The phases of a pass, in the order [`plan_pass`] runs them (S2-09).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -3,7 +3,7 @@
 //! restarts every entry, and each shard keeps exactly one backup replica. New and condemned
 //! entries are persisted before any later phase acts on them (S0-19, S0-21).
 
-use super::{ALLOW_DATA_LOSS, Pass};
+use super::{ALLOW_DATA_LOSS, Pass, REPLACE_REPLICAS};
 use crate::plan::FailureReason;
 use crate::plan::replicas::{self, ReplicaFacts, Topology};
 
@@ -24,6 +24,20 @@ pub fn plan(pass: &mut Pass) {
             ready_and_current: pass.ready_and_current(replica),
         }
     };
+    let replace: Vec<String> = pass
+        .cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLACE_REPLICAS))
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
     let change = replicas::plan_map(
         &Topology {
             cluster: &pass.name,
@@ -31,6 +45,7 @@ pub fn plan(pass: &mut Pass) {
             replicas: pass.spec.replicas,
             paused: pass.facts.mode.paused(),
             allow_shard_removal: allow_loss,
+            replace: &replace,
         },
         &pass.old.replica_state_map,
         pass.old.next_replica_index,
@@ -55,5 +70,28 @@ pub fn plan(pass: &mut Pass) {
             format!("replica {n} will be removed"),
         );
     }
-    pass.gates.map_first = !change.added.is_empty() || !change.condemned.is_empty();
+    for n in &change.replaced {
+        let pod = &pass.facts.server(n).pod;
+        let state = if pod.ready { "Ready" } else { "not Ready" };
+        pass.event(
+            "ReplicaReplaced",
+            "Replace",
+            format!(
+                "replica {n} ({state}) is given up as {REPLACE_REPLICAS} asks: a new replica of its shard takes its place, copies the schema and fetches the data; its volumes are released"
+            ),
+        );
+    }
+    if !change.refused_replacements.is_empty() {
+        let said: Vec<String> = change
+            .refused_replacements
+            .iter()
+            .map(|(n, why)| format!("{n}: {why}"))
+            .collect();
+        pass.fail(
+            FailureReason::ReplacementRefused,
+            format!("{REPLACE_REPLICAS} refused: {}", said.join("; ")),
+        );
+    }
+    pass.gates.map_first =
+        !change.added.is_empty() || !change.condemned.is_empty() || !change.replaced.is_empty();
 }
