@@ -5,7 +5,9 @@
 #
 # The end-to-end and the Helm tests wait on pods and servers far more than they compute: they
 # run beside each other, each on a local Kubernetes of its own, the end-to-end tests
-# E2E_THREADS (default 4) at a time; then the rest. Arguments go to every test binary (a name
+# E2E_THREADS (default 4) at a time; the node tests (`nodes::`, `node_failures::`: they stop,
+# drain and cut off nodes of a three-node local Kubernetes, so they run one at a time) in a
+# process of their own beside them; then the rest. Arguments go to every test binary (a name
 # filter, `--ignored`, ...).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,7 +19,8 @@ cargo build --workspace --tests --quiet
 bash hack/next-operator.sh >/dev/null
 log="$(mktemp)"
 helm_log="$(mktemp)"
-trap 'rm -f "$log" "$helm_log"' EXIT
+nodes_log="$(mktemp)"
+trap 'rm -f "$log" "$helm_log" "$nodes_log"' EXIT
 # every other test target of the workspace, by name
 others=()
 for f in tests/*.rs local-kubelet/tests/*.rs; do
@@ -31,8 +34,24 @@ done
 set +e
 cargo test --test helm --no-fail-fast -- "$@" >"$helm_log" 2>&1 &
 helm_pid=$!
-cargo test --test e2e --no-fail-fast -- --test-threads="${E2E_THREADS:-4}" "$@" 2>&1 | tee "$log"
+# with a name filter (arguments), everything it selects runs in one process, node tests too
+split=()
+nodes_pid=
+if [ "$#" -eq 0 ]; then
+  split=(--skip nodes:: --skip node_failures::)
+  cargo test --test e2e --no-fail-fast -- --test-threads=1 nodes:: node_failures:: \
+    >"$nodes_log" 2>&1 &
+  nodes_pid=$!
+fi
+cargo test --test e2e --no-fail-fast -- --test-threads="${E2E_THREADS:-4}" "${split[@]}" "$@" \
+  2>&1 | tee "$log"
 e2e_status=${PIPESTATUS[0]}
+nodes_status=0
+if [ -n "$nodes_pid" ]; then
+  wait "$nodes_pid"
+  nodes_status=$?
+  cat "$nodes_log" | tee -a "$log"
+fi
 wait "$helm_pid"
 helm_status=$?
 cat "$helm_log" | tee -a "$log"
@@ -42,4 +61,5 @@ set -e
 passed=$(grep -oE 'test result: [A-Za-z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -E 'test result:' "$log" | grep -oE '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
 echo "total: $passed passed, $failed failed"
-[ "$e2e_status" -eq 0 ] && [ "$helm_status" -eq 0 ] && [ "$rest_status" -eq 0 ]
+[ "$e2e_status" -eq 0 ] && [ "$nodes_status" -eq 0 ] && [ "$helm_status" -eq 0 ] &&
+  [ "$rest_status" -eq 0 ]
