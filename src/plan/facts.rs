@@ -248,6 +248,8 @@ pub struct KeeperMember {
     /// Why it cannot run, when it cannot (as [`PodFacts::failing`]), or that its node stopped
     /// reporting ([`node_lost`]).
     pub failing: Option<String>,
+    /// Its node stopped reporting ([`node_lost`]): down, and nothing is done to it.
+    pub node_lost: bool,
 }
 
 /// What one Keeper member says the ensemble is (decision 25).
@@ -434,6 +436,7 @@ impl Facts {
                             view: obs.keeper_views.get(&pod).cloned().unwrap_or_default(),
                             role: obs.keeper_roles.get(&pod).copied().unwrap_or_default(),
                             failing: pod_failing(p, now, obs).or_else(|| node_lost(p)),
+                            node_lost: node_lost(p).is_some(),
                             pod,
                         };
                         Some((i, member))

@@ -201,24 +201,49 @@ pub const LEADER_SETTLE: std::time::Duration = std::time::Duration::from_secs(15
 /// every follower's role known; then an outdated follower (highest ordinal first), the
 /// leader only when no follower is outdated and each has been Ready for [`LEADER_SETTLE`]. An
 /// ensemble of one has no one to wait for.
+///
+/// A member whose node stopped reporting is down for as long as it takes (decision 47): the
+/// others are rolled without it as long as a majority of the ensemble still runs while one of
+/// them restarts (five members with one lost: yes; three with one lost: no, the roll waits
+/// for it), and it is rolled when it is back.
 pub(super) fn next_to_roll(
     k: &crate::plan::facts::KeeperFacts,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Result<KeeperMember, String> {
-    let members: Vec<&KeeperMember> = (0..k.size).filter_map(|i| k.members.get(&i)).collect();
-    if members.len() as i32 != k.size {
+    let all: Vec<&KeeperMember> = (0..k.size).filter_map(|i| k.members.get(&i)).collect();
+    if all.len() as i32 != k.size {
         return Err("waiting for every member's pod".into());
     }
+    let (lost, members): (Vec<&KeeperMember>, Vec<&KeeperMember>) =
+        all.into_iter().partition(|m| m.node_lost && !m.terminating);
     if let Some(m) = members.iter().find(|m| m.terminating || !m.ready) {
         let what = if m.terminating { "stop" } else { "serve" };
         return Err(format!("waiting for {} to {what}", m.pod));
     }
     let outdated: Vec<&KeeperMember> = members.iter().copied().filter(|m| m.old_revision).collect();
+    let lost_names = || {
+        lost.iter()
+            .map(|m| m.pod.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let Some(first) = outdated.first() else {
+        if lost.iter().any(|m| m.old_revision) {
+            return Err(format!(
+                "waiting for the node of {} to report again to restart it",
+                lost_names()
+            ));
+        }
         return Err("nothing to restart".into());
     };
     if k.size == 1 {
         return Ok((*first).clone());
+    }
+    if !lost.is_empty() && (members.len() as i32 - 1) < k.size / 2 + 1 {
+        return Err(format!(
+            "waiting for {}, whose node stopped reporting: restarting another member now would leave the ensemble without a majority",
+            lost_names()
+        ));
     }
     let Some((leader, synced)) = members.iter().find_map(|m| match m.role {
         KeeperRole::Leader { synced_followers } => Some((m.pod.as_str(), synced_followers)),
@@ -226,10 +251,10 @@ pub(super) fn next_to_roll(
     }) else {
         return Err("waiting for the ensemble to report its leader".into());
     };
-    if (synced as i32) < k.size - 1 {
+    let followers = members.len() as i32 - 1;
+    if (synced as i32) < followers {
         return Err(format!(
-            "waiting for every follower to be synced ({synced} of {} as {leader} reports)",
-            k.size - 1
+            "waiting for every follower to be synced ({synced} of {followers} as {leader} reports)"
         ));
     }
     if let Some(m) = members.iter().find(|m| m.role == KeeperRole::Unknown) {
@@ -259,6 +284,8 @@ pub(super) fn next_to_roll(
 /// A member that is not Ready on an old revision (a reverted bad change: unschedulable,
 /// crash-looping, an image that cannot be pulled) is replaced at once: it serves nothing, and
 /// the StatefulSet's own rolling update never replaces a pod that is not Ready (decision 5).
+/// Not one whose node stopped reporting: its pod cannot go until the node is back (decision
+/// 47).
 fn repair(pass: &mut Pass) {
     let keeper = names::keeper(&pass.name);
     let broken: Vec<(String, Option<String>)> = pass
@@ -266,7 +293,7 @@ fn repair(pass: &mut Pass) {
         .keeper
         .members
         .values()
-        .filter(|m| !m.ready && m.old_revision && !m.terminating)
+        .filter(|m| !m.ready && m.old_revision && !m.terminating && !m.node_lost)
         .map(|m| (m.pod.clone(), m.uid.clone()))
         .collect();
     for (pod, uid) in broken {
@@ -432,5 +459,89 @@ fn build_desired(pass: &mut Pass) -> bool {
             pass.fail_and_halt(FailureReason::InvalidSpec, e.to_string());
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_to_roll;
+    use crate::plan::facts::{KeeperFacts, KeeperMember, KeeperRole};
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    fn now() -> Timestamp {
+        "2026-01-01T00:00:00Z".parse().unwrap()
+    }
+
+    fn ensemble(size: i32, leader: i32, synced: u32) -> KeeperFacts {
+        KeeperFacts {
+            exists: true,
+            size,
+            members: (0..size)
+                .map(|i| {
+                    let role = if i == leader {
+                        KeeperRole::Leader {
+                            synced_followers: synced,
+                        }
+                    } else {
+                        KeeperRole::Follower
+                    };
+                    let m = KeeperMember {
+                        pod: format!("c1-keeper-{i}"),
+                        ready: true,
+                        ready_since: Some(now() - SignedDuration::from_secs(60)),
+                        old_revision: true,
+                        role,
+                        ..KeeperMember::default()
+                    };
+                    (i, m)
+                })
+                .collect(),
+            views_read: true,
+        }
+    }
+
+    /// Lost as the node controller leaves it: not Ready, its role unknown.
+    fn lose(k: &mut KeeperFacts, i: i32) {
+        let m = k.members.get_mut(&i).unwrap();
+        m.ready = false;
+        m.node_lost = true;
+        m.role = KeeperRole::Unknown;
+    }
+
+    /// Issue scenario "a Keeper member on a lost node does not block the rest of the
+    /// ensemble's changes" (decision 47): with five members and one on a node that stopped
+    /// reporting, the others are rolled, followers first, the leader last, while a majority
+    /// runs; the lost member waits for its node. With three members, restarting another would
+    /// leave no majority: the roll waits and says why.
+    #[test]
+    fn a_member_on_a_lost_node_holds_the_roll_only_where_a_majority_needs_it() {
+        let pick = |k: &KeeperFacts| next_to_roll(k, now()).map(|m| m.pod);
+        let mut five = ensemble(5, 0, 3);
+        lose(&mut five, 4);
+        assert_eq!(pick(&five).unwrap(), "c1-keeper-3");
+        for i in 1..4 {
+            five.members.get_mut(&i).unwrap().old_revision = false;
+        }
+        assert_eq!(pick(&five).unwrap(), "c1-keeper-0");
+        five.members.get_mut(&0).unwrap().old_revision = false;
+        let why = pick(&five).unwrap_err();
+        assert!(why.contains("node of c1-keeper-4 to report again"), "{why}");
+        // a follower not yet synced still holds it
+        let mut five = ensemble(5, 0, 2);
+        lose(&mut five, 4);
+        assert!(pick(&five).unwrap_err().contains("synced (2 of 3"));
+
+        let mut three = ensemble(3, 0, 1);
+        lose(&mut three, 2);
+        let why = pick(&three).unwrap_err();
+        assert!(
+            why.contains("c1-keeper-2, whose node stopped reporting")
+                && why.contains("without a majority"),
+            "{why}"
+        );
+        // a member down for another reason still holds everything
+        let mut five = ensemble(5, 0, 3);
+        five.members.get_mut(&4).unwrap().ready = false;
+        assert!(pick(&five).unwrap_err().contains("c1-keeper-4 to serve"));
     }
 }
