@@ -882,13 +882,10 @@ mod tests {
     /// "The exporter: servers and Keeper").
     #[test]
     fn members_the_cluster_should_run_are_expected_even_without_a_pod() {
-        use crate::api::{ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaStatus};
-        let spec: ClickHouseClusterSpec = serde_json::from_value(
+        use crate::api::{ClickHouseClusterStatus, ReplicaStatus};
+        let mut c = crate::testing::cluster(
             serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}}),
-        )
-        .unwrap();
-        let mut c = ClickHouseCluster::new("c1", spec);
-        c.metadata.namespace = Some("t1".into());
+        );
         assert!(
             expected_hosts(&c).is_empty(),
             "no status yet: nothing known"

@@ -11,4 +11,6 @@ pub mod exporter;
 pub mod model;
 pub mod plan;
 pub mod runtime;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod util;

@@ -136,10 +136,7 @@ fn over(base: &mut Value, own: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(v: serde_json::Value) -> ClickHouseClusterSpec {
-        serde_json::from_value(v).unwrap()
-    }
+    use crate::testing::spec;
 
     /// Decision 52: pull secrets, tolerations, node selectors and settings of the defaults
     /// reach a cluster that sets none; what a cluster sets wins, setting by setting.

@@ -673,11 +673,8 @@ mod tests {
     use super::*;
     use crate::model::hash::{keeper_hashes, server_hashes};
     use crate::model::{Cluster, SecretData};
+    use crate::testing::spec;
     use serde_json::json;
-
-    fn spec(v: serde_json::Value) -> ClickHouseClusterSpec {
-        serde_json::from_value(v).unwrap()
-    }
 
     fn needs(c: &ComponentChanges) -> BTreeSet<Need> {
         c.all()
@@ -986,14 +983,11 @@ mod tests {
     /// S2-16: a TLS, CA or env Secret's contents roll the pods that use them.
     #[test]
     fn secret_contents_need_a_rolling_restart() {
-        let s = spec(
+        let c = crate::testing::cluster(
             json!({"tls": {"enabled": true, "serverCertSecret": "tls", "caSecret": "ca"},
             "pod": {"envSecret": "env"}, "keeper": {"pod": {"envSecret": "kenv"}}}),
         );
-        let c = crate::api::ClickHouseCluster::new("c1", s.clone());
-        let mut c = c;
-        c.metadata.namespace = Some("t1".into());
-        c.metadata.uid = Some("u".into());
+        let s = c.spec.clone();
         let cl = Cluster::new(&c).unwrap();
         let data = |v: &str| -> SecretData { [("k".to_string(), v.as_bytes().to_vec())].into() };
         let mut secrets: std::collections::BTreeMap<String, SecretData> =
@@ -1307,9 +1301,7 @@ mod tests {
     fn each_restart_annotation_value_restarts_the_servers_once() {
         use crate::model::labels::{RESTART_AT, RESTARTED_AT};
         let sts = |annotation: Option<&str>, recorded: Option<&str>| {
-            let mut c = ClickHouseCluster::new("c", spec(json!({})));
-            c.metadata.namespace = Some("ns".into());
-            c.metadata.uid = Some("uid".into());
+            let mut c = crate::testing::cluster(json!({}));
             c.metadata.annotations =
                 annotation.map(|a| [(RESTART_AT.to_string(), a.to_string())].into());
             c.status = recorded.map(|r| crate::api::ClickHouseClusterStatus {
@@ -1317,7 +1309,7 @@ mod tests {
                 ..Default::default()
             });
             let inputs = Inputs {
-                replicas: vec![ReplicaSpec::new("c", 0, 0)],
+                replicas: crate::testing::replicas(1, 1),
                 operator_password: Password("-".into()),
                 ..Default::default()
             };

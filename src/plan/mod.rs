@@ -364,18 +364,8 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ClickHouseClusterSpec;
+    use crate::testing::{cluster, cluster_named, now};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    pub fn cluster(name: &str, spec: serde_json::Value) -> ClickHouseCluster {
-        let spec: ClickHouseClusterSpec = serde_json::from_value(spec).unwrap();
-        let mut c = ClickHouseCluster::new(name, spec);
-        c.metadata.namespace = Some("t1".into());
-        c.metadata.generation = Some(1);
-        c.metadata.uid = Some(format!("uid-{name}"));
-        c.metadata.creation_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().unwrap()));
-        c
-    }
 
     fn sib(name: &str, created: &str) -> Sibling {
         Sibling {
@@ -391,17 +381,13 @@ mod tests {
         w
     }
 
-    fn now() -> Timestamp {
-        "2026-11-30T00:00:00Z".parse().unwrap()
-    }
-
     /// S2-43, decision 51: the annotation `clickhouse.com/restart-at` is recorded in the status
     /// (normalised), kept there once the annotation is gone, and an annotation that is no
     /// timestamp is refused naming it, nothing planned.
     #[test]
     fn a_restart_annotation_is_recorded_kept_and_checked() {
         use crate::model::labels::RESTART_AT;
-        let mut c = cluster("c1", serde_json::json!({}));
+        let mut c = cluster(serde_json::json!({}));
         c.metadata.annotations = Some(
             [(
                 RESTART_AT.to_string(),
@@ -441,7 +427,7 @@ mod tests {
     /// resumed, the condition turns `False` and the pass plans again.
     #[test]
     fn a_suspended_cluster_gets_no_action_and_says_so_until_resumed() {
-        let mut c = cluster("c1", serde_json::json!({"suspend": true}));
+        let mut c = cluster(serde_json::json!({"suspend": true}));
         let plan = decide(&c, &world(), now());
         assert!(plan.actions.is_empty(), "{:?}", plan.actions);
         assert!(plan.failure.is_none());
@@ -501,7 +487,7 @@ mod tests {
     /// S0-07: the newcomer gets error, a condition and a Warning event, and is not managed.
     #[test]
     fn second_cluster_in_a_namespace_is_refused_and_left_alone() {
-        let c2 = cluster("c2", serde_json::json!({}));
+        let c2 = cluster_named("c2", serde_json::json!({}));
         let world = World {
             clusters_in_namespace: vec![
                 sib("c1", "2025-12-01T00:00:00Z"),
@@ -529,7 +515,7 @@ mod tests {
         assert_eq!(plan.events[0].reason, "NamespaceConflict");
         assert_eq!(plan.events[0].kind, EventType::Warning);
         // The owner itself is managed.
-        let c1 = cluster("c1", serde_json::json!({}));
+        let c1 = cluster(serde_json::json!({}));
         let mut c1 = c1;
         c1.metadata.creation_timestamp = Some(Time("2025-12-01T00:00:00Z".parse().unwrap()));
         assert!(decide(&c1, &world, now()).manage);
@@ -538,7 +524,7 @@ mod tests {
     /// S2-10 / S2-36: an invalid spec is an error naming the field, with reason ErrorReconcile.
     #[test]
     fn invalid_spec_is_reported_with_the_field() {
-        let c = cluster("c1", serde_json::json!({"keeper": {"replicas": 2}}));
+        let c = cluster(serde_json::json!({"keeper": {"replicas": 2}}));
         let plan = decide(&c, &world(), now());
         let f = plan.failure.as_ref().unwrap();
         assert_eq!(f.reason, FailureReason::InvalidSpec);
@@ -595,7 +581,7 @@ mod tests {
     /// condition stays in later passes.
     #[test]
     fn keeper_metadata_left_behind_sets_a_condition_that_stays() {
-        let c = cluster("c1", serde_json::json!({}));
+        let c = cluster(serde_json::json!({}));
         let plan = decide(&c, &world(), now());
         let left = PlannedEvent {
             kind: EventType::Warning,
@@ -629,7 +615,6 @@ mod tests {
     #[test]
     fn unknown_schema_policy_gives_one_warning_event() {
         let c = cluster(
-            "c1",
             serde_json::json!({"schemaPolicy": {"replica": "bogus", "shard": "distributedtablesonly"}}),
         );
         let plan = decide(&c, &world(), now());
@@ -659,10 +644,7 @@ mod tests {
     /// Decision 16: no redundancy is reported by a condition, not an error.
     #[test]
     fn single_replica_is_reported_by_a_condition() {
-        let c = cluster(
-            "c1",
-            serde_json::json!({"replicas": 1, "keeper": {"replicas": 1}}),
-        );
+        let c = cluster(serde_json::json!({"replicas": 1, "keeper": {"replicas": 1}}));
         let plan = decide(&c, &world(), now());
         assert!(plan.failure.is_none(), "{:?}", plan.failure);
         let cond = plan
@@ -679,10 +661,7 @@ mod tests {
     /// said once: a `PlainTextExposure` condition and one Warning event when it starts.
     #[test]
     fn a_client_service_outside_the_cluster_without_tls_draws_a_warning_once() {
-        let c = cluster(
-            "c1",
-            serde_json::json!({"clientService": {"type": "LoadBalancer"}}),
-        );
+        let c = cluster(serde_json::json!({"clientService": {"type": "LoadBalancer"}}));
         let plan = decide(&c, &world(), now());
         assert!(plan.failure.is_none());
         let cond = plan
@@ -706,7 +685,7 @@ mod tests {
             plan2.events.iter().all(|e| e.reason != "PlainTextExposure"),
             "said once"
         );
-        let internal = cluster("c1", serde_json::json!({}));
+        let internal = cluster(serde_json::json!({}));
         let p = decide(&internal, &world(), now());
         let cond = p
             .status
@@ -723,7 +702,7 @@ mod tests {
     fn a_second_pass_over_the_same_world_changes_nothing() {
         // The first pass adds the replicas to the map (a change); from then on, over the
         // same world, the status is a fixed point and nothing new is said.
-        let c = cluster("c1", serde_json::json!({}));
+        let c = cluster(serde_json::json!({}));
         let first = decide(&c, &world(), now());
         let mut again = c.clone();
         again.status = Some(first.status.clone());

@@ -587,7 +587,7 @@ pub fn offline_plan(cluster: &ClickHouseCluster) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ClickHouseClusterSpec, ClientServiceType};
+    use crate::api::ClientServiceType;
     use serde_json::Value;
 
     /// A change of a Secret triggers a pass of the clusters of its namespace that read it: the
@@ -624,14 +624,11 @@ mod tests {
     }
 
     fn cluster(r#type: ClientServiceType, enabled: bool) -> ClickHouseCluster {
-        let mut spec: ClickHouseClusterSpec = serde_json::from_value(json!({})).unwrap();
-        spec.client_service.r#type = r#type;
-        spec.client_service.enabled = enabled;
-        spec.cluster_domain = Some("example.internal".into());
-        let mut c = ClickHouseCluster::new("demo", spec);
+        let mut c =
+            crate::testing::cluster_named("demo", json!({"clusterDomain": "example.internal"}));
         c.metadata.namespace = Some("analytics".into());
-        c.metadata.uid = Some("00000000-0000-0000-0000-000000000001".into());
-        c.metadata.generation = Some(1);
+        c.spec.client_service.r#type = r#type;
+        c.spec.client_service.enabled = enabled;
         c
     }
 

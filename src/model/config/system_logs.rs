@@ -117,10 +117,7 @@ pub fn spec_hash(spec: &ClickHouseClusterSpec) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(v: serde_json::Value) -> ClickHouseClusterSpec {
-        serde_json::from_value(v).unwrap()
-    }
+    use crate::testing::spec;
 
     fn v(s: &str) -> Option<Version> {
         Some(s.parse().unwrap())
