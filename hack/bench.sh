@@ -19,10 +19,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${1:-}" in
-  backup) filter=backup::benchmark_backup_and_restore_throughput ;;
+  backup) filter=backup::throughput::benchmark_backup_and_restore_throughput ;;
   exporter) filter=exporter::benchmark_exporter_scrape_of_20_and_100_hosts ;;
-  scale) filter=scale::benchmark_idle_cost_and_status_lag_of_n_clusters ;;
-  lifecycle) filter=scale::benchmark_lifecycle_of_a_two_by_two_cluster ;;
+  scale) filter=benchmarks::benchmark_idle_cost_and_status_lag_of_n_clusters ;;
+  lifecycle) filter=benchmarks::benchmark_lifecycle_of_a_two_by_two_cluster ;;
   *) echo "usage: $0 backup|exporter|scale|lifecycle" >&2; exit 2 ;;
 esac
 bash hack/setup.sh

@@ -1331,7 +1331,7 @@ fn the_operators_grants_allow_its_statements_and_nothing_else() {
 /// names every member on the secure client port with `secure` set; the 26.x engine loads it and
 /// tries exactly those members (the hosts do not resolve here, so the log naming them is the
 /// proof). Keeper's own side (`tcp_port_secure`, raft `secure`, its `openSSL`) is configuration
-/// only: chDB runs no Keeper and the test stand-in refuses it (`src/model/tests.rs`,
+/// only: chDB runs no Keeper and the test stand-in refuses it (`src/model/tests/tls.rs`,
 /// `local-kubelet`).
 #[test]
 fn servers_reach_a_tls_keeper_on_its_secure_port() {

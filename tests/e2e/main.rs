@@ -1,7 +1,7 @@
 //! End-to-end tests against the real local Kubernetes (see `support`).
 
 mod backup;
-mod engine;
+mod benchmarks;
 mod exporter;
 mod external_keeper;
 mod faults;
@@ -10,12 +10,14 @@ mod foundation;
 mod isolation;
 mod keeper;
 mod kills;
+mod lifecycle;
 mod node_failures;
 mod nodes;
 mod placement;
 mod plan;
 mod real_images;
-mod scale;
+mod recovery;
+mod secrets;
 mod security;
 mod status;
 mod storage;

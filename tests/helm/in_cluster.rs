@@ -961,42 +961,42 @@ const KEPT_UNUSED: &[(&str, &str)] = &[
     ),
     (
         "may get batch/jobs",
-        "a backup reads its agent Jobs by name; backups run in tests/e2e/backup.rs (an S3 \
+        "a backup reads its agent Jobs by name; backups run in tests/e2e/backup/ (an S3 \
          server beside the cluster), not in this run",
     ),
     (
         "may create batch/jobs",
-        "a backup creates one agent Job per shard; see tests/e2e/backup.rs",
+        "a backup creates one agent Job per shard; see tests/e2e/backup/",
     ),
     (
         "may get clickhouse.com/clickhousebackups",
-        "a restore reads the ClickHouseBackup it names; see tests/e2e/backup.rs",
+        "a restore reads the ClickHouseBackup it names; see tests/e2e/backup/",
     ),
     (
         "may create clickhouse.com/clickhousebackups",
-        "a schedule creates a backup when a slot is due; see tests/e2e/backup.rs",
+        "a schedule creates a backup when a slot is due; see tests/e2e/backup/schedule.rs",
     ),
     (
         "may delete clickhouse.com/clickhousebackups",
-        "a schedule's retention deletes its oldest backups; see tests/e2e/backup.rs",
+        "a schedule's retention deletes its oldest backups; see tests/e2e/backup/schedule.rs",
     ),
     (
         "may patch clickhouse.com/clickhouserestores/status",
-        "restores run in tests/e2e/backup.rs, not in this run",
+        "restores run in tests/e2e/backup/, not in this run",
     ),
     (
         "may get serviceaccounts",
         "a backup with webIdentity reads its ServiceAccount (does it opt in?); see \
-         tests/e2e/backup.rs",
+         tests/e2e/backup/web_identity.rs",
     ),
     (
         "may create serviceaccounts/token",
         "a backup with webIdentity requests a token of its ServiceAccount to check the bucket \
-         and read and write manifests; see tests/e2e/backup.rs",
+         and read and write manifests; see tests/e2e/backup/web_identity.rs",
     ),
     (
         "may delete batch/jobs",
-        "a finished backup's agent Jobs are deleted; see tests/e2e/backup.rs",
+        "a finished backup's agent Jobs are deleted; see tests/e2e/backup/",
     ),
     (
         "may patch networking.k8s.io/networkpolicies",

@@ -1,6 +1,6 @@
 //! The hostile-manifest suite (decision 29): every way a bucket could lie to a restore, each
 //! refused with its rule named, before anything is written. The agent runs these checks before
-//! its first statement (`tests/e2e/backup.rs` proves on real servers that a refused restore
+//! its first statement (`tests/e2e/backup/backups.rs` proves on real servers that a refused restore
 //! changes nothing on any replica).
 
 use std::collections::BTreeMap;
