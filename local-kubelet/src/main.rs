@@ -37,7 +37,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -294,7 +294,53 @@ async fn agent() -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("local-kubelet must run as root");
     }
-    let kubeconfig_path = args.kubeconfig.context("--kubeconfig is required")?;
+    let (client, api_upstream, ca_file) = connect(&args, &data_dir).await?;
+    let fabric = fabric(&args)?;
+
+    if !network_role {
+        // leftovers of an earlier run that did not stop cleanly
+        net::cleanup_leftovers(&data_dir).await;
+    }
+    net::note_netns_dir();
+    if net::owns_bridge() {
+        net::setup_bridge().await?;
+    } else {
+        net::join_bridge().await?;
+    }
+
+    let ctx = Arc::new(context(
+        &args,
+        client,
+        data_dir,
+        ca_file,
+        api_upstream,
+        fabric,
+        network_role,
+    )?);
+    wait_for_watches(&ctx, network_role).await?;
+
+    let mut stop = Stop::new()?;
+    if network_role {
+        services::start(ctx.clone());
+        tracing::info!("network of bridge {} ready", net::bridge());
+        stop.wait().await;
+        services::shutdown().await;
+        net::remove_bridge().await;
+        tracing::info!("stopped");
+        return Ok(());
+    }
+    remember_addresses(&ctx);
+    run_node(&ctx, &args, stop).await
+}
+
+/// The client of the API server the kubeconfig names, where the agent reaches that server
+/// (`host:port`), and the CA file for the pods' service-account folders (the kubeconfig's CA,
+/// written into `data_dir`, unless `--ca-file` names one).
+async fn connect(args: &Args, data_dir: &Path) -> Result<(Client, String, PathBuf)> {
+    let kubeconfig_path = args
+        .kubeconfig
+        .clone()
+        .context("--kubeconfig is required")?;
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig_path)?;
     let config =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
@@ -304,7 +350,7 @@ async fn agent() -> Result<()> {
         let port = config.cluster_url.port_u16().unwrap_or(443);
         format!("{host}:{port}")
     };
-    let ca_file = match args.ca_file {
+    let ca_file = match args.ca_file.clone() {
         Some(p) => p,
         None => {
             // write the kubeconfig's CA for the pods' service-account folders
@@ -319,8 +365,12 @@ async fn agent() -> Result<()> {
             p
         }
     };
-    let client = Client::try_from(config)?;
-    let fabric = policy::Fabric {
+    Ok((Client::try_from(config)?, api_upstream, ca_file))
+}
+
+/// The machine's addresses and the ClusterIP range, as NetworkPolicies treat them.
+fn fabric(args: &Args) -> Result<policy::Fabric> {
+    Ok(policy::Fabric {
         host: policy::Cidr {
             addr: net::network() & (u32::MAX << 8),
             len: 24,
@@ -333,25 +383,28 @@ async fn agent() -> Result<()> {
                 len: net::prefix(),
             },
         },
-    };
+    })
+}
 
-    if !network_role {
-        // leftovers of an earlier run that did not stop cleanly
-        net::cleanup_leftovers(&data_dir).await;
-    }
-    net::note_netns_dir();
-    if net::owns_bridge() {
-        net::setup_bridge().await?;
-    } else {
-        net::join_bridge().await?;
-    }
-
-    let log_dir = args.log_dir.unwrap_or_else(|| data_dir.join("logs"));
+/// The agent's context, its watches started (the network process's only those it needs).
+fn context(
+    args: &Args,
+    client: Client,
+    data_dir: PathBuf,
+    ca_file: PathBuf,
+    api_upstream: String,
+    fabric: policy::Fabric,
+    network_role: bool,
+) -> Result<Ctx> {
+    let log_dir = args
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| data_dir.join("logs"));
     let all = watcher::Config::default();
     // the network process proxies ClusterIPs only: it watches what the proxy and the policy
     // decision need
     let node_store = |watch: bool| watch && !network_role;
-    let ctx = Arc::new(Ctx {
+    Ok(Ctx {
         pods: start_reflector(Api::<Pod>::all(client.clone()), all.clone()),
         services: start_reflector(Api::<Service>::all(client.clone()), all.clone()),
         slices: start_reflector(Api::<EndpointSlice>::all(client.clone()), all.clone()),
@@ -371,12 +424,12 @@ async fn agent() -> Result<()> {
         fabric,
         enforce_policies: args.network_policies == "enforce",
         client,
-        node: args.node_name,
+        node: args.node_name.clone(),
         data_dir,
         ca_file,
         api_upstream,
-        operator_bin: args.operator_bin,
-        image_store: args.image_store,
+        operator_bin: args.operator_bin.clone(),
+        image_store: args.image_store.clone(),
         self_exe: std::env::current_exe()?,
         log_dir,
         ipam: Mutex::new(net::Ipam::default()),
@@ -384,7 +437,11 @@ async fn agent() -> Result<()> {
         pod_cidr: args.node_cidr.clone().unwrap_or(args.pod_cidr.clone()),
         zone: args.zone.clone(),
         lease_renew: std::time::Duration::from_secs(args.lease_renew_seconds),
-    });
+    })
+}
+
+/// Waits until every watch has its first list: the network process's, then a node's others.
+async fn wait_for_watches(ctx: &Ctx, network_role: bool) -> Result<()> {
     for (name, ready) in [
         ("pods", ctx.pods.wait_until_ready().await.is_ok()),
         ("services", ctx.services.wait_until_ready().await.is_ok()),
@@ -426,44 +483,58 @@ async fn agent() -> Result<()> {
             }
         }
     }
+    Ok(())
+}
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    if network_role {
-        services::start(ctx.clone());
-        tracing::info!("network of bridge {} ready", net::bridge());
+/// SIGTERM and SIGINT, either of which stops the agent.
+struct Stop {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    fn new() -> Result<Stop> {
+        Ok(Stop {
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?,
+            int: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(&mut self) {
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+            _ = self.term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = self.int.recv() => tracing::info!("SIGINT: stopping"),
         }
-        services::shutdown().await;
-        net::remove_bridge().await;
-        tracing::info!("stopped");
-        return Ok(());
     }
+}
 
-    // A node that starts again (`node-start`) gives its pods the addresses they had, as the
-    // pods' status still says: ClickHouse 18.16 keeps a peer's address in its replication
-    // fetches (see `net::Ipam`), so a pod that came back on another pod's former address would
-    // be unreachable to its peers, and the other pod reached in its place.
-    {
-        let mut ipam = ctx.ipam.lock().unwrap();
-        for p in ctx.pods.state() {
-            if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(ctx.node.as_str()) {
-                continue;
-            }
-            let ip = p.status.as_ref().and_then(|s| s.pod_ip.as_deref());
-            if let Some(ip) = ip.and_then(|ip| ip.parse::<std::net::Ipv4Addr>().ok()) {
-                let key = format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or_default(),
-                    p.metadata.name.as_deref().unwrap_or_default()
-                );
-                ipam.remember(&key, ip);
-            }
+/// A node that starts again (`node-start`) gives its pods the addresses they had, as the
+/// pods' status still says: ClickHouse 18.16 keeps a peer's address in its replication
+/// fetches (see `net::Ipam`), so a pod that came back on another pod's former address would
+/// be unreachable to its peers, and the other pod reached in its place.
+fn remember_addresses(ctx: &Ctx) {
+    let mut ipam = ctx.ipam.lock().unwrap();
+    for p in ctx.pods.state() {
+        if p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(ctx.node.as_str()) {
+            continue;
+        }
+        let ip = p.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+        if let Some(ip) = ip.and_then(|ip| ip.parse::<std::net::Ipv4Addr>().ok()) {
+            let key = format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or_default(),
+                p.metadata.name.as_deref().unwrap_or_default()
+            );
+            ipam.remember(&key, ip);
         }
     }
-    node::register(&ctx).await?;
+}
+
+/// The node: registered and kept fresh, its volumes provisioned, its policies enforced, its
+/// ClusterIPs proxied (when it owns the bridge), its kubelet API served, its pods run, until
+/// `stop`; then every pod stops (90 s at most) and the node's network goes.
+async fn run_node(ctx: &SharedCtx, args: &Args, mut stop: Stop) -> Result<()> {
+    node::register(ctx).await?;
     tokio::spawn(node::heartbeat(ctx.clone()));
     tokio::spawn(storage::run(ctx.clone()));
     if ctx.enforce_policies {
@@ -485,10 +556,7 @@ async fn agent() -> Result<()> {
     let manager = tokio::spawn(pods::manager(ctx.clone()));
     tracing::info!("node {} ready", ctx.node);
 
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-    }
+    stop.wait().await;
     ctx.shutting_down
         .store(true, std::sync::atomic::Ordering::SeqCst);
     // the manager stops every pod and returns

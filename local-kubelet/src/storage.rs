@@ -128,9 +128,6 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
     created.retain(|n| !volumes.contains_key(n));
     for pvc in &claims {
         let Some(spec) = &pvc.spec else { continue };
-        let ns = pvc.metadata.namespace.clone().unwrap_or_default();
-        let name = pvc.metadata.name.clone().unwrap_or_default();
-        let uid = pvc.metadata.uid.clone().unwrap_or_default();
         if spec.storage_class_name.as_deref() != Some(STORAGE_CLASS) {
             continue;
         }
@@ -141,116 +138,162 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
             .and_then(|r| r.get("storage"))
             .map(|q| q.0.clone())
             .unwrap_or_else(|| "1Gi".into());
-        let selected = pvc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(SELECTED_NODE))
-            .cloned();
         let bound_to = spec.volume_name.clone().filter(|v| !v.is_empty());
-        if bound_to.is_none()
-            && pvc.metadata.deletion_timestamp.is_none()
-            && selected.as_deref() == Some(ctx.node.as_str())
-        {
-            let pv_name = format!("pvc-{uid}");
-            if !volumes.contains_key(&pv_name) && !created.contains(&pv_name) {
-                let dir = pv_root(ctx).join(&pv_name);
-                std::fs::create_dir_all(&dir)?;
-                let pv: PersistentVolume = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "PersistentVolume",
-                    "metadata": {"name": pv_name,
-                        "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
-                    "spec": {
-                        "capacity": {"storage": request},
-                        "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
-                        "persistentVolumeReclaimPolicy": "Delete",
-                        "storageClassName": STORAGE_CLASS,
-                        "volumeMode": "Filesystem",
-                        "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                            "namespace": ns, "name": name, "uid": uid,
-                            "resourceVersion": pvc.metadata.resource_version},
-                        "hostPath": {"path": dir.to_string_lossy(), "type": "DirectoryOrCreate"},
-                        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [ctx.node]}]}]}}
-                    }
-                }))?;
-                match pvs.create(&PostParams::default(), &pv).await {
-                    Ok(_) => {
-                        tracing::info!("provisioned {pv_name} for {ns}/{name} ({request})");
-                        created.insert(pv_name);
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        created.insert(pv_name);
-                    }
-                    Err(e) => tracing::warn!("creating {pv_name}: {e}"),
-                }
-            }
+        if bound_to.is_none() {
+            provision(ctx, &pvs, pvc, &request, &volumes, created).await?;
         }
-        // expansion
         if let Some(pv_name) = &bound_to
             && let Some(pv) = volumes.get(pv_name)
             && is_ours(pv)
             && on_this_node(ctx, pv)
         {
-            let cap = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.capacity.as_ref())
-                .and_then(|c| c.get("storage"))
-                .map(|q| q.0.clone())
-                .unwrap_or_default();
-            let status_cap = pvc
-                .status
-                .as_ref()
-                .and_then(|s| s.capacity.as_ref())
-                .and_then(|c| c.get("storage"))
-                .map(|q| q.0.clone())
-                .unwrap_or_default();
-            let want = quantity_bytes(&request).unwrap_or(0);
-            if want > quantity_bytes(&cap).unwrap_or(0) {
-                pvs.patch(
-                    pv_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"capacity": {"storage": request}}})),
-                )
-                .await?;
-                tracing::info!("expanded {pv_name} to {request}");
-            }
-            if want > quantity_bytes(&status_cap).unwrap_or(0)
-                && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-                && offline(pvc)
-            {
-                // as a driver without online expansion: the file system grows when the
-                // volume is next mounted (`expand_at_mount`)
-                if !fs_resize_pending(pvc) {
-                    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-                    api.patch_status(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"status": {
-                            "allocatedResources": {"storage": request},
-                            "conditions": [{"type": "FileSystemResizePending", "status": "True",
-                                "lastTransitionTime": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-                                "message": "Waiting for user to (re-)start a pod to finish file system resize of volume on node."}]}})),
-                    )
-                    .await?;
-                    tracing::info!("{ns}/{name}: file system resize pending until the next mount");
-                }
-            } else if want > quantity_bytes(&status_cap).unwrap_or(0)
-                && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
-            {
-                let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-                api.patch_status(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"status": {"capacity": {"storage": request},
-                        "allocatedResources": {"storage": request}, "conditions": null}})),
-                )
-                .await?;
-            }
+            expand(ctx, &pvs, pvc, pv, &request).await?;
         }
     }
-    // released volumes with reclaim policy Delete
+    reclaim(ctx, &pvs, &volumes).await;
+    Ok(())
+}
+
+/// A volume of `request` for the unbound claim `pvc` when the scheduler selected this node for
+/// it (and no such volume exists or was just created): a folder of this node, bound to the claim.
+async fn provision(
+    ctx: &SharedCtx,
+    pvs: &Api<PersistentVolume>,
+    pvc: &PersistentVolumeClaim,
+    request: &str,
+    volumes: &HashMap<String, Arc<PersistentVolume>>,
+    created: &mut HashSet<String>,
+) -> Result<()> {
+    let Some(spec) = &pvc.spec else {
+        return Ok(());
+    };
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let name = pvc.metadata.name.clone().unwrap_or_default();
+    let uid = pvc.metadata.uid.clone().unwrap_or_default();
+    let selected = pvc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SELECTED_NODE))
+        .cloned();
+    if pvc.metadata.deletion_timestamp.is_some() || selected.as_deref() != Some(ctx.node.as_str()) {
+        return Ok(());
+    }
+    let pv_name = format!("pvc-{uid}");
+    if volumes.contains_key(&pv_name) || created.contains(&pv_name) {
+        return Ok(());
+    }
+    let dir = pv_root(ctx).join(&pv_name);
+    std::fs::create_dir_all(&dir)?;
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name,
+            "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+        "spec": {
+            "capacity": {"storage": request},
+            "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": STORAGE_CLASS,
+            "volumeMode": "Filesystem",
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "namespace": ns, "name": name, "uid": uid,
+                "resourceVersion": pvc.metadata.resource_version},
+            "hostPath": {"path": dir.to_string_lossy(), "type": "DirectoryOrCreate"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [ctx.node]}]}]}}
+        }
+    }))?;
+    match pvs.create(&PostParams::default(), &pv).await {
+        Ok(_) => {
+            tracing::info!("provisioned {pv_name} for {ns}/{name} ({request})");
+            created.insert(pv_name);
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            created.insert(pv_name);
+        }
+        Err(e) => tracing::warn!("creating {pv_name}: {e}"),
+    }
+    Ok(())
+}
+
+/// Expansion of this node's volume `pv`, bound to `pvc`, to the claim's `request`: the volume's
+/// capacity, then the claim's, at once or (a claim that asks for offline expansion) as a driver
+/// without online expansion does, when the volume is next mounted.
+async fn expand(
+    ctx: &SharedCtx,
+    pvs: &Api<PersistentVolume>,
+    pvc: &PersistentVolumeClaim,
+    pv: &PersistentVolume,
+    request: &str,
+) -> Result<()> {
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let name = pvc.metadata.name.clone().unwrap_or_default();
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let cap = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let status_cap = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let want = quantity_bytes(request).unwrap_or(0);
+    if want > quantity_bytes(&cap).unwrap_or(0) {
+        pvs.patch(
+            &pv_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"capacity": {"storage": request}}})),
+        )
+        .await?;
+        tracing::info!("expanded {pv_name} to {request}");
+    }
+    if want > quantity_bytes(&status_cap).unwrap_or(0)
+        && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+        && offline(pvc)
+    {
+        // as a driver without online expansion: the file system grows when the
+        // volume is next mounted (`expand_at_mount`)
+        if !fs_resize_pending(pvc) {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "allocatedResources": {"storage": request},
+                    "conditions": [{"type": "FileSystemResizePending", "status": "True",
+                        "lastTransitionTime": chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                        "message": "Waiting for user to (re-)start a pod to finish file system resize of volume on node."}]}})),
+            )
+            .await?;
+            tracing::info!("{ns}/{name}: file system resize pending until the next mount");
+        }
+    } else if want > quantity_bytes(&status_cap).unwrap_or(0)
+        && pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+    {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"storage": request},
+                "allocatedResources": {"storage": request}, "conditions": null}})),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// This node's released volumes with reclaim policy Delete go, with their folders.
+async fn reclaim(
+    ctx: &SharedCtx,
+    pvs: &Api<PersistentVolume>,
+    volumes: &HashMap<String, Arc<PersistentVolume>>,
+) {
     for pv in volumes.values() {
         if !is_ours(pv) || !on_this_node(ctx, pv) {
             continue;
@@ -279,7 +322,6 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
             }
         }
     }
-    Ok(())
 }
 
 /// Whether the volume's folder is this node's: with several nodes, each agent expands and

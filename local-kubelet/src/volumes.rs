@@ -322,154 +322,167 @@ impl VolumeState {
         let vols: Vec<Volume> = spec.volumes.clone().unwrap_or_default();
         for v in &vols {
             let dir = pod_dir.join("volumes").join(&v.name);
-            let vol = if let Some(cm) = &v.config_map {
-                let mut files = Files::new();
-                let mode = cm.default_mode.unwrap_or(0o644) as u32;
-                cm_files(
-                    ctx,
-                    &ns,
-                    &cm.name,
-                    cm.items.as_ref(),
-                    mode,
-                    cm.optional.unwrap_or(false),
-                    &mut files,
-                )?;
+            let vol = if let Some(files) = self.generated_files(ctx, pod, &ns, v).await? {
                 self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
                 Vol {
                     path: dir,
                     kind: VolKind::Generated,
-                }
-            } else if let Some(s) = &v.secret {
-                let mut files = Files::new();
-                let mode = s.default_mode.unwrap_or(0o644) as u32;
-                let name = s.secret_name.clone().unwrap_or_default();
-                secret_files(
-                    ctx,
-                    &ns,
-                    &name,
-                    s.items.as_ref(),
-                    mode,
-                    s.optional.unwrap_or(false),
-                    &mut files,
-                )?;
-                self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
-                Vol {
-                    path: dir,
-                    kind: VolKind::Generated,
-                }
-            } else if let Some(d) = &v.downward_api {
-                let mut files = Files::new();
-                let mode = d.default_mode.unwrap_or(0o644) as u32;
-                downward_files(
-                    pod,
-                    d.items.as_deref().unwrap_or_default(),
-                    mode,
-                    &mut files,
-                )?;
-                self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
-                Vol {
-                    path: dir,
-                    kind: VolKind::Generated,
-                }
-            } else if let Some(p) = &v.projected {
-                let mut files = Files::new();
-                let mode = p.default_mode.unwrap_or(0o644) as u32;
-                for src in p.sources.iter().flatten() {
-                    if let Some(t) = &src.service_account_token {
-                        let token = self
-                            .token(
-                                ctx,
-                                pod,
-                                t.audience.clone().into_iter().collect(),
-                                t.expiration_seconds.unwrap_or(3607),
-                            )
-                            .await?;
-                        files.insert(t.path.clone(), (token.into_bytes(), mode));
-                    }
-                    if let Some(cm) = &src.config_map {
-                        cm_files(
-                            ctx,
-                            &ns,
-                            &cm.name,
-                            cm.items.as_ref(),
-                            mode,
-                            cm.optional.unwrap_or(false),
-                            &mut files,
-                        )?;
-                    }
-                    if let Some(s) = &src.secret {
-                        secret_files(
-                            ctx,
-                            &ns,
-                            &s.name,
-                            s.items.as_ref(),
-                            mode,
-                            s.optional.unwrap_or(false),
-                            &mut files,
-                        )?;
-                    }
-                    if let Some(d) = &src.downward_api {
-                        downward_files(
-                            pod,
-                            d.items.as_deref().unwrap_or_default(),
-                            mode,
-                            &mut files,
-                        )?;
-                    }
-                }
-                self.write(&dir, &files, fs_group, &nested_mount_points(spec, &v.name))?;
-                Vol {
-                    path: dir,
-                    kind: VolKind::Generated,
-                }
-            } else if v.empty_dir.is_some() {
-                if let Some(v) = self.vols.get(&v.name) {
-                    v.clone()
-                } else {
-                    std::fs::create_dir_all(&dir)?;
-                    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
-                    Vol {
-                        path: dir,
-                        kind: VolKind::EmptyDir,
-                    }
-                }
-            } else if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
-                if let Some(v) = self.vols.get(&v.name) {
-                    v.clone()
-                } else {
-                    let claim = match &v.persistent_volume_claim {
-                        Some(c) => c.claim_name.clone(),
-                        None => format!(
-                            "{}-{}",
-                            pod.metadata.name.clone().unwrap_or_default(),
-                            v.name
-                        ),
-                    };
-                    let path = pv_path(ctx, &ns, &claim).await?;
-                    std::fs::create_dir_all(&path)?;
-                    Vol {
-                        path,
-                        kind: VolKind::Persistent,
-                    }
-                }
-            } else if let Some(h) = &v.host_path {
-                let p = PathBuf::from(&h.path);
-                if !p.exists() && h.type_.as_deref() == Some("DirectoryOrCreate") {
-                    std::fs::create_dir_all(&p)?;
-                }
-                Vol {
-                    path: p,
-                    kind: VolKind::HostPath,
                 }
             } else {
-                bail!(
-                    "volume {}: this node supports configMap, secret, projected, downwardAPI, emptyDir, persistentVolumeClaim, ephemeral and hostPath volumes",
-                    v.name
-                );
+                self.storage(ctx, pod, &ns, v, dir).await?
             };
             self.vols.insert(v.name.clone(), vol);
         }
         Ok(())
+    }
+
+    /// The files of a configMap, secret, downwardAPI or projected volume; `None` for a volume
+    /// of another kind.
+    async fn generated_files(
+        &mut self,
+        ctx: &SharedCtx,
+        pod: &Pod,
+        ns: &str,
+        v: &Volume,
+    ) -> Result<Option<Files>> {
+        let mut files = Files::new();
+        if let Some(cm) = &v.config_map {
+            let mode = cm.default_mode.unwrap_or(0o644) as u32;
+            cm_files(
+                ctx,
+                ns,
+                &cm.name,
+                cm.items.as_ref(),
+                mode,
+                cm.optional.unwrap_or(false),
+                &mut files,
+            )?;
+        } else if let Some(s) = &v.secret {
+            let mode = s.default_mode.unwrap_or(0o644) as u32;
+            let name = s.secret_name.clone().unwrap_or_default();
+            secret_files(
+                ctx,
+                ns,
+                &name,
+                s.items.as_ref(),
+                mode,
+                s.optional.unwrap_or(false),
+                &mut files,
+            )?;
+        } else if let Some(d) = &v.downward_api {
+            let mode = d.default_mode.unwrap_or(0o644) as u32;
+            downward_files(
+                pod,
+                d.items.as_deref().unwrap_or_default(),
+                mode,
+                &mut files,
+            )?;
+        } else if let Some(p) = &v.projected {
+            let mode = p.default_mode.unwrap_or(0o644) as u32;
+            for src in p.sources.iter().flatten() {
+                if let Some(t) = &src.service_account_token {
+                    let token = self
+                        .token(
+                            ctx,
+                            pod,
+                            t.audience.clone().into_iter().collect(),
+                            t.expiration_seconds.unwrap_or(3607),
+                        )
+                        .await?;
+                    files.insert(t.path.clone(), (token.into_bytes(), mode));
+                }
+                if let Some(cm) = &src.config_map {
+                    cm_files(
+                        ctx,
+                        ns,
+                        &cm.name,
+                        cm.items.as_ref(),
+                        mode,
+                        cm.optional.unwrap_or(false),
+                        &mut files,
+                    )?;
+                }
+                if let Some(s) = &src.secret {
+                    secret_files(
+                        ctx,
+                        ns,
+                        &s.name,
+                        s.items.as_ref(),
+                        mode,
+                        s.optional.unwrap_or(false),
+                        &mut files,
+                    )?;
+                }
+                if let Some(d) = &src.downward_api {
+                    downward_files(
+                        pod,
+                        d.items.as_deref().unwrap_or_default(),
+                        mode,
+                        &mut files,
+                    )?;
+                }
+            }
+        } else {
+            return Ok(None);
+        }
+        Ok(Some(files))
+    }
+
+    /// A volume that holds data: an emptyDir (made once, kept while the pod runs), a claim's
+    /// volume folder, or a hostPath; any other kind is an error.
+    async fn storage(
+        &self,
+        ctx: &SharedCtx,
+        pod: &Pod,
+        ns: &str,
+        v: &Volume,
+        dir: PathBuf,
+    ) -> Result<Vol> {
+        Ok(if v.empty_dir.is_some() {
+            if let Some(v) = self.vols.get(&v.name) {
+                v.clone()
+            } else {
+                std::fs::create_dir_all(&dir)?;
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+                Vol {
+                    path: dir,
+                    kind: VolKind::EmptyDir,
+                }
+            }
+        } else if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+            if let Some(v) = self.vols.get(&v.name) {
+                v.clone()
+            } else {
+                let claim = match &v.persistent_volume_claim {
+                    Some(c) => c.claim_name.clone(),
+                    None => format!(
+                        "{}-{}",
+                        pod.metadata.name.clone().unwrap_or_default(),
+                        v.name
+                    ),
+                };
+                let path = pv_path(ctx, ns, &claim).await?;
+                std::fs::create_dir_all(&path)?;
+                Vol {
+                    path,
+                    kind: VolKind::Persistent,
+                }
+            }
+        } else if let Some(h) = &v.host_path {
+            let p = PathBuf::from(&h.path);
+            if !p.exists() && h.type_.as_deref() == Some("DirectoryOrCreate") {
+                std::fs::create_dir_all(&p)?;
+            }
+            Vol {
+                path: p,
+                kind: VolKind::HostPath,
+            }
+        } else {
+            bail!(
+                "volume {}: this node supports configMap, secret, projected, downwardAPI, emptyDir, persistentVolumeClaim, ephemeral and hostPath volumes",
+                v.name
+            );
+        })
     }
 }
 
