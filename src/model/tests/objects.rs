@@ -1,5 +1,6 @@
 //! The objects a spec gives: the StatefulSets and their names, labels and owner, the shard
-//! budgets, pause and the update strategy; input that cannot be built is an error.
+//! budgets, pause and the update strategy, consistent for any set of replicas; input that
+//! cannot be built is an error.
 
 use super::*;
 
@@ -173,4 +174,49 @@ fn invalid_names_are_errors_not_panics() {
         Cluster::new(&c).unwrap_err(),
         BuildError::MissingMetadata("uid")
     );
+}
+
+proptest::proptest! {
+    /// S0-11 / remote_servers: for any set of replicas, every replica has its own StatefulSet
+    /// and ConfigMap of the same name, appears exactly once in remote_servers under its shard,
+    /// and every shard that has a replica has a budget.
+    #[test]
+    fn any_replica_set_is_built_consistently(
+        picks in proptest::collection::btree_map(0i64..500, 0i32..5, 1..20)
+    ) {
+        let reps: Vec<ReplicaSpec> =
+            picks.iter().map(|(i, s)| ReplicaSpec::new("c1", *s, *i)).collect();
+        let c = cluster(json!({"shards": 2}));
+        let d = build(&c, &inputs(reps.clone()));
+        let remote = remote_file(&d);
+        let doc = parse(&remote);
+        for (r, (sts, cm)) in reps.iter().zip(d.server_statefulsets.iter().zip(&d.replica_configs)) {
+            proptest::prop_assert_eq!(sts.metadata.name.as_ref(), Some(&r.name));
+            proptest::prop_assert_eq!(cm.metadata.name.as_ref(), Some(&r.name));
+            let host = names::replica_host("c1", "t1", names::DEFAULT_CLUSTER_DOMAIN, &r.name);
+            let hits: Vec<_> = doc
+                .descendants()
+                .filter(|n| n.has_tag_name("host") && n.text() == Some(host.as_str()))
+                .collect();
+            proptest::prop_assert_eq!(hits.len(), 1);
+            // Its shard element holds the replicas of that shard only.
+            let shard = hits[0].parent().unwrap().parent().unwrap();
+            let shard_hosts: std::collections::BTreeSet<String> = shard
+                .descendants()
+                .filter(|n| n.has_tag_name("host"))
+                .map(|n| n.text().unwrap().to_string())
+                .collect();
+            let want: std::collections::BTreeSet<String> = reps
+                .iter()
+                .filter(|o| o.shard == r.shard)
+                .map(|o| names::replica_host("c1", "t1", names::DEFAULT_CLUSTER_DOMAIN, &o.name))
+                .collect();
+            proptest::prop_assert_eq!(shard_hosts, want);
+            let pdb = names::shard_pdb("c1", r.shard);
+            proptest::prop_assert!(d.shard_pdbs.iter().any(|p| p.metadata.name.as_ref() == Some(&pdb)));
+        }
+        let distinct: std::collections::BTreeSet<_> =
+            d.server_statefulsets.iter().map(|s| s.metadata.name.clone()).collect();
+        proptest::prop_assert_eq!(distinct.len(), reps.len());
+    }
 }
