@@ -56,7 +56,9 @@ pub const KEEPER_RESERVED_ENV: &[&str] =
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseClusterSpec {
-    /// Number of shards. Each shard holds its own part of the data.
+    /// Number of shards. Each shard holds its own part of the data. 0 makes a Keeper-only
+    /// cluster: its Keeper ensemble (`keeper.replicas` at least 1) and no server, for other
+    /// clusters to use through `keeper.external.clusterRef`.
     #[serde(default = "default_shards")]
     pub shards: i32,
     /// Number of replicas in every shard. Each replica is one StatefulSet with one pod.

@@ -25,8 +25,13 @@ pub const CLUSTER_RULES: &[Rule] = &[
     },
     Rule {
         path: &["spec", "shards"],
-        rule: "self >= 1",
-        message: "spec.shards must be at least 1",
+        rule: "self >= 0",
+        message: "spec.shards must be at least 0",
+    },
+    Rule {
+        path: &["spec"],
+        rule: "!has(self.shards) || self.shards >= 1 || !has(self.keeper) || ((!has(self.keeper.replicas) || self.keeper.replicas >= 1) && !has(self.keeper.external))",
+        message: "spec.shards is 0 (a Keeper-only cluster): spec.keeper.replicas must be at least 1, without spec.keeper.external",
     },
     Rule {
         path: &["spec", "replicas"],

@@ -111,13 +111,20 @@ fn check_name(name: &str, errors: &mut Errors) {
     }
 }
 
-/// Shards, replicas and Keeper members: at least one shard and replica, a Keeper ensemble
-/// that can form a quorum, and Keeper wherever tables are replicated.
+/// Shards, replicas and Keeper members: at least one shard and replica, or no shard for a
+/// Keeper-only cluster (decision 55) with an ensemble of its own; a Keeper ensemble that can
+/// form a quorum, and Keeper wherever tables are replicated.
 fn check_counts(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
-    if spec.shards < 1 {
+    if spec.shards < 0 {
         errors.add(
             "spec.shards",
-            format!("must be at least 1, got {}", spec.shards),
+            format!("must be at least 0, got {}", spec.shards),
+        );
+    }
+    if spec.shards == 0 && (spec.keeper.replicas < 1 || spec.keeper.external.is_some()) {
+        errors.add(
+            "spec.shards",
+            "is 0 (a Keeper-only cluster): spec.keeper.replicas must be at least 1, without spec.keeper.external".into(),
         );
     }
     if spec.replicas < 1 {

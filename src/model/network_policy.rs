@@ -123,26 +123,30 @@ pub fn policies(c: &Cluster<'_>, inputs: &Inputs) -> Vec<NetworkPolicy> {
         labels::NAME.to_string(),
         BACKUP_AGENT_NAME.to_string(),
     )])));
-    let mut out = vec![policy(
-        c,
-        names::server_network_policy(c.name),
-        Component::Server,
-        vec![
-            NetworkPolicyIngressRule {
-                from: Some(vec![servers()]),
-                ports: None,
-            },
-            NetworkPolicyIngressRule {
-                from: Some(operator),
-                ports: ports(&client_ports),
-            },
-            NetworkPolicyIngressRule {
-                // empty: from everyone
-                from: (!spec.clients.is_empty()).then(|| spec.clients.clone()),
-                ports: ports(&client_ports),
-            },
-        ],
-    )];
+    let mut out = Vec::new();
+    // a Keeper-only cluster (decision 55) has no server to let anyone reach
+    if c.spec.shards > 0 {
+        out.push(policy(
+            c,
+            names::server_network_policy(c.name),
+            Component::Server,
+            vec![
+                NetworkPolicyIngressRule {
+                    from: Some(vec![servers()]),
+                    ports: None,
+                },
+                NetworkPolicyIngressRule {
+                    from: Some(operator),
+                    ports: ports(&client_ports),
+                },
+                NetworkPolicyIngressRule {
+                    // empty: from everyone
+                    from: (!spec.clients.is_empty()).then(|| spec.clients.clone()),
+                    ports: ports(&client_ports),
+                },
+            ],
+        ));
+    }
     if c.spec.keeper.replicas > 0 {
         let mut clients = vec![servers()];
         clients.extend(operator_peers(inputs));

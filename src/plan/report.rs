@@ -142,6 +142,12 @@ fn full_crash(
     )
 }
 
+/// Whether the cluster has a client Service: asked for, and servers to serve (a Keeper-only
+/// cluster has none, decision 55).
+fn serves_clients(spec: &crate::api::ClickHouseClusterSpec) -> bool {
+    spec.client_service.enabled && spec.shards > 0
+}
+
 /// The address clients use: the LoadBalancer's, or the client Service's DNS name.
 fn client_host(pass: &Pass) -> Option<String> {
     let svc = pass.desired().client_service.as_ref()?;
@@ -243,7 +249,7 @@ fn state(
         && pass.keeper_settled
         && condemned.is_empty()
         && pass.gates.storage_busy.is_empty()
-        && (status.host.is_some() || !spec.client_service.enabled)
+        && (status.host.is_some() || !serves_clients(spec))
         && !pass
             .members
             .iter()
@@ -304,7 +310,7 @@ fn state(
         if !condemned.is_empty() {
             waits.push(format!("removing replicas {}", condemned.join(", ")));
         }
-        if status.host.is_none() && spec.client_service.enabled {
+        if status.host.is_none() && serves_clients(spec) {
             waits.push("waiting for the client Service's address".into());
         }
     }

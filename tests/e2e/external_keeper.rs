@@ -246,3 +246,77 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     }
     finish_all(&client, &[&ns_a, &ns_b, &ns_c], op).await;
 }
+
+/// Decision 55: a Keeper-only cluster (`shards: 0`, three members) runs its ensemble and no
+/// server (no server pod, no client Service, no server NetworkPolicy), is `ready` once its
+/// members are, and another cluster, in a namespace it allows, replicates through it by
+/// `keeper.external.clusterRef`: rows written on one replica are on both.
+#[tokio::test]
+async fn a_keeper_only_cluster_serves_another_clusters_replication() {
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use kube::api::{Api, ListParams};
+    let client = client().await;
+    let ns_k = namespace(&client, "keeponly").await;
+    let ns_c = namespace(&client, "keepuser").await;
+    let both = format!("{ns_k},{ns_c}");
+    let op = start_operator_env(&client, &ns_k, &[("WATCH_NAMESPACE", &both)]).await;
+    create_cluster(
+        &client,
+        &ns_k,
+        "k",
+        json!({"shards": 0, "keeper": {"replicas": 3, "allowedNamespaces": [ns_c]}}),
+    )
+    .await;
+    let k = wait_ready(&client, &ns_k, "k", 1).await;
+    let status = k.status.unwrap();
+    assert_eq!(status.keeper.ready, 3, "{status:?}");
+    assert_eq!(status.clickhouse.size, 0, "{status:?}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns_k);
+    let servers = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=server"))
+        .await
+        .unwrap();
+    assert!(servers.items.is_empty(), "no server pod");
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns_k);
+    assert!(
+        services.get_opt("k").await.unwrap().is_none(),
+        "no client Service"
+    );
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns_k);
+    let names: Vec<String> = policies
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(names, ["k-keeper"], "only Keeper's NetworkPolicy");
+
+    create_cluster(
+        &client,
+        &ns_c,
+        "c",
+        json!({"replicas": 2, "storage": {"size": "1Gi"},
+            "keeper": {"replicas": 0, "external": {"clusterRef": {"name": "k", "namespace": ns_k}}}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns_c, "c", 1).await;
+    let replicas = replica_names(&c);
+    let first = sql_client(&client, &ns_c, "c", &format!("{}-0", replicas[0])).await;
+    exec(&first, "CREATE TABLE default.t ON CLUSTER c (x UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY x").await;
+    exec(
+        &first,
+        "INSERT INTO default.t SELECT number FROM system.numbers LIMIT 300",
+    )
+    .await;
+    for r in &replicas {
+        assert_eq!(
+            count(&client, &ns_c, "c", &format!("{r}-0")).await,
+            300,
+            "on {r}"
+        );
+    }
+    finish_all(&client, &[&ns_c, &ns_k], op).await;
+}

@@ -220,3 +220,27 @@ proptest::proptest! {
         proptest::prop_assert_eq!(distinct.len(), reps.len());
     }
 }
+
+/// Decision 55: a Keeper-only cluster (no shard) gets its ensemble and no server: no server
+/// StatefulSet, shard budget, client Service or server NetworkPolicy.
+#[test]
+fn a_cluster_of_no_shard_builds_its_keeper_and_no_server() {
+    let c = cluster(json!({"shards": 0, "keeper": {"replicas": 3}}));
+    let d = build(&c, &inputs(Vec::new()));
+    assert!(d.server_statefulsets.is_empty() && d.shard_pdbs.is_empty());
+    assert!(d.client_service.is_none());
+    let k = d.keeper.expect("Keeper's objects");
+    assert_eq!(
+        serde_json::to_value(&k.statefulset).unwrap()["spec"]["replicas"],
+        3
+    );
+    let policies: Vec<String> = d
+        .network_policies
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(policies, ["c1-keeper"]);
+    // one shard: the servers' objects are there
+    let one = build(&cluster(json!({"shards": 1})), &inputs(replicas(1, 2)));
+    assert!(one.client_service.is_some() && one.network_policies.len() == 2);
+}

@@ -67,6 +67,8 @@ pub enum FailureReason {
     ManifestRefused,
     /// Restore: the backup has another number of shards than the cluster.
     ShardCount,
+    /// The cluster is Keeper-only (`spec.shards` 0, decision 55): it has no tables.
+    KeeperOnly,
 }
 
 impl FailureReason {
@@ -85,11 +87,12 @@ impl FailureReason {
             FailureReason::BackupNotUsable => "BackupNotUsable",
             FailureReason::ManifestRefused => "ManifestRefused",
             FailureReason::ShardCount => "ShardCount",
+            FailureReason::KeeperOnly => "KeeperOnly",
         }
     }
 
     /// Every reason, for the metric's series and the tests.
-    pub const ALL: [FailureReason; 13] = [
+    pub const ALL: [FailureReason; 14] = [
         FailureReason::ClusterDeleted,
         FailureReason::ClusterPaused,
         FailureReason::Destination,
@@ -103,6 +106,7 @@ impl FailureReason {
         FailureReason::BackupNotUsable,
         FailureReason::ManifestRefused,
         FailureReason::ShardCount,
+        FailureReason::KeeperOnly,
     ];
 }
 

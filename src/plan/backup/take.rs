@@ -168,6 +168,18 @@ fn start(
 ) {
     let cluster_name = cluster.metadata.name.clone().unwrap_or_default();
     let ns = namespace(backup);
+    if cluster.spec.shards == 0 {
+        return fail(
+            plan,
+            w.now,
+            Failure::new(
+                FailureReason::KeeperOnly,
+                format!(
+                    "ClickHouseCluster {cluster_name} is Keeper-only (spec.shards is 0): it has no tables to back up"
+                ),
+            ),
+        );
+    }
     let d = match destination::choose(backup.spec.destination.as_ref(), cluster, &ns) {
         Ok(d) => d,
         Err(e) => {

@@ -21,13 +21,35 @@ fn defaults_are_valid_and_redundant() {
 #[test]
 fn counts_are_checked() {
     let mut s = spec();
-    s.shards = 0;
+    s.shards = -1;
     s.replicas = 0;
     s.pod_disruption_budget.max_unavailable = 0;
     let f = fields("c1", &s);
     assert!(f.contains(&"spec.shards".to_string()));
     assert!(f.contains(&"spec.replicas".to_string()));
     assert!(f.contains(&"spec.podDisruptionBudget.maxUnavailable".to_string()));
+}
+
+/// Decision 55: no shard is a Keeper-only cluster, valid with an ensemble of its own only.
+#[test]
+fn a_cluster_of_no_shard_is_keeper_only_and_needs_its_own_ensemble() {
+    let mut s = spec();
+    s.shards = 0;
+    s.keeper.replicas = 3;
+    let (errors, _) = validate("k1", &s);
+    assert!(errors.is_empty(), "{errors:?}");
+    s.keeper.replicas = 0;
+    let (errors, _) = validate("k1", &s);
+    let said = format!("{errors:?}");
+    assert!(
+        said.contains("spec.shards") && said.contains("Keeper-only"),
+        "{said}"
+    );
+    s.keeper.external = Some(
+        serde_json::from_value(serde_json::json!({"nodes": [{"host": "zk", "port": 2181}]}))
+            .unwrap(),
+    );
+    assert!(fields("k1", &s).contains(&"spec.shards".to_string()));
 }
 
 /// S2-10 / S2-14: an even Keeper ensemble is refused with a message naming the field.
