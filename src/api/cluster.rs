@@ -144,6 +144,14 @@ pub struct ClickHouseClusterSpec {
     /// reclaim policy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// For a server that cannot start: while true, the servers run under a shell that keeps
+    /// the container up when `clickhouse-server` stops, with its exit status in the log, and
+    /// without liveness and startup probes, so that `kubectl exec` can look inside and the
+    /// pod is not restarted over and over; readiness still says whether the server serves.
+    /// The status says so. A change restarts the servers as any template change does (a
+    /// server that cannot start gets it at once). Not with a `-distroless` image (no shell).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub troubleshoot: bool,
     /// Scheduled backups.
     #[serde(default)]
     pub backup: BackupScheduleSpec,

@@ -231,6 +231,15 @@ fn check_images(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             ),
         );
     }
+    if spec.troubleshoot && is_distroless(&spec.image) {
+        errors.add(
+            "spec.troubleshoot",
+            format!(
+                "{:?} is a distroless image: it has no shell to keep the container up when the                  server stops; troubleshoot with the same version without the -distroless suffix",
+                spec.image
+            ),
+        );
+    }
 }
 
 /// Is `image` a `-distroless` tag (no shell, no `/entrypoint.sh`)?

@@ -544,6 +544,10 @@ pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Cha
         new.storage_scaling.enable_volume_scaling,
     );
 
+    if old.troubleshoot != new.troubleshoot {
+        // decision 56: the server container's command and probes
+        ch.server.add(Need::RollingRestart, "spec.troubleshoot");
+    }
     if old.pause != new.pause {
         let need = if new.pause {
             Need::StopAll
@@ -1160,6 +1164,23 @@ mod tests {
             &[Need::Refused],
             // the members' template would change too; the refusal stops the change
             &[Need::Refused, Need::RollingRestart],
+        );
+    }
+
+    /// Decision 56: troubleshooting on or off rolls the servers, nothing of Keeper.
+    #[test]
+    fn troubleshoot_rolls_the_servers_only() {
+        row(
+            json!({}),
+            json!({"troubleshoot": true}),
+            &[Need::RollingRestart],
+            &[],
+        );
+        row(
+            json!({"troubleshoot": true}),
+            json!({}),
+            &[Need::RollingRestart],
+            &[],
         );
     }
 

@@ -98,8 +98,22 @@ pub fn is_foreign_entry(entry: &Value, ours: &str) -> bool {
         && entry["fieldsType"].as_str().unwrap_or("FieldsV1") == "FieldsV1"
 }
 
-/// What other field managers set in `observed` (by its `metadata.managedFields`) outside its
-/// metadata and status that `desired` does not have, deepest and last elements first (the
+/// Is an entry of `metadata.managedFields` one whose fields the operator removes when
+/// `desired` does not have them: another writer's ([`is_foreign_entry`]), or the operator's own
+/// `Update` entry, which holds what the object was created with (a create is no apply, so
+/// leaving a field out of a later apply does not remove it: a probe the spec no longer wants
+/// would stay for ever; decision 57).
+pub fn is_removable_entry(entry: &Value, ours: &str) -> bool {
+    is_foreign_entry(entry, ours)
+        || (entry["manager"].as_str() == Some(ours)
+            && entry["operation"].as_str() == Some("Update")
+            && entry["subresource"].as_str().unwrap_or("").is_empty()
+            && entry["fieldsType"].as_str().unwrap_or("FieldsV1") == "FieldsV1")
+}
+
+/// What other field managers, or the operator's own creation ([`is_removable_entry`]), set in
+/// `observed` (by its `metadata.managedFields`) outside its metadata and status that `desired`
+/// does not have, deepest and last elements first (the
 /// order they can be removed in). A field they set to another value than `desired`'s is not
 /// listed: [`covers`] sees it, and the operator's apply takes it back. Labels and annotations
 /// on the object itself are left to others (tools add their own); those of a pod template are
@@ -110,7 +124,7 @@ pub fn foreign_fields(observed: &Value, desired: &Value, ours: &str) -> Vec<Fore
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|e| is_foreign_entry(e, ours))
+        .filter(|e| is_removable_entry(e, ours))
     {
         let Some(fields) = entry["fieldsV1"].as_object() else {
             continue;
@@ -271,7 +285,7 @@ pub fn removal_patch(foreign: &[Foreign], managed: &Value, ours: &str) -> Value 
         .into_iter()
         .flatten()
         .filter_map(|e| {
-            if !is_foreign_entry(e, ours) {
+            if !is_removable_entry(e, ours) {
                 return Some(e.clone());
             }
             let metadata = e["fieldsV1"].get("f:metadata")?.clone();
@@ -423,6 +437,48 @@ mod tests {
             json!({"f:metadata": {"f:annotations": {"f:tool": {}}}}),
             "the other writer keeps only what it set in the object's metadata"
         );
+    }
+
+    /// A field the object was created with (the operator's own `Update` entry) that the spec
+    /// no longer asks for is found too, and the entry keeps only its metadata afterwards; what
+    /// the operator's applies own is never listed (decision 57).
+    #[test]
+    fn fields_the_object_was_created_with_and_no_longer_wanted_are_found() {
+        let probe = |p: Option<Value>| {
+            let mut c = json!({"name": "clickhouse", "image": "i"});
+            if let Some(p) = p {
+                c["startupProbe"] = p;
+            }
+            json!({"metadata": {"name": "c1-0-0"},
+                   "spec": {"template": {"spec": {"containers": [c]}}}})
+        };
+        let created = json!({"f:spec": {"f:template": {"f:spec": {"f:containers": {
+            "k:{\"name\":\"clickhouse\"}": {".": {}, "f:name": {}, "f:image": {},
+                "f:startupProbe": {".": {}, "f:httpGet": {"f:path": {}}}}}}}}});
+        let mut observed = probe(Some(json!({"httpGet": {"path": "/ping"}})));
+        observed["metadata"]["managedFields"] = json!([
+            {"manager": FIELD_MANAGER, "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": created},
+            {"manager": FIELD_MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
+                 "k:{\"name\":\"clickhouse\"}": {".": {}, "f:name": {}, "f:image": {}}}}}}}},
+        ]);
+        let found = foreign_fields(&observed, &probe(None), FIELD_MANAGER);
+        let pointers: Vec<String> = found.iter().map(Foreign::pointer).collect();
+        assert_eq!(pointers, ["/spec/template/spec/containers/0/startupProbe"]);
+        // still wanted: nothing
+        let wanted = probe(Some(json!({"httpGet": {"path": "/ping"}})));
+        assert!(foreign_fields(&observed, &wanted, FIELD_MANAGER).is_empty());
+        let patch = removal_patch(
+            &found,
+            &observed["metadata"]["managedFields"],
+            FIELD_MANAGER,
+        );
+        let managed = &patch.as_array().unwrap().last().unwrap()["value"];
+        // the creation entry goes (it set nothing in the object's metadata), the apply's stays
+        assert_eq!(managed.as_array().unwrap().len(), 1, "{managed}");
+        assert_eq!(managed[0]["operation"], "Apply");
+        assert!(!is_removable_entry(&managed[0], FIELD_MANAGER));
     }
 
     /// A field another writer changed to another value is the apply's to take back (covers

@@ -514,7 +514,7 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
                 ..EnvVar::default()
             }),
     );
-    Container {
+    let mut container = Container {
         name: SERVER_CONTAINER.into(),
         image: Some(spec.image.clone()),
         ports: Some(
@@ -559,8 +559,26 @@ fn server_container(c: &Cluster<'_>, mounts: Vec<VolumeMount>) -> Container {
         )),
         termination_message_policy: Some(super::LOG_ON_ERROR.into()),
         ..Container::default()
+    };
+    if spec.troubleshoot {
+        container.command = Some(
+            ["/bin/bash", "-c", TROUBLESHOOT_SCRIPT]
+                .map(String::from)
+                .to_vec(),
+        );
+        container.liveness_probe = None;
+        container.startup_probe = None;
     }
+    container
 }
+
+/// The server container's command under `spec.troubleshoot` (decision 56): the image's
+/// entrypoint as usual, and when the server stops, its exit status in the log and a sleep
+/// that keeps the container up; a stop signal stops the server and the shell.
+pub const TROUBLESHOOT_SCRIPT: &str = "trap 'kill -TERM $server 2>/dev/null; wait $server; exit 0' TERM INT; \
+/entrypoint.sh & server=$!; wait $server; status=$?; \
+echo \"clickhouse-server exited with status $status; the container stays up for troubleshooting (spec.troubleshoot)\" >&2; \
+sleep infinity & wait $!";
 
 /// The server container's mounts and the pod's volumes: the data claim, `config.d` (the
 /// common and the replica's ConfigMap plus `remote_servers` from the users Secret), `users.d`

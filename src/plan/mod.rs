@@ -324,6 +324,32 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         }
     }
     events.extend(pass.events);
+    // decision 56: said while on, and once when turned off
+    if cluster.spec.troubleshoot {
+        status::set_condition(
+            &mut status.conditions,
+            status::TROUBLESHOOT,
+            true,
+            "TroubleshootMode",
+            "spec.troubleshoot: the servers run under a shell that keeps the container up when clickhouse-server stops (its exit status is in the container's log), with no liveness or startup probe; set it to false once repaired",
+            generation,
+            now,
+        );
+    } else if old
+        .conditions
+        .iter()
+        .any(|c| c.r#type == status::TROUBLESHOOT)
+    {
+        status::set_condition(
+            &mut status.conditions,
+            status::TROUBLESHOOT,
+            false,
+            "Off",
+            "spec.troubleshoot is false: the servers run as usual",
+            generation,
+            now,
+        );
+    }
     if old.conditions.iter().any(|c| c.r#type == status::SUSPENDED) {
         status::set_condition(
             &mut status.conditions,

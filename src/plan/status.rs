@@ -16,6 +16,9 @@ pub const REDUNDANT: &str = "Redundant";
 pub const KEEPER_METADATA_LEFT: &str = "KeeperMetadataLeft";
 /// `spec.suspend` (decision 50): `True` while the operator keeps its hands off the cluster.
 pub const SUSPENDED: &str = "Suspended";
+/// `spec.troubleshoot` (decision 56): `True` while the servers run under the troubleshooting
+/// shell, with their probes off.
+pub const TROUBLESHOOT: &str = "Troubleshoot";
 /// The reason of the failed-pass condition (S2-36).
 pub const ERROR_RECONCILE: &str = "ErrorReconcile";
 

@@ -301,3 +301,154 @@ async fn operator_defaults_reach_a_clusters_pods_and_settings_under_its_own() {
     finish(&client, &ns, op).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The server pods of the cluster with, for each, (Ready, its server container running, its
+/// restart count, whether it has a liveness probe).
+async fn server_containers(
+    client: &kube::Client,
+    ns: &str,
+) -> std::collections::BTreeMap<String, (bool, bool, i32, bool)> {
+    use clickhouse_operator::plan::facts::pod_ready;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default().labels(SERVERS))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let c = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.first().cloned());
+            let running = c
+                .as_ref()
+                .and_then(|c| c.state.as_ref())
+                .is_some_and(|s| s.running.is_some());
+            let restarts = c.map(|c| c.restart_count).unwrap_or_default();
+            let liveness = p
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.containers[0].liveness_probe.is_some());
+            (p.name_any(), (pod_ready(&p), running, restarts, liveness))
+        })
+        .collect()
+}
+
+/// Decision 56 on 18.16, under row writes: a setting the server refuses at start leaves one
+/// replica crash-looping (the rollout stops there); `troubleshoot: true` gives that replica at
+/// once a container that stays up without the server (running, not Ready, its restart count
+/// still, no liveness probe), the server's exit written to its log, and the condition
+/// `Troubleshoot`; the other replica serves throughout. The setting reverted and
+/// `troubleshoot` off, the cluster is `ready` and every acknowledged row is on both replicas.
+#[tokio::test]
+async fn a_server_that_cannot_start_is_kept_up_for_troubleshooting() {
+    let client = client().await;
+    let ns = namespace(&client, "troubleshoot").await;
+    let op = start_operator(&client, &ns, false).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 1).await;
+    let workload = crate::workload::Workload::start(&client, &ns, "c1").await;
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"configuration": {"settings": {"uncompressed_cache_size": "not-a-number"}}}),
+    )
+    .await;
+    let broken = wait_for(
+        Duration::from_secs(240),
+        "a server crash-looping on the bad setting",
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move {
+                server_containers(&client, &ns)
+                    .await
+                    .into_iter()
+                    .find(|(_, (ready, _, restarts, _))| !ready && *restarts >= 1)
+                    .map(|(p, _)| p)
+            }
+        },
+    )
+    .await;
+    println!("{broken} cannot start");
+    patch_spec(&client, &ns, "c1", json!({"troubleshoot": true})).await;
+    // the broken replica gets the new template at once and stays up
+    let kept = wait_for(
+        Duration::from_secs(120),
+        "the broken server's container up without its server",
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            let broken = broken.clone();
+            async move {
+                let now = server_containers(&client, &ns).await;
+                let (ready, running, restarts, liveness) = *now.get(&broken)?;
+                (!ready && running && !liveness).then_some(restarts)
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let now = server_containers(&client, &ns).await;
+    let (ready, running, restarts, _) = now[&broken];
+    assert!(
+        !ready && running && restarts == kept,
+        "{broken} should stay up, not Ready, without restarts: {now:?}"
+    );
+    let logs: Vec<String> = std::fs::read_dir(pod_log_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{ns}_{broken}_"))
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("clickhouse.log")).ok())
+        .collect();
+    assert!(
+        logs.iter()
+            .any(|l| l.contains("clickhouse-server exited with status")
+                && l.contains("spec.troubleshoot")),
+        "the server's exit in {broken}'s log"
+    );
+    let c: ClickHouseCluster = Api::namespaced(client.clone(), &ns)
+        .get("c1")
+        .await
+        .unwrap();
+    let status = c.status.unwrap_or_default();
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.r#type == "Troubleshoot" && c.status == "True"),
+        "{:?}",
+        status.conditions
+    );
+    assert!(
+        now.values().any(|(ready, ..)| *ready),
+        "the other replica serves: {now:?}"
+    );
+
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"troubleshoot": false,
+               "configuration": {"settings": {"uncompressed_cache_size": null}}}),
+    )
+    .await;
+    wait_ready(&client, &ns, "c1", 4).await;
+    let rows = workload.stop_and_check(&client, &ns).await;
+    println!("{rows} acknowledged batches on both replicas");
+    finish(&client, &ns, op).await;
+}

@@ -206,14 +206,16 @@ async fn run(
                     )
                     .await,
                 )?;
-                if let Some(removed) = removed {
+                if let Some(removed) = removed.filter(|r| !r.writers.is_empty()) {
                     return Ok(Done::Finished(Some(PlannedEvent {
                         kind: EventType::Warning,
                         reason: "Repaired",
                         action: "Apply",
                         message: format!(
-                            "{} {name}: removed what another writer added to what the operator owns ({removed}) and applied what the cluster's spec wants",
+                            "{} {name}: removed what another writer added to what the operator owns ({}, set by {}) and applied what the cluster's spec wants",
                             kind.as_str(),
+                            removed.paths,
+                            removed.writers,
                         ),
                     })));
                 }
@@ -421,7 +423,7 @@ async fn remove_foreign_fields(
     api: &kube::Api<kube::api::DynamicObject>,
     name: &str,
     desired: &serde_json::Value,
-) -> Result<Option<String>, Error> {
+) -> Result<Option<Removed>, Error> {
     use model::diff::{FIELD_MANAGER, foreign_fields, removal_patch};
     let Some(current) = api.get_opt(name).await? else {
         return Ok(None);
@@ -448,12 +450,26 @@ async fn remove_foreign_fields(
     };
     api.patch(name, &params, &Patch::<()>::Json(patch)).await?;
     let paths: Vec<String> = foreign.iter().map(|f| f.pointer()).collect();
+    if writers.is_empty() {
+        // only what the object was created with and the spec no longer asks for (decision 57)
+        info!(object = %name, removed = ?paths, "removed fields the spec no longer asks for");
+        return Ok(Some(Removed {
+            paths: paths.join(", "),
+            writers: String::new(),
+        }));
+    }
     warn!(object = %name, removed = ?paths, writers = ?writers, "removed fields another writer added");
-    Ok(Some(format!(
-        "{}, set by {}",
-        paths.join(", "),
-        writers.into_iter().collect::<Vec<_>>().join(", ")
-    )))
+    Ok(Some(Removed {
+        paths: paths.join(", "),
+        writers: writers.into_iter().collect::<Vec<_>>().join(", "),
+    }))
+}
+
+/// What [`remove_foreign_fields`] removed: the paths, and the other writers that set them
+/// (empty: only fields the object was created with and the spec no longer asks for).
+struct Removed {
+    paths: String,
+    writers: String,
 }
 
 async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Done, Error> {

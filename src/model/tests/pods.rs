@@ -422,3 +422,29 @@ fn each_shard_is_spread_over_the_topology_and_an_older_template_is_not_rolled_fo
         .unwrap();
     assert_eq!(spread.len(), 1);
 }
+
+/// Decision 56: under `troubleshoot` the server container runs the image's entrypoint under a
+/// shell that stays up when it stops, without liveness and startup probes, readiness kept;
+/// without it, no command (the image's entrypoint) and every probe.
+#[test]
+fn troubleshooting_keeps_the_server_container_up_without_liveness_and_startup_probes() {
+    let main = |spec: serde_json::Value| {
+        let d = build(&cluster(spec), &inputs(replicas(1, 1)));
+        let pod = d.server_statefulsets[0].spec.template.spec.clone().unwrap();
+        pod.containers[0].clone()
+    };
+    let on = main(json!({"troubleshoot": true}));
+    let command = on.command.clone().unwrap();
+    assert_eq!(command[..2], ["/bin/bash", "-c"]);
+    assert!(
+        command[2].contains("/entrypoint.sh & server=$!"),
+        "{command:?}"
+    );
+    assert!(command[2].contains("sleep infinity"), "{command:?}");
+    assert!(command[2].starts_with("trap "), "{command:?}");
+    assert!(on.liveness_probe.is_none() && on.startup_probe.is_none());
+    assert!(on.readiness_probe.is_some());
+    let off = main(json!({}));
+    assert!(off.command.is_none());
+    assert!(off.liveness_probe.is_some() && off.startup_probe.is_some());
+}

@@ -207,11 +207,14 @@ fn server(p: &Prep, mounts: &mut Mounts) -> std::result::Result<Program, PrepErr
         ro: true,
         keep: false,
     });
-    Ok(Program::on_machine(
-        p,
-        vec!["/entrypoint.sh".into()],
-        "clickhouse-server",
-    ))
+    // the container's command and args as given (a shell around the entrypoint, say), as a
+    // kubelet runs them; none: the image's ENTRYPOINT
+    let mut argv = p.expand_all(&p.c.command);
+    if argv.is_empty() {
+        argv.push("/entrypoint.sh".into());
+    }
+    argv.extend(p.expand_all(&p.c.args));
+    Ok(Program::on_machine(p, argv, "clickhouse-server"))
 }
 
 /// Keeper: ZooKeeper 3.8 configured from the Keeper XML files the pod mounts under

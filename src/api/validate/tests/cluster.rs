@@ -270,3 +270,13 @@ fn newer_cr_version_is_refused() {
     s.cr_version = Some("x.y".into());
     assert_eq!(fields("c1", &s), vec!["spec.crVersion".to_string()]);
 }
+
+/// Decision 56: troubleshooting needs a shell in the server image.
+#[test]
+fn troubleshooting_is_refused_with_a_distroless_server_image() {
+    let mut s = spec();
+    s.troubleshoot = true;
+    assert!(!fields("c1", &s).contains(&"spec.troubleshoot".to_string()));
+    s.image = "clickhouse/clickhouse-server:25.8-distroless".into();
+    assert!(fields("c1", &s).contains(&"spec.troubleshoot".to_string()));
+}
