@@ -7,6 +7,7 @@ pub mod api;
 pub mod backup;
 pub mod clickhouse;
 pub mod controller;
+pub mod conventions;
 pub mod exporter;
 pub mod model;
 pub mod plan;
@@ -14,3 +15,4 @@ pub mod runtime;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod util;
+pub mod version;

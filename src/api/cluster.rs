@@ -403,7 +403,7 @@ impl ClickHouseClusterSpec {
     pub fn cluster_domain(&self) -> &str {
         self.cluster_domain
             .as_deref()
-            .unwrap_or(crate::model::names::DEFAULT_CLUSTER_DOMAIN)
+            .unwrap_or(crate::conventions::DEFAULT_CLUSTER_DOMAIN)
     }
 
     /// Every Secret the spec names: (the field naming it, the Secret's name, whether the
@@ -542,7 +542,7 @@ pub struct PodSettings {
     pub template: Option<serde_json::Value>,
 }
 
-/// `spec.pod.template`: a pod template, checked by the operator ([`crate::model::pod_template`]),
+/// `spec.pod.template`: a pod template, checked by the operator (the builders' pod template checks),
 /// which names the path of whatever it refuses; the API server only keeps the shape.
 fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let map = schemars::json_schema!({
@@ -727,6 +727,34 @@ impl Default for SystemLogsSpec {
             ttl_days: default_system_log_ttl_days(),
             tables: BTreeMap::new(),
         }
+    }
+}
+
+impl SystemLogsSpec {
+    /// The days of each table that gets a TTL under `spec` (`None`: the default), in name
+    /// order.
+    pub fn ttls(spec: Option<&SystemLogsSpec>) -> Vec<(String, u32)> {
+        use crate::conventions::{DEFAULT_TABLES, is_known};
+        let default = SystemLogsSpec::default();
+        let s = spec.unwrap_or(&default);
+        let mut out: Vec<(String, u32)> = DEFAULT_TABLES
+            .iter()
+            .map(|t| {
+                (
+                    t.to_string(),
+                    s.tables.get(*t).copied().unwrap_or(s.ttl_days),
+                )
+            })
+            .chain(
+                s.tables
+                    .iter()
+                    .filter(|(t, _)| !DEFAULT_TABLES.contains(&t.as_str()))
+                    .map(|(t, d)| (t.clone(), *d)),
+            )
+            .filter(|(t, d)| *d > 0 && is_known(t))
+            .collect();
+        out.sort();
+        out
     }
 }
 

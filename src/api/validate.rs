@@ -11,13 +11,7 @@ use crate::util::names::{
 };
 use crate::util::{cron::Cron, quantity};
 
-/// This operator's version, also the newest resource format it understands (`spec.crVersion`):
-/// the package version, or `CLICKHOUSE_OPERATOR_VERSION` when set at build time (a release
-/// build, or the test that swaps one build for another).
-pub const OPERATOR_VERSION: &str = match option_env!("CLICKHOUSE_OPERATOR_VERSION") {
-    Some(v) => v,
-    None => env!("CARGO_PKG_VERSION"),
-};
+pub use crate::version::OPERATOR_VERSION;
 
 /// Longest cluster name: every object name derived from it must stay a valid DNS label.
 pub const MAX_CLUSTER_NAME_LEN: usize = 40;
@@ -415,7 +409,7 @@ fn check_storage(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 /// A file of `shardFiles` or `replicaFiles` at `field`: a plain `.xml`/`.yaml` name, not the
 /// operator's prefix, and not also in `hidden_by` (where one would hide the other).
 fn check_extra_file(field: &str, file: &str, hidden_by: Option<&str>, errors: &mut Errors) {
-    let prefix = crate::model::config::server::OPERATOR_FILE_PREFIX;
+    let prefix = crate::conventions::OPERATOR_FILE_PREFIX;
     if file.contains('/') || !(file.ends_with(".xml") || file.ends_with(".yaml")) {
         errors.add(
             field,
@@ -479,13 +473,13 @@ fn check_protocols(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     }
     if spec.server_metrics.enabled {
         for (on, field, port) in [
-            (p.mysql, "mysql", crate::model::names::MYSQL_PORT),
+            (p.mysql, "mysql", crate::conventions::MYSQL_PORT),
             (
                 p.postgresql,
                 "postgresql",
-                crate::model::names::POSTGRESQL_PORT,
+                crate::conventions::POSTGRESQL_PORT,
             ),
-            (p.grpc, "grpc", crate::model::names::GRPC_PORT),
+            (p.grpc, "grpc", crate::conventions::GRPC_PORT),
         ] {
             if on && spec.server_metrics.port == port {
                 errors.add(
@@ -557,7 +551,7 @@ fn check_logging(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 /// make a server with the operator's `ttl` refuse to start (`<table>/engine`, which ClickHouse
 /// refuses beside a `ttl`) or that the operator's file overrides (`<table>/ttl`).
 fn check_system_logs(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
-    use crate::model::config::system_logs as logs;
+    use crate::conventions as logs;
     if let Some(s) = &spec.system_logs {
         if s.ttl_days > 36500 {
             errors.add(
@@ -581,7 +575,7 @@ fn check_system_logs(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             }
         }
     }
-    for (table, _) in logs::ttls(spec.system_logs.as_ref()) {
+    for (table, _) in crate::api::SystemLogsSpec::ttls(spec.system_logs.as_ref()) {
         for key in ["engine", "ttl"] {
             let path = format!("{table}/{key}");
             if spec.configuration.settings.contains_key(&path) {
@@ -601,12 +595,12 @@ fn check_system_logs(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 fn check_disruption_budget(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     let m = &spec.server_metrics;
     let taken = [
-        crate::model::names::HTTP_PORT,
-        crate::model::names::TCP_PORT,
-        crate::model::names::INTERSERVER_HTTP_PORT,
-        crate::model::names::HTTPS_PORT,
-        crate::model::names::TCP_SECURE_PORT,
-        crate::model::names::INTERSERVER_HTTPS_PORT,
+        crate::conventions::HTTP_PORT,
+        crate::conventions::TCP_PORT,
+        crate::conventions::INTERSERVER_HTTP_PORT,
+        crate::conventions::HTTPS_PORT,
+        crate::conventions::TCP_SECURE_PORT,
+        crate::conventions::INTERSERVER_HTTPS_PORT,
     ];
     if m.enabled && (!(1024..=65535).contains(&m.port) || taken.contains(&m.port)) {
         errors.add(
@@ -717,12 +711,12 @@ fn check_tls(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
                 "applies to the cluster's own Keeper: needs spec.keeper.replicas > 0".into(),
             );
         }
-        let since = crate::clickhouse::Capability::KeeperTls.since();
+        let since = crate::version::Capability::KeeperTls.since();
         for (field, image) in [
             ("spec.image", &spec.image),
             ("spec.keeper.image", &spec.keeper.image),
         ] {
-            if let Some((_, v)) = crate::plan::upgrade::image_version(image)
+            if let Some((_, v)) = crate::version::image_version(image)
                 && v < since
             {
                 errors.add(
@@ -740,7 +734,7 @@ fn check_tls(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
 /// `spec.upgradeOptions`: a known `apply`, a valid cron, one version source when enabled.
 fn check_upgrade_options(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     let u = &spec.upgrade_options;
-    let apply = match crate::plan::upgrade::Apply::parse(&u.apply) {
+    let apply = match crate::version::Apply::parse(&u.apply) {
         Ok(a) => a,
         Err(e) => {
             errors.add("spec.upgradeOptions.apply", e);
@@ -750,7 +744,7 @@ fn check_upgrade_options(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     if let Err(e) = Cron::parse(&u.schedule) {
         errors.add("spec.upgradeOptions.schedule", e);
     }
-    if apply == crate::plan::upgrade::Apply::Disabled {
+    if apply == crate::version::Apply::Disabled {
         return;
     }
     match &u.version_source {
@@ -918,7 +912,7 @@ fn check_destination(at: &str, d: &super::S3Destination, errors: &mut Errors) {
 /// a token can carry, an STS endpoint that is an https URL (http with `insecure`) naming only a
 /// host, a port and a path.
 fn check_web_identity(at: &str, w: &super::WebIdentity, insecure: bool, errors: &mut Errors) {
-    if let Err(why) = crate::backup::sts::check_role_arn(&w.role_arn) {
+    if let Err(why) = crate::util::web_identity::check_role_arn(&w.role_arn) {
         errors.add(&format!("{at}.roleArn"), format!("{:?} {why}", w.role_arn));
     }
     if !is_dns_subdomain(&w.service_account_name) {
@@ -936,7 +930,7 @@ fn check_web_identity(at: &str, w: &super::WebIdentity, insecure: bool, errors: 
         );
     }
     if let Some(e) = &w.sts_endpoint
-        && let Err(why) = crate::backup::sts::check_endpoint(e, insecure)
+        && let Err(why) = crate::util::web_identity::check_endpoint(e, insecure)
     {
         errors.add(&format!("{at}.stsEndpoint"), format!("{e:?} {why}"));
     }
@@ -1027,7 +1021,7 @@ fn check_labels(field: &str, labels: &BTreeMap<String, String>, errors: &mut Err
 /// Configuration: plain `.xml`/`.yaml` file names, settings as element paths.
 fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for name in spec.keeper.settings.keys() {
-        if !crate::model::config::xml::is_element_name(name) {
+        if !crate::conventions::is_element_name(name) {
             errors.add(
                 "spec.keeper.settings",
                 format!("{name:?} is not a Keeper setting name"),
@@ -1166,12 +1160,12 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
         }
     }
     for var in spec.pod.env.iter().map(|e| &e.name) {
-        if var.starts_with(crate::model::names::SECRET_SETTING_ENV_PREFIX) {
+        if var.starts_with(crate::conventions::SECRET_SETTING_ENV_PREFIX) {
             errors.add(
                 "spec.pod.env",
                 format!(
                     "{var:?} is reserved for spec.configuration.secretSettings (prefix {})",
-                    crate::model::names::SECRET_SETTING_ENV_PREFIX
+                    crate::conventions::SECRET_SETTING_ENV_PREFIX
                 ),
             );
         }
@@ -1194,7 +1188,7 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
         check_networks(errors, "spec.users.networks", &users.networks);
         for (name, account) in &users.accounts {
             let at = format!("spec.users.accounts.{name}");
-            if !crate::model::config::xml::is_element_name(name) {
+            if !crate::conventions::is_element_name(name) {
                 errors.add(
                     "spec.users.accounts",
                     format!("{name:?} is not a user name (a letter or '_' first, then letters, digits, '_', '-', '.')"),
@@ -1211,7 +1205,7 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
                 );
             }
             if let Some(quota) = &account.quota
-                && quota != crate::model::config::users::DEFAULT_QUOTA
+                && quota != crate::conventions::DEFAULT_QUOTA
                 && !spec.configuration.quotas.contains_key(quota)
             {
                 errors.add(

@@ -19,9 +19,9 @@ pub mod lexer;
 pub mod replica;
 pub mod schemer;
 pub mod sql;
-pub mod version;
 
+/// The server versions and what each can do live below every layer (`crate::version`).
+pub use crate::version::{self, Capability, Version};
 pub use client::{
     Client, ClientConfig, Credentials, Endpoint, Error, ErrorCode, QueryOptions, RetryPolicy,
 };
-pub use version::{Capability, Version};

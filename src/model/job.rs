@@ -18,9 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde::{Deserialize, Serialize};
 
 use crate::api::{AgentPodSettings, S3Destination};
-use crate::backup::sts;
 use crate::model::names;
 use crate::model::statefulset::SERVER_CONTAINER;
+use crate::util::web_identity as sts;
 
 /// What the agent reports when it ends (as JSON, in its termination message).
 #[derive(Serialize, Deserialize, Debug, Default, Clone, PartialEq, Eq)]

@@ -109,13 +109,13 @@ pub struct Inputs {
     pub cluster_secret: Option<Password>,
     /// The lowest version the cluster's servers run, as far as the operator knows (see
     /// [`crate::plan::fleet`]); `None`: unknown, and nothing version-dependent is written.
-    pub server_version: Option<crate::clickhouse::Version>,
+    pub server_version: Option<crate::version::Version>,
     /// The password of the metrics exporter's read-only account, from `<cluster>-operator`.
     pub exporter_password: Option<Password>,
     /// The S3 credentials of the cluster's backup destinations (`spec.backup.destination` and
     /// `allowedDestinations`, each from a Secret that opts in), as named collections the
     /// servers' `BACKUP`/`RESTORE` statements name instead of carrying the keys; written only
-    /// where `server_version` has [`crate::clickhouse::Capability::BackupNamedCollection`].
+    /// where `server_version` has [`crate::version::Capability::BackupNamedCollection`].
     pub backup_collections: Vec<S3Collection>,
 }
 

@@ -2,28 +2,15 @@
 //! other part of the operator takes names from here, so that they are computed one way only.
 
 use super::statefulset::DATA_VOLUME;
+pub use crate::conventions::{
+    DEFAULT_CLUSTER_DOMAIN, GRPC_PORT, HTTP_PORT, HTTPS_PORT, INTERSERVER_HTTP_PORT,
+    INTERSERVER_HTTPS_PORT, MYSQL_PORT, POSTGRESQL_PORT, SECRET_SETTING_ENV_PREFIX, TCP_PORT,
+    TCP_SECURE_PORT,
+};
 
-/// HTTP interface of a ClickHouse server (`/ping`, SQL over HTTP).
-pub const HTTP_PORT: i32 = 8123;
-/// Native TCP interface of a ClickHouse server.
-pub const TCP_PORT: i32 = 9000;
-/// Interserver HTTP port: replicas fetch parts from each other here.
-pub const INTERSERVER_HTTP_PORT: i32 = 9009;
-/// HTTPS interface, served when `spec.tls.enabled`.
-pub const HTTPS_PORT: i32 = 8443;
-/// Native TCP interface over TLS, served when `spec.tls.enabled`.
-pub const TCP_SECURE_PORT: i32 = 9440;
 /// Keeper path (under the cluster's root) of the users, roles and grants created with SQL when
 /// `spec.users.replicatedAccess` is on.
 pub const REPLICATED_ACCESS_PATH: &str = "/clickhouse/access";
-/// The MySQL wire protocol (`spec.protocols.mysql`), the images' default port.
-pub const MYSQL_PORT: i32 = 9004;
-/// The PostgreSQL wire protocol (`spec.protocols.postgresql`), the images' default port.
-pub const POSTGRESQL_PORT: i32 = 9005;
-/// gRPC (`spec.protocols.grpc`), the port of ClickHouse's example configuration.
-pub const GRPC_PORT: i32 = 9100;
-/// Interserver HTTPS port, used instead of 9009 when `spec.tls.required`.
-pub const INTERSERVER_HTTPS_PORT: i32 = 9010;
 /// Client port of ClickHouse Keeper (the ZooKeeper protocol).
 pub const KEEPER_CLIENT_PORT: i32 = 9181;
 /// Raft port of ClickHouse Keeper: members talk to each other here.
@@ -67,8 +54,6 @@ pub const EXPORTER_CREDENTIAL_CA: &str = "ca.crt";
 pub fn secret_setting_env(i: usize) -> String {
     format!("{SECRET_SETTING_ENV_PREFIX}{i}")
 }
-/// See [`secret_setting_env`]; `spec.pod.env` cannot name such a variable.
-pub const SECRET_SETTING_ENV_PREFIX: &str = "CLICKHOUSE_SECRET_SETTING_";
 /// The profile of [`EXPORTER_USER`]: `readonly = 2` (queries only; settings such as the output
 /// format may still be sent).
 pub const EXPORTER_PROFILE: &str = "clickhouse_exporter";
@@ -207,9 +192,6 @@ pub fn keeper_network_policy(cluster: &str) -> String {
 pub fn keeper_headless_service(cluster: &str) -> String {
     format!("{cluster}-keeper-headless")
 }
-
-/// The cluster domain unless `spec.clusterDomain` names another.
-pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 /// DNS name of a server replica's pod: `<sts>-0.<cluster>-headless.<ns>.svc.<domain>`.
 pub fn replica_host(cluster: &str, namespace: &str, domain: &str, replica: &str) -> String {

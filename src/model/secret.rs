@@ -93,7 +93,7 @@ pub fn cluster_secret(inputs: &crate::model::Inputs) -> Option<&Password> {
     inputs.cluster_secret.as_ref().filter(|_| {
         inputs
             .server_version
-            .is_some_and(|v| v.supports(crate::clickhouse::Capability::ClusterSecret))
+            .is_some_and(|v| v.supports(crate::version::Capability::ClusterSecret))
     })
 }
 
@@ -103,7 +103,7 @@ pub fn cluster_secret(inputs: &crate::model::Inputs) -> Option<&Password> {
 pub fn backup_collections(inputs: &crate::model::Inputs) -> &[crate::model::S3Collection] {
     let supported = inputs
         .server_version
-        .is_some_and(|v| v.supports(crate::clickhouse::Capability::BackupNamedCollection));
+        .is_some_and(|v| v.supports(crate::version::Capability::BackupNamedCollection));
     if supported {
         &inputs.backup_collections
     } else {

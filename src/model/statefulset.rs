@@ -673,7 +673,7 @@ fn server_volumes(
             read_only: Some(true),
             ..mount(
                 super::job::WEB_IDENTITY_VOLUME,
-                crate::backup::sts::TOKEN_DIR,
+                crate::util::web_identity::TOKEN_DIR,
             )
         });
         volumes.push(super::job::web_identity_volume(w));
@@ -708,13 +708,13 @@ fn web_identity_env(c: &Cluster<'_>) -> Vec<EnvVar> {
             "AWS_WEB_IDENTITY_TOKEN_FILE",
             format!(
                 "{}/{}",
-                crate::backup::sts::TOKEN_DIR,
-                crate::backup::sts::TOKEN_FILE
+                crate::util::web_identity::TOKEN_DIR,
+                crate::util::web_identity::TOKEN_FILE
             ),
         ),
         (
             "AWS_ROLE_SESSION_NAME",
-            crate::backup::sts::session_name(&format!("clickhouse-{}", c.name)),
+            crate::util::web_identity::session_name(&format!("clickhouse-{}", c.name)),
         ),
         ("AWS_DEFAULT_REGION", region),
     ]

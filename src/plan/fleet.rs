@@ -16,8 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::clickhouse::Version;
 use crate::plan::upgrade::image_version;
+use crate::version::Version;
 
 /// The lowest version the servers of `live` replicas report: from `reported` when every one of
 /// them answered, else the `recorded` one lowered by whatever was reported. `None` while no
@@ -56,7 +56,7 @@ pub fn usable_version(recorded: Option<Version>, image: &str) -> Option<Version>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clickhouse::Capability;
+    use crate::version::Capability;
 
     fn reported(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

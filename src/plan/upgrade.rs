@@ -5,7 +5,8 @@
 
 use serde::Deserialize;
 
-use crate::clickhouse::Version;
+use crate::version::Version;
+pub use crate::version::{Apply, image_version};
 
 /// The document a version source answers with.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -23,29 +24,6 @@ pub struct Offered {
     /// Its image; default: the current image's repository with `version` as its tag.
     #[serde(default)]
     pub image: Option<String>,
-}
-
-/// `spec.upgradeOptions.apply`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Apply {
-    Disabled,
-    Recommended,
-    Latest,
-    Exact(Version),
-}
-
-impl Apply {
-    /// `Disabled`, `Recommended`, `Latest` (any case), or a version.
-    pub fn parse(s: &str) -> Result<Apply, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "disabled" => Ok(Apply::Disabled),
-            "recommended" => Ok(Apply::Recommended),
-            "latest" => Ok(Apply::Latest),
-            _ => s.parse().map(Apply::Exact).map_err(|_| {
-                format!("{s:?} is not Disabled, Recommended, Latest or a version such as 24.8.4.13")
-            }),
-        }
-    }
 }
 
 /// What a check decides.
@@ -90,15 +68,6 @@ pub fn parse_document(text: &str) -> Result<VersionDocument, String> {
             .map_err(|_| format!("versions[{i}].version of the document is not a version"))?;
     }
     Ok(doc)
-}
-
-/// The repository and version of an image `repo:tag` whose tag is a version.
-pub fn image_version(image: &str) -> Option<(&str, Version)> {
-    let (repo, tag) = image.rsplit_once(':')?;
-    if repo.is_empty() || tag.contains('/') {
-        return None;
-    }
-    Some((repo, tag.parse().ok()?))
 }
 
 /// The repository of an image: without its digest (`@sha256:…`) and its tag.

@@ -5,3 +5,4 @@ pub mod networks;
 pub mod quantity;
 pub mod redact;
 pub mod text;
+pub mod web_identity;

@@ -8,11 +8,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::settings::needs_restart;
 use super::xml::{Element, ROOT};
+pub use crate::conventions::OPERATOR_FILE_PREFIX;
 use crate::model::labels::{self, Component};
 use crate::model::{BuildError, Cluster, Password, ReplicaSpec, names};
 
-/// Prefix of the files the operator generates; user files may not use it.
-pub const OPERATOR_FILE_PREFIX: &str = "00-operator-";
 /// Ports, listen addresses, logger, TLS, distributed DDL: read at startup.
 pub const SERVER_FILE: &str = "00-operator-server.xml";
 /// The user's settings that need a restart (see [`super::settings`]).
@@ -205,9 +204,9 @@ fn protocols(c: &Cluster<'_>) -> Vec<Element> {
 /// it).
 pub fn check_protocols(
     c: &Cluster<'_>,
-    version: Option<crate::clickhouse::Version>,
+    version: Option<crate::version::Version>,
 ) -> Result<(), BuildError> {
-    use crate::clickhouse::Capability;
+    use crate::version::Capability;
     let Some(v) = version else {
         return Ok(());
     };

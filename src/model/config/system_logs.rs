@@ -17,67 +17,17 @@
 
 use super::xml::{Element, ROOT};
 use crate::api::{ClickHouseClusterSpec, SystemLogsSpec};
-use crate::clickhouse::{Capability, Version};
 use crate::model::hash::json_hash;
+use crate::version::{Capability, Version};
 
 /// The file in the common ConfigMap.
 pub const SYSTEM_LOGS_FILE: &str = "00-operator-system-logs.xml";
 
-/// The tables that get `ttlDays` by default: the system logs the images' `config.xml` turns on
-/// in every version from 21.1, each with an `event_date` column.
-pub const DEFAULT_TABLES: &[&str] = &[
-    "query_log",
-    "query_thread_log",
-    "part_log",
-    "trace_log",
-    "metric_log",
-    "asynchronous_metric_log",
-];
+pub use crate::conventions::{DEFAULT_TABLES, OPTIONAL_TABLES, is_known};
 
-/// Further tables with an `event_date` column that `spec.systemLogs.tables` may name (and so
-/// turn on where the image has them off). `opentelemetry_span_log` is not one: the images
-/// configure it with an `engine`, beside which ClickHouse refuses a `ttl`.
-pub const OPTIONAL_TABLES: &[&str] = &[
-    "text_log",
-    "query_views_log",
-    "processors_profile_log",
-    "session_log",
-    "zookeeper_log",
-    "asynchronous_insert_log",
-    "backup_log",
-    "blob_storage_log",
-    "error_log",
-    "query_metric_log",
-    "crash_log",
-];
-
-/// Whether `spec.systemLogs.tables` may name `table`.
-pub fn is_known(table: &str) -> bool {
-    DEFAULT_TABLES.contains(&table) || OPTIONAL_TABLES.contains(&table)
-}
-
-/// The days of each table that gets a TTL under `spec` (`None`: the default), in name order.
+/// The days of each table that gets a TTL under `spec` (see [`SystemLogsSpec::ttls`]).
 pub fn ttls(spec: Option<&SystemLogsSpec>) -> Vec<(String, u32)> {
-    let default = SystemLogsSpec::default();
-    let s = spec.unwrap_or(&default);
-    let mut out: Vec<(String, u32)> = DEFAULT_TABLES
-        .iter()
-        .map(|t| {
-            (
-                t.to_string(),
-                s.tables.get(*t).copied().unwrap_or(s.ttl_days),
-            )
-        })
-        .chain(
-            s.tables
-                .iter()
-                .filter(|(t, _)| !DEFAULT_TABLES.contains(&t.as_str()))
-                .map(|(t, d)| (t.clone(), *d)),
-        )
-        .filter(|(t, d)| *d > 0 && is_known(t))
-        .collect();
-    out.sort();
-    out
+    SystemLogsSpec::ttls(spec)
 }
 
 /// The version the file is written for: the servers' reported one, else the image tag's.

@@ -5,6 +5,7 @@
 use sha2::{Digest, Sha256};
 
 use super::xml::{Element, ROOT};
+pub use crate::conventions::DEFAULT_QUOTA;
 use crate::model::{BuildError, Cluster, Password, ReplicaSpec, names};
 
 /// Profile and quota given to users that name none.
@@ -19,8 +20,6 @@ pub const DEFAULT_PROFILE: &str = "default";
 pub const DEFAULT_POLL_INTERVAL: (&str, &str) = ("poll_interval", "1");
 /// The image's own user, without a password.
 pub const DEFAULT_USER: &str = "default";
-/// Quota given to every generated user.
-pub const DEFAULT_QUOTA: &str = "default";
 
 /// SHA-256 of a password, hex-encoded, as `password_sha256_hex` wants it.
 pub fn sha256_hex(password: &Password) -> String {
@@ -63,7 +62,7 @@ impl Credential<'_> {
 /// servers known to be older than it are refused, the key named and never the value.
 pub fn credentials(
     secret: &std::collections::BTreeMap<String, Password>,
-    version: Option<crate::clickhouse::Version>,
+    version: Option<crate::version::Version>,
 ) -> Result<std::collections::BTreeMap<&str, Credential<'_>>, BuildError> {
     let mut out = std::collections::BTreeMap::new();
     for (key, value) in secret {
@@ -82,14 +81,13 @@ pub fn credentials(
         let (user, credential) = if let Some(user) = key.strip_suffix(SHA256_SUFFIX) {
             (user, Credential::Sha256Hex(hash(64)?))
         } else if let Some(user) = key.strip_suffix(DOUBLE_SHA1_SUFFIX) {
-            if version
-                .is_some_and(|v| !v.supports(crate::clickhouse::Capability::PasswordDoubleSha1))
+            if version.is_some_and(|v| !v.supports(crate::version::Capability::PasswordDoubleSha1))
             {
                 return Err(BuildError::UsersSecret {
                     field,
                     detail: format!(
                         "a double SHA-1 password needs ClickHouse {} or later: the servers run {}",
-                        crate::clickhouse::Capability::PasswordDoubleSha1.since(),
+                        crate::version::Capability::PasswordDoubleSha1.since(),
                         version.map(|v| v.to_string()).unwrap_or_default()
                     ),
                 });
@@ -121,7 +119,7 @@ struct Account<'a> {
 }
 
 /// The privileges of the operator's account where the servers have SQL privileges for users of
-/// the users file (23.6 and later, [`crate::clickhouse::Capability::UserGrantsInUsersFile`]):
+/// the users file (23.6 and later, [`crate::version::Capability::UserGrantsInUsersFile`]):
 /// what its statements, its backup agents and the exporter need, and nothing else. Reading
 /// every table and writing into one are needed: a copied view must be able to read its
 /// sources, a materialized view to write into its target, a restored part is attached with
@@ -282,7 +280,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
     };
     let grants_supported = inputs
         .server_version
-        .is_some_and(|v| v.supports(crate::clickhouse::Capability::UserGrantsInUsersFile));
+        .is_some_and(|v| v.supports(crate::version::Capability::UserGrantsInUsersFile));
     let grants = if grants_supported {
         let mut definers: Vec<&str> = vec![DEFAULT_USER, names::OPERATOR_USER];
         definers.extend(
@@ -402,9 +400,9 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
                 grants: Vec::new(),
                 // written only where the servers have it (an older one ignores or refuses it)
                 access_management: account.is_some_and(|a| a.access_management)
-                    && inputs.server_version.is_some_and(|v| {
-                        v.supports(crate::clickhouse::Capability::AccessManagement)
-                    }),
+                    && inputs
+                        .server_version
+                        .is_some_and(|v| v.supports(crate::version::Capability::AccessManagement)),
             },
         )?);
     }

@@ -19,14 +19,7 @@ pub struct Element {
     children: Vec<Element>,
 }
 
-/// Whether `name` can be an XML element name as ClickHouse config uses them: a letter or `_`
-/// first, then letters, digits, `_`, `-` and `.`.
-pub fn is_element_name(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
+pub use crate::conventions::is_element_name;
 
 impl Element {
     /// An empty element. Names are the operator's own constants; user-given names go through

@@ -13,7 +13,8 @@
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::api::{ClickHouseCluster, ClickHouseClusterSpec, S3Destination};
-use crate::backup::store::{ACCESS_KEY_ID, SECRET_ACCESS_KEY};
+const ACCESS_KEY_ID: &str = crate::api::S3Destination::ACCESS_KEY_ID;
+const SECRET_ACCESS_KEY: &str = crate::api::S3Destination::SECRET_ACCESS_KEY;
 use crate::util::names;
 
 /// The label a Secret carries, with the value `"true"`, to be used for S3 credentials.

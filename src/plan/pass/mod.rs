@@ -128,10 +128,10 @@ pub struct Pass<'a> {
     /// Hosts listed in `remote_servers`.
     pub listed: u64,
     /// The lowest version the servers report (see [`crate::plan::fleet::recorded_version`]).
-    pub recorded_version: Option<crate::clickhouse::Version>,
+    pub recorded_version: Option<crate::version::Version>,
     /// The version the generated configuration may rely on
     /// ([`crate::plan::fleet::usable_version`]).
-    pub server_version: Option<crate::clickhouse::Version>,
+    pub server_version: Option<crate::version::Version>,
     /// Per server StatefulSet: its observed pod template covers the desired one.
     pub template_current: BTreeMap<String, bool>,
     /// Server replicas whose StatefulSet exists (set by the Rollout phase).

@@ -1,4 +1,6 @@
-//! The server version and what it can do.
+//! The server version and what it can do, the versions an image tag and `upgradeOptions.apply`
+//! name, and this operator's own version: below every layer, so that the resource types, the
+//! builders, the planner and the SQL side share one definition.
 //!
 //! The operator reads `SELECT version()` on every run (S1-10), so upgrading ClickHouse needs
 //! no change to the operator's configuration. Every statement that differs between versions
@@ -223,6 +225,46 @@ impl Capability {
             // Every variant is in the table (unit-tested); an absent one is never assumed.
             .unwrap_or(Version::new(u32::MAX, 0))
     }
+}
+
+/// This operator's version, also the newest resource format it understands (`spec.crVersion`):
+/// the package version, or `CLICKHOUSE_OPERATOR_VERSION` when set at build time (a release
+/// build, or the test that swaps one build for another).
+pub const OPERATOR_VERSION: &str = match option_env!("CLICKHOUSE_OPERATOR_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
+/// `spec.upgradeOptions.apply`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Apply {
+    Disabled,
+    Recommended,
+    Latest,
+    Exact(Version),
+}
+
+impl Apply {
+    /// `Disabled`, `Recommended`, `Latest` (any case), or a version.
+    pub fn parse(s: &str) -> Result<Apply, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "disabled" => Ok(Apply::Disabled),
+            "recommended" => Ok(Apply::Recommended),
+            "latest" => Ok(Apply::Latest),
+            _ => s.parse().map(Apply::Exact).map_err(|_| {
+                format!("{s:?} is not Disabled, Recommended, Latest or a version such as 24.8.4.13")
+            }),
+        }
+    }
+}
+
+/// The repository and version of an image `repo:tag` whose tag is a version.
+pub fn image_version(image: &str) -> Option<(&str, Version)> {
+    let (repo, tag) = image.rsplit_once(':')?;
+    if repo.is_empty() || tag.contains('/') {
+        return None;
+    }
+    Some((repo, tag.parse().ok()?))
 }
 
 #[cfg(test)]
