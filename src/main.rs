@@ -56,6 +56,11 @@ enum Command {
         /// Do not read any cluster, even with a kubeconfig.
         #[arg(long)]
         offline: bool,
+        /// The operator-level defaults file (the chart's `clusterDefaults`, the operator's
+        /// `CLUSTER_DEFAULTS_FILE`), merged under each cluster's spec as the operator merges
+        /// it; default: `CLUSTER_DEFAULTS_FILE` when set, else none.
+        #[arg(long)]
+        defaults: Option<PathBuf>,
     },
     /// Print every object the operator would create for the ClickHouseClusters of a file, as
     /// YAML: the ConfigMaps with the servers' and Keeper's configuration files, the users
@@ -68,6 +73,9 @@ enum Command {
         /// input.
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        /// The operator-level defaults file, as for `plan`.
+        #[arg(long)]
+        defaults: Option<PathBuf>,
     },
     /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell), e.g.
     /// `clickhouse-operator completions bash > /etc/bash_completion.d/clickhouse-operator`.
@@ -113,9 +121,10 @@ fn cli() -> Cli {
 fn main() -> anyhow::Result<()> {
     match cli().command {
         Command::Crd => write_stdout(&api::crd::yaml())?,
-        Command::Render { file } => {
+        Command::Render { file, defaults } => {
+            let defaults = read_defaults(defaults)?;
             let mut text = String::new();
-            for cluster in read_clusters(&file)? {
+            for cluster in with_defaults(read_clusters(&file)?, &defaults)? {
                 let objects = controller::cluster::preview::render(&cluster).map_err(|e| {
                     anyhow::anyhow!(
                         "ClickHouseCluster {}: {e}",
@@ -146,11 +155,13 @@ fn main() -> anyhow::Result<()> {
             file,
             output,
             offline,
+            defaults,
         } => {
             anyhow::ensure!(
                 matches!(output.as_str(), "text" | "json"),
                 "--output is text or json, not {output:?}"
             );
+            let defaults = read_defaults(defaults)?;
             let clusters = read_clusters(&file)?;
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -164,9 +175,20 @@ fn main() -> anyhow::Result<()> {
             for cluster in &clusters {
                 let p = match &client {
                     Some(client) => rt
-                        .block_on(controller::cluster::preview::preview(client, cluster))
+                        .block_on(controller::cluster::preview::preview(
+                            client, cluster, &defaults,
+                        ))
                         .map_err(|e| anyhow::anyhow!("reading the cluster: {e}"))?,
-                    None => controller::cluster::preview::offline(cluster),
+                    None => {
+                        let mut c = cluster.clone();
+                        c.spec = defaults.apply(&c.spec).map_err(|e| {
+                            anyhow::anyhow!(
+                                "the defaults under {}: {e}",
+                                kube::ResourceExt::name_any(cluster)
+                            )
+                        })?;
+                        controller::cluster::preview::offline(&c)
+                    }
                 };
                 if output == "json" {
                     write_stdout(&format!("{}\n", serde_json::to_string_pretty(&p)?))?;
@@ -354,4 +376,43 @@ where
             .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
         body(settings, client).await
     })
+}
+
+/// The operator-level defaults of `--defaults`, else of `CLUSTER_DEFAULTS_FILE`, else none.
+fn read_defaults(
+    path: Option<PathBuf>,
+) -> anyhow::Result<clickhouse_operator::api::defaults::ClusterDefaults> {
+    use clickhouse_operator::api::defaults::ClusterDefaults;
+    let path = path.or_else(|| {
+        std::env::var("CLUSTER_DEFAULTS_FILE")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| PathBuf::from(v.trim()))
+    });
+    let Some(path) = path else {
+        return Ok(ClusterDefaults::default());
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| anyhow::anyhow!("the defaults file {}: {e}", path.display()))?;
+    ClusterDefaults::parse(&text)
+        .map_err(|e| anyhow::anyhow!("the defaults file {}: {e}", path.display()))
+}
+
+/// Each cluster with the defaults merged under its spec, as the operator's passes see it.
+fn with_defaults(
+    clusters: Vec<clickhouse_operator::api::ClickHouseCluster>,
+    defaults: &clickhouse_operator::api::defaults::ClusterDefaults,
+) -> anyhow::Result<Vec<clickhouse_operator::api::ClickHouseCluster>> {
+    clusters
+        .into_iter()
+        .map(|mut c| {
+            c.spec = defaults.apply(&c.spec).map_err(|e| {
+                anyhow::anyhow!(
+                    "the defaults under {}: {e}",
+                    kube::ResourceExt::name_any(&c)
+                )
+            })?;
+            Ok(c)
+        })
+        .collect()
 }

@@ -367,7 +367,7 @@ fn render_prints_every_object_and_configuration_file_of_a_spec() {
 
     let (code, _, stderr) = run_cli_with_stdin(
         &["render", "-f", "-"],
-        "apiVersion: clickhouse.com/v1alpha1\nkind: ClickHouseCluster\nmetadata: {name: c1}\nspec: {shards: 0}\n",
+        "apiVersion: clickhouse.com/v1alpha1\nkind: ClickHouseCluster\nmetadata: {name: c1}\nspec: {shards: -1}\n",
     );
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("shards"), "{stderr}");
@@ -385,4 +385,47 @@ fn completions_complete_the_subcommands() {
     }
     let (code, _, _) = run_cli(&["completions", "cmd.exe"]);
     assert_eq!(code, Some(1));
+}
+
+/// Decision 52 in `plan` and `render`: the operator-level defaults (`--defaults`, else
+/// `CLUSTER_DEFAULTS_FILE`) go under each cluster's spec as the operator merges them, the
+/// cluster's own fields winning; a defaults file that names a field it may not is refused
+/// with that field.
+#[test]
+fn plan_and_render_merge_the_operator_defaults_under_the_spec() {
+    let dir = std::env::temp_dir().join(format!("chop-cli-defaults-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let defaults = dir.join("defaults.yaml");
+    std::fs::write(
+        &defaults,
+        "pod:\n  nodeSelector:\n    pool: db\n  tolerations:\n  - {key: dedicated, operator: Exists}\n",
+    )
+    .unwrap();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/cluster.yaml");
+    let d = defaults.to_str().unwrap();
+    let (code, stdout, stderr) = run_cli(&["render", "-f", example, "--defaults", d]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("pool: db"), "the default node selector");
+    assert!(stdout.contains("dedicated"), "the default toleration");
+    let (_, plain, _) = run_cli(&["render", "-f", example]);
+    assert!(!plain.contains("pool: db"));
+    // the same through CLUSTER_DEFAULTS_FILE, in plan
+    let out = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
+        .args(["plan", "--offline", "-o", "json", "-f", example])
+        .env("CLUSTER_DEFAULTS_FILE", d)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    // the cluster's own field wins
+    let own = "apiVersion: clickhouse.com/v1alpha1\nkind: ClickHouseCluster\nmetadata: {name: c1}\nspec:\n  pod:\n    nodeSelector: {pool: fast}\n";
+    let (code, stdout, stderr) = run_cli_with_stdin(&["render", "-f", "-", "--defaults", d], own);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("pool: fast") && !stdout.contains("pool: db"));
+    // a field defaults may not name
+    std::fs::write(&defaults, "shards: 3\n").unwrap();
+    let (code, _, stderr) = run_cli(&["render", "-f", example, "--defaults", d]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("shards"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -133,14 +133,30 @@ pub fn changed_fields(observed: &Value, desired: &Value) -> Vec<String> {
     out
 }
 
-/// Decides what applying `file` would do to the cluster of its name, reading through `client`.
-pub async fn preview(client: &Client, file: &ClickHouseCluster) -> Result<Preview, Error> {
+/// Decides what applying `file` would do to the cluster of its name, reading through `client`,
+/// with the operator-level `defaults` merged under both the running and the file's spec as the
+/// operator merges them (decision 52).
+pub async fn preview(
+    client: &Client,
+    file: &ClickHouseCluster,
+    defaults: &crate::api::defaults::ClusterDefaults,
+) -> Result<Preview, Error> {
+    let mut file = file.clone();
+    file.spec = defaults
+        .apply(&file.spec)
+        .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
+    let file = &file;
     let ns = file
         .namespace()
         .unwrap_or_else(|| client.default_namespace().to_string());
     let name = file.name_any();
     let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
-    let live = api.get_opt(&name).await?;
+    let mut live = api.get_opt(&name).await?;
+    if let Some(l) = live.as_mut() {
+        l.spec = defaults
+            .apply(&l.spec)
+            .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
+    }
     let mut out = Preview {
         namespace: ns.clone(),
         cluster: name.clone(),
