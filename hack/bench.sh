@@ -12,7 +12,9 @@
 #             latency, status lag; BENCH_CONCURRENCY sets the chart's maxConcurrentReconciles
 #   lifecycle a 2×2 cluster with 3 Keeper members under the operator from its chart: create, add
 #             a shard, roll every server, scale in (BENCH_ROUNDS, default 1; BENCH_DEBUG_LOG=1
-#             keeps the operator's debug log, in target/e2e-cluster-<pid>/logs/pods)
+#             keeps the operator's debug log, in target/e2e-cluster-<pid>/logs/pods); the
+#             operator's requests per step, its writes by resource and verb, and those that
+#             changed nothing (the audit log records every write with its answer)
 # BENCH_RELEASE=1 runs the operator and the local kubelet as release builds (the figures a user
 # sees); the default is the debug builds the tests use.
 # The local Kubernetes is started and stopped by the benchmark itself (or set CHOP_KUBECONFIG).
@@ -22,7 +24,10 @@ case "${1:-}" in
   backup) filter=backup::throughput::benchmark_backup_and_restore_throughput ;;
   exporter) filter=exporter::benchmark_exporter_scrape_of_20_and_100_hosts ;;
   scale) filter=benchmarks::benchmark_idle_cost_and_status_lag_of_n_clusters ;;
-  lifecycle) filter=benchmarks::benchmark_lifecycle_of_a_two_by_two_cluster ;;
+  lifecycle)
+    filter=benchmarks::benchmark_lifecycle_of_a_two_by_two_cluster
+    # every write with its answer in the audit log: the writes per step that changed nothing
+    export LOCAL_CLUSTER_AUDIT="${LOCAL_CLUSTER_AUDIT:-writes}" ;;
   *) echo "usage: $0 backup|exporter|scale|lifecycle" >&2; exit 2 ;;
 esac
 bash hack/setup.sh

@@ -37,6 +37,11 @@
 #                           several nodes, ignore with one, as the one-node tests were written)
 #   LOCAL_CLUSTER_TOLERATION_SECONDS  the API server's default tolerationSeconds for the
 #                           not-ready/unreachable NoExecute taints (default 300, Kubernetes' own)
+#   LOCAL_CLUSTER_AUDIT     `writes`: the audit log (DIR/audit.log) records every write (create,
+#                           update, patch, delete) with its request and response bodies, once it
+#                           completed, so that a write that changed nothing shows (its answer's
+#                           resourceVersion is one an earlier write returned); default: the
+#                           metadata of every request only
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -467,12 +472,13 @@ contexts:
 current-context: local
 EOF
   chmod 600 "$DIR/kubeconfig"
-  cat >"$DIR/audit-policy.yaml" <<EOF
-apiVersion: audit.k8s.io/v1
-kind: Policy
-rules:
-- level: Metadata
-EOF
+  {
+    printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n'
+    if [ "${LOCAL_CLUSTER_AUDIT:-}" = writes ]; then
+      printf -- '- level: RequestResponse\n  verbs: ["create", "update", "patch", "delete", "deletecollection"]\n  omitStages: ["RequestReceived"]\n'
+    fi
+    printf -- '- level: Metadata\n'
+  } >"$DIR/audit-policy.yaml"
   cat >"$DIR/env" <<EOF
 export KUBECONFIG=$DIR/kubeconfig
 export PATH=$BIN:\$PATH

@@ -43,23 +43,9 @@ fn usage(pid: i32) -> (f64, f64) {
 /// API server's audit log (the current file and the one rotated away, `audit-<time>.log`: a
 /// thousand clusters' creation fills a file).
 fn audit(user: &str, since: &str, until: &str) -> BTreeMap<(String, String), usize> {
-    let dir = kubeconfig().parent().unwrap().to_path_buf();
-    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p.file_name().unwrap_or_default().to_string_lossy();
-            n.starts_with("audit") && n.ends_with(".log")
-        })
-        .collect();
     let mut seen = std::collections::HashSet::new();
     let mut out = BTreeMap::new();
-    let lines = files
-        .iter()
-        .flat_map(|path| std::io::BufReader::new(std::fs::File::open(path).unwrap()).lines());
-    for line in lines {
-        let Ok(line) = line else { continue };
+    for line in audit_lines() {
         if !line.contains(user) {
             continue;
         }
@@ -82,6 +68,167 @@ fn audit(user: &str, since: &str, until: &str) -> BTreeMap<(String, String), usi
         *out.entry((verb, resource)).or_default() += 1;
     }
     out
+}
+
+/// The lines of the API server's audit log files (the current one and the one rotated away).
+fn audit_lines() -> impl Iterator<Item = String> {
+    let dir = kubeconfig().parent().unwrap().to_path_buf();
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap_or_default().to_string_lossy();
+            n.starts_with("audit") && n.ends_with(".log")
+        })
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .flat_map(|path| std::io::BufReader::new(std::fs::File::open(path).unwrap()).lines())
+        .map_while(Result::ok)
+}
+
+/// One write (create, update, patch, delete) as the audit log records it when the local
+/// Kubernetes runs with `LOCAL_CLUSTER_AUDIT=writes` (the request and its answer).
+#[derive(Clone, Debug)]
+struct Write {
+    user: String,
+    at: String,
+    verb: String,
+    /// `resource` or `resource/subresource`.
+    resource: String,
+    /// The HTTP status of the answer.
+    code: u64,
+    /// The object written (its uid; a name where the answer has none) and the resourceVersion
+    /// the answer gave it.
+    object: String,
+    version: Option<String>,
+}
+
+/// Every completed write of the audit log, of every user, with its answer; empty when the log
+/// does not record answers (`LOCAL_CLUSTER_AUDIT` unset).
+fn audit_writes() -> Vec<Write> {
+    let mut out = Vec::new();
+    for line in audit_lines() {
+        if !line.contains("\"level\":\"RequestResponse\"") {
+            continue;
+        }
+        let Ok(ev) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if ev["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let o = &ev["objectRef"];
+        let mut resource = o["resource"].as_str().unwrap_or_default().to_string();
+        if let Some(sub) = o["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        let answer = &ev["responseObject"]["metadata"];
+        let object = answer["uid"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                format!(
+                    "{}/{}/{}",
+                    o["resource"].as_str().unwrap_or_default(),
+                    o["namespace"].as_str().unwrap_or_default(),
+                    o["name"].as_str().unwrap_or_default()
+                )
+            });
+        out.push(Write {
+            user: ev["user"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            at: ev["requestReceivedTimestamp"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            verb: ev["verb"].as_str().unwrap_or_default().to_string(),
+            resource,
+            code: ev["responseStatus"]["code"].as_u64().unwrap_or(0),
+            object,
+            version: answer["resourceVersion"].as_str().map(str::to_string),
+        });
+    }
+    out.sort_by(|a, b| a.at.cmp(&b.at));
+    out
+}
+
+/// What a write did: it changed its object, it changed nothing (it was answered with a
+/// resourceVersion an earlier write of the same object had already been answered with: the
+/// object was as the write wanted it), or it was refused (a conflict, a missing object, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    Changed,
+    Nothing,
+    Refused,
+}
+
+/// The effect of each of `writes` (ordered by arrival).
+fn effects(writes: &[Write]) -> Vec<Effect> {
+    let mut seen = std::collections::HashSet::new();
+    writes
+        .iter()
+        .map(|w| {
+            if w.code >= 300 {
+                return Effect::Refused;
+            }
+            // a deletion answers with the object as it was (or a Status): always a change
+            if w.verb.starts_with("delete") {
+                return Effect::Changed;
+            }
+            match &w.version {
+                Some(v) if !seen.insert((w.object.clone(), v.clone())) => Effect::Nothing,
+                _ => Effect::Changed,
+            }
+        })
+        .collect()
+}
+
+/// The writes of `user` received in [since, until), by (resource, verb): (writes, of them
+/// changing nothing, refused).
+type WriteTally = BTreeMap<(String, String), (usize, usize, usize)>;
+
+fn tally_writes(user: &str, since: &str, until: &str) -> WriteTally {
+    let writes = audit_writes();
+    let effects = effects(&writes);
+    let mut out = WriteTally::new();
+    for (w, e) in writes.iter().zip(effects) {
+        if w.user != user || w.at.as_str() < since || w.at.as_str() >= until {
+            continue;
+        }
+        let t = out.entry((w.resource.clone(), w.verb.clone())).or_default();
+        t.0 += 1;
+        t.1 += usize::from(e == Effect::Nothing);
+        t.2 += usize::from(e == Effect::Refused);
+    }
+    out
+}
+
+/// `tally` as one line: `resource verb N (n changed nothing, m refused)`, leases apart.
+fn describe_tally(tally: &WriteTally) -> String {
+    tally
+        .iter()
+        .filter(|((r, _), _)| r != "leases")
+        .map(|((r, v), (n, nothing, refused))| {
+            let mut notes = Vec::new();
+            if *nothing > 0 {
+                notes.push(format!("{nothing} changed nothing"));
+            }
+            if *refused > 0 {
+                notes.push(format!("{refused} refused"));
+            }
+            if notes.is_empty() {
+                format!("{r} {v} {n}")
+            } else {
+                format!("{r} {v} {n} ({})", notes.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The cumulative buckets of the pass duration histogram of clusters, from the operator's
@@ -514,6 +661,7 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
     let user = format!("system:serviceaccount:{op_ns}:op-clickhouse-operator");
     let mut rows = Vec::new();
     let mut request_rows = Vec::new();
+    let mut write_rows = Vec::new();
     // reads and writes of the operator from `since` until now (leases and Events apart)
     let requests = |since: &str| {
         let until = k8s_openapi::jiff::Timestamp::now().to_string();
@@ -532,6 +680,7 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
             count(&|v, r| v != "watch" && r == "events"),
             count(&|v, r| !read(v) && v != "watch" && r == "clickhouseclusters/status"),
             count(&|v, r| v != "watch" && r == "leases"),
+            tally_writes(&user, since, &until),
         )
     };
     for round in 0..rounds {
@@ -647,10 +796,21 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
         let since = k8s_openapi::jiff::Timestamp::now().to_string();
         tokio::time::sleep(Duration::from_secs(60)).await;
         steps.push(("idle minute", requests(&since)));
-        for (step, (reads, writes, events, status, leases)) in steps {
+        for (step, (reads, writes, events, status, leases, tally)) in steps {
+            let total = |f: fn(&(usize, usize, usize)) -> usize| -> usize {
+                tally
+                    .iter()
+                    .filter(|((r, _), _)| r != "leases")
+                    .map(|(_, t)| f(t))
+                    .sum()
+            };
             request_rows.push(format!(
-                "{round:>5} {step:>12} {reads:>6} {writes:>7} {status:>7} {events:>7} {leases:>7}"
+                "{round:>5} {step:>12} {reads:>6} {writes:>7} {status:>7} {events:>7} {leases:>7} {:>7} {:>8} {:>7}",
+                total(|t| t.0),
+                total(|t| t.1),
+                total(|t| t.2),
             ));
+            write_rows.push(format!("{round:>5} {step:>12}: {}", describe_tally(&tally)));
         }
         // the roll's target: 1.2 × R (2 replicas per shard) × one pod's restart
         let roll_ratio = rolled / (2.0 * one_pod);
@@ -702,13 +862,29 @@ async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
     println!(
         "the operator's requests per step (audit log; the step's change until 3 s after its \
          last figure; the idle minute after scale-in): reads (get, list), writes (Events and \
-         Lease renewals apart), of them status writes, Events written, Lease requests"
+         Lease renewals apart), of them status writes, Events written, Lease requests; all \
+         writes but the Lease's (Events included), of them those that changed nothing (answered \
+         with the resourceVersion an earlier write of the object had) and those refused"
     );
     println!(
-        "{:>5} {:>12} {:>6} {:>7} {:>7} {:>7} {:>7}",
-        "round", "step", "reads", "writes", "status", "events", "leases"
+        "{:>5} {:>12} {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>7}",
+        "round",
+        "step",
+        "reads",
+        "writes",
+        "status",
+        "events",
+        "leases",
+        "all w",
+        "nothing",
+        "refused"
     );
     for r in request_rows {
+        println!("{r}");
+    }
+    println!();
+    println!("the operator's writes per step by resource and verb (Lease renewals apart)");
+    for r in write_rows {
         println!("{r}");
     }
     helm_run(&["uninstall", "op", "-n", &op_ns, "--wait"]);
