@@ -53,13 +53,36 @@ pub fn json_hash(v: &serde_json::Value) -> String {
 }
 
 /// Sets the [`labels::OBJECT_HASH`] annotation of an object (as JSON) to the hash of the rest of
-/// it.
+/// it. An object whose pod template has a hash of its own ([`labels::TEMPLATE_HASH`]: a
+/// StatefulSet) is hashed without its template and that hash: its object hash covers the other
+/// fields only, so that writing them with the template left as it is (as the API server filled
+/// it in) keeps the hash the operator wrote, and a StatefulSet whose other fields are as wanted
+/// is not written again for its template's defaults.
 pub fn restamp(object: &mut serde_json::Value) {
     if let Some(map) = object["metadata"]["annotations"].as_object_mut() {
         map.remove(labels::OBJECT_HASH);
     }
-    let h = json_hash(object);
+    let h = json_hash(&without_template(object));
     object["metadata"]["annotations"][labels::OBJECT_HASH] = serde_json::Value::String(h);
+}
+
+/// What [`restamp`] hashes: the object, without its pod template and the template's hash when
+/// it has one.
+fn without_template(object: &serde_json::Value) -> std::borrow::Cow<'_, serde_json::Value> {
+    if object["metadata"]["annotations"]
+        .get(labels::TEMPLATE_HASH)
+        .is_none()
+    {
+        return std::borrow::Cow::Borrowed(object);
+    }
+    let mut rest = object.clone();
+    if let Some(a) = rest["metadata"]["annotations"].as_object_mut() {
+        a.remove(labels::TEMPLATE_HASH);
+    }
+    if let Some(spec) = rest["spec"].as_object_mut() {
+        spec.remove("template");
+    }
+    std::borrow::Cow::Owned(rest)
 }
 
 /// Hash of a Secret's data; `None` (not found) hashes differently from every data.
@@ -172,4 +195,41 @@ pub fn keeper_hashes(c: &Cluster<'_>, secrets: &BTreeMap<String, SecretData>) ->
     }
     env_secret(&c.spec.keeper.pod, secrets, &mut out);
     PodHashes(out)
+}
+
+#[cfg(test)]
+mod restamp_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn hash_of(mut object: serde_json::Value) -> String {
+        restamp(&mut object);
+        object["metadata"]["annotations"][labels::OBJECT_HASH]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// A StatefulSet's object hash covers its fields but the pod template, which has a hash of
+    /// its own: the same StatefulSet with its template as the API server filled it in (or with
+    /// another template) hashes alike; any other field changes it.
+    #[test]
+    fn a_statefulsets_object_hash_leaves_out_its_pod_template() {
+        let sts = |template: serde_json::Value, template_hash: &str, replicas: i64| {
+            json!({"kind": "StatefulSet", "metadata": {"name": "c1-0-0",
+                "annotations": {labels::TEMPLATE_HASH: template_hash}},
+                "spec": {"replicas": replicas, "template": template}})
+        };
+        let written = json!({"spec": {"containers": [{"name": "clickhouse", "image": "i"}]}});
+        let defaulted = json!({"spec": {"containers": [{"name": "clickhouse", "image": "i",
+            "imagePullPolicy": "IfNotPresent", "terminationMessagePath": "/dev/termination-log"}],
+            "dnsPolicy": "ClusterFirst", "restartPolicy": "Always"}});
+        let h = hash_of(sts(written.clone(), "t1", 1));
+        assert_eq!(h, hash_of(sts(defaulted, "t1", 1)));
+        assert_eq!(h, hash_of(sts(written.clone(), "t2", 1)));
+        assert_ne!(h, hash_of(sts(written, "t1", 0)));
+        // an object without a template hash is hashed whole
+        let cm = |data: &str| json!({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": data}});
+        assert_ne!(hash_of(cm("1")), hash_of(cm("2")));
+    }
 }

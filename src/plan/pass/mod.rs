@@ -340,7 +340,8 @@ pub fn json_of<T: serde::Serialize>(v: &T) -> Value {
 }
 
 /// The desired StatefulSet with the pod template it has now (and the hash of that template),
-/// for writing its other fields without touching its pods.
+/// for writing its other fields without touching its pods. Its object hash stays the desired
+/// one: it does not cover the template ([`crate::model::hash::restamp`]).
 pub fn with_template_of(desired: &Value, observed: &Value) -> Value {
     let mut object = desired.clone();
     object["spec"]["template"] = observed["spec"]["template"].clone();
@@ -354,7 +355,6 @@ pub fn with_template_of(desired: &Value, observed: &Value) -> Value {
             }
         }
     }
-    crate::model::hash::restamp(&mut object);
     object
 }
 
@@ -379,3 +379,40 @@ fn template_covers(observed: &Value, desired: &Value) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod with_template_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A StatefulSet the operator wrote, as the API server returns it (defaults in its template
+    /// and elsewhere, a status), is current for the write of its other fields with its template
+    /// left as it is: it is not written again for the defaults. A changed field still is.
+    #[test]
+    fn a_statefulset_as_written_is_not_written_again_for_its_templates_defaults() {
+        let template = json!({"metadata": {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "clickhouse", "image": "i"}]}});
+        let mut desired = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "c1-0-0", "annotations": {
+                crate::model::labels::TEMPLATE_HASH: crate::model::hash::json_hash(&template)}},
+            "spec": {"replicas": 1, "serviceName": "c1-headless", "template": template}});
+        crate::model::hash::restamp(&mut desired);
+        let mut observed = desired.clone();
+        observed["spec"]["revisionHistoryLimit"] = json!(10);
+        observed["spec"]["template"]["spec"]["dnsPolicy"] = json!("ClusterFirst");
+        observed["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] =
+            json!("IfNotPresent");
+        observed["status"] = json!({"replicas": 1});
+        assert!(object_current(
+            &observed,
+            &with_template_of(&desired, &observed)
+        ));
+        let mut scaled = desired.clone();
+        scaled["spec"]["replicas"] = json!(0);
+        crate::model::hash::restamp(&mut scaled);
+        assert!(!object_current(
+            &observed,
+            &with_template_of(&scaled, &observed)
+        ));
+    }
+}
