@@ -50,12 +50,14 @@ pub enum Action {
         pod: String,
         serving: bool,
     },
-    /// Take a replica's pod out of traffic and delete it, only if it is still the pod `uid`
-    /// that was observed on an old revision; its StatefulSet recreates it on the new one.
+    /// Take a replica's pod out of traffic (when it was observed `serving`) and delete it, only
+    /// if it is still the pod `uid` that was observed on an old revision; its StatefulSet
+    /// recreates it on the new one.
     RestartPod {
         replica: String,
         pod: String,
         uid: Option<String>,
+        serving: bool,
     },
     /// Copy the schema onto a new replica; once done, the replica is Ready.
     MigrateSchema { replica: String, shard: i32 },

@@ -337,7 +337,9 @@ async fn run(
                 )
             })
         }
-        Action::RestartPod { pod, uid, .. } => restart_pod(ctx, cluster, pod, uid.as_deref()).await,
+        Action::RestartPod {
+            pod, uid, serving, ..
+        } => restart_pod(ctx, cluster, pod, uid.as_deref(), *serving).await,
         Action::MigrateSchema { replica, shard } => {
             bounded(
                 &format!("copying the schema onto {replica}"),
@@ -595,23 +597,27 @@ fn random_password() -> String {
         .collect()
 }
 
-/// Takes the pod out of the client Service, then deletes it, only if it is still the pod that
-/// was observed (its replacement is never deleted by name).
+/// Takes the pod out of the client Service (unless it was observed out of it already), then
+/// deletes it, only if it is still the pod that was observed (its replacement is never deleted
+/// by name).
 async fn restart_pod(
     ctx: &Context,
     cluster: &ClickHouseCluster,
     pod: &str,
     uid: Option<&str>,
+    serving: bool,
 ) -> Result<Done, Error> {
     let pods = api::<Pod>(ctx, &cluster.namespace().unwrap_or_default());
-    let unlabel = json!({"metadata": {"labels": {labels::SERVING: null}}});
-    ignore_not_found(noted(
-        ctx,
-        cluster,
-        Cached::Pod,
-        pods.patch(pod, &PatchParams::default(), &Patch::Merge(unlabel))
-            .await,
-    ))?;
+    if serving {
+        let unlabel = json!({"metadata": {"labels": {labels::SERVING: null}}});
+        ignore_not_found(noted(
+            ctx,
+            cluster,
+            Cached::Pod,
+            pods.patch(pod, &PatchParams::default(), &Patch::Merge(unlabel))
+                .await,
+        ))?;
+    }
     let dp = DeleteParams {
         preconditions: uid.map(|uid| Preconditions {
             uid: Some(uid.to_string()),

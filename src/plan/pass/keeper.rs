@@ -188,6 +188,8 @@ fn roll(pass: &mut Pass) {
         replica: names::keeper(&pass.name),
         pod: m.pod,
         uid: m.uid,
+        // Keeper pods are in no client Service
+        serving: false,
     });
 }
 
@@ -306,6 +308,7 @@ fn repair(pass: &mut Pass) {
             replica: keeper.clone(),
             pod,
             uid,
+            serving: false,
         });
     }
 }

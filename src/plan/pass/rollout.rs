@@ -88,6 +88,8 @@ pub fn plan(pass: &mut Pass) {
             replica: n.clone(),
             pod: pod.clone(),
             uid: pass.facts.server(n).pod.uid.clone(),
+            // out of traffic already, or taken out just before by this pass
+            serving: pass.facts.server(n).pod.serving && !decision.exclude_pods.contains(n),
         });
         pass.event(
             "RestartPod",
