@@ -303,6 +303,14 @@ pub fn desired(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> 
     Ok(d)
 }
 
+/// `<cluster>-users` alone, stamped as [`desired`] stamps it.
+pub fn users_secret(c: &Cluster<'_>, inputs: &Inputs) -> Result<Secret, BuildError> {
+    let listed = inputs.listed.as_ref().unwrap_or(&inputs.replicas);
+    let mut secret = secret::users_secret(c, inputs, listed)?;
+    stamp(&mut secret);
+    Ok(secret)
+}
+
 /// The environment Secrets (`spec.pod.envSecret`, `spec.keeper.pod.envSecret`) hold no key the
 /// operator or the image's entrypoint owns ([`crate::api::SERVER_RESERVED_ENV`],
 /// [`crate::api::KEEPER_RESERVED_ENV`]): validation refuses the same names in `env`, but a

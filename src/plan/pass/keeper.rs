@@ -443,6 +443,7 @@ fn build_desired(pass: &mut Pass) -> bool {
     inputs.replicas = live;
     inputs.server_version = pass.server_version;
     let built = Cluster::new(&stepped).and_then(|c| model::desired(&c, &inputs));
+    pass.inputs = Some(inputs);
     match built {
         Ok(d) => {
             for s in &d.server_statefulsets {

@@ -125,6 +125,8 @@ pub struct Pass<'a> {
     pub keeper_settled: bool,
     /// Every object of the cluster, built for `keeper_size` (set by the Keeper phase).
     pub desired: Option<Desired>,
+    /// What `desired` was built from (set with it).
+    pub inputs: Option<crate::model::Inputs>,
     /// Hosts listed in `remote_servers`.
     pub listed: u64,
     /// The lowest version the servers report (see [`crate::plan::fleet::recorded_version`]).
@@ -206,6 +208,7 @@ impl<'a> Pass<'a> {
             keeper_size: cluster.spec.keeper.replicas,
             keeper_settled: true,
             desired: None,
+            inputs: None,
             listed: 0,
             template_current: BTreeMap::new(),
             members: Vec::new(),
