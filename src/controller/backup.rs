@@ -1,12 +1,12 @@
 //! The ClickHouseBackup controller: what a backup's pass reads beyond what every agent-driven
 //! pass reads ([`super::jobs`]), and its plan (`plan::backup::backup`).
 
+use crate::plan::EventType;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use tokio::sync::Semaphore;
 
 use super::Context;

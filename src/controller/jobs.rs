@@ -14,7 +14,6 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
@@ -597,14 +596,11 @@ pub async fn set_finalizer<K: JobResource>(
 }
 
 async fn publish<K: JobResource>(ctx: &Context, object: &K, plan: &Plan<K::Status>) {
-    let mut events = Vec::new();
-    for e in &plan.events {
-        let kind = match e.kind {
-            crate::plan::EventType::Normal => EventType::Normal,
-            crate::plan::EventType::Warning => EventType::Warning,
-        };
-        events.push((kind, e.reason, e.message.clone()));
-    }
+    let events: Vec<_> = plan
+        .events
+        .iter()
+        .map(|e| (e.kind, e.reason, e.message.clone()))
+        .collect();
     super::publish_events(ctx, object, events, K::ACTION).await;
 }
 

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod cache;
 pub mod cluster;
+pub mod events;
 pub mod exporter_credentials;
 pub mod jobs;
 pub mod pvc_cleaner;
@@ -43,7 +44,9 @@ pub struct Context {
     pub cluster_backoff: Backoff,
     pub backup_backoff: Backoff,
     pub restore_backoff: Backoff,
-    pub reporter: Reporter,
+    /// The operator's one recorder of Events, which counts an Event that happens again
+    /// instead of writing it again ([`events`]).
+    pub events: events::Recorder,
     /// MAX_CONCURRENT_RECONCILES, counted separately for clusters, backups and restores, across
     /// namespaces; taken in the order the passes become due (see [`run_with`]).
     pub cluster_permits: Semaphore,
@@ -259,10 +262,13 @@ pub async fn run_with(
         cluster_backoff: Backoff::default(),
         backup_backoff: Backoff::default(),
         restore_backoff: Backoff::default(),
-        reporter: Reporter {
-            controller: MANAGER.into(),
-            instance: Some(settings.identity.clone()),
-        },
+        events: events::Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: Some(settings.identity.clone()),
+            },
+        ),
         cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
         restore_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
@@ -363,6 +369,7 @@ pub async fn run_with(
     tokio::select! {
         _ = all => Ok(()),
         _ = schedule::run(ctx.clone()) => Ok(()),
+        _ = ctx.events.run() => Ok(()),
         _ = lost_leadership => anyhow::bail!("lost the leader lease: stopping so that only one replica acts"),
     }
 }
@@ -375,29 +382,26 @@ where
     Api::namespaced(ctx.client.clone(), ns)
 }
 
-/// Publishes `events` (type, reason, note) about `object`, each note cut to 1000 characters; an
-/// event that cannot be published is logged, never fails the pass.
+/// Publishes `events` (type, reason, note) about `object` through the operator's recorder
+/// ([`events`]), each note cut to 1000 characters; an event that cannot be published is
+/// logged, never fails the pass.
 pub async fn publish_events<K>(
     ctx: &Context,
     object: &K,
-    events: impl IntoIterator<Item = (kube::runtime::events::EventType, &'static str, String)>,
-    action: &str,
+    events: impl IntoIterator<Item = (crate::plan::EventType, &'static str, String)>,
+    action: &'static str,
 ) where
     K: Resource<DynamicType = ()>,
 {
-    let recorder = kube::runtime::events::Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = object.object_ref(&());
-    for (type_, reason, note) in events {
-        let event = kube::runtime::events::Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: action.into(),
-            secondary: None,
+    for (kind, reason, message) in events {
+        let event = crate::plan::PlannedEvent {
+            kind,
+            reason,
+            action,
+            message,
         };
-        if let Err(e) = recorder.publish(&event, &reference).await {
-            warn!(error = %e, reason, "cannot publish event");
-        }
+        ctx.events.publish(&reference, &event).await;
     }
 }
 

@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
+use crate::plan::EventType;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::EventType;
 use serde_json::json;
 use tracing::{info, warn};
 

@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType as KubeEventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -28,7 +27,7 @@ use super::{Context, MANAGER, PassTimer, api};
 use crate::api::{ClickHouseCluster, ClickHouseClusterStatus, ReclaimPolicy};
 use crate::controller::cache::{Cached, Seen, Write};
 use crate::plan::facts::Kind;
-use crate::plan::{self, EventType, Failure, FailureReason, Plan, PlannedEvent, World};
+use crate::plan::{self, Failure, FailureReason, Plan, PlannedEvent, World};
 use crate::runtime::backoff::RECHECK;
 use crate::runtime::metrics::{KindLabels, ObjectLabels};
 
@@ -189,26 +188,12 @@ fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
     }
 }
 
+/// Publishes the Events of a pass through the operator's recorder: one per type, reason and
+/// action, naming what each was about ([`crate::controller::events::merge`]).
 async fn publish(cluster: &ClickHouseCluster, events: &[PlannedEvent], ctx: &Context) {
-    if events.is_empty() {
-        return;
-    }
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = cluster.object_ref(&());
-    for e in events {
-        let event = Event {
-            type_: match e.kind {
-                EventType::Normal => KubeEventType::Normal,
-                EventType::Warning => KubeEventType::Warning,
-            },
-            reason: e.reason.into(),
-            note: Some(e.message.chars().take(1000).collect()),
-            action: e.action.into(),
-            secondary: None,
-        };
-        if let Err(err) = recorder.publish(&event, &reference).await {
-            warn!(error = %err, reason = e.reason, "cannot publish event");
-        }
+    for e in crate::controller::events::merge(events) {
+        ctx.events.publish(&reference, &e).await;
     }
 }
 
