@@ -350,5 +350,52 @@ mod tests {
                 prop_assert_eq!(steps.iter().filter(|s| **s == "delete").count(), 1);
             }
         }
+
+        /// Decision 3 with the status written once per pass: a crash before a pass's status
+        /// write loses what the pass recorded, and the next pass runs its steps again (each is
+        /// idempotent; a StatefulSet deleted stays deleted). The scale-in still completes, and
+        /// for each replica the first delete comes after a sync and before the PVCs are labelled.
+        #[test]
+        fn crash_before_the_pass_is_recorded_repeats_its_steps_and_still_completes(
+            cuts in proptest::collection::vec(0usize..7, 1..20),
+            crashes in proptest::collection::vec(any::<bool>(), 1..20),
+        ) {
+            let mut stored = map();
+            let mut deleted = std::collections::BTreeSet::new();
+            let mut log: Vec<(String, &'static str)> = Vec::new();
+            let passes = cuts
+                .iter()
+                .zip(crashes.iter().chain(std::iter::repeat(&false)))
+                .chain(std::iter::repeat_n((&7, &false), 10));
+            for (cut, crash) in passes {
+                let p = plan_scale_in(
+                    &stored,
+                    |n| !deleted.contains(n),
+                    |n| !deleted.contains(n),
+                    |_| false,
+                );
+                let mut pass = stored.clone();
+                for chain in &p.chains {
+                    for a in chain.iter().take(*cut) {
+                        let kind = kinds(std::slice::from_ref(a))[0];
+                        if kind == "delete" {
+                            deleted.insert(a.replica().to_string());
+                        }
+                        log.push((a.replica().to_string(), kind));
+                        record(&mut pass, a);
+                    }
+                }
+                if !crash {
+                    stored = pass;
+                }
+            }
+            prop_assert!(stored.values().all(|r| r.state != ReplicaState::Condemned));
+            for r in ["c1-0-1", "c1-0-2"] {
+                let steps: Vec<&str> = log.iter().filter(|(n, _)| n == r).map(|(_, k)| *k).collect();
+                let first = |k: &str| steps.iter().position(|s| *s == k).unwrap();
+                prop_assert!(first("sync") < first("delete"));
+                prop_assert!(first("delete") < first("label-pvcs"));
+            }
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! Act: runs a plan's steps in order and reports what happened as an [`Outcome`]. It decides
-//! nothing: the status after the steps comes from the pure [`plan::report::report`]. A step
-//! that changes the ReplicaStateMap (a schema copy, a scale-in step) is followed at once by a
-//! status write, so a crash never repeats or skips it. No step waits: a step whose work is not
-//! finished yet (a shard still syncing) is reported as waiting and looked at again next pass.
+//! nothing: the status after the steps comes from the pure [`plan::report::report`], and is
+//! written once, after the pass. A step that changes the ReplicaStateMap (a schema copy, a
+//! scale-in step) is recorded in the cluster the later steps read; a crash before the pass's
+//! status write repeats it, and every step is idempotent (decision 3). No step waits: a step
+//! whose work is not finished yet (a shard still syncing) is reported as waiting and looked at
+//! again next pass.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -19,9 +21,7 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::observe::ch_client;
-use super::{
-    Error, KIND, api, dynamic, ignore_not_found, noted, noted_deletion, scale_in, write_status,
-};
+use super::{Error, KIND, api, dynamic, ignore_not_found, noted, noted_deletion, scale_in};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::sql::{ClusterName, TableName};
 use crate::clickhouse::{replica as chreplica, schemer};
@@ -79,7 +79,8 @@ pub fn normal(reason: &'static str, action: &'static str, message: String) -> Do
 
 /// Runs the plan's steps in order. Stops at the first failure, except that the steps of other
 /// condemned replicas go on (each replica's chain stops at its own first failure or wait).
-/// `current` is the cluster as last written; it is updated by each progress write.
+/// `current` is the cluster the pass planned from; the status it holds records each step that
+/// changes the replica map (not written: the pass writes the status once, after its steps).
 pub async fn act(
     current: &mut ClickHouseCluster,
     world: &World,
@@ -118,7 +119,7 @@ pub async fn act(
                         current.metadata.generation,
                         Timestamp::now(),
                     );
-                    *current = write_status(current, &status, ctx).await?;
+                    current.status = Some(status);
                 }
             }
             Ok(Done::Waiting(why)) => {
@@ -163,10 +164,10 @@ fn log_done(step: &Action, event: Option<&PlannedEvent>) {
 /// The fault-injection hook ([`crate::controller::AfterStep`]).
 fn crash_at(ctx: &Context, point: StepPoint, step: &Action) -> Result<(), Error> {
     match &ctx.faults.after_step {
-        Some(hook) if hook(point, step) => Err(Error::failed(
-            FailureReason::Internal,
-            format!("stopped {point:?} {} (fault injection)", step.describe()),
-        )),
+        Some(hook) if hook(point, step) => Err(Error::Stopped(format!(
+            "stopped {point:?} {} (fault injection)",
+            step.describe()
+        ))),
         _ => Ok(()),
     }
 }

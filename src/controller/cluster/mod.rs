@@ -47,6 +47,10 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{}: {}", .0.reason, .0.message)]
     Failed(Failure),
+    /// A test stopped the pass right there, as if the process had died (decision 24): nothing
+    /// after it runs, not even the pass's status write.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 impl Error {
@@ -62,6 +66,7 @@ impl Error {
         match self {
             Error::Kube(_) => FailureReason::KubernetesApi,
             Error::Failed(f) => f.reason,
+            Error::Stopped(_) => FailureReason::Internal,
         }
     }
 }
@@ -381,40 +386,140 @@ async fn fresh(
     }
 }
 
+/// What the passes of one reconcile reached: the cluster as the API server has it (as last read
+/// or written) and as the passes planned it (the same, with the status they reported, which
+/// is written once, at the end), the Events to publish, and what [`pass`] returns.
+struct Passes {
+    stored: ClickHouseCluster,
+    planned: ClickHouseCluster,
+    events: Vec<PlannedEvent>,
+    wrote: bool,
+    caught_up: bool,
+    soon: bool,
+}
+
+impl Passes {
+    /// Writes the status the passes reported, when it differs from the stored one.
+    async fn write(&mut self, ctx: &Context) -> Result<(), Error> {
+        let Some(status) = to_write(self.stored.status.as_ref(), self.planned.status.as_ref())
+        else {
+            return Ok(());
+        };
+        let written = write_status(&self.stored, &status.clone(), ctx).await?;
+        self.planned = written.clone();
+        self.stored = written;
+        Ok(())
+    }
+}
+
+/// PURE: the status to write, if any: the one the passes reported, unless it is the one
+/// stored (a pass that changed nothing in the status writes nothing).
+fn to_write<'a>(
+    stored: Option<&ClickHouseClusterStatus>,
+    reported: Option<&'a ClickHouseClusterStatus>,
+) -> Option<&'a ClickHouseClusterStatus> {
+    reported.filter(|r| stored != Some(*r))
+}
+
+/// PURE: whether a pass that planned from `planned` must write that status before it acts:
+/// its replica map is not the one stored (entries added or condemned by the pass before, or
+/// their steps done), and what the pass does next acts on it (S0-19, S0-21: a new or condemned
+/// entry is stored before anything is created or removed for it).
+fn map_first(
+    stored: Option<&ClickHouseClusterStatus>,
+    planned: Option<&ClickHouseClusterStatus>,
+    acts: bool,
+) -> bool {
+    let map = |s: Option<&ClickHouseClusterStatus>| s.map(|s| s.replica_state_map.clone());
+    acts && map(stored).unwrap_or_default() != map(planned).unwrap_or_default()
+}
+
 /// One pass: observe, decide, act, report; again right away while the plan asks for it.
-/// Returns the cluster as written, whether anything was written to Kubernetes but the
-/// status, and whether the last plan waits for the servers (`Plan::recheck_soon`).
+/// The status is written once, at the end, when it changed (also when a pass failed or a step
+/// could not be run), and before a pass acts on a replica map not stored yet; the Events are
+/// published after it. Returns the cluster as written, whether anything was written to
+/// Kubernetes but the status, and whether the last plan waits for the servers
+/// (`Plan::recheck_soon`).
 async fn pass(
-    mut current: ClickHouseCluster,
+    current: ClickHouseCluster,
     ctx: &Context,
 ) -> Result<(ClickHouseCluster, bool, bool), Error> {
-    let ns = current.namespace().unwrap_or_default();
-    let name = current.name_any();
-    let mut wrote = false;
-    let mut caught_up = false;
-    let mut soon = false;
+    let mut p = Passes {
+        stored: current.clone(),
+        planned: current,
+        events: Vec::new(),
+        wrote: false,
+        caught_up: false,
+        soon: false,
+    };
+    let result = passes(&mut p, ctx).await;
+    if let Err(e @ Error::Stopped(_)) = result {
+        // as if the process had died: nothing is written
+        return Err(e);
+    }
+    let written = p.write(ctx).await;
+    publish(&p.stored, &p.events, ctx).await;
+    match (result, written) {
+        (Err(e), written) => {
+            if let Err(w) = written {
+                warn!(cluster = %p.stored.name_any(), error = %w, "cannot write the status of a failed pass");
+            }
+            Err(e)
+        }
+        (Ok(()), Err(w)) => Err(w),
+        (Ok(()), Ok(())) => {
+            if p.caught_up {
+                // the caches have seen everything this pass saw (its own writes are awaited
+                // apart)
+                let (ns, name) = (
+                    p.stored.namespace().unwrap_or_default(),
+                    p.stored.name_any(),
+                );
+                ctx.caches.set_dirty(&ns, &name, false);
+            }
+            Ok((p.stored, p.wrote, p.soon))
+        }
+    }
+}
+
+/// The passes of [`pass`], up to [`PASSES_PER_RECONCILE`], without the final status write.
+async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
+    let ns = p.stored.namespace().unwrap_or_default();
+    let name = p.stored.name_any();
     for _ in 0..PASSES_PER_RECONCILE {
         // decision 52: the operator's defaults under the cluster's own spec, for this pass only
         // (the cluster object is never written with them)
+        let mut current = p.planned.clone();
         current.spec = ctx
             .cluster_defaults
             .apply(&current.spec)
             .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
         let (mut world, fresh) = observe::observe(&current, ctx).await?;
-        caught_up = fresh;
+        p.caught_up = fresh;
         let mut plan = plan::decide(&current, &world, Timestamp::now());
         if !plan.lag_checks.is_empty() {
             observe::read_lag(&current, &mut world, &plan.lag_checks).await;
             plan = plan::decide(&current, &world, Timestamp::now());
         }
-        soon = plan.recheck_soon;
+        p.soon = plan.recheck_soon;
         if plan.manage {
-            current = ensure_finalizer(&current, ctx).await?;
+            let with = ensure_finalizer(&p.stored, ctx).await?;
+            p.stored.metadata = with.metadata.clone();
+            p.planned.metadata = with.metadata;
+            current.metadata = p.planned.metadata.clone();
+        }
+        if map_first(
+            p.stored.status.as_ref(),
+            p.planned.status.as_ref(),
+            !plan.actions.is_empty(),
+        ) {
+            p.write(ctx).await?;
+            current.metadata = p.planned.metadata.clone();
         }
         if plan.actions.iter().any(|a| a.writes_kubernetes()) {
             // each write is remembered as it is made: the next pass plans from the caches only
             // once they show it (decision 41)
-            wrote = true;
+            p.wrote = true;
         }
         let outcome = match execute::act(&mut current, &world, &plan, ctx).await {
             Ok(o) => o,
@@ -431,13 +536,9 @@ async fn pass(
             current.metadata.generation,
             Timestamp::now(),
         );
-        current = write_status(&current, &status, ctx).await?;
-        ctx.metrics.record_cluster(
-            &current.namespace().unwrap_or_default(),
-            &current.name_any(),
-            &status,
-        );
-        publish(&current, &events, ctx).await;
+        ctx.metrics.record_cluster(&ns, &name, &status);
+        p.planned.status = Some(status);
+        p.events.extend(events);
         if let Some(f) = outcome.failure.or(plan.failure) {
             return Err(Error::Failed(f));
         }
@@ -445,11 +546,7 @@ async fn pass(
             break;
         }
     }
-    if caught_up {
-        // the caches have seen everything this pass saw (its own writes are awaited apart)
-        ctx.caches.set_dirty(&ns, &name, false);
-    }
-    Ok((current, wrote, soon))
+    Ok(())
 }
 
 pub async fn reconcile(
@@ -606,6 +703,57 @@ mod tests {
         assert_eq!(triggered("ns", "dr-creds"), 1);
         assert_eq!(triggered("ns", "other"), 0);
         assert_eq!(triggered("elsewhere", "s3-creds"), 0);
+    }
+
+    fn status(map: &[(&str, crate::api::ReplicaState)], message: &str) -> ClickHouseClusterStatus {
+        let mut s = ClickHouseClusterStatus {
+            message: Some(message.into()),
+            ..ClickHouseClusterStatus::default()
+        };
+        for (n, state) in map {
+            s.replica_state_map.insert(
+                n.to_string(),
+                crate::api::ReplicaStatus {
+                    shard: 0,
+                    state: *state,
+                    is_backup_pod: false,
+                    index: 0,
+                    scale_in_step: None,
+                    released: false,
+                },
+            );
+        }
+        s
+    }
+
+    /// A pass writes the status it reported only when it differs from the stored one.
+    #[test]
+    fn a_status_equal_to_the_stored_one_is_not_written() {
+        use crate::api::ReplicaState::Ready;
+        let stored = status(&[("c1-0-0", Ready)], "waiting for c1-0-0");
+        assert_eq!(to_write(Some(&stored), Some(&stored.clone())), None);
+        assert_eq!(to_write(Some(&stored), None), None);
+        let changed = status(&[("c1-0-0", Ready)], "waiting for nothing");
+        assert_eq!(to_write(Some(&stored), Some(&changed)), Some(&changed));
+        assert_eq!(to_write(None, Some(&changed)), Some(&changed));
+    }
+
+    /// S0-19, S0-21: a pass that acts on a replica map the pass before changed (entries added
+    /// or condemned, steps recorded) writes it first; one whose map is the stored one, or that
+    /// does nothing, leaves the status to the one write at the end of the reconcile.
+    #[test]
+    fn a_pass_acting_on_a_replica_map_not_stored_yet_writes_the_status_first() {
+        use crate::api::ReplicaState::{Condemned, Pending, Ready};
+        let stored = status(&[("c1-0-0", Ready)], "ready");
+        let added = status(&[("c1-0-0", Ready), ("c1-0-1", Pending)], "adding");
+        let condemned = status(&[("c1-0-0", Condemned)], "removing");
+        let message_only = status(&[("c1-0-0", Ready)], "another message");
+        assert!(map_first(Some(&stored), Some(&added), true));
+        assert!(map_first(Some(&stored), Some(&condemned), true));
+        assert!(map_first(None, Some(&added), true));
+        assert!(!map_first(Some(&stored), Some(&added), false));
+        assert!(!map_first(Some(&stored), Some(&message_only), true));
+        assert!(!map_first(Some(&stored), Some(&stored), true));
     }
 
     fn cluster(r#type: ClientServiceType, enabled: bool) -> ClickHouseCluster {
