@@ -165,8 +165,9 @@ impl Action {
         }
     }
 
-    /// The step changes what `status.replicaStateMap` records once it succeeded, so the
-    /// status is written right after it (a crash never repeats a destructive step).
+    /// The step changes what `status.replicaStateMap` records once it succeeded: the executor
+    /// records it in the cluster the pass's later steps read, and the pass's status write
+    /// stores it (a crash before that write repeats the step; every step is idempotent).
     pub fn records_progress(&self) -> bool {
         matches!(
             self,

@@ -646,7 +646,10 @@ where
 /// members under the operator from its chart, on real 18.16 servers: create (every pod Ready, then
 /// status `ready`), add a shard, a rolling restart of every server (an environment variable added;
 /// each pod restarted once), scale-in of a replica per shard. Printed: seconds from the change
-/// to the pods and to the status. Run with `hack/bench.sh lifecycle` (`BENCH_ROUNDS`, default 1).
+/// to the pods and to the status, and the operator's requests per step from the audit log: its
+/// writes by resource and verb, and those that changed nothing or were refused (with
+/// `LOCAL_CLUSTER_AUDIT=writes`, which `hack/bench.sh lifecycle` sets). Run with
+/// `hack/bench.sh lifecycle` (`BENCH_ROUNDS`, default 1).
 #[tokio::test]
 #[ignore = "a benchmark: hack/bench.sh lifecycle"]
 async fn benchmark_lifecycle_of_a_two_by_two_cluster() {
