@@ -142,7 +142,7 @@ pub enum StepPoint {
 
 /// Called before and after each step: `true` stops the pass right there, as if the process had
 /// died (fault-injection tests, decision 24; never set in the operator binary).
-pub type AfterStep = Arc<dyn Fn(StepPoint, &crate::plan::action::Action) -> bool + Send + Sync>;
+pub type AfterStep = Arc<dyn Fn(StepPoint, &crate::plan::step::Step) -> bool + Send + Sync>;
 
 /// The same for a backup or restore pass ([`jobs`]): called before and after each step of its
 /// plan (named by [`crate::plan::backup::Step::describe`]) and after its status write

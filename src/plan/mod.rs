@@ -2,7 +2,6 @@
 //! and returns a `Plan`: the status to report, the events to publish, and whether the pass
 //! failed. It performs no I/O, so every rule here is tested with plain data.
 
-pub mod action;
 pub mod backup;
 pub mod facts;
 pub mod fleet;
@@ -12,6 +11,7 @@ pub mod report;
 pub mod rollout;
 pub mod scale_in;
 pub mod status;
+pub mod step;
 pub mod upgrade;
 
 use crate::api::{
@@ -128,7 +128,7 @@ pub struct Plan {
     pub status: ClickHouseClusterStatus,
     pub events: Vec<PlannedEvent>,
     /// What to do, in order.
-    pub actions: Vec<action::Action>,
+    pub steps: Vec<step::Step>,
     /// The phase that planned each action.
     pub phases: Vec<pass::Phase>,
     /// Replicas whose replication lag must be read before deciding again.
@@ -159,7 +159,7 @@ impl Plan {
         Plan {
             status,
             events,
-            actions: Vec::new(),
+            steps: Vec::new(),
             phases: Vec::new(),
             lag_checks: Vec::new(),
             again: false,
@@ -251,7 +251,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         return Plan {
             status,
             events,
-            actions: Vec::new(),
+            steps: Vec::new(),
             phases: Vec::new(),
             lag_checks: Vec::new(),
             again: false,
@@ -376,7 +376,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
     Plan {
         status,
         events,
-        actions: pass.actions,
+        steps: pass.steps,
         phases: pass.phases,
         lag_checks: pass.lag_checks,
         again: pass.again,
@@ -436,7 +436,7 @@ mod tests {
         c.metadata.annotations =
             Some([(RESTART_AT.to_string(), "yesterday; rm -rf /".to_string())].into());
         let plan = decide(&c, &world(), now());
-        assert!(plan.actions.is_empty());
+        assert!(plan.steps.is_empty());
         let failure = plan.failure.unwrap();
         assert_eq!(failure.reason, FailureReason::InvalidSpec);
         assert!(
@@ -455,7 +455,7 @@ mod tests {
     fn a_suspended_cluster_gets_no_action_and_says_so_until_resumed() {
         let mut c = cluster(serde_json::json!({"suspend": true}));
         let plan = decide(&c, &world(), now());
-        assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+        assert!(plan.steps.is_empty(), "{:?}", plan.steps);
         assert!(plan.failure.is_none());
         assert_eq!(plan.status.state, ClusterState::Suspended);
         let cond = plan
@@ -477,11 +477,11 @@ mod tests {
         assert!(decide(&c, &world(), now()).events.is_empty());
         // even an invalid spec changes nothing while suspended
         c.spec.shards = 0;
-        assert!(decide(&c, &world(), now()).actions.is_empty());
+        assert!(decide(&c, &world(), now()).steps.is_empty());
         c.spec.shards = 1;
         c.spec.suspend = false;
         let resumed = decide(&c, &world(), now());
-        assert!(!resumed.actions.is_empty());
+        assert!(!resumed.steps.is_empty());
         assert_ne!(resumed.status.state, ClusterState::Suspended);
         let cond = resumed
             .status
@@ -589,7 +589,7 @@ mod tests {
         // The pass ran without a failure.
         let (status3, _) = report::report(
             &plan3,
-            &action::Outcome::default(),
+            &step::Outcome::default(),
             again.metadata.generation,
             now(),
         );
@@ -615,9 +615,9 @@ mod tests {
             action: "ScaleIn",
             message: "c1-0-1 left …: at /clickhouse/tables/0/default/events/replicas/c1-0-1".into(),
         };
-        let outcome = action::Outcome {
+        let outcome = step::Outcome {
             events: vec![left],
-            ..action::Outcome::default()
+            ..step::Outcome::default()
         };
         let (status1, events) = report::report(&plan, &outcome, Some(1), now());
         let find = |s: &crate::api::ClickHouseClusterStatus| {
@@ -633,7 +633,7 @@ mod tests {
         let mut again = c.clone();
         again.status = Some(status1);
         let plan2 = decide(&again, &world(), now());
-        let (status2, _) = report::report(&plan2, &action::Outcome::default(), Some(1), now());
+        let (status2, _) = report::report(&plan2, &step::Outcome::default(), Some(1), now());
         assert_eq!(find(&status2).map(|c| c.0).as_deref(), Some("True"));
     }
 

@@ -5,11 +5,11 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::action::{Action, Outcome};
 use super::facts::Mode;
 use super::pass::Pass;
 use super::scale_in;
 use super::status::{self, set_condition};
+use super::step::{Outcome, Step};
 use super::{EventType, Plan, PlannedEvent};
 use crate::api::{
     ClickHouseClusterStatus, ClientServiceType, ClusterState, ComponentStatus, ReplicaState,
@@ -369,14 +369,14 @@ pub fn report(
         );
     }
     for &i in &outcome.done {
-        match plan.actions.get(i) {
-            Some(Action::MigrateSchema { replica, .. }) => {
+        match plan.steps.get(i) {
+            Some(Step::MigrateSchema { replica, .. }) => {
                 if let Some(r) = status.replica_state_map.get_mut(replica) {
                     r.state = ReplicaState::Ready;
                 }
             }
-            Some(Action::ScaleIn(a)) => scale_in::record(&mut status.replica_state_map, a),
-            Some(Action::EnsureKeeperRoot { root }) => status.keeper_root = Some(root.clone()),
+            Some(Step::ScaleIn(a)) => scale_in::record(&mut status.replica_state_map, a),
+            Some(Step::EnsureKeeperRoot { root }) => status.keeper_root = Some(root.clone()),
             _ => {}
         }
     }

@@ -595,7 +595,7 @@ async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back
 #[tokio::test]
 async fn a_server_hung_during_the_schema_copy_holds_the_pass_no_longer_than_its_budget() {
     use clickhouse_operator::controller::{Faults, StepPoint};
-    use clickhouse_operator::plan::action::Action;
+    use clickhouse_operator::plan::step::Step;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     let client = client().await;
@@ -610,7 +610,7 @@ async fn a_server_hung_during_the_schema_copy_holds_the_pass_no_longer_than_its_
     let hook: clickhouse_operator::controller::AfterStep = {
         let (armed, fired, stopped) = (armed.clone(), fired.clone(), stopped.clone());
         Arc::new(move |point, step| {
-            if let (StepPoint::Before, Action::MigrateSchema { replica, .. }) = (point, step)
+            if let (StepPoint::Before, Step::MigrateSchema { replica, .. }) = (point, step)
                 && armed.load(Ordering::SeqCst)
                 && !fired.swap(true, Ordering::SeqCst)
             {

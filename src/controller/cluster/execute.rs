@@ -28,7 +28,7 @@ use crate::clickhouse::{replica as chreplica, schemer};
 use crate::controller::cache::Cached;
 use crate::controller::{Context, MANAGER, StepPoint};
 use crate::model::{self, Password, labels, names};
-use crate::plan::action::{Action, Outcome};
+use crate::plan::step::{Outcome, Step};
 use crate::plan::{self, EventType, FailureReason, Plan, PlannedEvent, World};
 use crate::runtime::metrics::KindLabels;
 
@@ -89,8 +89,8 @@ pub async fn act(
 ) -> Result<Outcome, Error> {
     let mut outcome = Outcome::default();
     let mut stopped_chains = BTreeSet::new();
-    for (i, step) in plan.actions.iter().enumerate() {
-        if let Action::ScaleIn(a) = step
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Step::ScaleIn(a) = step
             && stopped_chains.contains(a.replica())
         {
             continue;
@@ -123,7 +123,7 @@ pub async fn act(
                 }
             }
             Ok(Done::Waiting(why)) => {
-                if let Action::ScaleIn(a) = step {
+                if let Step::ScaleIn(a) = step {
                     stopped_chains.insert(a.replica().to_string());
                 }
                 outcome.waiting.push(why);
@@ -137,7 +137,7 @@ pub async fn act(
                     });
                 }
                 match step {
-                    Action::ScaleIn(a) => {
+                    Step::ScaleIn(a) => {
                         stopped_chains.insert(a.replica().to_string());
                     }
                     _ => break,
@@ -151,10 +151,10 @@ pub async fn act(
 /// The log trail: one info line for each step that changed something, with why; the pass's
 /// span adds the namespace and the cluster. A DNS cache drop, best effort and frequent while
 /// pods move, stays at debug.
-fn log_done(step: &Action, event: Option<&PlannedEvent>) {
+fn log_done(step: &Step, event: Option<&PlannedEvent>) {
     let (reason, message) = event.map_or(("", ""), |e| (e.reason, e.message.as_str()));
     match step {
-        Action::DropDnsCache { .. } => {
+        Step::DropDnsCache { .. } => {
             debug!(step = %step.describe(), why = step.why(), "done")
         }
         _ => info!(step = %step.describe(), why = step.why(), reason, message, "done"),
@@ -162,7 +162,7 @@ fn log_done(step: &Action, event: Option<&PlannedEvent>) {
 }
 
 /// The fault-injection hook ([`crate::controller::AfterStep`]).
-fn crash_at(ctx: &Context, point: StepPoint, step: &Action) -> Result<(), Error> {
+fn crash_at(ctx: &Context, point: StepPoint, step: &Step) -> Result<(), Error> {
     match &ctx.faults.after_step {
         Some(hook) if hook(point, step) => Err(Error::Stopped(format!(
             "stopped {point:?} {} (fault injection)",
@@ -175,19 +175,19 @@ fn crash_at(ctx: &Context, point: StepPoint, step: &Action) -> Result<(), Error>
 async fn run(
     cluster: &ClickHouseCluster,
     world: &World,
-    step: &Action,
+    step: &Step,
     ctx: &Context,
 ) -> Result<Done, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     match step {
-        Action::CreateOperatorSecret => create_operator_secret(cluster, ctx).await,
-        Action::AdoptOperatorSecret => adopt_operator_secret(cluster, ctx).await,
-        Action::AddExporterPassword => add_exporter_password(cluster, ctx).await,
-        Action::PublishExporterCredentials => {
+        Step::CreateOperatorSecret => create_operator_secret(cluster, ctx).await,
+        Step::AdoptOperatorSecret => adopt_operator_secret(cluster, ctx).await,
+        Step::AddExporterPassword => add_exporter_password(cluster, ctx).await,
+        Step::PublishExporterCredentials => {
             publish_exporter_credentials(cluster, world, ctx).await;
             Ok(Done::Finished(None))
         }
-        Action::Apply {
+        Step::Apply {
             kind,
             name,
             object,
@@ -253,7 +253,7 @@ async fn run(
                 Err(e) => Err(e.into()),
             }
         }
-        Action::OrphanStatefulSet { name } => {
+        Step::OrphanStatefulSet { name } => {
             let dp = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Orphan),
                 ..DeleteParams::default()
@@ -272,7 +272,7 @@ async fn run(
                 format!("deleted StatefulSet {name} with its pod kept; it is created again next"),
             ))
         }
-        Action::ResizePvc { name, size } => {
+        Step::ResizePvc { name, size } => {
             noted(
                 ctx,
                 cluster,
@@ -293,7 +293,7 @@ async fn run(
                 format!("PVC {name} resized to {size}"),
             ))
         }
-        Action::LabelPvc {
+        Step::LabelPvc {
             name,
             labels,
             annotations,
@@ -313,7 +313,7 @@ async fn run(
                 format!("PVC {name} has the labels and annotations of spec.storage"),
             ))
         }
-        Action::SetServing { pod, serving, .. } => {
+        Step::SetServing { pod, serving, .. } => {
             let value = serving.then_some(labels::TRUE);
             let patch = json!({"metadata": {"labels": {labels::SERVING: value}}});
             ignore_not_found(noted(
@@ -338,10 +338,10 @@ async fn run(
                 )
             })
         }
-        Action::RestartPod {
+        Step::RestartPod {
             pod, uid, serving, ..
         } => restart_pod(ctx, cluster, pod, uid.as_deref(), *serving).await,
-        Action::MigrateSchema { replica, shard } => {
+        Step::MigrateSchema { replica, shard } => {
             bounded(
                 &format!("copying the schema onto {replica}"),
                 SERVER_STEP_BUDGET,
@@ -349,8 +349,8 @@ async fn run(
             )
             .await
         }
-        Action::ScaleIn(a) => scale_in::run(cluster, world, a, ctx).await,
-        Action::EnsureKeeperRoot { root } => {
+        Step::ScaleIn(a) => scale_in::run(cluster, world, a, ctx).await,
+        Step::EnsureKeeperRoot { root } => {
             let password = world.observed.inputs.keeper_password.as_ref();
             super::keeper_root::ensure(cluster, ctx, password, root).await?;
             Ok(normal(
@@ -359,7 +359,7 @@ async fn run(
                 format!("the root {root} exists in the external Keeper"),
             ))
         }
-        Action::DropDnsCache { replica } => {
+        Step::DropDnsCache { replica } => {
             // Best effort: 18.16 resolves its hosts again right away and reports a host that
             // does not resolve yet (a pod without an address) as an error, though the cache was
             // dropped; nothing depends on it but the next pass's checks.
@@ -371,7 +371,7 @@ async fn run(
             }
             Ok(Done::Finished(None))
         }
-        Action::RestartReplicatedTables { replica, tables } => {
+        Step::RestartReplicatedTables { replica, tables } => {
             // Best effort: the table is read-only either way, and the status says so until it
             // is not; the next pass tries again while the session stays expired.
             let client = ch_client(cluster, world, replica)?;
@@ -397,7 +397,7 @@ async fn run(
                 }
             }
         }
-        Action::Delete { kind, name } => {
+        Step::Delete { kind, name } => {
             ignore_not_found(noted_deletion(
                 ctx,
                 cluster,

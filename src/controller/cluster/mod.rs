@@ -511,12 +511,12 @@ async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
         if map_first(
             p.stored.status.as_ref(),
             p.planned.status.as_ref(),
-            !plan.actions.is_empty(),
+            !plan.steps.is_empty(),
         ) {
             p.write(ctx).await?;
             current.metadata = p.planned.metadata.clone();
         }
-        if plan.actions.iter().any(|a| a.writes_kubernetes()) {
+        if plan.steps.iter().any(|a| a.writes_kubernetes()) {
             // each write is remembered as it is made: the next pass plans from the caches only
             // once they show it (decision 41)
             p.wrote = true;

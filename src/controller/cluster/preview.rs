@@ -17,8 +17,8 @@ use super::observe::{observe_with, read_lag, siblings};
 use crate::api::{ClickHouseCluster, ReplicaState};
 use crate::model::changes::{Need, classify};
 use crate::model::names;
-use crate::plan::action::Action;
 use crate::plan::facts::Kind;
+use crate::plan::step::Step;
 use crate::plan::{FailureReason, Plan, World, decide, rollout};
 
 /// What applying a file would do.
@@ -65,8 +65,8 @@ fn need(n: Need) -> &'static str {
 
 /// A step that changes something in Kubernetes or in the servers' data (the DNS cache drop of
 /// a fresh pod changes nothing).
-fn changes_something(a: &Action) -> bool {
-    !matches!(a, Action::DropDnsCache { .. })
+fn changes_something(a: &Step) -> bool {
+    !matches!(a, Step::DropDnsCache { .. })
 }
 
 /// The fields of `desired` whose value `observed` does not have, as `path: old → new` (the
@@ -252,13 +252,13 @@ fn fill(
         }
     }
     out.first_pass = plan
-        .actions
+        .steps
         .iter()
         .filter(|a| changes_something(a))
-        .map(Action::describe)
+        .map(Step::describe)
         .collect();
-    for a in &plan.actions {
-        if let Action::Apply {
+    for a in &plan.steps {
+        if let Step::Apply {
             kind,
             name,
             object,

@@ -9,7 +9,7 @@
 //! So at deletion the Secret is handed from the cluster to the retained PVCs: they become its
 //! owners, and garbage collection deletes it once the last of them is gone, so it lives exactly
 //! as long as the data that needs it. A cluster created again with the name finds it and takes
-//! it over ([`crate::plan::action::Action::AdoptOperatorSecret`]). With `reclaimPolicy: Delete`
+//! it over ([`crate::plan::step::Step::AdoptOperatorSecret`]). With `reclaimPolicy: Delete`
 //! the Secret goes with the cluster, as its volumes do.
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};

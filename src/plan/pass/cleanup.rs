@@ -8,8 +8,8 @@
 use super::Pass;
 use crate::api::ReplicaState;
 use crate::model::names;
-use crate::plan::action::Action;
 use crate::plan::facts::Kind;
+use crate::plan::step::Step;
 
 pub fn plan(pass: &mut Pass) {
     let keeper = names::keeper(&pass.name);
@@ -44,6 +44,6 @@ pub fn plan(pass: &mut Pass) {
         ));
     }
     for (kind, name) in unwanted {
-        pass.emit(Action::Delete { kind, name });
+        pass.emit(Step::Delete { kind, name });
     }
 }

@@ -101,8 +101,8 @@ mod tests {
         let now = Timestamp::now();
         let first = super::super::plan_pass(&cluster, &obs, now);
         let applied = |p: &super::super::PassPlan| {
-            p.actions.iter().find_map(|a| match a {
-                crate::plan::action::Action::Apply {
+            p.steps.iter().find_map(|a| match a {
+                crate::plan::step::Step::Apply {
                     kind: Kind::Secret,
                     object,
                     ..
@@ -120,6 +120,6 @@ mod tests {
         obs.objects
             .insert((Kind::Secret, "c1-users".into()), secret.clone());
         let second = super::super::plan_pass(&stored, &obs, now);
-        assert_eq!(applied(&second), None, "{:?}", second.actions);
+        assert_eq!(applied(&second), None, "{:?}", second.steps);
     }
 }

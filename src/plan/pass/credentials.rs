@@ -6,7 +6,7 @@ use super::Pass;
 use crate::model::config::server::keeper_identity_text;
 use crate::model::names;
 use crate::plan::FailureReason;
-use crate::plan::action::Action;
+use crate::plan::step::Step;
 
 pub fn plan(pass: &mut Pass) {
     if let Some((field, secret)) = pass.obs.missing_secrets.first() {
@@ -59,20 +59,20 @@ pub fn plan(pass: &mut Pass) {
         }
     }
     if !pass.obs.operator_secret_present {
-        pass.emit(Action::CreateOperatorSecret);
+        pass.emit(Step::CreateOperatorSecret);
         pass.again();
         pass.gates.halted = true;
     } else if pass.obs.operator_secret_orphaned {
         // the credentials the retained volumes were written with: the Keeper identity their
         // replicated tables' nodes were created for above all (decision 30)
-        pass.emit(Action::AdoptOperatorSecret);
+        pass.emit(Step::AdoptOperatorSecret);
         pass.again();
     } else if pass.obs.inputs.exporter_password.is_none() {
         // the exporter's read-only account (decision 36): the users file, which the servers
         // reload, gets it at the next pass; no pod restarts for it
-        pass.emit(Action::AddExporterPassword);
+        pass.emit(Step::AddExporterPassword);
         pass.again();
     } else if pass.obs.exporter_credentials_published == Some(false) {
-        pass.emit(Action::PublishExporterCredentials);
+        pass.emit(Step::PublishExporterCredentials);
     }
 }

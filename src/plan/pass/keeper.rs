@@ -15,8 +15,8 @@ use super::{Pass, json_of};
 use crate::api::ReplicaState;
 use crate::model::{self, Cluster, ReplicaSpec, names};
 use crate::plan::FailureReason;
-use crate::plan::action::Action;
 use crate::plan::facts::{KeeperMember, KeeperRole, Kind, MemberView, claims};
+use crate::plan::step::Step;
 
 /// Why a `clusterRef` to another cluster's Keeper is refused (decision 38): that cluster
 /// must exist and list this namespace in its `spec.keeper.allowedNamespaces`, and a new root
@@ -88,7 +88,7 @@ pub fn plan(pass: &mut Pass) {
         }
         let made = pass.old.keeper_root.as_deref() == Some(root.as_str());
         if !made {
-            pass.emit(Action::EnsureKeeperRoot { root });
+            pass.emit(Step::EnsureKeeperRoot { root });
         }
         pass.gates.keeper_serving = made;
     }
@@ -184,7 +184,7 @@ fn roll(pass: &mut Pass) {
             m.role.describe()
         ),
     );
-    pass.emit(Action::RestartPod {
+    pass.emit(Step::RestartPod {
         replica: names::keeper(&pass.name),
         pod: m.pod,
         uid: m.uid,
@@ -304,7 +304,7 @@ fn repair(pass: &mut Pass) {
             "Repair",
             format!("replacing Keeper pod {pod}: not Ready on an old revision"),
         );
-        pass.emit(Action::RestartPod {
+        pass.emit(Step::RestartPod {
             replica: keeper.clone(),
             pod,
             uid,

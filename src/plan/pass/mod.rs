@@ -23,9 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-use super::action::Action;
 use super::facts::{Facts, Kind, Observed};
 use super::rollout::Member;
+use super::step::Step;
 use super::{EventType, Failure, FailureReason, PlannedEvent};
 use crate::api::{
     ClickHouseCluster, ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaState, ReplicaStatus,
@@ -89,7 +89,7 @@ pub struct Gates {
 #[derive(Clone, Debug, Default)]
 pub struct PassPlan {
     pub status: ClickHouseClusterStatus,
-    pub actions: Vec<Action>,
+    pub steps: Vec<Step>,
     /// The phase that emitted each action.
     pub phases: Vec<Phase>,
     pub events: Vec<PlannedEvent>,
@@ -243,8 +243,8 @@ impl<'a> Pass<'a> {
     }
 
     /// Emits a step.
-    pub fn emit(&mut self, action: Action) {
-        self.out.actions.push(action);
+    pub fn emit(&mut self, action: Step) {
+        self.out.steps.push(action);
         self.out.phases.push(self.phase);
     }
 
@@ -314,7 +314,7 @@ impl<'a> Pass<'a> {
             .as_ref()
             .is_some_and(|o| object_current(o, &object))
         {
-            self.emit(Action::Apply {
+            self.emit(Step::Apply {
                 kind,
                 create: observed.is_none(),
                 name,

@@ -13,9 +13,9 @@ use super::{Pass, json_of, object_current, template_covers, with_template_of};
 use crate::api::UpdateStrategy;
 use crate::model::names;
 use crate::plan::FailureReason;
-use crate::plan::action::Action;
 use crate::plan::facts::{Kind, Mode};
 use crate::plan::rollout::{self, Gates, Member, RolloutPlan};
+use crate::plan::step::Step;
 
 /// How long a restarted replica may take to catch up with replication (S2-32), unless
 /// `spec.catchUpSeconds` says otherwise.
@@ -55,7 +55,7 @@ pub fn plan(pass: &mut Pass) {
         write(pass, e, &decision);
     }
     for n in &decision.exclude_pods {
-        pass.emit(Action::SetServing {
+        pass.emit(Step::SetServing {
             replica: n.clone(),
             pod: names::replica_pod(n),
             serving: false,
@@ -70,7 +70,7 @@ pub fn plan(pass: &mut Pass) {
         .map(|m| m.name.clone())
         .collect();
     for n in back {
-        pass.emit(Action::SetServing {
+        pass.emit(Step::SetServing {
             pod: names::replica_pod(&n),
             replica: n,
             serving: true,
@@ -84,7 +84,7 @@ pub fn plan(pass: &mut Pass) {
                 .push(format!("{pod} is stopping for its restart"));
             continue;
         }
-        pass.emit(Action::RestartPod {
+        pass.emit(Step::RestartPod {
             replica: n.clone(),
             pod: pod.clone(),
             uid: pass.facts.server(n).pod.uid.clone(),
@@ -264,7 +264,7 @@ fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
     let rest = with_template_of(&e.desired, &e.observed);
     if !object_current(&e.observed, &rest) {
         let template_outdated = !template_covers(&e.observed, &e.desired);
-        pass.emit(Action::Apply {
+        pass.emit(Step::Apply {
             kind: Kind::StatefulSet,
             name: e.name.clone(),
             object: if template_outdated && stopped {

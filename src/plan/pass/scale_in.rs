@@ -2,8 +2,8 @@
 //! paused, and never in a pass that changes the map's entries (they are persisted first).
 
 use super::Pass;
-use crate::plan::action::Action;
 use crate::plan::scale_in::plan_scale_in;
+use crate::plan::step::Step;
 
 pub fn plan(pass: &mut Pass) {
     if pass.gates.map_first || pass.facts.mode.paused() {
@@ -21,7 +21,7 @@ pub fn plan(pass: &mut Pass) {
     );
     for chain in p.chains {
         for step in chain {
-            pass.emit(Action::ScaleIn(step));
+            pass.emit(Step::ScaleIn(step));
         }
     }
     pass.waits.extend(p.waiting);

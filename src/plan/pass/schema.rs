@@ -5,7 +5,7 @@
 
 use super::Pass;
 use crate::api::ReplicaState;
-use crate::plan::action::Action;
+use crate::plan::step::Step;
 
 pub fn plan(pass: &mut Pass) {
     if pass.gates.map_first {
@@ -37,6 +37,6 @@ pub fn plan(pass: &mut Pass) {
         return;
     }
     for (replica, shard) in pending {
-        pass.emit(Action::MigrateSchema { replica, shard });
+        pass.emit(Step::MigrateSchema { replica, shard });
     }
 }

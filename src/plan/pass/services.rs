@@ -8,8 +8,8 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::{Pass, json_of};
 use crate::api::ClusterState;
-use crate::plan::action::Action;
 use crate::plan::facts::Kind;
+use crate::plan::step::Step;
 
 /// How long after a server pod became Ready the others keep refreshing their DNS cache.
 const DNS_SETTLE: SignedDuration = SignedDuration::from_secs(30);
@@ -51,7 +51,7 @@ pub fn plan(pass: &mut Pass) {
             .filter(|n| pass.facts.server(n).pod.ready)
             .collect();
         for replica in serving {
-            pass.emit(Action::DropDnsCache { replica });
+            pass.emit(Step::DropDnsCache { replica });
         }
     }
     reopen_keeper_sessions(pass);
@@ -77,6 +77,6 @@ fn reopen_keeper_sessions(pass: &mut Pass) {
         })
         .collect();
     for (replica, tables) in stalled {
-        pass.emit(Action::RestartReplicatedTables { replica, tables });
+        pass.emit(Step::RestartReplicatedTables { replica, tables });
     }
 }

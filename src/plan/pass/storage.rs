@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use super::{Pass, json_of};
 use crate::plan::FailureReason;
-use crate::plan::action::Action;
 use crate::plan::facts::{Claim, PvcFacts, claims, pvc_facts};
+use crate::plan::step::Step;
 use crate::util::quantity;
 
 /// The spec field behind a claim template, under `at` (`spec.storage`, `spec.keeper.storage`).
@@ -176,7 +176,7 @@ fn statefulset(pass: &mut Pass, v: Volumes) {
                 .iter()
                 .filter(|(t, p)| t == name && p.size.as_deref() != Some(&size))
             {
-                resizes.push(Action::ResizePvc {
+                resizes.push(Step::ResizePvc {
                     name: pvc.name.clone(),
                     size: size.clone(),
                 });
@@ -194,7 +194,7 @@ fn statefulset(pass: &mut Pass, v: Volumes) {
     };
     for (_, pvc) in &pvcs {
         if missing(&user_labels, &pvc.labels) || missing(&user_annotations, &pvc.annotations) {
-            pass.emit(Action::LabelPvc {
+            pass.emit(Step::LabelPvc {
                 name: pvc.name.clone(),
                 labels: user_labels.clone(),
                 annotations: user_annotations.clone(),
@@ -206,7 +206,7 @@ fn statefulset(pass: &mut Pass, v: Volumes) {
     }
     if recreate {
         if !deleting {
-            pass.emit(Action::OrphanStatefulSet { name: sts.clone() });
+            pass.emit(Step::OrphanStatefulSet { name: sts.clone() });
         }
         pass.again();
         pass.gates.storage_busy.push(sts);

@@ -16,9 +16,9 @@ fn an_older_cluster_gets_the_exporters_account_without_a_restart() {
     let pods_before: Vec<String> = sim.obs.pods.keys().cloned().collect();
     let p = sim.plan();
     assert!(
-        p.actions.contains(&Action::AddExporterPassword),
+        p.steps.contains(&Step::AddExporterPassword),
         "{:?}",
-        p.actions
+        p.steps
     );
     sim.act(&p);
     assert!(sim.obs.inputs.exporter_password.is_some());
@@ -26,14 +26,12 @@ fn an_older_cluster_gets_the_exporters_account_without_a_restart() {
     assert!(
         statefulsets_applied(&p).is_empty(),
         "no restart: {:?}",
-        p.actions
+        p.steps
     );
     assert!(
-        !p.actions
-            .iter()
-            .any(|a| matches!(a, Action::RestartPod { .. })),
+        !p.steps.iter().any(|a| matches!(a, Step::RestartPod { .. })),
         "{:?}",
-        p.actions
+        p.steps
     );
     sim.converge(10);
     assert!(
@@ -104,7 +102,7 @@ fn the_cluster_secret_and_grants_follow_the_versions_the_servers_report() {
     // a server not answering (restarting) keeps them
     sim.server_version = None;
     assert!(
-        sim.plan_caught_up().actions.is_empty(),
+        sim.plan_caught_up().steps.is_empty(),
         "nothing is rewritten while a version is unknown"
     );
     sim.server_version = Some("24.8.4.13".into());
@@ -113,23 +111,23 @@ fn the_cluster_secret_and_grants_follow_the_versions_the_servers_report() {
     sim.cluster.metadata.generation = Some(2);
     let p = sim.plan_caught_up();
     let secret_at = p
-        .actions
+        .steps
         .iter()
         .position(
-            |a| matches!(a, Action::Apply { kind: Kind::Secret, name, .. } if name == "c1-users"),
+            |a| matches!(a, Step::Apply { kind: Kind::Secret, name, .. } if name == "c1-users"),
         )
         .expect("the users Secret is rewritten");
     assert!(
-        p.actions[..secret_at].iter().all(|a| !matches!(
+        p.steps[..secret_at].iter().all(|a| !matches!(
             a,
-            Action::RestartPod { .. }
-                | Action::Apply {
+            Step::RestartPod { .. }
+                | Step::Apply {
                     kind: Kind::StatefulSet,
                     ..
                 }
         )),
         "{:?}",
-        p.actions
+        p.steps
     );
     sim.act(&p);
     let remote = users_secret_file(&sim, REMOTE_SERVERS_FILE);
@@ -147,18 +145,16 @@ fn the_exporters_credentials_are_published_until_current() {
     sim.converge(30);
     assert_eq!(sim.state(), ClusterState::Ready);
     assert!(
-        !sim.plan()
-            .actions
-            .contains(&Action::PublishExporterCredentials),
+        !sim.plan().steps.contains(&Step::PublishExporterCredentials),
         "none configured"
     );
     sim.obs.exporter_credentials_published = Some(false);
     let p = sim.plan();
-    assert_eq!(p.actions, [Action::PublishExporterCredentials]);
+    assert_eq!(p.steps, [Step::PublishExporterCredentials]);
     assert!(p.failure.is_none());
     sim.act(&p);
     let p = sim.plan_caught_up();
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
     assert_eq!(sim.state(), ClusterState::Ready);
 }
 
@@ -186,7 +182,7 @@ fn a_missing_key_of_a_secret_setting_is_said_and_nothing_is_written() {
         "{}",
         f.message
     );
-    assert!(p.actions.is_empty(), "nothing written: {:?}", p.actions);
+    assert!(p.steps.is_empty(), "nothing written: {:?}", p.steps);
     sim.obs
         .inputs
         .secrets

@@ -30,15 +30,11 @@ fn a_changed_or_removed_keeper_identity_is_refused_and_nothing_is_written() {
             "{}",
             f.message
         );
-        assert!(p.actions.is_empty(), "nothing written: {:?}", p.actions);
+        assert!(p.steps.is_empty(), "nothing written: {:?}", p.steps);
     }
     sim.obs.inputs.keeper_password = Some(first);
     let p = sim.plan_caught_up();
-    assert!(
-        p.failure.is_none() && p.actions.is_empty(),
-        "{:?}",
-        p.failure
-    );
+    assert!(p.failure.is_none() && p.steps.is_empty(), "{:?}", p.failure);
 }
 
 /// Decision 28: with an external Keeper, the first pass creates the cluster's root in it and no
@@ -50,16 +46,16 @@ fn an_external_keeper_gets_the_root_before_any_server_starts() {
         "keeper": {"replicas": 0, "external": {"nodes": [{"host": "zk-0.zk", "port": 2181}]}}}));
     let p = sim.plan();
     assert!(
-        p.actions.contains(&Action::EnsureKeeperRoot {
+        p.steps.contains(&Step::EnsureKeeperRoot {
             root: "/clickhouse-operator/t1/c1".into()
         }),
         "{:?}",
-        p.actions
+        p.steps
     );
     assert!(
         statefulsets_applied(&p).is_empty(),
         "no server before the root: {:?}",
-        p.actions
+        p.steps
     );
     sim.converge(20);
     assert_eq!(sim.state(), ClusterState::Ready, "{:?}", sim.cluster.status);
@@ -71,7 +67,7 @@ fn an_external_keeper_gets_the_root_before_any_server_starts() {
     assert!(!sim.obs.statefulsets.contains_key("c1-keeper"));
     assert_eq!(sim.obs.statefulsets.len(), 2);
     let p = sim.plan();
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
 }
 
 /// Decision 28: once the servers keep their data under an external Keeper's root, a spec naming
@@ -85,7 +81,7 @@ fn a_changed_external_keeper_root_is_refused_and_nothing_is_written() {
     sim.cluster.spec.keeper.external.as_mut().unwrap().root = Some("/b".into());
     sim.cluster.metadata.generation = Some(2);
     let p = sim.plan();
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
     let f = p.failure.expect("refused");
     assert_eq!(f.reason, crate::plan::FailureReason::InvalidSpec);
     assert!(
@@ -118,7 +114,7 @@ fn another_namespaces_keeper_is_used_only_with_its_consent_and_in_our_folder() {
         let mut sim = Sim::new(spec(None));
         sim.obs.keeper_owner = Some(owner);
         let p = sim.plan();
-        assert!(p.actions.is_empty(), "nothing is created: {:?}", p.actions);
+        assert!(p.steps.is_empty(), "nothing is created: {:?}", p.steps);
         let f = p.failure.expect("refused");
         assert_eq!(f.reason, crate::plan::FailureReason::Keeper);
         assert!(f.message.contains(says), "{}", f.message);
@@ -141,7 +137,7 @@ fn another_namespaces_keeper_is_used_only_with_its_consent_and_in_our_folder() {
     }
     let mut sim = Sim::new(spec(Some("/clickhouse-operator/t1/analytics")));
     sim.obs.keeper_owner = Some(KeeperOwner::Allows);
-    assert!(sim.plan().actions.contains(&Action::EnsureKeeperRoot {
+    assert!(sim.plan().steps.contains(&Step::EnsureKeeperRoot {
         root: "/clickhouse-operator/t1/analytics".into()
     }));
     // a root made before the rule stays usable

@@ -14,8 +14,8 @@ fn keeper_grows_one_member_at_a_time() {
     let mut sizes = Vec::new();
     for _ in 0..10 {
         let p = sim.plan();
-        for a in &p.actions {
-            if let Action::Apply {
+        for a in &p.steps {
+            if let Step::Apply {
                 kind: Kind::StatefulSet,
                 name,
                 object,
@@ -26,7 +26,7 @@ fn keeper_grows_one_member_at_a_time() {
                 sizes.push(object["spec"]["replicas"].as_i64().unwrap());
             }
         }
-        if p.actions.is_empty() {
+        if p.steps.is_empty() {
             break;
         }
         sim.act(&p);
@@ -47,7 +47,7 @@ fn keeper_steps(sim: &mut Sim, passes: usize) -> Vec<(u32, i64)> {
     let mut steps = Vec::new();
     for _ in 0..passes {
         let p = sim.plan();
-        if p.actions.is_empty() {
+        if p.steps.is_empty() {
             break;
         }
         sim.act(&p);
@@ -170,11 +170,11 @@ fn reverting_a_bad_keeper_image_replaces_the_stuck_member() {
     sim.act(&p);
     let p = sim.plan();
     assert!(
-        p.actions
+        p.steps
             .iter()
-            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-1")),
+            .any(|a| matches!(a, Step::RestartPod { pod, .. } if pod == "c1-keeper-1")),
         "{:?}",
-        p.actions
+        p.steps
     );
     // while the deleted member still stops, it is not deleted again
     let mut stopping = sim.obs.pods["c1-keeper-1"].clone();
@@ -183,11 +183,11 @@ fn reverting_a_bad_keeper_image_replaces_the_stuck_member() {
     let again = sim.plan();
     assert!(
         !again
-            .actions
+            .steps
             .iter()
-            .any(|a| matches!(a, Action::RestartPod { pod, .. } if pod == "c1-keeper-1")),
+            .any(|a| matches!(a, Step::RestartPod { pod, .. } if pod == "c1-keeper-1")),
         "{:?}",
-        again.actions
+        again.steps
     );
     sim.act(&p);
     sim.converge(20);
@@ -218,11 +218,11 @@ fn rapid_keeper_changes_roll_followers_first_and_the_leader_once_at_the_end() {
             BTreeMap::from([("example.com/change".to_string(), i.to_string())]);
         let p = sim.plan();
         let restarts = p
-            .actions
+            .steps
             .iter()
-            .filter(|a| matches!(a, Action::RestartPod { .. }))
+            .filter(|a| matches!(a, Step::RestartPod { .. }))
             .count();
-        assert!(restarts <= 1, "{:?}", p.actions);
+        assert!(restarts <= 1, "{:?}", p.steps);
         sim.act(&p);
     }
     sim.converge(30);
@@ -406,10 +406,10 @@ fn resume_starts_keeper_before_the_servers() {
     sim.cluster.spec.pause = false;
     let p = sim.plan();
     let started: Vec<&String> = p
-        .actions
+        .steps
         .iter()
         .filter_map(|a| match a {
-            Action::Apply {
+            Step::Apply {
                 kind: Kind::StatefulSet,
                 name,
                 object,
@@ -418,7 +418,7 @@ fn resume_starts_keeper_before_the_servers() {
             _ => None,
         })
         .collect();
-    assert_eq!(started, ["c1-keeper"], "{:?}", p.actions);
+    assert_eq!(started, ["c1-keeper"], "{:?}", p.steps);
     sim.act(&p);
     sim.converge(20);
     assert_eq!(sim.state(), ClusterState::Ready);

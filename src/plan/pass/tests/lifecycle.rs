@@ -12,7 +12,7 @@ fn new_cluster_converges_and_then_nothing_happens() {
     assert_eq!(sim.map().len(), 4);
     assert!(sim.map().values().all(|r| r.state == ReplicaState::Ready));
     let p = sim.plan();
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
     assert_eq!(p.status, sim.cluster.status.clone().unwrap());
 }
 
@@ -26,15 +26,15 @@ fn scale_out_persists_the_map_then_creates_every_statefulset_in_one_pass() {
     let p = sim.plan();
     assert!(p.again);
     assert!(
-        !p.actions.iter().any(|a| matches!(
+        !p.steps.iter().any(|a| matches!(
             a,
-            Action::Apply {
+            Step::Apply {
                 kind: Kind::StatefulSet,
                 ..
             }
         )),
         "{:?}",
-        p.actions
+        p.steps
     );
     assert_eq!(
         p.status
@@ -47,7 +47,7 @@ fn scale_out_persists_the_map_then_creates_every_statefulset_in_one_pass() {
     sim.act(&p);
     let p = sim.plan();
     let created: Vec<&String> = statefulsets_applied(&p);
-    assert_eq!(created.len(), 3, "{:?}", p.actions);
+    assert_eq!(created.len(), 3, "{:?}", p.steps);
     sim.act(&p);
     sim.converge(20);
     assert_eq!(sim.state(), ClusterState::Ready);
@@ -106,12 +106,12 @@ fn pause_and_resume() {
     sim.cluster.spec.pause = true;
     let p = sim.plan();
     let stopped = p
-        .actions
+        .steps
         .iter()
         .filter(|a| {
             matches!(
                 a,
-                Action::Apply {
+                Step::Apply {
                     kind: Kind::StatefulSet,
                     ..
                 }
@@ -121,7 +121,7 @@ fn pause_and_resume() {
     assert_eq!(
         stopped, 3,
         "both servers and Keeper in one pass: {:?}",
-        p.actions
+        p.steps
     );
     assert_eq!(p.status.state, ClusterState::Stopping);
     sim.act(&p);
@@ -153,9 +153,9 @@ fn scale_in_waits_for_every_statefulset() {
     for _ in 0..5 {
         let p = sim.plan();
         assert!(
-            !p.actions
+            !p.steps
                 .iter()
-                .any(|a| matches!(a, Action::ScaleIn(ScaleInAction::DeleteStatefulSet { .. })))
+                .any(|a| matches!(a, Step::ScaleIn(ScaleInAction::DeleteStatefulSet { .. })))
         );
         sim.act(&p);
     }
@@ -186,19 +186,19 @@ fn a_pass_emits_its_steps_in_the_order_of_the_phases() {
         let p = sim.plan();
         let mut sorted = p.phases.clone();
         sorted.sort();
-        assert_eq!(p.phases, sorted, "{:?}", p.actions);
-        assert_eq!(p.phases.len(), p.actions.len());
+        assert_eq!(p.phases, sorted, "{:?}", p.steps);
+        assert_eq!(p.phases.len(), p.steps.len());
         passes.push(
             p.phases
                 .iter()
-                .zip(&p.actions)
+                .zip(&p.steps)
                 .filter_map(|(phase, a)| match a {
-                    Action::Apply { kind, name, .. } => Some((*phase, *kind, name.clone())),
+                    Step::Apply { kind, name, .. } => Some((*phase, *kind, name.clone())),
                     _ => None,
                 })
                 .collect(),
         );
-        if p.actions.is_empty() && !p.again {
+        if p.steps.is_empty() && !p.again {
             sim.cluster.status = Some(p.status);
             break;
         }
@@ -241,12 +241,12 @@ fn a_stale_map_never_deletes_a_server_statefulset() {
         .collect();
     sim.cluster.status = stale;
     let p = sim.plan();
-    for a in &p.actions {
-        if let Action::Delete { name, .. } = a {
+    for a in &p.steps {
+        if let Step::Delete { name, .. } = a {
             assert!(
                 !added.contains(name),
                 "deletes {name} of the new replica: {:?}",
-                p.actions
+                p.steps
             );
         }
     }

@@ -11,10 +11,10 @@ use serde_json::Value;
 use super::{Phase, json_of};
 use crate::api::{ClickHouseCluster, ClusterState, ReplicaState, ReplicaStatus};
 use crate::model;
-use crate::plan::action::{Action, Outcome};
 use crate::plan::facts::{Kind, Observed, serves_tls};
 use crate::plan::report::report;
 use crate::plan::scale_in::ScaleInAction;
+use crate::plan::step::{Outcome, Step};
 use crate::plan::{Plan, World, decide};
 use crate::testing::{self, now};
 use k8s_openapi::api::apps::v1::StatefulSetStatus;
@@ -60,10 +60,10 @@ fn revision(template: &Value) -> String {
 
 /// The StatefulSets a plan applies, in order.
 fn statefulsets_applied(p: &Plan) -> Vec<&String> {
-    p.actions
+    p.steps
         .iter()
         .filter_map(|a| match a {
-            Action::Apply {
+            Step::Apply {
                 kind: Kind::StatefulSet,
                 name,
                 ..
@@ -362,10 +362,10 @@ impl Sim {
 
     /// Runs one plan as the executor would, against the simulation.
     fn act(&mut self, plan: &Plan) {
-        for a in &plan.actions {
+        for a in &plan.steps {
             self.log.push(a.describe());
             match a {
-                Action::Apply {
+                Step::Apply {
                     kind: Kind::StatefulSet,
                     name,
                     object,
@@ -402,14 +402,14 @@ impl Sim {
                     });
                     self.obs.statefulsets.insert(name.clone(), sts);
                 }
-                Action::Apply {
+                Step::Apply {
                     kind, name, object, ..
                 } => {
                     self.obs
                         .objects
                         .insert((*kind, name.clone()), object.clone());
                 }
-                Action::SetServing { pod, serving, .. } => {
+                Step::SetServing { pod, serving, .. } => {
                     if let Some(l) = self
                         .obs
                         .pods
@@ -423,25 +423,25 @@ impl Sim {
                         }
                     }
                 }
-                Action::RestartPod { pod, .. } => {
+                Step::RestartPod { pod, .. } => {
                     self.obs.pods.remove(pod);
                     if self.keeper_leader.as_ref() == Some(pod) {
                         self.keeper_leader = None;
                     }
                 }
-                Action::MigrateSchema { .. }
-                | Action::DropDnsCache { .. }
-                | Action::EnsureKeeperRoot { .. } => {}
-                Action::ScaleIn(s) => {
+                Step::MigrateSchema { .. }
+                | Step::DropDnsCache { .. }
+                | Step::EnsureKeeperRoot { .. } => {}
+                Step::ScaleIn(s) => {
                     if let ScaleInAction::DeleteStatefulSet { replica } = s {
                         self.obs.statefulsets.remove(replica);
                         self.obs.pods.remove(&format!("{replica}-0"));
                     }
                 }
-                Action::OrphanStatefulSet { name } => {
+                Step::OrphanStatefulSet { name } => {
                     self.obs.statefulsets.remove(name);
                 }
-                Action::LabelPvc {
+                Step::LabelPvc {
                     name,
                     labels,
                     annotations,
@@ -452,7 +452,7 @@ impl Sim {
                         .get_or_insert_default()
                         .extend(annotations.clone());
                 }
-                Action::ResizePvc { name, size } => {
+                Step::ResizePvc { name, size } => {
                     let pvc = self.obs.pvcs.get_mut(name).unwrap();
                     pvc.spec
                         .as_mut()
@@ -465,29 +465,29 @@ impl Sim {
                         Quantity(size.clone()),
                     )]));
                 }
-                Action::Delete {
+                Step::Delete {
                     kind: Kind::StatefulSet,
                     name,
                 } => {
                     self.obs.statefulsets.remove(name);
                 }
-                Action::Delete { kind, name } => {
+                Step::Delete { kind, name } => {
                     self.obs.objects.remove(&(*kind, name.clone()));
                 }
-                Action::AddExporterPassword => {
+                Step::AddExporterPassword => {
                     self.obs.inputs.exporter_password = Some(model::Password("added".into()));
                 }
-                Action::AdoptOperatorSecret => {
+                Step::AdoptOperatorSecret => {
                     self.obs.operator_secret_orphaned = false;
                 }
-                Action::PublishExporterCredentials => {
+                Step::PublishExporterCredentials => {
                     self.obs.exporter_credentials_published = Some(true);
                 }
                 other => panic!("unexpected action {other:?}"),
             }
         }
         let outcome = Outcome {
-            done: (0..plan.actions.len()).collect(),
+            done: (0..plan.steps.len()).collect(),
             ..Outcome::default()
         };
         let (status, _) = report(plan, &outcome, self.cluster.metadata.generation, now());
@@ -524,7 +524,7 @@ impl Sim {
     fn converge(&mut self, max: usize) -> usize {
         for i in 0..max {
             let p = self.plan_caught_up();
-            if p.actions.is_empty() && !p.again {
+            if p.steps.is_empty() && !p.again {
                 self.cluster.status = Some(p.status);
                 return i;
             }

@@ -23,13 +23,13 @@ fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
     let remote = users_secret_file(&sim, crate::model::names::REMOTE_SERVERS_FILE);
     sim.cluster.status = Some(Default::default());
     let p = sim.plan();
-    for a in &p.actions {
+    for a in &p.steps {
         match a {
-            Action::Apply {
+            Step::Apply {
                 kind: Kind::Secret, ..
             } => {
                 sim.act(&Plan {
-                    actions: vec![a.clone()],
+                    steps: vec![a.clone()],
                     ..p.clone()
                 });
                 assert_eq!(
@@ -38,14 +38,14 @@ fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
                     "remote_servers rewritten from a lost map"
                 );
             }
-            Action::Apply {
+            Step::Apply {
                 kind: Kind::StatefulSet,
                 name,
                 ..
             } => {
                 assert!(replicas.contains(name), "a new replica {name}")
             }
-            Action::Delete { .. } | Action::ScaleIn(_) => panic!("{a:?}"),
+            Step::Delete { .. } | Step::ScaleIn(_) => panic!("{a:?}"),
             _ => {}
         }
     }
@@ -107,11 +107,11 @@ fn a_cluster_created_again_on_retained_volumes_takes_back_its_replicas_and_crede
     sim.obs.operator_secret_orphaned = true;
     let p = sim.plan();
     assert!(
-        p.actions.contains(&Action::AdoptOperatorSecret),
+        p.steps.contains(&Step::AdoptOperatorSecret),
         "{:?}",
-        p.actions
+        p.steps
     );
-    assert!(!p.actions.contains(&Action::CreateOperatorSecret));
+    assert!(!p.steps.contains(&Step::CreateOperatorSecret));
     assert_eq!(
         p.status
             .replica_state_map
@@ -205,7 +205,7 @@ fn every_server_down_after_ready_is_a_full_crash_until_one_serves() {
             "{:?}",
             p.status.message
         );
-        if p.actions.is_empty() && !p.again {
+        if p.steps.is_empty() && !p.again {
             break;
         }
         sim.act(&p);

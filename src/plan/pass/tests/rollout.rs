@@ -71,10 +71,10 @@ fn tls_toggle_is_a_full_stop_and_start() {
         p.status.message
     );
     let stops: Vec<&Value> = p
-        .actions
+        .steps
         .iter()
         .filter_map(|a| match a {
-            Action::Apply {
+            Step::Apply {
                 kind: Kind::StatefulSet,
                 object,
                 ..
@@ -131,11 +131,11 @@ fn a_starting_pod_is_not_restarted_while_its_statefulsets_status_lags() {
     });
     let p = sim.plan_caught_up();
     assert!(
-        !p.actions
+        !p.steps
             .iter()
-            .any(|a| matches!(a, Action::RestartPod { pod: p, .. } if *p == pod)),
+            .any(|a| matches!(a, Step::RestartPod { pod: p, .. } if *p == pod)),
         "{:?}",
-        p.actions
+        p.steps
     );
 }
 
@@ -148,7 +148,7 @@ fn a_canary_replica_rolls_before_the_shards_go_in_parallel() {
     sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
     let p = sim.plan_caught_up();
     let written: Vec<&String> = statefulsets_applied(&p);
-    assert_eq!(written.len(), 1, "one canary: {:?}", p.actions);
+    assert_eq!(written.len(), 1, "one canary: {:?}", p.steps);
     sim.log.clear();
     sim.converge(40);
     let restarts = server_restarts(&sim.log);
@@ -311,9 +311,9 @@ fn a_pod_out_of_traffic_goes_back_when_its_restart_is_not_needed() {
     for _ in 0..10 {
         let p = sim.plan_caught_up();
         let excluding = p
-            .actions
+            .steps
             .iter()
-            .any(|a| matches!(a, Action::SetServing { serving: false, .. }));
+            .any(|a| matches!(a, Step::SetServing { serving: false, .. }));
         sim.act(&p);
         if excluding {
             break;
@@ -335,10 +335,10 @@ fn a_pod_deleted_for_its_restart_is_not_deleted_again_while_it_stops() {
     sim.converge(20);
     sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
     let restarts = |p: &Plan| -> Vec<String> {
-        p.actions
+        p.steps
             .iter()
             .filter_map(|a| match a {
-                Action::RestartPod { pod, .. } => Some(pod.clone()),
+                Step::RestartPod { pod, .. } => Some(pod.clone()),
                 _ => None,
             })
             .collect()
@@ -363,7 +363,7 @@ fn a_pod_deleted_for_its_restart_is_not_deleted_again_while_it_stops() {
     p.metadata.deletion_timestamp = Some(Time(now()));
     p.status = Some(PodStatus::default());
     let again = sim.plan_caught_up();
-    assert!(restarts(&again).is_empty(), "{:?}", again.actions);
+    assert!(restarts(&again).is_empty(), "{:?}", again.steps);
     assert!(
         !again.events.iter().any(|e| e.reason == "RestartPod"),
         "{:?}",
@@ -386,7 +386,7 @@ fn a_canary_whose_statefulset_status_lags_proves_nothing() {
     sim.cluster.spec.image = "clickhouse/clickhouse-server:25.3".into();
     let p = sim.plan_caught_up();
     let written: Vec<String> = statefulsets_applied(&p).into_iter().cloned().collect();
-    assert_eq!(written.len(), 1, "one canary: {:?}", p.actions);
+    assert_eq!(written.len(), 1, "one canary: {:?}", p.steps);
     sim.act(&p);
     // the StatefulSet controller has not seen the new template yet
     let canary = &written[0];
@@ -399,7 +399,7 @@ fn a_canary_whose_statefulset_status_lags_proves_nothing() {
             .into_iter()
             .filter(|n| *n != canary)
             .collect();
-        assert!(others.is_empty(), "{:?}", p.actions);
+        assert!(others.is_empty(), "{:?}", p.steps);
         sim.act(&p);
         let sts = sim.obs.statefulsets.get_mut(canary).unwrap();
         let status = sts.status.as_mut().unwrap();

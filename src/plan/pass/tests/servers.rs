@@ -10,7 +10,7 @@ use super::*;
 fn a_pod_that_just_became_ready_makes_every_server_resolve_again() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
     sim.converge(20);
-    assert!(sim.plan().actions.is_empty());
+    assert!(sim.plan().steps.is_empty());
     let pod = sim
         .obs
         .pods
@@ -31,14 +31,14 @@ fn a_pod_that_just_became_ready_makes_every_server_resolve_again() {
         .unwrap();
     conditions[0].last_transition_time = Some(Time(now()));
     let p = sim.plan();
-    let drops: Vec<&Action> = p
-        .actions
+    let drops: Vec<&Step> = p
+        .steps
         .iter()
-        .filter(|a| matches!(a, Action::DropDnsCache { .. }))
+        .filter(|a| matches!(a, Step::DropDnsCache { .. }))
         .collect();
-    assert_eq!(drops.len(), 2, "{:?}", p.actions);
-    assert_eq!(drops.len(), p.actions.len());
-    assert!(p.actions.iter().all(|a| !a.writes_kubernetes()));
+    assert_eq!(drops.len(), 2, "{:?}", p.steps);
+    assert_eq!(drops.len(), p.steps.len());
+    assert!(p.steps.iter().all(|a| !a.writes_kubernetes()));
     assert_eq!(p.status.state, ClusterState::Ready);
 }
 
@@ -56,29 +56,29 @@ fn tables_waiting_only_for_a_new_keeper_session_are_made_to_open_it() {
         .stalled_tables
         .insert(replica.clone(), tables.clone());
     let p = sim.plan();
-    let restarts: Vec<&Action> = p
-        .actions
+    let restarts: Vec<&Step> = p
+        .steps
         .iter()
-        .filter(|a| matches!(a, Action::RestartReplicatedTables { .. }))
+        .filter(|a| matches!(a, Step::RestartReplicatedTables { .. }))
         .collect();
     assert_eq!(
         restarts,
-        vec![&Action::RestartReplicatedTables {
+        vec![&Step::RestartReplicatedTables {
             replica: replica.clone(),
             tables
         }],
         "{:?}",
-        p.actions
+        p.steps
     );
     assert!(restarts.iter().all(|a| !a.writes_kubernetes()));
     sim.cluster.spec.pause = true;
     let p = sim.plan();
     assert!(
-        p.actions
+        p.steps
             .iter()
-            .all(|a| !matches!(a, Action::RestartReplicatedTables { .. })),
+            .all(|a| !matches!(a, Step::RestartReplicatedTables { .. })),
         "{:?}",
-        p.actions
+        p.steps
     );
 }
 
@@ -100,11 +100,11 @@ fn schema_copy_waits_until_every_ready_replica_serves() {
     sim.settle();
     let p = sim.plan();
     assert!(
-        !p.actions
+        !p.steps
             .iter()
-            .any(|a| matches!(a, Action::MigrateSchema { .. })),
+            .any(|a| matches!(a, Step::MigrateSchema { .. })),
         "{:?}",
-        p.actions
+        p.steps
     );
     assert!(
         p.status

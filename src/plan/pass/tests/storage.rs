@@ -36,7 +36,7 @@ fn storage_growth_resizes_the_pvc_and_recreates_the_statefulset_keeping_the_pod(
     let pod_before = sim.obs.pods[&format!("{replica}-0")].clone();
     sim.cluster.spec.storage.data.size = "2Gi".into();
     let p = sim.plan();
-    let described: Vec<String> = p.actions.iter().map(Action::describe).collect();
+    let described: Vec<String> = p.steps.iter().map(Step::describe).collect();
     let resize = described
         .iter()
         .position(|d| d.starts_with("resize PVC"))
@@ -63,7 +63,7 @@ fn storage_growth_resizes_the_pvc_and_recreates_the_statefulset_keeping_the_pod(
         ..Default::default()
     });
     let p = sim.plan();
-    assert!(p.actions.iter().any(|a| matches!(a, Action::Apply { kind: Kind::StatefulSet, name, create: true, .. } if *name == replica)), "{:?}", p.actions);
+    assert!(p.steps.iter().any(|a| matches!(a, Step::Apply { kind: Kind::StatefulSet, name, create: true, .. } if *name == replica)), "{:?}", p.steps);
     sim.act(&p);
     let p = sim.plan();
     assert!(
@@ -118,19 +118,17 @@ fn an_added_disk_recreates_the_statefulsets_and_restarts_each_server_once() {
     let p = sim.plan();
     for r in &replicas {
         assert!(
-            p.actions
+            p.steps
                 .iter()
-                .any(|a| matches!(a, Action::OrphanStatefulSet { name } if name == r)),
+                .any(|a| matches!(a, Step::OrphanStatefulSet { name } if name == r)),
             "{:?}",
-            p.actions
+            p.steps
         );
     }
     assert!(
-        !p.actions
-            .iter()
-            .any(|a| matches!(a, Action::RestartPod { .. })),
+        !p.steps.iter().any(|a| matches!(a, Step::RestartPod { .. })),
         "no restart while the StatefulSets are recreated: {:?}",
-        p.actions
+        p.steps
     );
     sim.converge(40);
     for r in &replicas {
@@ -151,12 +149,12 @@ fn an_added_disk_recreates_the_statefulsets_and_restarts_each_server_once() {
     sim.cluster.spec.storage.policies.clear();
     let p = sim.plan();
     assert!(
-        !p.actions.iter().any(|a| matches!(
+        !p.steps.iter().any(|a| matches!(
             a,
-            Action::OrphanStatefulSet { .. } | Action::RestartPod { .. } | Action::Delete { .. }
+            Step::OrphanStatefulSet { .. } | Step::RestartPod { .. } | Step::Delete { .. }
         )),
         "{:?}",
-        p.actions
+        p.steps
     );
     let message = p.status.message.clone().unwrap_or_default();
     assert!(
@@ -211,7 +209,7 @@ fn pvc_labels_reach_existing_pvcs_without_a_restart() {
             .any(|l| l.starts_with(&format!("delete StatefulSet {replica}")))
     );
     let p = sim.plan_caught_up();
-    assert!(p.actions.is_empty(), "{:?}", p.actions);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
 }
 
 /// docs/configuration.md, "Storage": `spec.keeper.storage.labels` reach every Keeper member's PVC
@@ -275,11 +273,11 @@ fn keeper_storage_growth_resizes_every_member_pvc_without_a_restart() {
     sim.cluster.spec.keeper.storage.size = "2Gi".into();
     let p = sim.plan();
     assert!(
-        !p.actions.iter().any(
-            |a| matches!(a, Action::Apply { kind: Kind::StatefulSet, name, .. } if *name == keeper)
+        !p.steps.iter().any(
+            |a| matches!(a, Step::Apply { kind: Kind::StatefulSet, name, .. } if *name == keeper)
         ),
         "the Keeper StatefulSet is not applied with a changed claim template: {:?}",
-        p.actions
+        p.steps
     );
     sim.converge(20);
     for m in &members {

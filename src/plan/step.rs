@@ -8,7 +8,7 @@ use super::{Failure, PlannedEvent};
 
 /// One step of the executor.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Action {
+pub enum Step {
     /// Create `<cluster>-operator` with a new random password.
     CreateOperatorSecret,
     /// Make the cluster the owner of `<cluster>-operator` again: a Secret kept from a deleted
@@ -80,43 +80,43 @@ pub enum Action {
     EnsureKeeperRoot { root: String },
 }
 
-impl Action {
+impl Step {
     pub fn describe(&self) -> String {
         match self {
-            Action::CreateOperatorSecret => "create the operator's credentials Secret".into(),
-            Action::AdoptOperatorSecret => {
+            Step::CreateOperatorSecret => "create the operator's credentials Secret".into(),
+            Step::AdoptOperatorSecret => {
                 "take over the credentials Secret kept with the retained volumes".into()
             }
-            Action::AddExporterPassword => {
+            Step::AddExporterPassword => {
                 "add the exporter's password to the operator's credentials Secret".into()
             }
-            Action::PublishExporterCredentials => {
+            Step::PublishExporterCredentials => {
                 "publish the exporter's credentials for the exporter".into()
             }
-            Action::Apply { kind, name, .. } => format!("apply {} {name}", kind.as_str()),
-            Action::OrphanStatefulSet { name } => {
+            Step::Apply { kind, name, .. } => format!("apply {} {name}", kind.as_str()),
+            Step::OrphanStatefulSet { name } => {
                 format!("delete StatefulSet {name}, its pod kept, to create it again")
             }
-            Action::ResizePvc { name, size } => format!("resize PVC {name} to {size}"),
-            Action::LabelPvc { name, .. } => {
+            Step::ResizePvc { name, size } => format!("resize PVC {name} to {size}"),
+            Step::LabelPvc { name, .. } => {
                 format!("set the labels and annotations of spec.storage on PVC {name}")
             }
-            Action::SetServing { pod, serving, .. } => {
+            Step::SetServing { pod, serving, .. } => {
                 format!(
                     "put pod {pod} {} traffic",
                     if *serving { "back in" } else { "out of" }
                 )
             }
-            Action::RestartPod { pod, .. } => format!("restart pod {pod}"),
-            Action::MigrateSchema { replica, .. } => format!("copy the schema onto {replica}"),
-            Action::ScaleIn(a) => format!("scale-in: {a:?}"),
-            Action::Delete { kind, name } => format!("delete {} {name}", kind.as_str()),
-            Action::DropDnsCache { replica } => format!("drop the DNS cache of {replica}"),
-            Action::RestartReplicatedTables { replica, tables } => format!(
+            Step::RestartPod { pod, .. } => format!("restart pod {pod}"),
+            Step::MigrateSchema { replica, .. } => format!("copy the schema onto {replica}"),
+            Step::ScaleIn(a) => format!("scale-in: {a:?}"),
+            Step::Delete { kind, name } => format!("delete {} {name}", kind.as_str()),
+            Step::DropDnsCache { replica } => format!("drop the DNS cache of {replica}"),
+            Step::RestartReplicatedTables { replica, tables } => format!(
                 "reopen the Keeper session of {} read-only table(s) on {replica}",
                 tables.len()
             ),
-            Action::EnsureKeeperRoot { root } => {
+            Step::EnsureKeeperRoot { root } => {
                 format!("create the root {root} in the external Keeper")
             }
         }
@@ -126,26 +126,26 @@ impl Action {
     /// each step it ran (the log trail).
     pub fn why(&self) -> &'static str {
         match self {
-            Action::CreateOperatorSecret => "the cluster has no credentials yet",
-            Action::AdoptOperatorSecret => "the cluster was created again on retained volumes",
-            Action::AddExporterPassword => "the Secret was made before the exporter's account",
-            Action::PublishExporterCredentials => "the exporter reads the cluster's credentials",
-            Action::Apply { create: true, .. } => "the object is missing",
-            Action::Apply { create: false, .. } => "the object differs from what the spec asks",
-            Action::OrphanStatefulSet { .. } => "a field a StatefulSet cannot change changed",
-            Action::ResizePvc { .. } => "spec.storage asks for more space",
-            Action::LabelPvc { .. } => "spec.storage asks for these labels and annotations",
-            Action::SetServing { serving: false, .. } => "its replica restarts next",
-            Action::SetServing { serving: true, .. } => "its replica is not restarted after all",
-            Action::RestartPod { .. } => "the pod runs an old revision",
-            Action::MigrateSchema { .. } => "a new replica needs the shard's tables",
-            Action::ScaleIn(_) => "the replica is condemned (scale-in)",
-            Action::Delete { .. } => "the spec no longer asks for it",
-            Action::DropDnsCache { .. } => "a host's address may have changed",
-            Action::RestartReplicatedTables { .. } => {
+            Step::CreateOperatorSecret => "the cluster has no credentials yet",
+            Step::AdoptOperatorSecret => "the cluster was created again on retained volumes",
+            Step::AddExporterPassword => "the Secret was made before the exporter's account",
+            Step::PublishExporterCredentials => "the exporter reads the cluster's credentials",
+            Step::Apply { create: true, .. } => "the object is missing",
+            Step::Apply { create: false, .. } => "the object differs from what the spec asks",
+            Step::OrphanStatefulSet { .. } => "a field a StatefulSet cannot change changed",
+            Step::ResizePvc { .. } => "spec.storage asks for more space",
+            Step::LabelPvc { .. } => "spec.storage asks for these labels and annotations",
+            Step::SetServing { serving: false, .. } => "its replica restarts next",
+            Step::SetServing { serving: true, .. } => "its replica is not restarted after all",
+            Step::RestartPod { .. } => "the pod runs an old revision",
+            Step::MigrateSchema { .. } => "a new replica needs the shard's tables",
+            Step::ScaleIn(_) => "the replica is condemned (scale-in)",
+            Step::Delete { .. } => "the spec no longer asks for it",
+            Step::DropDnsCache { .. } => "a host's address may have changed",
+            Step::RestartReplicatedTables { .. } => {
                 "their Keeper session expired and Keeper answers again"
             }
-            Action::EnsureKeeperRoot { .. } => "the external Keeper has no root for the cluster",
+            Step::EnsureKeeperRoot { .. } => "the external Keeper has no root for the cluster",
         }
     }
 
@@ -153,11 +153,11 @@ impl Action {
     pub fn writes_kubernetes(&self) -> bool {
         use super::scale_in::ScaleInAction as S;
         match self {
-            Action::MigrateSchema { .. }
-            | Action::DropDnsCache { .. }
-            | Action::RestartReplicatedTables { .. }
-            | Action::EnsureKeeperRoot { .. } => false,
-            Action::ScaleIn(a) => matches!(
+            Step::MigrateSchema { .. }
+            | Step::DropDnsCache { .. }
+            | Step::RestartReplicatedTables { .. }
+            | Step::EnsureKeeperRoot { .. } => false,
+            Step::ScaleIn(a) => matches!(
                 a,
                 S::LeaveTraffic { .. } | S::DeleteStatefulSet { .. } | S::LabelPvcsAndForget { .. }
             ),
@@ -171,7 +171,7 @@ impl Action {
     pub fn records_progress(&self) -> bool {
         matches!(
             self,
-            Action::MigrateSchema { .. } | Action::ScaleIn(_) | Action::EnsureKeeperRoot { .. }
+            Step::MigrateSchema { .. } | Step::ScaleIn(_) | Step::EnsureKeeperRoot { .. }
         )
     }
 }
