@@ -280,7 +280,15 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(settings.metrics_cluster_label));
+    metrics.set_max_concurrent_reconciles(
+        &[
+            controller::cluster::KIND,
+            controller::backup::KIND,
+            controller::restore::KIND,
+        ],
+        settings.max_concurrent_reconciles,
+    );
     let health = Arc::new(Health::default());
     {
         let (addr, metrics, health) = (settings.http_addr, metrics.clone(), health.clone());

@@ -135,7 +135,9 @@ pub async fn reconcile<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Res
         name = %object.name_any(),
         cluster = %object.cluster_name(),
     );
-    tracing::Instrument::instrument(pass(object, ctx), span).await
+    let result = tracing::Instrument::instrument(pass(object, ctx.clone()), span).await;
+    ctx.metrics.reconciled(K::KIND, &result);
+    result
 }
 
 /// One pass of a backup or restore: [`reconcile`] without its span.

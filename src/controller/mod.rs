@@ -436,10 +436,7 @@ pub struct PassTimer<'a> {
 
 impl<'a> PassTimer<'a> {
     pub fn start(kind: &'static str, metrics: &'a Metrics) -> Self {
-        metrics
-            .reconciles
-            .get_or_create(&crate::runtime::metrics::KindLabels { kind: kind.into() })
-            .inc();
+        metrics.pass_started(kind);
         PassTimer {
             kind,
             started: Instant::now(),

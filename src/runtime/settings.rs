@@ -129,6 +129,9 @@ pub struct Settings {
     /// without it. A file that cannot be read or holds a field that cannot take a default stops
     /// the operator at start, naming it.
     pub cluster_defaults: crate::api::defaults::ClusterDefaults,
+    /// The label that names the ClickHouseCluster on the operator's per-cluster series
+    /// (`METRICS_CLUSTER_LABEL`: `clickhouse_cluster`, the default, or `cluster`).
+    pub metrics_cluster_label: crate::runtime::metrics::ClusterLabel,
 }
 
 /// Parses `key=value,…` (a label selector of equalities only).
@@ -300,6 +303,11 @@ pub const ENV: &[(&str, &str, &str)] = &[
         "/metrics, /healthz and /readyz",
     ),
     (
+        "METRICS_CLUSTER_LABEL",
+        "clickhouse_cluster",
+        "the label naming the ClickHouseCluster on the operator's metrics: clickhouse_cluster or cluster",
+    ),
+    (
         "LEADER_ELECTION",
         "true",
         "only the holder of the Lease acts; a standby takes over",
@@ -438,7 +446,12 @@ impl Settings {
                     .map_err(|e| format!("CLUSTER_DEFAULTS_FILE {path:?}: {e}"))?
             }
         };
+        let metrics_cluster_label = crate::runtime::metrics::ClusterLabel::parse(
+            get("METRICS_CLUSTER_LABEL").as_deref(),
+            "METRICS_CLUSTER_LABEL",
+        )?;
         Ok(Settings {
+            metrics_cluster_label,
             cluster_defaults,
             exporter_credentials,
             operator_pod_labels,
@@ -601,6 +614,20 @@ mod tests {
         assert_eq!(s.identity, "op-0");
         assert_eq!(s.lease_namespace, "ops");
         assert!(s.leader_election);
+        use crate::runtime::metrics::ClusterLabel;
+        assert_eq!(s.metrics_cluster_label, ClusterLabel::ClickHouseCluster);
+        let label = |v: &'static str| {
+            Settings::from_lookup(move |k| (k == "METRICS_CLUSTER_LABEL").then(|| v.to_string()))
+        };
+        assert_eq!(
+            label("cluster").unwrap().metrics_cluster_label,
+            ClusterLabel::Cluster
+        );
+        assert!(
+            label("kubernetes_cluster")
+                .unwrap_err()
+                .contains("METRICS_CLUSTER_LABEL")
+        );
         let bad = Settings::from_lookup(|k| (k == "LOG_FORMAT").then(|| "xml".to_string()));
         assert!(bad.unwrap_err().contains("LOG_FORMAT"));
         assert_eq!(s.exporter_credentials, None);

@@ -454,16 +454,16 @@ async fn idle_passes_write_nothing() {
     // the cluster's series follow its status (docs/monitoring.md)
     for line in [
         format!(
-            r#"clickhouse_operator_cluster_state{{namespace="{ns}",cluster="c1",state="ready"}} 1"#
+            r#"clickhouse_operator_cluster_state{{namespace="{ns}",clickhouse_cluster="c1",state="ready"}} 1"#
         ),
         format!(
-            r#"clickhouse_operator_cluster_state{{namespace="{ns}",cluster="c1",state="error"}} 0"#
+            r#"clickhouse_operator_cluster_state{{namespace="{ns}",clickhouse_cluster="c1",state="error"}} 0"#
         ),
         format!(
-            r#"clickhouse_operator_cluster_pods{{namespace="{ns}",cluster="c1",component="clickhouse",count="ready"}} 1"#
+            r#"clickhouse_operator_cluster_pods{{namespace="{ns}",clickhouse_cluster="c1",component="clickhouse",count="ready"}} 1"#
         ),
         format!(
-            r#"clickhouse_operator_cluster_pods{{namespace="{ns}",cluster="c1",component="keeper",count="desired"}} 1"#
+            r#"clickhouse_operator_cluster_pods{{namespace="{ns}",clickhouse_cluster="c1",component="keeper",count="desired"}} 1"#
         ),
     ] {
         assert!(m.contains(&line), "{line}\n{m}");
@@ -474,7 +474,7 @@ async fn idle_passes_write_nothing() {
     assert!(
         !metrics
             .encode()
-            .contains(&format!(r#"namespace="{ns}",cluster="c1""#)),
+            .contains(&format!(r#"namespace="{ns}",clickhouse_cluster="c1""#)),
         "{}",
         metrics.encode()
     );

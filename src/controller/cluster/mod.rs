@@ -559,7 +559,10 @@ pub async fn reconcile(
         namespace = %cluster.metadata.namespace.as_deref().unwrap_or_default(),
         cluster = %cluster.name_any(),
     );
-    tracing::Instrument::instrument(reconcile_in_span(cluster, ctx), span).await
+    let result =
+        tracing::Instrument::instrument(reconcile_in_span(cluster, ctx.clone()), span).await;
+    ctx.metrics.reconciled(KIND, &result);
+    result
 }
 
 /// One pass of `cluster`: [`reconcile`] without its span.
