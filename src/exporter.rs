@@ -3,9 +3,10 @@
 //! asks every server pod (`system.metrics`, `system.events`, `system.asynchronous_metrics`,
 //! `system.replicas`, `system.parts`, `system.disks`) and every Keeper member (`mntr`),
 //! concurrently with a limit and a timeout per host, and answers in the Prometheus text format with
-//! the labels `namespace`, `cluster`, `shard`, `replica`, `pod`. A host that does not answer gets
-//! `clickhouse_up 0` (or `keeper_up 0`) and the others report as usual. It reads only, needs no
-//! leader, and restarts no pod (nothing is added to the server pods).
+//! the labels `namespace`, `clickhouse_cluster`, `shard`, `replica`, `pod`, the servers' figures
+//! under the names of ClickHouse's own endpoint (`ClickHouseMetrics_*`, … : [`Naming`]). A host
+//! that does not answer gets `clickhouse_up 0` (or `keeper_up 0`) and the others report as usual.
+//! It reads only, needs no leader, and restarts no pod (nothing is added to the server pods).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,6 +22,7 @@ use crate::api::{ClickHouseCluster, ClusterState, ReplicaState};
 use crate::clickhouse::{ClientConfig, QueryOptions};
 use crate::controller::cluster::replica_config;
 use crate::model::{labels, names};
+use crate::runtime::metrics::ClusterLabel;
 use crate::runtime::settings::WatchNamespaces;
 
 /// Hosts asked at once.
@@ -46,10 +48,11 @@ pub struct Host {
 }
 
 impl Host {
-    fn labels(&self, extra: &[(&str, &str)]) -> String {
+    /// The labels of its series, the cluster under `cluster_label`, then `extra`.
+    fn labels(&self, cluster_label: ClusterLabel, extra: &[(&str, &str)]) -> String {
         let mut parts = vec![
             ("namespace", self.namespace.as_str()),
-            ("cluster", self.cluster.as_str()),
+            (cluster_label.name(), self.cluster.as_str()),
         ];
         if !self.shard.is_empty() {
             parts.push(("shard", self.shard.as_str()));
@@ -149,6 +152,7 @@ pub mod queries {
 async fn scrape_server(
     client: &crate::clickhouse::Client,
     host: &Host,
+    naming: Naming,
     out: &mut Samples,
 ) -> Result<(), String> {
     let q = |sql: &'static str| async move {
@@ -157,56 +161,65 @@ async fn scrape_server(
             .await
             .map_err(|e| e.to_string())
     };
-    let l = host.labels(&[]);
-    for r in q(queries::METRICS).await?.iter() {
-        let name = metric_name("clickhouse_metric_", r.str("metric")?);
-        out.add(name, "gauge", l.clone(), r.f64("v")?);
-    }
-    for r in q(queries::EVENTS).await?.iter() {
-        let name = metric_name("clickhouse_event_", r.str("event")?) + "_total";
-        out.add(name, "counter", l.clone(), r.f64("v")?);
-    }
-    for r in q(queries::ASYNCHRONOUS_METRICS).await?.iter() {
-        let name = metric_name("clickhouse_asynchronous_metric_", r.str("metric")?);
-        out.add(name, "gauge", l.clone(), r.f64("v")?);
+    let label = naming.cluster_label;
+    let l = host.labels(label, &[]);
+    for (source, sql, key) in [
+        (Figures::Metrics, queries::METRICS, "metric"),
+        (Figures::Events, queries::EVENTS, "event"),
+        (
+            Figures::AsynchronousMetrics,
+            queries::ASYNCHRONOUS_METRICS,
+            "metric",
+        ),
+    ] {
+        for r in q(sql).await?.iter() {
+            let name = naming.figure(source, r.str(key)?);
+            out.add(name, source.kind(), l.clone(), r.f64("v")?);
+        }
     }
     for r in q(queries::REPLICAS).await?.iter() {
-        let t = host.labels(&[("database", r.str("database")?), ("table", r.str("table")?)]);
+        let t = host.labels(
+            label,
+            &[("database", r.str("database")?), ("table", r.str("table")?)],
+        );
         out.add(
-            "clickhouse_replica_is_readonly".into(),
+            series::REPLICA_IS_READONLY.into(),
             "gauge",
             t.clone(),
             r.f64("ro")?,
         );
         out.add(
-            "clickhouse_replica_is_session_expired".into(),
+            series::REPLICA_IS_SESSION_EXPIRED.into(),
             "gauge",
             t.clone(),
             r.f64("expired")?,
         );
         out.add(
-            "clickhouse_replica_queue_size".into(),
+            series::REPLICA_QUEUE_SIZE.into(),
             "gauge",
             t.clone(),
             r.f64("queue")?,
         );
         out.add(
-            "clickhouse_replica_absolute_delay_seconds".into(),
+            series::REPLICA_ABSOLUTE_DELAY_SECONDS.into(),
             "gauge",
             t,
             r.f64("delay")?,
         );
     }
     for r in q(queries::PARTS).await?.iter() {
-        let t = host.labels(&[("database", r.str("database")?), ("table", r.str("table")?)]);
+        let t = host.labels(
+            label,
+            &[("database", r.str("database")?), ("table", r.str("table")?)],
+        );
         out.add(
-            "clickhouse_table_active_parts".into(),
+            series::TABLE_ACTIVE_PARTS.into(),
             "gauge",
             t.clone(),
             r.f64("parts")?,
         );
         out.add(
-            "clickhouse_table_max_parts_per_partition".into(),
+            series::TABLE_MAX_PARTS_PER_PARTITION.into(),
             "gauge",
             t,
             r.f64("most")?,
@@ -217,19 +230,14 @@ async fn scrape_server(
     match disks {
         Ok(rows) => {
             for r in rows.iter() {
-                let d = host.labels(&[("disk", r.str("name")?)]);
+                let d = host.labels(label, &[("disk", r.str("name")?)]);
                 out.add(
-                    "clickhouse_disk_free_bytes".into(),
+                    series::DISK_FREE_BYTES.into(),
                     "gauge",
                     d.clone(),
                     r.f64("free")?,
                 );
-                out.add(
-                    "clickhouse_disk_total_bytes".into(),
-                    "gauge",
-                    d,
-                    r.f64("total")?,
-                );
+                out.add(series::DISK_TOTAL_BYTES.into(), "gauge", d, r.f64("total")?);
             }
         }
         Err(e) if e.code() == Some(crate::clickhouse::ErrorCode::UNKNOWN_TABLE) => {}
@@ -445,39 +453,41 @@ pub async fn scrape(
     client: &Client,
     namespaces: &WatchNamespaces,
     credentials: Option<&CredentialsSecret>,
+    naming: Naming,
 ) -> String {
     match targets(client, namespaces, credentials).await {
-        Ok(t) => scrape_targets(t).await,
+        Ok(t) => scrape_targets(t, naming).await,
         Err(e) => {
             tracing::warn!(error = %e, "exporter: cannot list the clusters");
             let mut total = Samples::default();
-            total.add(
-                "clickhouse_exporter_discovery_up".into(),
-                "gauge",
-                String::new(),
-                0.0,
-            );
+            total.add(series::DISCOVERY_UP.into(), "gauge", String::new(), 0.0);
             total.render()
         }
     }
 }
 
-/// One scrape of `targets`, [`CONCURRENCY`] at a time, ending by [`SCRAPE_DEADLINE`].
-pub async fn scrape_targets(targets: Vec<Target>) -> String {
-    scrape_targets_by(targets, tokio::time::Instant::now() + SCRAPE_DEADLINE).await
+/// One scrape of `targets`, [`CONCURRENCY`] at a time, ending by [`SCRAPE_DEADLINE`], named
+/// by `naming`.
+pub async fn scrape_targets(targets: Vec<Target>, naming: Naming) -> String {
+    scrape_targets_by(
+        targets,
+        naming,
+        tokio::time::Instant::now() + SCRAPE_DEADLINE,
+    )
+    .await
 }
 
 /// [`scrape_targets`] ending by `deadline`: a host still waiting for its turn or its answer
 /// then is reported down.
-pub async fn scrape_targets_by(targets: Vec<Target>, deadline: tokio::time::Instant) -> String {
+pub async fn scrape_targets_by(
+    targets: Vec<Target>,
+    naming: Naming,
+    deadline: tokio::time::Instant,
+) -> String {
     let mut total = Samples::default();
     let started = std::time::Instant::now();
-    total.add(
-        "clickhouse_exporter_discovery_up".into(),
-        "gauge",
-        String::new(),
-        1.0,
-    );
+    let label = naming.cluster_label;
+    total.add(series::DISCOVERY_UP.into(), "gauge", String::new(), 1.0);
     let results: Vec<Samples> = futures::stream::iter(targets)
         .map(|t| async move {
             let mut out = Samples::default();
@@ -486,7 +496,10 @@ pub async fn scrape_targets_by(targets: Vec<Target>, deadline: tokio::time::Inst
                     let until = deadline.min(tokio::time::Instant::now() + HOST_TIMEOUT);
                     let ok = match config.map(crate::clickhouse::Client::new) {
                         Some(Ok(c)) => {
-                            tokio::time::timeout_at(until, scrape_server(&c, &host, &mut out))
+                            tokio::time::timeout_at(
+                                until,
+                                scrape_server(&c, &host, naming, &mut out),
+                            )
                                 .await
                                 .map_err(|_| "timed out".to_string())
                                 .and_then(|r| r)
@@ -499,9 +512,9 @@ pub async fn scrape_targets_by(targets: Vec<Target>, deadline: tokio::time::Inst
                         out = Samples::default();
                     }
                     out.add(
-                        "clickhouse_up".into(),
+                        series::UP.into(),
                         "gauge",
-                        host.labels(&[]),
+                        host.labels(label, &[]),
                         f64::from(u8::from(ok.is_ok())),
                     );
                 }
@@ -512,15 +525,15 @@ pub async fn scrape_targets_by(targets: Vec<Target>, deadline: tokio::time::Inst
                         Some(ip) => mntr(&ip, left).await,
                         None => Err("no address".into()),
                     };
-                    let l = host.labels(&[]);
+                    let l = host.labels(label, &[]);
                     let up = answer.as_ref().is_ok_and(|a| !a.trim().is_empty());
                     if let Ok(text) = &answer {
                         for (k, v) in parse_mntr(text) {
-                            let name = metric_name("keeper_", k.trim_start_matches("zk_"));
+                            let name = metric_name(KEEPER_PREFIX, k.trim_start_matches("zk_"));
                             out.add(name, "gauge", l.clone(), v);
                         }
                     }
-                    out.add("keeper_up".into(), "gauge", l, f64::from(u8::from(up)));
+                    out.add(series::KEEPER_UP.into(), "gauge", l, f64::from(u8::from(up)));
                 }
             }
             out
@@ -539,7 +552,7 @@ pub async fn scrape_targets_by(targets: Vec<Target>, deadline: tokio::time::Inst
         }
     }
     total.add(
-        "clickhouse_exporter_scrape_duration_seconds".into(),
+        series::SCRAPE_DURATION_SECONDS.into(),
         "gauge",
         String::new(),
         started.elapsed().as_secs_f64(),
@@ -601,98 +614,191 @@ pub fn authorized(token: Option<&str>, header: Option<&str>) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// How the exporter names what it serves: by default `clickhouse_metric_*`,
-/// `clickhouse_event_*_total`, `clickhouse_asynchronous_metric_*` with the label `cluster` (what
-/// the shipped dashboards and alerts use); optionally the names of ClickHouse's own Prometheus
-/// endpoint (`ClickHouseMetrics_*`, `ClickHouseProfileEvents_*`, `ClickHouseAsyncMetrics_*`,
-/// `EXPORTER_METRIC_NAMES=clickhouse`), so that dashboards written for that endpoint and the
-/// official operator work, and the label `clickhouse_cluster` (`EXPORTER_CLUSTER_LABEL`), which
-/// a Prometheus that labels its own Kubernetes clusters `cluster` leaves alone.
+/// The names of the series the exporter makes itself (whatever [`Naming`] says); the servers'
+/// figures ([`Figures`]) and Keeper's (`keeper_<name>`) are named from what they answer.
+pub mod series {
+    pub const UP: &str = "clickhouse_up";
+    pub const REPLICA_IS_READONLY: &str = "clickhouse_replica_is_readonly";
+    pub const REPLICA_IS_SESSION_EXPIRED: &str = "clickhouse_replica_is_session_expired";
+    pub const REPLICA_QUEUE_SIZE: &str = "clickhouse_replica_queue_size";
+    pub const REPLICA_ABSOLUTE_DELAY_SECONDS: &str = "clickhouse_replica_absolute_delay_seconds";
+    pub const TABLE_ACTIVE_PARTS: &str = "clickhouse_table_active_parts";
+    pub const TABLE_MAX_PARTS_PER_PARTITION: &str = "clickhouse_table_max_parts_per_partition";
+    pub const DISK_FREE_BYTES: &str = "clickhouse_disk_free_bytes";
+    pub const DISK_TOTAL_BYTES: &str = "clickhouse_disk_total_bytes";
+    pub const KEEPER_UP: &str = "keeper_up";
+    pub const DISCOVERY_UP: &str = "clickhouse_exporter_discovery_up";
+    pub const SCRAPE_DURATION_SECONDS: &str = "clickhouse_exporter_scrape_duration_seconds";
+    /// Every one of them.
+    pub const ALL: [&str; 12] = [
+        UP,
+        REPLICA_IS_READONLY,
+        REPLICA_IS_SESSION_EXPIRED,
+        REPLICA_QUEUE_SIZE,
+        REPLICA_ABSOLUTE_DELAY_SECONDS,
+        TABLE_ACTIVE_PARTS,
+        TABLE_MAX_PARTS_PER_PARTITION,
+        DISK_FREE_BYTES,
+        DISK_TOTAL_BYTES,
+        KEEPER_UP,
+        DISCOVERY_UP,
+        SCRAPE_DURATION_SECONDS,
+    ];
+}
+
+/// The prefix of Keeper's `mntr` figures (`keeper_avg_latency`, …).
+pub const KEEPER_PREFIX: &str = "keeper_";
+
+/// The labels a host's series carry, besides the one naming its cluster
+/// ([`Naming::cluster_label`]): `namespace`, `shard`, `replica`, `pod`, and `database` and
+/// `table` (replication and parts) or `disk` (disks).
+pub const LABELS: [&str; 7] = [
+    "namespace",
+    "shard",
+    "replica",
+    "pod",
+    "database",
+    "table",
+    "disk",
+];
+
+/// The system tables of a server whose rows become series, one each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Figures {
+    /// `system.metrics`: gauges.
+    Metrics,
+    /// `system.events`: counters.
+    Events,
+    /// `system.asynchronous_metrics`: gauges.
+    AsynchronousMetrics,
+}
+
+impl Figures {
+    pub const ALL: [Figures; 3] = [
+        Figures::Metrics,
+        Figures::Events,
+        Figures::AsynchronousMetrics,
+    ];
+
+    /// The series' type.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Figures::Events => "counter",
+            Figures::Metrics | Figures::AsynchronousMetrics => "gauge",
+        }
+    }
+}
+
+/// What the exporter serves the servers' figures as (`EXPORTER_METRIC_NAMES`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MetricNames {
+    /// `clickhouse`, the default: the names of ClickHouse's own Prometheus endpoint,
+    /// `ClickHouseMetrics_<name>`, `ClickHouseProfileEvents_<name>` (counters without
+    /// `_total`), `ClickHouseAsyncMetrics_<name>`.
+    #[default]
+    ClickHouse,
+    /// `operator`, the names of earlier versions: `clickhouse_metric_<name>`,
+    /// `clickhouse_event_<name>_total`, `clickhouse_asynchronous_metric_<name>`.
+    Operator,
+}
+
+impl MetricNames {
+    /// The prefix and suffix of the series of `figures`.
+    pub fn affixes(self, figures: Figures) -> (&'static str, &'static str) {
+        match (self, figures) {
+            (MetricNames::ClickHouse, Figures::Metrics) => ("ClickHouseMetrics_", ""),
+            (MetricNames::ClickHouse, Figures::Events) => ("ClickHouseProfileEvents_", ""),
+            (MetricNames::ClickHouse, Figures::AsynchronousMetrics) => {
+                ("ClickHouseAsyncMetrics_", "")
+            }
+            (MetricNames::Operator, Figures::Metrics) => ("clickhouse_metric_", ""),
+            (MetricNames::Operator, Figures::Events) => ("clickhouse_event_", "_total"),
+            (MetricNames::Operator, Figures::AsynchronousMetrics) => {
+                ("clickhouse_asynchronous_metric_", "")
+            }
+        }
+    }
+}
+
+/// How the exporter names what it serves. By default the servers' figures carry the names of
+/// ClickHouse's own Prometheus endpoint (`ClickHouseMetrics_*`, `ClickHouseProfileEvents_*`,
+/// `ClickHouseAsyncMetrics_*`), so that the same dashboards and alerts read the exporter and
+/// the servers' own endpoint (and those written for the official operator), and every series
+/// names its cluster `clickhouse_cluster`, which a Prometheus that labels its own Kubernetes
+/// clusters `cluster` leaves alone. `EXPORTER_METRIC_NAMES=operator` and
+/// `EXPORTER_CLUSTER_LABEL=cluster` keep the names of earlier versions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Naming {
-    pub clickhouse_names: bool,
-    pub clickhouse_cluster_label: bool,
+    pub names: MetricNames,
+    pub cluster_label: ClusterLabel,
 }
 
 impl Naming {
-    /// From `EXPORTER_METRIC_NAMES` (`operator`, the default, or `clickhouse`) and
-    /// `EXPORTER_CLUSTER_LABEL` (`cluster`, the default, or `clickhouse_cluster`).
+    /// From `EXPORTER_METRIC_NAMES` (`clickhouse`, the default, or `operator`) and
+    /// `EXPORTER_CLUSTER_LABEL` (`clickhouse_cluster`, the default, or `cluster`).
     pub fn parse(names: Option<&str>, label: Option<&str>) -> Result<Naming, String> {
-        let clickhouse_names = match names.map(str::trim) {
-            None | Some("") | Some("operator") => false,
-            Some("clickhouse") => true,
+        let names = match names.map(str::trim) {
+            None | Some("") | Some("clickhouse") => MetricNames::ClickHouse,
+            Some("operator") => MetricNames::Operator,
             Some(other) => {
                 return Err(format!(
-                    "EXPORTER_METRIC_NAMES: {other:?} is neither operator nor clickhouse"
-                ));
-            }
-        };
-        let clickhouse_cluster_label = match label.map(str::trim) {
-            None | Some("") | Some("cluster") => false,
-            Some("clickhouse_cluster") => true,
-            Some(other) => {
-                return Err(format!(
-                    "EXPORTER_CLUSTER_LABEL: {other:?} is neither cluster nor clickhouse_cluster"
+                    "EXPORTER_METRIC_NAMES: {other:?} is neither clickhouse nor operator"
                 ));
             }
         };
         Ok(Naming {
-            clickhouse_names,
-            clickhouse_cluster_label,
+            names,
+            cluster_label: ClusterLabel::parse(label, "EXPORTER_CLUSTER_LABEL")?,
         })
     }
 
-    /// `text` (a scrape's answer) named this way.
-    pub fn apply(&self, text: &str) -> String {
-        if *self == Naming::default() {
-            return text.to_string();
-        }
-        let mut out = String::with_capacity(text.len());
-        for line in text.lines() {
-            let (head, name_and_rest) = match line.strip_prefix("# TYPE ") {
-                Some(rest) => ("# TYPE ", rest),
-                None => ("", line),
-            };
-            let end = name_and_rest
-                .find(['{', ' '])
-                .unwrap_or(name_and_rest.len());
-            let (name, rest) = name_and_rest.split_at(end);
-            let mut name = name.to_string();
-            if self.clickhouse_names {
-                if let Some(n) = name.strip_prefix("clickhouse_metric_") {
-                    name = format!("ClickHouseMetrics_{n}");
-                } else if let Some(n) = name
-                    .strip_prefix("clickhouse_event_")
-                    .and_then(|n| n.strip_suffix("_total"))
-                {
-                    name = format!("ClickHouseProfileEvents_{n}");
-                } else if let Some(n) = name.strip_prefix("clickhouse_asynchronous_metric_") {
-                    name = format!("ClickHouseAsyncMetrics_{n}");
-                }
-            }
-            let rest = if self.clickhouse_cluster_label && head.is_empty() {
-                // every series starts with `namespace`, then `cluster` (a namespace name holds
-                // no quote or comma)
-                match rest.find("\",cluster=\"") {
-                    Some(i) if rest.starts_with("{namespace=\"") => {
-                        format!("{}\",clickhouse_cluster=\"{}", &rest[..i], &rest[i + 11..])
+    /// The series of the row `name` of `figures`. ClickHouse's own names are made as its
+    /// endpoint makes them: every character but a letter, digit, `_` or `:` made `_`, and
+    /// (metrics and events) anything before the name's first letter dropped.
+    pub fn figure(&self, figures: Figures, name: &str) -> String {
+        let (prefix, suffix) = self.names.affixes(figures);
+        match self.names {
+            MetricNames::Operator => metric_name(prefix, name) + suffix,
+            MetricNames::ClickHouse => {
+                let mut out = String::from(prefix);
+                let name = match figures {
+                    Figures::AsynchronousMetrics => name,
+                    Figures::Metrics | Figures::Events => {
+                        name.trim_start_matches(|c: char| !c.is_ascii_alphabetic())
                     }
-                    _ => rest.to_string(),
+                };
+                for c in name.chars() {
+                    out.push(if c.is_ascii_alphanumeric() || c == ':' {
+                        c
+                    } else {
+                        '_'
+                    });
                 }
-            } else {
-                rest.to_string()
-            };
-            out.push_str(head);
-            out.push_str(&name);
-            out.push_str(&rest);
-            out.push('\n');
+                out + suffix
+            }
         }
-        out
+    }
+
+    /// Whether a series named `name` may be in a scrape named this way: one of [`series`], a
+    /// figure of a server ([`Naming::figure`]) or of a Keeper member (`keeper_<name>`). What
+    /// the figures are is up to the servers: only their prefix (and suffix) is known here.
+    pub fn may_serve(&self, name: &str) -> bool {
+        series::ALL.contains(&name)
+            || name
+                .strip_prefix(KEEPER_PREFIX)
+                .is_some_and(|n| !n.is_empty())
+            || Figures::ALL.iter().any(|&f| {
+                let (prefix, suffix) = self.names.affixes(f);
+                name.strip_prefix(prefix)
+                    .and_then(|n| n.strip_suffix(suffix))
+                    .is_some_and(|n| !n.is_empty())
+            })
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `addr`: a scrape's answer is shared by the requests of
-/// `cache_for`; with `token` (`EXPORTER_TOKEN`), `/metrics` needs it as a bearer token.
+/// Serves `/metrics` and `/healthz` on `addr`, named by `naming`: a scrape's answer is shared
+/// by the requests of `cache_for`; with `token` (`EXPORTER_TOKEN`), `/metrics` needs it as a
+/// bearer token.
 pub async fn serve(
     client: Client,
     namespaces: WatchNamespaces,
@@ -729,12 +835,9 @@ pub async fn serve(
             )
                 .into_response();
         }
-        naming
-            .apply(
-                &s.cache
-                    .get(|| scrape(&s.client, &s.namespaces, s.credentials.as_ref()))
-                    .await,
-            )
+        s.cache
+            .get(|| scrape(&s.client, &s.namespaces, s.credentials.as_ref(), naming))
+            .await
             .into_response()
     };
     let app = axum::Router::new()
@@ -749,39 +852,130 @@ pub async fn serve(
 mod tests {
     use super::*;
 
-    /// The names of ClickHouse's own endpoint and the label `clickhouse_cluster`, each on
-    /// request; by default the text is served as it is.
+    fn host() -> Host {
+        Host {
+            namespace: "t1".into(),
+            cluster: "c1".into(),
+            shard: "0".into(),
+            replica: "c1-0-0".into(),
+            pod: "c1-0-0-0".into(),
+        }
+    }
+
+    /// By default (nothing set, or set empty) the servers' figures take the names of
+    /// ClickHouse's own Prometheus endpoint, made as it makes them, and every series names its
+    /// cluster `clickhouse_cluster`.
     #[test]
-    fn metrics_take_clickhouses_own_names_and_the_clickhouse_cluster_label_on_request() {
-        let text = "# TYPE clickhouse_metric_Query gauge\n\
-            clickhouse_metric_Query{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 2\n\
-            # TYPE clickhouse_event_SelectQuery_total counter\n\
-            clickhouse_event_SelectQuery_total{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 5\n\
-            # TYPE clickhouse_asynchronous_metric_Uptime gauge\n\
-            clickhouse_asynchronous_metric_Uptime{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 9\n\
-            # TYPE clickhouse_up gauge\n\
-            clickhouse_up{namespace=\"t1\",cluster=\"c1\",pod=\"p\"} 1\n";
-        assert_eq!(Naming::default().apply(text), text);
-        let both = Naming::parse(Some("clickhouse"), Some("clickhouse_cluster")).unwrap();
+    fn by_default_figures_take_clickhouses_own_names_and_the_clickhouse_cluster_label() {
+        for (names, label) in [(None, None), (Some(""), Some(" "))] {
+            let naming = Naming::parse(names, label).unwrap();
+            assert_eq!(naming, Naming::default());
+            assert_eq!(
+                naming,
+                Naming {
+                    names: MetricNames::ClickHouse,
+                    cluster_label: ClusterLabel::ClickHouseCluster,
+                }
+            );
+        }
+        let n = Naming::default();
         assert_eq!(
-            both.apply(text),
-            "# TYPE ClickHouseMetrics_Query gauge\n\
-            ClickHouseMetrics_Query{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 2\n\
-            # TYPE ClickHouseProfileEvents_SelectQuery counter\n\
-            ClickHouseProfileEvents_SelectQuery{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 5\n\
-            # TYPE ClickHouseAsyncMetrics_Uptime gauge\n\
-            ClickHouseAsyncMetrics_Uptime{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 9\n\
-            # TYPE clickhouse_up gauge\n\
-            clickhouse_up{namespace=\"t1\",clickhouse_cluster=\"c1\",pod=\"p\"} 1\n"
+            n.figure(Figures::Metrics, "Query"),
+            "ClickHouseMetrics_Query"
         );
-        let label = Naming::parse(None, Some("clickhouse_cluster")).unwrap();
+        assert_eq!(
+            n.figure(Figures::Events, "SelectQuery"),
+            "ClickHouseProfileEvents_SelectQuery"
+        );
+        assert_eq!(
+            n.figure(Figures::AsynchronousMetrics, "jemalloc.allocated"),
+            "ClickHouseAsyncMetrics_jemalloc_allocated"
+        );
+        // as ClickHouse's endpoint: `:` kept, a metric's leading non-letters dropped
+        assert_eq!(
+            n.figure(Figures::Metrics, "9a:b-c"),
+            "ClickHouseMetrics_a:b_c"
+        );
+        assert_eq!(Figures::Events.kind(), "counter");
+        assert_eq!(
+            host().labels(n.cluster_label, &[("table", "t")]),
+            r#"{namespace="t1",clickhouse_cluster="c1",shard="0",replica="c1-0-0",pod="c1-0-0-0",table="t"}"#
+        );
+    }
+
+    /// The names of earlier versions stay available: `EXPORTER_METRIC_NAMES=operator` and
+    /// `EXPORTER_CLUSTER_LABEL=cluster`, each on its own; other values are refused.
+    #[test]
+    fn the_names_of_earlier_versions_stay_available_by_their_switches() {
+        let old = Naming::parse(Some("operator"), Some("cluster")).unwrap();
+        assert_eq!(
+            old.figure(Figures::Metrics, "Query"),
+            "clickhouse_metric_Query"
+        );
+        assert_eq!(
+            old.figure(Figures::Events, "SelectQuery"),
+            "clickhouse_event_SelectQuery_total"
+        );
+        assert_eq!(
+            old.figure(Figures::AsynchronousMetrics, "jemalloc.allocated"),
+            "clickhouse_asynchronous_metric_jemalloc_allocated"
+        );
+        assert_eq!(
+            host().labels(old.cluster_label, &[]),
+            r#"{namespace="t1",cluster="c1",shard="0",replica="c1-0-0",pod="c1-0-0-0"}"#
+        );
+        let names_only = Naming::parse(Some("operator"), None).unwrap();
+        assert_eq!(names_only.cluster_label, ClusterLabel::ClickHouseCluster);
+        let label_only = Naming::parse(None, Some("cluster")).unwrap();
+        assert_eq!(label_only.names, MetricNames::ClickHouse);
+        assert_eq!(
+            Naming::parse(Some("clickhouse"), Some("clickhouse_cluster")).unwrap(),
+            Naming::default()
+        );
         assert!(
-            label
-                .apply(text)
-                .contains("clickhouse_metric_Query{namespace=\"t1\",clickhouse_cluster=\"c1\"")
+            Naming::parse(Some("prom"), None)
+                .unwrap_err()
+                .contains("EXPORTER_METRIC_NAMES")
         );
-        assert!(Naming::parse(Some("prom"), None).is_err());
-        assert!(Naming::parse(None, Some("k8s_cluster")).is_err());
+        assert!(
+            Naming::parse(None, Some("k8s_cluster"))
+                .unwrap_err()
+                .contains("EXPORTER_CLUSTER_LABEL")
+        );
+    }
+
+    /// What a scrape named one way may hold: the exporter's own series, Keeper's figures and
+    /// the servers' figures under that naming's prefixes, never the other naming's.
+    #[test]
+    fn each_naming_serves_its_own_figures_and_not_the_others() {
+        let new = Naming::default();
+        let old = Naming::parse(Some("operator"), Some("cluster")).unwrap();
+        for n in [new, old] {
+            for name in series::ALL {
+                assert!(n.may_serve(name), "{name}");
+            }
+            assert!(n.may_serve("keeper_avg_latency"));
+            assert!(!n.may_serve("keeper_"));
+            assert!(!n.may_serve("clickhouse_replica_lag"));
+        }
+        for name in [
+            "ClickHouseMetrics_Query",
+            "ClickHouseProfileEvents_Query",
+            "ClickHouseAsyncMetrics_Uptime",
+        ] {
+            assert!(new.may_serve(name) && !old.may_serve(name), "{name}");
+        }
+        for name in [
+            "clickhouse_metric_Query",
+            "clickhouse_event_Query_total",
+            "clickhouse_asynchronous_metric_Uptime",
+        ] {
+            assert!(old.may_serve(name) && !new.may_serve(name), "{name}");
+        }
+        assert!(
+            !old.may_serve("clickhouse_event_Query"),
+            "counters end _total"
+        );
     }
 
     /// Decision 36: requests within [`CACHE_FOR`] share one scrape, also those that arrive
@@ -861,6 +1055,7 @@ mod tests {
         let started = std::time::Instant::now();
         let text = scrape_targets_by(
             targets,
+            Naming::default(),
             tokio::time::Instant::now() + Duration::from_secs(2),
         )
         .await;
@@ -875,6 +1070,11 @@ mod tests {
             .collect();
         assert_eq!(up.len(), 40, "every host is reported");
         assert!(up.iter().all(|l| l.ends_with(" 0")), "{up:?}");
+        assert!(
+            up.iter()
+                .all(|l| l.starts_with(r#"clickhouse_up{namespace="t1",clickhouse_cluster="c1","#)),
+            "{up:?}"
+        );
     }
 
     /// A member whose pod is gone is reported down, not left out; replicas being removed or
@@ -946,31 +1146,31 @@ mod tests {
 
     #[test]
     fn samples_render_one_type_line_per_metric_with_escaped_labels() {
-        let host = Host {
-            namespace: "t1".into(),
-            cluster: "c1".into(),
-            shard: "0".into(),
-            replica: "c1-0-0".into(),
-            pod: "c1-0-0-0".into(),
-        };
+        let host = host();
+        let n = Naming::default();
         let mut s = Samples::default();
         s.add(
-            metric_name("clickhouse_metric_", "Query"),
+            n.figure(Figures::Metrics, "Query"),
             "gauge",
-            host.labels(&[]),
+            host.labels(n.cluster_label, &[]),
             2.0,
         );
         s.add(
-            "clickhouse_table_active_parts".into(),
+            series::TABLE_ACTIVE_PARTS.into(),
             "gauge",
-            host.labels(&[("table", "we\"ird")]),
+            host.labels(n.cluster_label, &[("table", "we\"ird")]),
             3.0,
         );
-        s.add("clickhouse_up".into(), "gauge", host.labels(&[]), f64::NAN);
+        s.add(
+            series::UP.into(),
+            "gauge",
+            host.labels(n.cluster_label, &[]),
+            f64::NAN,
+        );
         let text = s.render();
-        assert!(text.contains("# TYPE clickhouse_metric_Query gauge\n"));
+        assert!(text.contains("# TYPE ClickHouseMetrics_Query gauge\n"));
         assert!(text.contains(
-            r#"clickhouse_metric_Query{namespace="t1",cluster="c1",shard="0",replica="c1-0-0",pod="c1-0-0-0"} 2"#
+            r#"ClickHouseMetrics_Query{namespace="t1",clickhouse_cluster="c1",shard="0",replica="c1-0-0",pod="c1-0-0-0"} 2"#
         ));
         assert!(text.contains(r#"table="we\"ird""#), "{text}");
         assert!(

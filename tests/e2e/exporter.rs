@@ -551,12 +551,14 @@ async fn benchmark_exporter_scrape_of_20_and_100_hosts() {
     for hosts in [2usize, 20, 100] {
         let targets: Vec<exporter::Target> = servers.iter().cycle().take(hosts).cloned().collect();
         // warm, then the median of five
-        exporter::scrape_targets(targets.clone()).await;
+        exporter::scrape_targets(targets.clone(), exporter::Naming::default()).await;
         let mut times = Vec::new();
         let mut size = 0;
         for _ in 0..5 {
             let t = Instant::now();
-            size = exporter::scrape_targets(targets.clone()).await.len();
+            size = exporter::scrape_targets(targets.clone(), exporter::Naming::default())
+                .await
+                .len();
             times.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         times.sort_by(f64::total_cmp);
