@@ -222,3 +222,34 @@ Rendered without a cluster (`helm template`), nothing is derived and nothing is 
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The label naming the ClickHouseCluster on the servers' series (exporter, PodMonitor). */}}
+{{- define "clickhouse-operator.serverClusterLabel" -}}
+{{- .Values.exporter.clusterLabel | default "clickhouse_cluster" }}
+{{- end }}
+
+{{/* The label naming the ClickHouseCluster on the operator's per-cluster series. */}}
+{{- define "clickhouse-operator.operatorClusterLabel" -}}
+{{- .Values.metrics.clusterLabel | default "clickhouse_cluster" }}
+{{- end }}
+
+{{/*
+A dashboard of dashboards/ (written for the default names: ClickHouse's own, the label
+clickhouse_cluster) named as the values name the series: with exporter.metricNames operator the
+servers' figures take the earlier names, and the cluster label of each selector is the one of
+its series, metrics.clusterLabel for the operator's (clickhouse_operator_*) and
+exporter.clusterLabel for the others. Called with (list $ text).
+*/}}
+{{- define "clickhouse-operator.dashboard" -}}
+{{- $ := index . 0 }}
+{{- $text := index . 1 }}
+{{- if eq ($.Values.exporter.metricNames | default "clickhouse") "operator" }}
+{{- $text = regexReplaceAll "ClickHouseMetrics_([A-Za-z0-9_:]+)" $text "clickhouse_metric_${1}" }}
+{{- $text = regexReplaceAll "ClickHouseProfileEvents_([A-Za-z0-9_:]+)" $text "clickhouse_event_${1}_total" }}
+{{- $text = regexReplaceAll "ClickHouseAsyncMetrics_([A-Za-z0-9_:]+)" $text "clickhouse_asynchronous_metric_${1}" }}
+{{- end }}
+{{- $text = regexReplaceAll "(clickhouse_operator_[A-Za-z0-9_]+\\{[^}]*)clickhouse_cluster=" $text "${1}OPERATOR_CLUSTER_LABEL=" }}
+{{- $text = regexReplaceAll "(label_values\\(clickhouse_operator_[^,]*, *)clickhouse_cluster\\)" $text "${1}OPERATOR_CLUSTER_LABEL)" }}
+{{- $text = replace "clickhouse_cluster" (include "clickhouse-operator.serverClusterLabel" $) $text }}
+{{- replace "OPERATOR_CLUSTER_LABEL" (include "clickhouse-operator.operatorClusterLabel" $) $text }}
+{{- end }}
