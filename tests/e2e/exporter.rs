@@ -1,6 +1,7 @@
 //! The metrics exporter (docs/monitoring.md) against real 18.16 servers and the Keeper stand-in:
-//! every server and Keeper member of the cluster is in one scrape with its labels; a server that is
-//! down reports `clickhouse_up 0` while the others keep reporting.
+//! every server and Keeper member of the cluster is in one scrape with its labels, the servers'
+//! figures under ClickHouse's own names; a server that is down reports `clickhouse_up 0` while
+//! the others keep reporting.
 
 use std::time::{Duration, Instant};
 
@@ -25,12 +26,16 @@ fn sample<'a>(text: &'a str, name: &str, pod: &str) -> Option<&'a str> {
 /// docs/monitoring.md, end to end: the exporter runs as a pod of the operator chart
 /// (`exporter.enabled`, scoped to the test namespace by `watchNamespace`, so under the chart's
 /// namespaced Role), and its `/metrics` holds, for each of the four servers of a 2×2 cluster,
-/// `clickhouse_up 1`, its `system.metrics`, `system.events`, replication and parts figures of a
-/// replicated table, with the labels namespace, cluster, shard, replica and pod; and for each of
-/// the three Keeper members `keeper_up 1` with its `mntr` figures. Five queries move that host's
-/// query counter by at least five; a replica that stops fetching shows a replication queue after an
-/// insert on the other replica of its shard. Every metric the chart's dashboards and alert rules
-/// use is in the real output (or named, with the reason, as absent on these servers). With one
+/// `clickhouse_up 1`, its `system.metrics` and `system.events` figures under ClickHouse's own
+/// names (`ClickHouseMetrics_*`, `ClickHouseProfileEvents_*`), replication and parts figures of a
+/// replicated table, with the labels namespace, clickhouse_cluster, shard, replica and pod; and
+/// for each of the three Keeper members `keeper_up 1` with its `mntr` figures. Five queries move
+/// that host's query counter by at least five; a replica that stops fetching shows a replication
+/// queue after an insert on the other replica of its shard. Every metric the chart's dashboards
+/// and alert rules use is in the real output (or named, with the reason, as absent on these
+/// servers), the operator's controller-runtime series among them. The names of earlier versions
+/// (`EXPORTER_METRIC_NAMES=operator`, `EXPORTER_CLUSTER_LABEL=cluster`) scrape the same servers
+/// as `clickhouse_metric_*`, `clickhouse_event_*_total` with the label cluster. With one
 /// server hung (its process stopped), the very next scrape reports it `clickhouse_up 0` while the
 /// three others still report `1` with their metrics; running again, it is reported up again; the
 /// same with the server killed (SIGKILL) until the node restarted it. (A member whose pod is gone
@@ -242,8 +247,9 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     for (r, shard) in &replicas {
         let pod = format!("{r}-0");
         for name in [
-            "clickhouse_metric_Query",
-            "clickhouse_event_Query_total",
+            "ClickHouseMetrics_Query",
+            "ClickHouseProfileEvents_Query",
+            "ClickHouseAsyncMetrics_Uptime",
             "clickhouse_replica_queue_size",
             "clickhouse_replica_absolute_delay_seconds",
             "clickhouse_replica_is_readonly",
@@ -263,7 +269,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         assert_eq!(
             line,
             format!(
-                r#"clickhouse_up{{namespace="{ns}",cluster="c1",shard="{shard}",replica="{r}",pod="{pod}"}} 1"#
+                r#"clickhouse_up{{namespace="{ns}",clickhouse_cluster="c1",shard="{shard}",replica="{r}",pod="{pod}"}} 1"#
             )
         );
     }
@@ -273,7 +279,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         }
         assert!(
             text.contains(&format!(
-                r#"keeper_up{{namespace="{ns}",cluster="c1",pod="{k}"}} 1"#
+                r#"keeper_up{{namespace="{ns}",clickhouse_cluster="c1",pod="{k}"}} 1"#
             )),
             "{text}"
         );
@@ -332,8 +338,19 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
                 if c.is_ascii_alphanumeric() || c == '_' {
                     word.push(c);
                 } else {
-                    if (word.starts_with("clickhouse_") || word.starts_with("keeper_"))
+                    // a series of the exporter or the operator, not the label naming the
+                    // cluster
+                    if [
+                        "clickhouse_",
+                        "ClickHouse",
+                        "keeper_",
+                        "workqueue_",
+                        "controller_runtime_",
+                    ]
+                    .iter()
+                    .any(|p| word.starts_with(p))
                         && !word.ends_with('_')
+                        && word != "clickhouse_cluster"
                     {
                         used.insert(word.clone());
                     }
@@ -358,13 +375,55 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         missing.is_empty(),
         "metrics used by the chart's dashboards or alerts that nobody exports: {missing:?}"
     );
+    for name in [
+        "ClickHouseProfileEvents_Query",
+        "ClickHouseMetrics_Merge",
+        "workqueue_depth",
+        "controller_runtime_reconcile_time_seconds_bucket",
+    ] {
+        assert!(used.contains(name), "the chart reads {name}: {used:?}");
+    }
+    assert!(
+        !used.iter().any(|m| m.starts_with("clickhouse_metric_")
+            || m.starts_with("clickhouse_event_")
+            || m.starts_with("clickhouse_operator_workqueue")),
+        "the chart reads an earlier name: {used:?}"
+    );
+
+    // the names of earlier versions, by their switches, on the same servers and members
+    let earlier = exporter::Naming::parse(Some("operator"), Some("cluster")).unwrap();
+    let found = exporter::targets(&client, &WatchNamespaces::Only(vec![ns.clone()]), None)
+        .await
+        .unwrap();
+    let old = exporter::scrape_targets(found, earlier).await;
+    for (r, shard) in &replicas {
+        let pod = format!("{r}-0");
+        for name in [
+            "clickhouse_metric_Query",
+            "clickhouse_event_Query_total",
+            "clickhouse_asynchronous_metric_Uptime",
+            "clickhouse_replica_queue_size",
+        ] {
+            assert!(sample(&old, name, &pod).is_some(), "{name} of {pod}\n{old}");
+        }
+        assert!(
+            old.contains(&format!(
+                r#"clickhouse_up{{namespace="{ns}",cluster="c1",shard="{shard}",replica="{r}",pod="{pod}"}} 1"#
+            )),
+            "{old}"
+        );
+    }
+    assert!(
+        !old.contains("ClickHouseMetrics_") && !old.contains("clickhouse_cluster="),
+        "{old}"
+    );
 
     // a query moves that host's counter; a replica that does not fetch shows its queue
     let first = format!("{}-0", replicas[0].0);
     let second = format!("{}-0", replicas[1].0);
     assert_eq!(replicas[0].1, replicas[1].1, "two replicas of one shard");
     let queries = |t: &str, pod: &str| -> f64 {
-        sample(t, "clickhouse_event_Query_total", pod)
+        sample(t, "ClickHouseProfileEvents_Query", pod)
             .unwrap()
             .parse()
             .unwrap()
@@ -420,11 +479,11 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     let down = down.expect("a scrape with one host hung");
     println!("the scrape with one host hung took {took:?}");
     assert_eq!(sample(&down, "clickhouse_up", &victim), Some("0"), "{down}");
-    assert!(sample(&down, "clickhouse_metric_Query", &victim).is_none());
+    assert!(sample(&down, "ClickHouseMetrics_Query", &victim).is_none());
     for (r, _) in &replicas[..3] {
         let other = format!("{r}-0");
         assert_eq!(sample(&down, "clickhouse_up", &other), Some("1"), "{down}");
-        assert!(sample(&down, "clickhouse_metric_Query", &other).is_some());
+        assert!(sample(&down, "ClickHouseMetrics_Query", &other).is_some());
     }
     wait_for(Duration::from_secs(60), "the host reported up again", || {
         let (victim, scrape) = (victim.clone(), scrape());
