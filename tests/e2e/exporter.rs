@@ -249,7 +249,6 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         for name in [
             "ClickHouseMetrics_Query",
             "ClickHouseProfileEvents_Query",
-            "ClickHouseAsyncMetrics_Uptime",
             "clickhouse_replica_queue_size",
             "clickhouse_replica_absolute_delay_seconds",
             "clickhouse_replica_is_readonly",
@@ -401,7 +400,6 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         for name in [
             "clickhouse_metric_Query",
             "clickhouse_event_Query_total",
-            "clickhouse_asynchronous_metric_Uptime",
             "clickhouse_replica_queue_size",
         ] {
             assert!(sample(&old, name, &pod).is_some(), "{name} of {pod}\n{old}");
