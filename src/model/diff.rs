@@ -111,20 +111,32 @@ pub fn is_removable_entry(entry: &Value, ours: &str) -> bool {
             && entry["fieldsType"].as_str().unwrap_or("FieldsV1") == "FieldsV1")
 }
 
-/// What other field managers, or the operator's own creation ([`is_removable_entry`]), set in
-/// `observed` (by its `metadata.managedFields`) outside its metadata and status that `desired`
-/// does not have, deepest and last elements first (the
+/// What other field managers set in `observed` (by its `metadata.managedFields`) outside its
+/// metadata and status that `desired` does not have: a hand edit for a pass to repair (see
+/// [`fields_to_remove`] for what an apply removes), deepest and last elements first (the
 /// order they can be removed in). A field they set to another value than `desired`'s is not
 /// listed: [`covers`] sees it, and the operator's apply takes it back. Labels and annotations
 /// on the object itself are left to others (tools add their own); those of a pod template are
 /// not.
 pub fn foreign_fields(observed: &Value, desired: &Value, ours: &str) -> Vec<Foreign> {
+    fields_of(observed, desired, |e| is_foreign_entry(e, ours))
+}
+
+/// What an apply removes first: [`foreign_fields`], and what the object was created with that
+/// `desired` does not have ([`is_removable_entry`], decision 57). Only when an apply is due for
+/// another reason: the creation entry also holds what the API server defaulted, which it
+/// defaults again, so it is no reason to write by itself.
+pub fn fields_to_remove(observed: &Value, desired: &Value, ours: &str) -> Vec<Foreign> {
+    fields_of(observed, desired, |e| is_removable_entry(e, ours))
+}
+
+fn fields_of(observed: &Value, desired: &Value, entries: impl Fn(&Value) -> bool) -> Vec<Foreign> {
     let mut out = Vec::new();
     for entry in observed["metadata"]["managedFields"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|e| is_removable_entry(e, ours))
+        .filter(|e| entries(e))
     {
         let Some(fields) = entry["fieldsV1"].as_object() else {
             continue;
@@ -440,8 +452,9 @@ mod tests {
     }
 
     /// A field the object was created with (the operator's own `Update` entry) that the spec
-    /// no longer asks for is found too, and the entry keeps only its metadata afterwards; what
-    /// the operator's applies own is never listed (decision 57).
+    /// no longer asks for is removed before an apply, and the entry goes; it is no hand edit
+    /// (no reason to apply by itself), and what the operator's applies own is never listed
+    /// (decision 57).
     #[test]
     fn fields_the_object_was_created_with_and_no_longer_wanted_are_found() {
         let probe = |p: Option<Value>| {
@@ -463,12 +476,14 @@ mod tests {
              "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {
                  "k:{\"name\":\"clickhouse\"}": {".": {}, "f:name": {}, "f:image": {}}}}}}}},
         ]);
-        let found = foreign_fields(&observed, &probe(None), FIELD_MANAGER);
+        let found = fields_to_remove(&observed, &probe(None), FIELD_MANAGER);
         let pointers: Vec<String> = found.iter().map(Foreign::pointer).collect();
         assert_eq!(pointers, ["/spec/template/spec/containers/0/startupProbe"]);
+        // no hand edit: no reason to write by itself
+        assert!(foreign_fields(&observed, &probe(None), FIELD_MANAGER).is_empty());
         // still wanted: nothing
         let wanted = probe(Some(json!({"httpGet": {"path": "/ping"}})));
-        assert!(foreign_fields(&observed, &wanted, FIELD_MANAGER).is_empty());
+        assert!(fields_to_remove(&observed, &wanted, FIELD_MANAGER).is_empty());
         let patch = removal_patch(
             &found,
             &observed["metadata"]["managedFields"],

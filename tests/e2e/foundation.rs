@@ -29,9 +29,14 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
     let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
     let cases: &[(&str, serde_json::Value, &str)] = &[
         (
+            "shards-1",
+            json!({"shards": -1}),
+            "spec.shards must be at least 0",
+        ),
+        (
             "shards0",
-            json!({"shards": 0}),
-            "spec.shards must be at least 1",
+            json!({"shards": 0, "keeper": {"replicas": 0}}),
+            "spec.shards is 0 (a Keeper-only cluster)",
         ),
         (
             "replicas0",

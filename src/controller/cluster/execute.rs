@@ -427,12 +427,12 @@ async fn remove_foreign_fields(
     name: &str,
     desired: &serde_json::Value,
 ) -> Result<Option<Removed>, Error> {
-    use model::diff::{FIELD_MANAGER, foreign_fields, removal_patch};
+    use model::diff::{FIELD_MANAGER, fields_to_remove, removal_patch};
     let Some(current) = api.get_opt(name).await? else {
         return Ok(None);
     };
     let current = serde_json::to_value(&current).expect("Kubernetes objects serialise");
-    let foreign = foreign_fields(&current, desired, FIELD_MANAGER);
+    let foreign = fields_to_remove(&current, desired, FIELD_MANAGER);
     if foreign.is_empty() {
         return Ok(None);
     }
