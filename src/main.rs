@@ -171,6 +171,12 @@ fn main() -> anyhow::Result<()> {
             } else {
                 rt.block_on(kube::Client::try_default()).ok()
             };
+            // live, the preview merges the defaults under the running cluster's spec as well
+            let clusters = if client.is_some() {
+                clusters
+            } else {
+                with_defaults(clusters, &defaults)?
+            };
             let mut code = 0;
             for cluster in &clusters {
                 let p = match &client {
@@ -179,16 +185,7 @@ fn main() -> anyhow::Result<()> {
                             client, cluster, &defaults,
                         ))
                         .map_err(|e| anyhow::anyhow!("reading the cluster: {e}"))?,
-                    None => {
-                        let mut c = cluster.clone();
-                        c.spec = defaults.apply(&c.spec).map_err(|e| {
-                            anyhow::anyhow!(
-                                "the defaults under {}: {e}",
-                                kube::ResourceExt::name_any(cluster)
-                            )
-                        })?;
-                        controller::cluster::preview::offline(&c)
-                    }
+                    None => controller::cluster::preview::offline(cluster),
                 };
                 if output == "json" {
                     write_stdout(&format!("{}\n", serde_json::to_string_pretty(&p)?))?;

@@ -730,6 +730,14 @@ impl Default for SystemLogsSpec {
     }
 }
 
+impl ClickHouseClusterSpec {
+    /// Whether the cluster has its client Service: asked for, and servers to serve (a
+    /// Keeper-only cluster has none, decision 55).
+    pub fn serves_clients(&self) -> bool {
+        self.client_service.enabled && self.shards > 0
+    }
+}
+
 impl SystemLogsSpec {
     /// The days of each table that gets a TTL under `spec` (`None`: the default), in name
     /// order.

@@ -93,8 +93,13 @@ impl Foreign {
 /// Is an entry of `metadata.managedFields` another writer's than `ours`, on the object itself
 /// (not its `status` or `scale` subresource, which Kubernetes' controllers write)?
 pub fn is_foreign_entry(entry: &Value, ours: &str) -> bool {
-    entry["manager"].as_str() != Some(ours)
-        && entry["subresource"].as_str().unwrap_or("").is_empty()
+    entry["manager"].as_str() != Some(ours) && on_the_object(entry)
+}
+
+/// Is an entry of `metadata.managedFields` about the object itself (not a subresource), in the
+/// one format read here?
+fn on_the_object(entry: &Value) -> bool {
+    entry["subresource"].as_str().unwrap_or("").is_empty()
         && entry["fieldsType"].as_str().unwrap_or("FieldsV1") == "FieldsV1"
 }
 
@@ -107,8 +112,7 @@ pub fn is_removable_entry(entry: &Value, ours: &str) -> bool {
     is_foreign_entry(entry, ours)
         || (entry["manager"].as_str() == Some(ours)
             && entry["operation"].as_str() == Some("Update")
-            && entry["subresource"].as_str().unwrap_or("").is_empty()
-            && entry["fieldsType"].as_str().unwrap_or("FieldsV1") == "FieldsV1")
+            && on_the_object(entry))
 }
 
 /// What other field managers set in `observed` (by its `metadata.managedFields`) outside its

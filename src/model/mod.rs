@@ -756,8 +756,7 @@ fn unstamped(c: &Cluster<'_>, inputs: &Inputs) -> Result<Desired, BuildError> {
         users_secret: secret::users_secret(c, inputs, listed)?,
         server_statefulsets,
         headless_service: service::headless(c),
-        // a Keeper-only cluster (decision 55) serves no client
-        client_service: service::client(c).filter(|_| c.spec.shards > 0),
+        client_service: service::client(c),
         replica_services: service::per_replica(c, &inputs.replicas),
         shard_pdbs: pdb::shards(c, &inputs.replicas),
         keeper: keeper::objects(c, &inputs.secrets)?,

@@ -45,10 +45,9 @@ pub fn headless(c: &Cluster<'_>) -> Service {
 
 /// `<cluster>`: the serving server pods (label `clickhouse.com/serving=true`), on the client
 /// ports (HTTP and native, plain unless `tls.required`, secure with TLS). `None` when
-/// `spec.clientService.enabled` is false.
+/// `spec.clientService.enabled` is false or the cluster is Keeper-only.
 pub fn client(c: &Cluster<'_>) -> Option<Service> {
-    let cs = &c.spec.client_service;
-    if !cs.enabled {
+    if !c.spec.serves_clients() {
         return None;
     }
     Some(client_like(

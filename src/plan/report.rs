@@ -142,12 +142,6 @@ fn full_crash(
     )
 }
 
-/// Whether the cluster has a client Service: asked for, and servers to serve (a Keeper-only
-/// cluster has none, decision 55).
-fn serves_clients(spec: &crate::api::ClickHouseClusterSpec) -> bool {
-    spec.client_service.enabled && spec.shards > 0
-}
-
 /// The address clients use: the LoadBalancer's, or the client Service's DNS name.
 fn client_host(pass: &Pass) -> Option<String> {
     let svc = pass.desired().client_service.as_ref()?;
@@ -249,7 +243,7 @@ fn state(
         && pass.keeper_settled
         && condemned.is_empty()
         && pass.gates.storage_busy.is_empty()
-        && (status.host.is_some() || !serves_clients(spec))
+        && (status.host.is_some() || !spec.serves_clients())
         && !pass
             .members
             .iter()
@@ -310,7 +304,7 @@ fn state(
         if !condemned.is_empty() {
             waits.push(format!("removing replicas {}", condemned.join(", ")));
         }
-        if status.host.is_none() && serves_clients(spec) {
+        if status.host.is_none() && spec.serves_clients() {
             waits.push("waiting for the client Service's address".into());
         }
     }

@@ -394,6 +394,19 @@ async fn bystander(client: &Client, ns: &str, name: &str, labels: serde_json::Va
     .await
 }
 
+/// The network of the operator run by the tests: it runs on this machine, whose connections
+/// reach every pod (as a node's reach its own pods), so its network is the node network's first
+/// /24 (the gateway and the nodes' addresses), not the pod network its default would guess
+/// outside a pod.
+fn node_network() -> String {
+    let network = std::fs::read_to_string(multi_node_dir().join("network")).unwrap();
+    let gateway = network
+        .lines()
+        .find_map(|l| l.strip_prefix("GATEWAY="))
+        .expect("GATEWAY in the cluster's network file");
+    format!("{}.0/24", gateway.rsplit_once('.').unwrap().0)
+}
+
 /// Decision 27 under an enforcing network (decision 46): the NetworkPolicies the operator
 /// generates let the cluster work (rows written through the client Service, replicated,
 /// queried across shards, Keeper used by every server: every acknowledged row on both
@@ -406,16 +419,7 @@ async fn the_generated_network_policies_let_the_cluster_work_and_refuse_the_rest
     let _nodes = NODE_DISRUPTION.lock().await;
     let client = multi_node_client().await;
     let ns = namespace(&client, "nodepol").await;
-    // The operator runs on this machine, whose connections reach every pod (as a node's reach
-    // its own pods); its network is the node network's first /24 (the gateway and the nodes'
-    // addresses), not the pod network its default would guess outside a pod.
-    let network = std::fs::read_to_string(multi_node_dir().join("network")).unwrap();
-    let gateway = network
-        .lines()
-        .find_map(|l| l.strip_prefix("GATEWAY="))
-        .expect("GATEWAY in the cluster's network file");
-    let nodes = format!("{}.0/24", gateway.rsplit_once('.').unwrap().0);
-    let op = start_operator_env(&client, &ns, &[("OPERATOR_NETWORKS", &nodes)]).await;
+    let op = start_operator_env(&client, &ns, &[("OPERATOR_NETWORKS", &node_network())]).await;
     create_cluster(
         &client,
         &ns,
@@ -551,13 +555,7 @@ async fn a_replica_cut_off_from_keeper_then_from_everything_is_reported_and_catc
     let _nodes = NODE_DISRUPTION.lock().await;
     let client = multi_node_client().await;
     let ns = namespace(&client, "nodecut").await;
-    let network = std::fs::read_to_string(multi_node_dir().join("network")).unwrap();
-    let gateway = network
-        .lines()
-        .find_map(|l| l.strip_prefix("GATEWAY="))
-        .expect("GATEWAY in the cluster's network file");
-    let nodes = format!("{}.0/24", gateway.rsplit_once('.').unwrap().0);
-    let op = start_operator_env(&client, &ns, &[("OPERATOR_NETWORKS", &nodes)]).await;
+    let op = start_operator_env(&client, &ns, &[("OPERATOR_NETWORKS", &node_network())]).await;
     create_cluster(
         &client,
         &ns,
