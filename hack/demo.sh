@@ -53,9 +53,13 @@ LOG_FORMAT=text HTTP_ADDR=127.0.0.1:18080 POD_NAMESPACE=default \
   setsid "$ROOT/target/debug/clickhouse-operator" run >"$DIR/operator.log" 2>&1 </dev/null &
 echo $! >"$DIR/operator.pid"
 
-echo ">> applying deploy/examples/cluster.yaml"
+# The local node agent runs ClickHouse 18.16 for every server image, so the cluster names
+# that version: a tag of 21.3 or later would start the servers beside Keeper, which 18.16
+# does not survive (its ON CLUSTER queue gives up; docs/decisions.md, decision 58).
+echo ">> applying deploy/examples/cluster.yaml (with the server version this machine runs, 18.16.1)"
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl apply -f "$ROOT/deploy/examples/cluster.yaml"
+sed 's|image: clickhouse/clickhouse-server:[^ ]*$|image: clickhouse/clickhouse-server:18.16.1|' \
+  "$ROOT/deploy/examples/cluster.yaml" | kubectl apply -f -
 
 echo ">> waiting up to ${WAIT}s for the cluster to become ready"
 state=""

@@ -134,6 +134,10 @@ pub enum Capability {
     /// A `<ttl>` of a system log table's configuration (`query_log/ttl`): the table is created
     /// with that TTL (decision 49).
     SystemLogTtl,
+    /// A server that finds no Keeper at start keeps trying: its distributed DDL worker retries
+    /// its initialisation instead of giving up for the life of the process, and replicated
+    /// tables reconnect. Such servers may start beside their Keeper rather than after it.
+    StartsBeforeKeeper,
 }
 
 /// The one table of version thresholds, from ClickHouse's changelog and the pull requests it
@@ -213,6 +217,11 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     (Capability::MysqlProtocol, Version::new(20, 1)),
     (Capability::PostgresqlProtocol, Version::new(21, 1)),
     (Capability::GrpcProtocol, Version::new(21, 1)),
+    // PR #18285 "Reinitialize DDLWorker state on unexpected errors" (merged January 2021; it
+    // closes #17991, a DDL worker left useless by a Keeper that failed at start): its first
+    // release (21.1 or 21.2) is not pinned here, so 21.3. 18.16 gives its DDL queue up for
+    // good when Keeper cannot be reached at start.
+    (Capability::StartsBeforeKeeper, Version::new(21, 3)),
 ];
 
 impl Capability {
@@ -345,6 +354,7 @@ mod tests {
             Capability::MysqlProtocol,
             Capability::PostgresqlProtocol,
             Capability::GrpcProtocol,
+            Capability::StartsBeforeKeeper,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

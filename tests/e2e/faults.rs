@@ -141,7 +141,7 @@ async fn reverting_bad_server_changes_heals_under_write_load() {
             (
                 "an image that cannot be pulled",
                 json!({"image": "registry.invalid/no-such-image:1"}),
-                json!({"image": null}),
+                json!({"image": SERVER_IMAGE}),
             ),
             (
                 "a node selector no node matches",

@@ -359,6 +359,8 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
         &ns,
         "c1",
         json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               // a tag that claims a cluster secret (20.10) but not a start beside Keeper
+               "image": "clickhouse/clickhouse-server:20.10",
                "users": {"secretName": "creds", "accounts": {
                    "bob": {"networks": ["::/0"]},
                    "carol": {"networks": [format!("{host_ip}/24")]}}},
@@ -367,13 +369,13 @@ async fn accounts_refuse_logins_from_outside_their_networks() {
     .await;
     let ready = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&ready);
-    // the version is the one the servers report, not the image tag's (24.8 by default): so
-    // no cluster secret, which 18.16 refuses, although the cluster has one
+    // the version is the one the servers report, not the image tag's (20.10): so no cluster
+    // secret, which 18.16 refuses, although the cluster has one
     assert_eq!(
         ready.status.as_ref().unwrap().version.as_deref(),
         Some("18.16.1.0")
     );
-    assert!(ready.spec.image.ends_with(":24.8"), "{}", ready.spec.image);
+    assert!(ready.spec.image.ends_with(":20.10"), "{}", ready.spec.image);
     let users_secret = secrets.get("c1-users").await.unwrap().data.unwrap();
     let remote = users_secret[clickhouse_operator::model::names::REMOTE_SERVERS_FILE]
         .0

@@ -17,6 +17,7 @@ use crate::model::{self, Cluster, ReplicaSpec, names};
 use crate::plan::FailureReason;
 use crate::plan::facts::{KeeperMember, KeeperRole, Kind, MemberView, claims};
 use crate::plan::step::Step;
+use crate::version::{Capability, image_version};
 
 /// Why a `clusterRef` to another cluster's Keeper is refused (decision 38): that cluster
 /// must exist and list this namespace in its `spec.keeper.allowedNamespaces`, and a new root
@@ -59,14 +60,24 @@ fn refused_reference(pass: &Pass, r: &crate::api::KeeperClusterRef, root: &str) 
     })
 }
 
+/// Whether the servers this pass may start keep trying a Keeper that does not serve yet
+/// ([`Capability::StartsBeforeKeeper`]): the lowest version known to run, else the image
+/// tag's. An unknown version waits for Keeper, as 18.16 must.
+pub fn servers_retry_keeper(pass: &Pass) -> bool {
+    pass.server_version
+        .or_else(|| image_version(&pass.spec.image).map(|(_, v)| v))
+        .is_some_and(|v| v.supports(Capability::StartsBeforeKeeper))
+}
+
 pub fn plan(pass: &mut Pass) {
     let (members, pods) = size_for_this_pass(pass);
     pass.keeper_size = members;
     if !build_desired(pass) {
         return;
     }
-    pass.gates.keeper_serving = pass.desired().keeper.is_none()
-        || (pass.facts.keeper.size > 0 && pass.facts.keeper.all_ready());
+    let own = pass.desired().keeper.is_some();
+    let serving = !own || (pass.facts.keeper.size > 0 && pass.facts.keeper.all_ready());
+    pass.gates.servers_may_start = serving || (own && servers_retry_keeper(pass));
     if let Some(x) = &pass.spec.keeper.external {
         // an external ensemble: the servers start once their root exists in it
         let root = x.root_of(&pass.namespace, &pass.name);
@@ -90,7 +101,7 @@ pub fn plan(pass: &mut Pass) {
         if !made {
             pass.emit(Step::EnsureKeeperRoot { root });
         }
-        pass.gates.keeper_serving = made;
+        pass.gates.servers_may_start = made;
     }
     let Some(k) = &pass.desired().keeper else {
         return;

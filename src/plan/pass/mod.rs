@@ -76,8 +76,11 @@ pub struct Gates {
     /// Nothing more happens in this pass (a missing Secret, an invalid spec, credentials just
     /// created).
     pub halted: bool,
-    /// Keeper serves (every member of its current size is Ready): servers may start.
-    pub keeper_serving: bool,
+    /// Servers may start: Keeper serves (every member of its current size is Ready), or the
+    /// cluster's own ensemble is starting and the servers' version keeps trying a Keeper that
+    /// does not serve yet (decision 58); with an external Keeper, once the cluster's root
+    /// exists in it.
+    pub servers_may_start: bool,
     /// New or condemned map entries must be persisted before anything acts on them (S0-19,
     /// S0-21): no schema copy and no scale-in step in this pass.
     pub map_first: bool,

@@ -251,7 +251,7 @@ fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
         return; // the Tls phase stops it
     }
     let starts = f.scale == Some(0) && e.desired["spec"]["replicas"].as_i64().unwrap_or(1) > 0;
-    if starts && !pass.gates.keeper_serving {
+    if starts && !pass.gates.servers_may_start {
         // Resuming: servers start only once Keeper serves again, as on a first start.
         pass.waits
             .push(format!("{} starts once Keeper serves", e.name));

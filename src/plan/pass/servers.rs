@@ -1,6 +1,8 @@
 //! Server StatefulSets that do not exist yet, all created in the same pass (S0-16), and the
-//! shards' PodDisruptionBudgets. Servers start only once Keeper serves: some versions (18.16)
-//! give up their distributed DDL queue for good when Keeper cannot be reached at start.
+//! shards' PodDisruptionBudgets. Servers start only once Keeper serves where their version
+//! needs it: some (18.16) give up their distributed DDL queue for good when Keeper cannot be
+//! reached at start. Versions that keep trying start beside their own Keeper ensemble
+//! (decision 58), so creation does not wait for Keeper's start first.
 //! Existing StatefulSets are brought to the desired state by the Rollout phase.
 
 use super::{Pass, json_of};
@@ -28,7 +30,7 @@ pub fn plan(pass: &mut Pass) {
         .collect();
     let mut keeper_wait = false;
     for sts in missing {
-        if pass.gates.keeper_serving {
+        if pass.gates.servers_may_start {
             pass.apply(Kind::StatefulSet, sts);
         } else {
             keeper_wait = true;

@@ -395,18 +395,9 @@ fn keeper_roles_are_read_from_mntr() {
     );
 }
 
-/// Resuming after a pause starts Keeper first; servers start once it serves.
-#[test]
-fn resume_starts_keeper_before_the_servers() {
-    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
-    sim.converge(20);
-    sim.cluster.spec.pause = true;
-    sim.converge(20);
-    assert_eq!(sim.state(), ClusterState::Paused);
-    sim.cluster.spec.pause = false;
-    let p = sim.plan();
-    let started: Vec<&String> = p
-        .steps
+/// The StatefulSets a plan starts (writes with more than zero pods).
+fn started(p: &Plan) -> Vec<&String> {
+    p.steps
         .iter()
         .filter_map(|a| match a {
             Step::Apply {
@@ -417,9 +408,102 @@ fn resume_starts_keeper_before_the_servers() {
             } if object["spec"]["replicas"].as_i64() != Some(0) => Some(name),
             _ => None,
         })
-        .collect();
-    assert_eq!(started, ["c1-keeper"], "{:?}", p.steps);
+        .collect()
+}
+
+/// Passes with Keeper's pods never Ready: the server StatefulSets that exist afterwards.
+/// [`keeper_comes_up`] ends it.
+fn servers_without_keeper(sim: &mut Sim) -> Vec<String> {
+    for i in 0..3 {
+        sim.broken.insert(format!("c1-keeper-{i}"));
+    }
+    for _ in 0..4 {
+        let p = sim.plan();
+        sim.act(&p);
+    }
+    sim.obs
+        .statefulsets
+        .keys()
+        .filter(|n| !n.contains("keeper"))
+        .cloned()
+        .collect()
+}
+
+/// Keeper's pods start again, Ready this time.
+fn keeper_comes_up(sim: &mut Sim) {
+    sim.broken.clear();
+    sim.obs.pods.retain(|p, _| !p.contains("keeper"));
+    sim.settle();
+}
+
+/// Decision 58: servers of a version that gives its DDL queue up when Keeper cannot be reached
+/// at start (18.16, anything before 21.3), or of a version the operator cannot tell
+/// (`latest`), start only once Keeper serves, on creation and when resuming after a pause.
+#[test]
+fn servers_that_give_up_on_a_missing_keeper_start_after_it() {
+    for image in [
+        "clickhouse/clickhouse-server:18.16.1",
+        "clickhouse/clickhouse-server:21.2",
+        "clickhouse/clickhouse-server:latest",
+    ] {
+        let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2, "image": image}));
+        assert_eq!(
+            servers_without_keeper(&mut sim),
+            Vec::<String>::new(),
+            "{image}"
+        );
+        let message = sim.cluster.status.as_ref().unwrap().message.clone();
+        assert!(
+            message
+                .as_deref()
+                .is_some_and(|m| m.contains("waiting for Keeper")),
+            "{image}: {message:?}"
+        );
+        keeper_comes_up(&mut sim);
+        sim.converge(20);
+        assert_eq!(sim.state(), ClusterState::Ready, "{image}");
+        sim.cluster.spec.pause = true;
+        sim.converge(20);
+        assert_eq!(sim.state(), ClusterState::Paused);
+        sim.cluster.spec.pause = false;
+        let p = sim.plan();
+        assert_eq!(started(&p), ["c1-keeper"], "{image}: {:?}", p.steps);
+        sim.act(&p);
+        sim.converge(20);
+        assert_eq!(sim.state(), ClusterState::Ready, "{image}");
+    }
+}
+
+/// Decision 58: servers of a version that keeps trying a Keeper that does not serve yet
+/// (21.3 on) start beside their own Keeper ensemble, before it serves, on creation and on
+/// resume; the cluster is `ready` only once Keeper is. The lowest version the servers report
+/// wins over the tag: servers seen running 18.16 under a 24.8 tag wait for Keeper again.
+#[test]
+fn servers_that_keep_trying_keeper_start_beside_it() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 2,
+        "image": "clickhouse/clickhouse-server:24.8"}));
+    assert_eq!(
+        servers_without_keeper(&mut sim),
+        ["c1-0-0", "c1-0-1", "c1-1-2", "c1-1-3"]
+    );
+    assert_ne!(sim.state(), ClusterState::Ready);
+    keeper_comes_up(&mut sim);
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    sim.cluster.spec.pause = true;
+    sim.converge(20);
+    sim.cluster.spec.pause = false;
+    let p = sim.plan();
+    assert_eq!(started(&p).len(), 5, "{:?}", p.steps);
     sim.act(&p);
     sim.converge(20);
     assert_eq!(sim.state(), ClusterState::Ready);
+
+    sim.server_version = Some("18.16.1".into());
+    sim.converge(20);
+    sim.cluster.spec.pause = true;
+    sim.converge(20);
+    sim.cluster.spec.pause = false;
+    let p = sim.plan();
+    assert_eq!(started(&p), ["c1-keeper"], "{:?}", p.steps);
 }

@@ -332,10 +332,11 @@ impl Sim {
                             rev,
                         )]));
                         let bad = self.pulls_bad_image(&n);
+                        let ready = !bad && !self.broken.contains(&pod);
                         p.status = Some(PodStatus {
                             conditions: Some(vec![PodCondition {
                                 type_: "Ready".into(),
-                                status: if bad { "False" } else { "True" }.into(),
+                                status: if ready { "True" } else { "False" }.into(),
                                 // the simulation's clock stands: Ready for a minute already
                                 last_transition_time: Some(Time(
                                     now() - k8s_openapi::jiff::SignedDuration::from_secs(60),
