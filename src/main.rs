@@ -403,7 +403,8 @@ fn read_defaults(
         .map_err(|e| anyhow::anyhow!("the defaults file {}: {e}", path.display()))
 }
 
-/// Each cluster with the defaults merged under its spec, as the operator's passes see it.
+/// Each cluster with the defaults merged under its spec, as the operator's passes see it (a
+/// cluster read from a file has no volumes yet: it takes the default storage classes).
 fn with_defaults(
     clusters: Vec<clickhouse_operator::api::ClickHouseCluster>,
     defaults: &clickhouse_operator::api::defaults::ClusterDefaults,
@@ -417,7 +418,8 @@ fn with_defaults(
                     kube::ResourceExt::name_any(&c)
                 )
             })?;
-            Ok(c)
+            let classes = defaults.storage_classes();
+            Ok(clickhouse_operator::plan::storage_classes::with_classes(&c, &classes).into_owned())
         })
         .collect()
 }

@@ -398,7 +398,8 @@ fn plan_and_render_merge_the_operator_defaults_under_the_spec() {
     let defaults = dir.join("defaults.yaml");
     std::fs::write(
         &defaults,
-        "pod:\n  nodeSelector:\n    pool: db\n  tolerations:\n  - {key: dedicated, operator: Exists}\n",
+        "pod:\n  nodeSelector:\n    pool: db\n  tolerations:\n  - {key: dedicated, operator: Exists}\n\
+         storage: {storageClassName: fast-ssd}\n",
     )
     .unwrap();
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/examples/cluster.yaml");
@@ -407,8 +408,13 @@ fn plan_and_render_merge_the_operator_defaults_under_the_spec() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("pool: db"), "the default node selector");
     assert!(stdout.contains("dedicated"), "the default toleration");
+    // decision 59: a cluster from a file has no volume yet, so it takes the default class
+    assert!(
+        stdout.contains("storageClassName: fast-ssd"),
+        "the default storage class"
+    );
     let (_, plain, _) = run_cli(&["render", "-f", example]);
-    assert!(!plain.contains("pool: db"));
+    assert!(!plain.contains("pool: db") && !plain.contains("fast-ssd"));
     // the same through CLUSTER_DEFAULTS_FILE, in plan
     let out = Command::new(env!("CARGO_BIN_EXE_clickhouse-operator"))
         .args(["plan", "--offline", "-o", "json", "-f", example])

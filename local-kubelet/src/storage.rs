@@ -1,6 +1,8 @@
 //! The default StorageClass `local` and its provisioner: one folder per claim under
 //! `<data dir>/pv/`, a PersistentVolume bound to the claim by `claimRef`, the folder deleted when
-//! a Released volume has reclaim policy Delete, expansion by updating the capacity.
+//! a Released volume has reclaim policy Delete, expansion by updating the capacity. As an
+//! external provisioner does, it also serves the claims of any other StorageClass that names
+//! it (`provisioner: local-kubelet.local/hostpath`), their volumes of that class.
 
 use crate::{PROVISIONER, STORAGE_CLASS, SharedCtx};
 use anyhow::Result;
@@ -126,9 +128,23 @@ async fn sync_once(ctx: &SharedCtx, created: &mut HashSet<String>) -> Result<()>
         .map(|v| (v.metadata.name.clone().unwrap_or_default(), v))
         .collect();
     created.retain(|n| !volumes.contains_key(n));
+    // whether each class of the claims names this provisioner (asked once a round, for the
+    // classes other than `local`, which only tests create)
+    let classes: Api<StorageClass> = Api::all(ctx.client.clone());
+    let mut ours: HashMap<String, bool> = HashMap::from([(STORAGE_CLASS.to_string(), true)]);
     for pvc in &claims {
         let Some(spec) = &pvc.spec else { continue };
-        if spec.storage_class_name.as_deref() != Some(STORAGE_CLASS) {
+        let Some(class) = spec.storage_class_name.as_deref() else {
+            continue;
+        };
+        if !ours.contains_key(class) {
+            let named = classes
+                .get_opt(class)
+                .await?
+                .is_some_and(|c| c.provisioner == PROVISIONER);
+            ours.insert(class.to_string(), named);
+        }
+        if !ours[class] {
             continue;
         }
         let request = spec
@@ -193,7 +209,7 @@ async fn provision(
             "capacity": {"storage": request},
             "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
             "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": STORAGE_CLASS,
+            "storageClassName": spec.storage_class_name.as_deref().unwrap_or(STORAGE_CLASS),
             "volumeMode": "Filesystem",
             "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "namespace": ns, "name": name, "uid": uid,

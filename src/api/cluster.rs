@@ -1518,6 +1518,24 @@ pub struct ClickHouseClusterStatus {
     /// the annotation restarts nothing (decision 51).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_at: Option<String>,
+    /// The storage classes the operator's defaults (`clusterDefaults` of the chart) gave this
+    /// cluster's volumes when they were first made, kept for the cluster's life: a default
+    /// changed later reaches new clusters only, since a volume's class cannot change (decision
+    /// 59). Absent when the defaults named no class then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_storage_classes: Option<StorageClasses>,
+}
+
+/// Storage classes for the volumes whose spec names none (decision 59).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageClasses {
+    /// For the servers' volumes: the data volume, its disks and the log volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// For the Keeper members' volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeper: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

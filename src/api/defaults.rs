@@ -10,12 +10,14 @@
 //! affinity, resources, labels, annotations, …) and `configuration.settings`, `profiles` and
 //! `quotas`. Objects merge key by key (a setting the cluster sets wins over the default's);
 //! any other value (a list of tolerations, a resource quantity) is the cluster's if it has one.
-//! A storage class is not among them: it cannot change once a cluster's volumes exist, so a
-//! default that changed would be refused for every running cluster.
+//! Storage classes (`storage.storageClassName`, `keeper.storage.storageClassName`) are
+//! defaults of their own kind: a class cannot change once a cluster's volumes exist, so they
+//! are not merged here but pinned to each cluster when its first volumes are made
+//! (`crate::plan::storage_classes`, decision 59).
 
 use serde_json::Value;
 
-use super::ClickHouseClusterSpec;
+use super::{ClickHouseClusterSpec, StorageClasses};
 
 /// The spec paths a default may set (each with everything below it).
 pub const ALLOWED: &[&str] = &[
@@ -24,7 +26,14 @@ pub const ALLOWED: &[&str] = &[
     "configuration.settings",
     "configuration.profiles",
     "configuration.quotas",
+    STORAGE_CLASS,
+    KEEPER_STORAGE_CLASS,
 ];
+
+/// The default storage class of the servers' volumes.
+const STORAGE_CLASS: &str = "storage.storageClassName";
+/// The default storage class of the Keeper members' volumes.
+const KEEPER_STORAGE_CLASS: &str = "keeper.storage.storageClassName";
 
 /// Validated defaults: a partial spec with only [`ALLOWED`] paths.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -61,16 +70,55 @@ impl ClusterDefaults {
         self.0.as_object().is_none_or(|o| o.is_empty())
     }
 
-    /// `spec` with the defaults under it: what the cluster sets wins.
+    /// `spec` with the defaults under it: what the cluster sets wins. The storage classes are
+    /// left out: see [`ClusterDefaults::storage_classes`].
     pub fn apply(&self, spec: &ClickHouseClusterSpec) -> Result<ClickHouseClusterSpec, String> {
-        if self.is_empty() {
+        let mut merged = self.0.clone();
+        for path in [STORAGE_CLASS, KEEPER_STORAGE_CLASS] {
+            remove(&mut merged, path);
+        }
+        if merged.as_object().is_none_or(|o| o.is_empty()) {
             return Ok(spec.clone());
         }
-        let mut merged = self.0.clone();
         let own = serde_json::to_value(spec).map_err(|e| e.to_string())?;
         over(&mut merged, own);
         serde_json::from_value(merged)
             .map_err(|e| format!("the spec with the cluster defaults under it: {e}"))
+    }
+}
+
+impl ClusterDefaults {
+    /// The default storage classes, for the clusters whose volumes do not exist yet.
+    pub fn storage_classes(&self) -> StorageClasses {
+        let at = |path: &str| {
+            path.split('.')
+                .try_fold(&self.0, |v, k| v.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        StorageClasses {
+            server: at(STORAGE_CLASS),
+            keeper: at(KEEPER_STORAGE_CLASS),
+        }
+    }
+}
+
+/// Removes the key at the dotted `path` of `v`, and the maps it leaves empty.
+fn remove(v: &mut Value, path: &str) {
+    let Some((head, rest)) = path.split_once('.') else {
+        if let Some(o) = v.as_object_mut() {
+            o.remove(path);
+        }
+        return;
+    };
+    let Some(o) = v.as_object_mut() else {
+        return;
+    };
+    if let Some(child) = o.get_mut(head) {
+        remove(child, rest);
+        if child.as_object().is_some_and(|c| c.is_empty()) {
+            o.remove(head);
+        }
     }
 }
 
@@ -176,15 +224,50 @@ mod tests {
         assert!(ClusterDefaults::parse("").unwrap().is_empty());
     }
 
+    /// Decision 59: the default storage classes are read apart and never merged into a spec
+    /// (a running cluster's volumes keep theirs); defaults of nothing but classes change no
+    /// spec.
+    #[test]
+    fn default_storage_classes_are_read_apart_from_the_spec() {
+        let d = ClusterDefaults::parse(
+            "storage: {storageClassName: fast}
+keeper: {storage: {storageClassName: ssd}}
+",
+        )
+        .unwrap();
+        assert_eq!(
+            d.storage_classes(),
+            StorageClasses {
+                server: Some("fast".into()),
+                keeper: Some("ssd".into())
+            }
+        );
+        let s = spec(serde_json::json!({"storage": {"size": "1Gi"}}));
+        assert_eq!(d.apply(&s).unwrap(), s);
+        let with_pod = ClusterDefaults::parse(
+            "storage: {storageClassName: fast}
+pod: {nodeSelector: {a: b}}",
+        )
+        .unwrap();
+        let merged = with_pod.apply(&s).unwrap();
+        assert_eq!(merged.storage.data.storage_class_name, None);
+        assert_eq!(merged.pod.node_selector["a"], "b");
+        assert_eq!(
+            ClusterDefaults::parse("pod: {}").unwrap().storage_classes(),
+            StorageClasses::default()
+        );
+    }
+
     /// Decision 52: a default outside the allowed paths, or one that is no spec, stops the
     /// operator at start with the path named.
     #[test]
     fn defaults_outside_the_allowed_fields_are_refused() {
         for (text, words) in [
             ("shards: 3", "shards cannot take a default"),
+            ("storage: {size: 1Ti}", "storage.size cannot take a default"),
             (
-                "storage: {storageClassName: fast}",
-                "storage cannot take a default",
+                "storage: {storageClassName: 3}",
+                "not a ClickHouseCluster spec",
             ),
             (
                 "configuration: {files: {a.xml: x}}",

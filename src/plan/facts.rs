@@ -43,6 +43,8 @@ impl Kind {
 /// What the controller read for a pass, beyond the cluster itself.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
+    /// The operator-level default storage classes now (decision 59).
+    pub default_storage_classes: crate::api::StorageClasses,
     /// Server and Keeper StatefulSets of the cluster, by name.
     pub statefulsets: BTreeMap<String, StatefulSet>,
     /// Pods of the cluster, by name.

@@ -12,6 +12,7 @@ pub mod rollout;
 pub mod scale_in;
 pub mod status;
 pub mod step;
+pub mod storage_classes;
 pub mod upgrade;
 
 use crate::api::{
@@ -304,8 +305,15 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         return Plan::refused(status, events, failure, true);
     }
 
-    let pass = pass::plan_pass(cluster, &world.observed, now);
+    // decision 59: the storage classes the operator's defaults gave the cluster, for its life
+    let pin = storage_classes::pinned(cluster, &world.observed);
+    let pass = pass::plan_pass(
+        &storage_classes::with_classes(cluster, pin.classes()),
+        &world.observed,
+        now,
+    );
     let mut status = pass.status;
+    status.default_storage_classes = pin.record();
     if let Some(Ok(at)) = restart_at {
         // decision 51: the templates built in this pass carry it; recorded so that they keep
         // it once the annotation is gone

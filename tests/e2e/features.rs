@@ -302,6 +302,115 @@ async fn operator_defaults_reach_a_clusters_pods_and_settings_under_its_own() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The storage class of each PVC of `ns`, by name.
+async fn claim_classes(
+    client: &kube::Client,
+    ns: &str,
+) -> std::collections::BTreeMap<String, Option<String>> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kube::ResourceExt;
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let class = p.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+            (p.name_any(), class)
+        })
+        .collect()
+}
+
+/// Decision 59 on 18.16: the operator's default storage classes reach a new cluster's volumes
+/// (servers' and Keeper's, bound by a provisioner of that class) and its status keeps them;
+/// with the defaults changed, that cluster changes nothing (it stays `ready`, no refusal) and
+/// a shard added to it takes its recorded class, while a cluster created afterwards takes the
+/// new one. The cluster objects are not written with them.
+#[tokio::test]
+async fn default_storage_classes_reach_new_clusters_and_stay_with_them() {
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let client = client().await;
+    let ns = namespace(&client, "classes").await;
+    let ns2 = namespace(&client, "classes2").await;
+    let (fast, slow) = (format!("{ns}-fast"), format!("{ns}-slow"));
+    let scs: Api<StorageClass> = Api::all(client.clone());
+    for class in [&fast, &slow] {
+        let sc: StorageClass = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": class},
+            "provisioner": "local-kubelet.local/hostpath",
+            "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"}))
+        .unwrap();
+        scs.create(&Default::default(), &sc).await.unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("chop-e2e-classes-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let defaults = |class: &str| {
+        let file = dir.join(format!("{class}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "storage: {{storageClassName: {class}}}
+keeper: {{storage: {{storageClassName: {class}}}}}
+"
+            ),
+        )
+        .unwrap();
+        file.display().to_string()
+    };
+    let spec = json!({"replicas": 1, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1}});
+    let op = start_operator_env(&client, &ns, &[("CLUSTER_DEFAULTS_FILE", &defaults(&fast))]).await;
+    create_cluster(&client, &ns, "c1", spec.clone()).await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    assert_eq!(
+        c.spec.storage.data.storage_class_name, None,
+        "the cluster was written"
+    );
+    let recorded = c.status.unwrap().default_storage_classes.unwrap();
+    assert_eq!(recorded.server.as_deref(), Some(fast.as_str()));
+    assert_eq!(recorded.keeper.as_deref(), Some(fast.as_str()));
+    let made = claim_classes(&client, &ns).await;
+    assert!(
+        made.len() >= 2 && made.values().all(|c| c.as_deref() == Some(fast.as_str())),
+        "{made:?}"
+    );
+    drop(op);
+
+    // the defaults change: the running cluster keeps its class, a new one takes the new class
+    let slow_file = defaults(&slow);
+    let op = start_operator_env(&client, &ns, &[("CLUSTER_DEFAULTS_FILE", &slow_file)]).await;
+    let op2 = start_operator_env(&client, &ns2, &[("CLUSTER_DEFAULTS_FILE", &slow_file)]).await;
+    patch_spec(&client, &ns, "c1", json!({"shards": 2})).await;
+    let c = wait_ready(&client, &ns, "c1", 2).await;
+    let status = c.status.unwrap();
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| !c.message.contains("storageClassName")),
+        "{status:?}"
+    );
+    let made = claim_classes(&client, &ns).await;
+    assert!(
+        made.len() >= 3 && made.values().all(|c| c.as_deref() == Some(fast.as_str())),
+        "{made:?}"
+    );
+    create_cluster(&client, &ns2, "c1", spec).await;
+    wait_ready(&client, &ns2, "c1", 1).await;
+    let made = claim_classes(&client, &ns2).await;
+    assert!(
+        made.len() >= 2 && made.values().all(|c| c.as_deref() == Some(slow.as_str())),
+        "{made:?}"
+    );
+    finish(&client, &ns2, op2).await;
+    finish(&client, &ns, op).await;
+    for class in [&fast, &slow] {
+        let _ = scs.delete(class, &Default::default()).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The server pods of the cluster with, for each, (Ready, its server container running, its
 /// restart count, whether it has a liveness probe).
 async fn server_containers(

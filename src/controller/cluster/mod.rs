@@ -495,6 +495,7 @@ async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
             .apply(&current.spec)
             .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
         let (mut world, fresh) = observe::observe(&current, ctx).await?;
+        world.observed.default_storage_classes = ctx.cluster_defaults.storage_classes();
         p.caught_up = fresh;
         let mut plan = plan::decide(&current, &world, Timestamp::now());
         if !plan.lag_checks.is_empty() {

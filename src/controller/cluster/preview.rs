@@ -217,6 +217,7 @@ pub async fn preview(
         &crate::runtime::settings::operator_networks_from_env(),
     )
     .await?;
+    world.observed.default_storage_classes = defaults.storage_classes();
     let mut plan = decide(&proposed, &world, Timestamp::now());
     if !plan.lag_checks.is_empty() {
         read_lag(&proposed, &mut world, &plan.lag_checks).await;

@@ -306,3 +306,99 @@ fn keeper_storage_growth_resizes_every_member_pvc_without_a_restart() {
     assert_eq!(pods_before, pods_after, "no member restarts");
     assert_eq!(sim.state(), ClusterState::Ready);
 }
+
+/// The class of each StatefulSet's data claim template: name → class.
+fn data_classes(sim: &Sim) -> BTreeMap<String, Option<String>> {
+    sim.obs
+        .statefulsets
+        .iter()
+        .map(|(n, s)| {
+            let json = serde_json::to_value(s).unwrap();
+            let class = crate::plan::facts::claims(&json)["data"].class.clone();
+            (n.clone(), class)
+        })
+        .collect()
+}
+
+fn classes(server: Option<&str>, keeper: Option<&str>) -> crate::api::StorageClasses {
+    crate::api::StorageClasses {
+        server: server.map(Into::into),
+        keeper: keeper.map(Into::into),
+    }
+}
+
+/// Decision 59: a new cluster takes the operator's default storage classes (servers' data
+/// volumes and disks, Keeper's volume) and keeps them: the status records them, a default
+/// changed later changes nothing of it (no step, no refusal) and a shard added afterwards
+/// takes the recorded class; a class the cluster names itself wins; a lost status is rebuilt
+/// from the volumes.
+#[test]
+fn default_storage_classes_are_pinned_when_the_volumes_are_made() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 1,
+        "keeper": {"replicas": 1},
+        "storage": {"size": "1Gi", "disks": [{"name": "cold", "size": "1Gi"}]}}));
+    sim.obs.default_storage_classes = classes(Some("fast"), Some("ssd"));
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    let made = data_classes(&sim);
+    assert_eq!(made["c1-keeper"].as_deref(), Some("ssd"));
+    assert_eq!(made["c1-0-0"].as_deref(), Some("fast"));
+    let json = serde_json::to_value(&sim.obs.statefulsets["c1-0-0"]).unwrap();
+    assert_eq!(
+        crate::plan::facts::claims(&json)["disk-cold"]
+            .class
+            .as_deref(),
+        Some("fast")
+    );
+    let status = sim.cluster.status.clone().unwrap();
+    assert_eq!(
+        status.default_storage_classes,
+        Some(classes(Some("fast"), Some("ssd")))
+    );
+
+    // the default changes: this cluster keeps its classes, a new shard included
+    sim.obs.default_storage_classes = classes(Some("slow"), None);
+    let p = sim.plan();
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
+    assert!(p.failure.is_none(), "{:?}", p.failure);
+    sim.cluster.spec.shards = 2;
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert_eq!(data_classes(&sim)["c1-1-1"].as_deref(), Some("fast"));
+
+    // a lost status: the volumes say it
+    sim.cluster.status.as_mut().unwrap().default_storage_classes = None;
+    let p = sim.plan();
+    assert!(
+        p.failure.is_none() && statefulsets_applied(&p).is_empty(),
+        "{:?} {:?}",
+        p.failure,
+        p.steps
+    );
+
+    // a class of the cluster's own wins over the default
+    let mut own = Sim::new(serde_json::json!({"shards": 1, "replicas": 1,
+        "keeper": {"replicas": 1}, "storage": {"size": "1Gi", "storageClassName": "gold"}}));
+    own.obs.default_storage_classes = classes(Some("fast"), None);
+    own.converge(20);
+    let made = data_classes(&own);
+    assert_eq!(made["c1-0-0"].as_deref(), Some("gold"));
+    assert_eq!(made["c1-keeper"], None);
+}
+
+/// Decision 59: a cluster whose volumes were made before the defaults named a class keeps the
+/// cluster default class (none named): the new default changes nothing and is not recorded.
+#[test]
+fn a_default_storage_class_does_not_reach_a_cluster_made_before_it() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2,
+        "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}));
+    sim.converge(20);
+    sim.obs.default_storage_classes = classes(Some("fast"), Some("ssd"));
+    let p = sim.plan();
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
+    assert!(p.failure.is_none(), "{:?}", p.failure);
+    assert_eq!(p.status.default_storage_classes, None);
+    sim.cluster.spec.shards = 2;
+    sim.converge(20);
+    assert!(data_classes(&sim).values().all(Option::is_none));
+}
