@@ -124,7 +124,8 @@ pub struct Failure {
     pub message: String,
 }
 
-#[derive(Clone, Debug)]
+/// What one pass decided: the status to write, the steps to take, the events to publish.
+#[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub status: ClickHouseClusterStatus,
     pub events: Vec<PlannedEvent>,
@@ -384,14 +385,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
     Plan {
         status,
         events,
-        steps: pass.steps,
-        phases: pass.phases,
-        lag_checks: pass.lag_checks,
-        again: pass.again,
-        failure: pass.failure,
-        manage: true,
-        members: pass.members,
-        recheck_soon: pass.recheck_soon,
+        ..pass
     }
 }
 

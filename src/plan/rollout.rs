@@ -74,7 +74,7 @@ pub struct RolloutPlan {
 
 /// Conditions outside the replicas that hold back a Smart Update.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Gates {
+pub struct RolloutGates {
     /// A ClickHouseBackup of the cluster is Starting or Running (S2-27).
     pub backup_in_flight: Option<String>,
     /// The client Service exists (S2-30).
@@ -121,7 +121,7 @@ pub fn plan_rollout(
     members: &[Member],
     strategy: UpdateStrategy,
     max_unavailable: i32,
-    gates: &Gates,
+    gates: &RolloutGates,
 ) -> RolloutPlan {
     let mut plan = RolloutPlan::default();
     if strategy == UpdateStrategy::OnDelete {
@@ -170,7 +170,7 @@ fn plan_shard(
     group: &[&Member],
     strategy: UpdateStrategy,
     max_unavailable: i32,
-    gates: &Gates,
+    gates: &RolloutGates,
     canary: &mut Canary,
 ) {
     let smart = strategy == UpdateStrategy::SmartUpdate;
@@ -326,7 +326,7 @@ pub fn waves(
     strategy: UpdateStrategy,
     max_unavailable: i32,
 ) -> Vec<Vec<String>> {
-    let gates = Gates {
+    let gates = RolloutGates {
         backup_in_flight: None,
         client_service_ready: true,
     };
@@ -396,8 +396,8 @@ mod tests {
         }
     }
 
-    fn gates() -> Gates {
-        Gates {
+    fn gates() -> RolloutGates {
+        RolloutGates {
             backup_in_flight: None,
             client_service_ready: true,
         }
@@ -558,21 +558,21 @@ mod tests {
     #[test]
     fn smart_update_waits_for_backup_and_client_service() {
         let ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
-        let g = Gates {
+        let g = RolloutGates {
             backup_in_flight: Some("b1".into()),
             client_service_ready: true,
         };
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
         assert!(p.write_templates.is_empty());
         assert!(p.waiting[0].contains("backup b1"));
-        let g = Gates {
+        let g = RolloutGates {
             backup_in_flight: None,
             client_service_ready: false,
         };
         let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
         assert!(p.waiting[0].contains("client Service"));
         // S2-33: RollingUpdate does not wait for backups.
-        let g = Gates {
+        let g = RolloutGates {
             backup_in_flight: Some("b1".into()),
             client_service_ready: false,
         };

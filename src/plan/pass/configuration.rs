@@ -100,7 +100,7 @@ mod tests {
         obs.inputs.exporter_password = Some(model::Password("e".into()));
         let now = Timestamp::now();
         let first = super::super::plan_pass(&cluster, &obs, now);
-        let applied = |p: &super::super::PassPlan| {
+        let applied = |p: &crate::plan::Plan| {
             p.steps.iter().find_map(|a| match a {
                 crate::plan::step::Step::Apply {
                     kind: Kind::Secret,

@@ -26,7 +26,7 @@ use serde_json::Value;
 use super::facts::{Facts, Kind, Observed};
 use super::rollout::Member;
 use super::step::Step;
-use super::{EventType, Failure, FailureReason, PlannedEvent};
+use super::{EventType, Failure, FailureReason, Plan, PlannedEvent};
 use crate::api::{
     ClickHouseCluster, ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaState, ReplicaStatus,
 };
@@ -88,25 +88,6 @@ pub struct Gates {
     pub storage_busy: Vec<String>,
 }
 
-/// The result of planning one pass.
-#[derive(Clone, Debug, Default)]
-pub struct PassPlan {
-    pub status: ClickHouseClusterStatus,
-    pub steps: Vec<Step>,
-    /// The phase that emitted each action.
-    pub phases: Vec<Phase>,
-    pub events: Vec<PlannedEvent>,
-    pub failure: Option<Failure>,
-    /// Replicas whose replication lag must be read before the rollout can go on.
-    pub lag_checks: Vec<String>,
-    /// Run another pass right away (the map was persisted and the next steps depend on it).
-    pub again: bool,
-    /// The rollout's members (see [`crate::plan::Plan::members`]).
-    pub members: Vec<Member>,
-    /// See [`crate::plan::Plan::recheck_soon`].
-    pub recheck_soon: bool,
-}
-
 /// A pass being planned: the inputs every phase reads and what the phases emitted so far.
 pub struct Pass<'a> {
     pub cluster: &'a ClickHouseCluster,
@@ -146,11 +127,12 @@ pub struct Pass<'a> {
     pub waits: Vec<String>,
     wanted: BTreeSet<(Kind, String)>,
     phase: Phase,
-    out: PassPlan,
+    /// What the phases emitted so far (the plan of the pass).
+    out: Plan,
 }
 
 /// Plans one pass over a cluster whose spec is valid.
-pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) -> PassPlan {
+pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) -> Plan {
     let mut pass = Pass::new(cluster, obs, now);
     pass.run(Phase::Credentials, credentials::plan);
     pass.run(Phase::Keeper, keeper::plan);
@@ -219,7 +201,10 @@ impl<'a> Pass<'a> {
             waits: Vec::new(),
             wanted: BTreeSet::new(),
             phase: Phase::Credentials,
-            out: PassPlan::default(),
+            out: Plan {
+                manage: true,
+                ..Plan::default()
+            },
         }
     }
 
@@ -230,7 +215,7 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn finish(mut self) -> PassPlan {
+    fn finish(mut self) -> Plan {
         self.out.status = super::report::pass_status(&self);
         self.out.members = self.members.clone();
         self.out.recheck_soon = !self.gates.halted && super::report::waits_on_servers(&self);

@@ -14,7 +14,7 @@ use crate::api::UpdateStrategy;
 use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::facts::{Kind, Mode};
-use crate::plan::rollout::{self, Gates, Member, RolloutPlan};
+use crate::plan::rollout::{self, Member, RolloutGates, RolloutPlan};
 use crate::plan::step::Step;
 
 /// How long a restarted replica may take to catch up with replication (S2-32), unless
@@ -225,7 +225,7 @@ fn decide(pass: &mut Pass) -> RolloutPlan {
         pass.check_lag(unknown);
     }
     let spec = pass.spec;
-    let gates = Gates {
+    let gates = RolloutGates {
         backup_in_flight: pass.obs.backup_in_flight.clone(),
         client_service_ready: !spec.client_service.enabled
             || pass
