@@ -75,7 +75,7 @@ pub fn config_map(c: &Cluster<'_>) -> ConfigMap {
         ),
         data: Some(BTreeMap::from([(
             names::KEEPER_CONFIG_FILE.to_string(),
-            keeper_file(c, c.spec.keeper.replicas),
+            keeper_file(c, c.keeper_members),
         )])),
         ..ConfigMap::default()
     }
@@ -95,7 +95,7 @@ pub fn statefulset(
             labels::common(c.name, Component::Keeper),
         ),
         spec: StatefulSetSpec {
-            replicas: Some(if c.spec.pause { 0 } else { k.replicas }),
+            replicas: Some(if c.spec.pause { 0 } else { c.keeper_members }),
             service_name: Some(names::keeper_headless_service(c.name)),
             pod_management_policy: Some("Parallel".into()),
             selector: LabelSelector {
@@ -282,7 +282,7 @@ pub fn objects(
     c: &Cluster<'_>,
     secrets: &BTreeMap<String, SecretData>,
 ) -> Result<Option<KeeperObjects>, BuildError> {
-    let n = c.spec.keeper.replicas;
+    let n = c.keeper_members;
     if n <= 0 {
         return Ok(None);
     }

@@ -216,9 +216,21 @@ pub struct Cluster<'a> {
     /// annotation [`labels::RESTART_AT`] when it is a timestamp, else the last one recorded
     /// (`status.restartedAt`), so that removing the annotation restarts nothing (decision 51).
     pub restart_at: Option<String>,
+    /// Keeper members to build for: `spec.keeper.replicas`, or the size a pass steps the
+    /// ensemble through on its way there ([`Cluster::with_keeper_members`]).
+    pub keeper_members: i32,
 }
 
 impl<'a> Cluster<'a> {
+    /// This cluster built for `members` Keeper members (a membership change goes one member
+    /// at a time).
+    pub fn with_keeper_members(self, members: i32) -> Self {
+        Cluster {
+            keeper_members: members,
+            ..self
+        }
+    }
+
     /// Takes name, namespace and uid (for the owner reference) from the resource.
     pub fn new(c: &'a ClickHouseCluster) -> Result<Self, BuildError> {
         let name = c
@@ -243,6 +255,7 @@ impl<'a> Cluster<'a> {
             spec: &c.spec,
             owner,
             restart_at,
+            keeper_members: c.spec.keeper.replicas,
         })
     }
 

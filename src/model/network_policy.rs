@@ -147,7 +147,7 @@ pub fn policies(c: &Cluster<'_>, inputs: &Inputs) -> Vec<NetworkPolicy> {
             ],
         ));
     }
-    if c.spec.keeper.replicas > 0 {
+    if c.keeper_members > 0 {
         let mut clients = vec![servers()];
         clients.extend(operator_peers(inputs));
         // the servers of clusters that use this cluster's Keeper, in the namespaces it allows

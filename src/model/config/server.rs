@@ -476,7 +476,7 @@ pub fn interserver_file(password: &Password) -> String {
 /// (see [`keeper_identity_of`]).
 pub fn keeper_identity_file(c: &Cluster<'_>, password: &Password) -> String {
     let mut root = Element::new(ROOT);
-    if c.spec.keeper.replicas > 0 || c.spec.keeper.external.is_some() {
+    if c.keeper_members > 0 || c.spec.keeper.external.is_some() {
         root = root.child(Element::new("zookeeper").child(
             Element::leaf("identity", format!("{}:{}", names::KEEPER_USER, password.0)).secret(),
         ));
@@ -592,7 +592,7 @@ fn zookeeper(c: &Cluster<'_>) -> Option<Element> {
                 .child(Element::leaf("root", x.root_of(c.namespace, c.name))),
         );
     }
-    let n = c.spec.keeper.replicas;
+    let n = c.keeper_members;
     let tls = c.spec.keeper.tls;
     (n > 0).then(|| {
         Element::new("zookeeper")

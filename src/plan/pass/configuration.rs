@@ -53,10 +53,8 @@ fn users_secret(pass: &Pass) -> Value {
             index: r.index,
         })
         .collect();
-    let mut stepped = pass.cluster.clone();
-    stepped.spec.keeper.replicas = pass.keeper_size;
-    Cluster::new(&stepped)
-        .and_then(|c| model::users_secret(&c, &inputs))
+    Cluster::new(pass.cluster)
+        .and_then(|c| model::users_secret(&c.with_keeper_members(pass.keeper_size), &inputs))
         .map_or(desired, |s| json_of(&s))
 }
 

@@ -427,8 +427,6 @@ fn describe(view: &MemberView) -> String {
 /// removed), `remote_servers` listing a new replica once its pod has an address
 /// ([`model::Inputs::listed`]). False when the spec cannot be built (the pass halts).
 fn build_desired(pass: &mut Pass) -> bool {
-    let mut stepped = pass.cluster.clone();
-    stepped.spec.keeper.replicas = pass.keeper_size;
     let live: Vec<ReplicaSpec> = pass
         .old
         .replica_state_map
@@ -453,7 +451,8 @@ fn build_desired(pass: &mut Pass) -> bool {
     inputs.listed = Some(listed);
     inputs.replicas = live;
     inputs.server_version = pass.server_version;
-    let built = Cluster::new(&stepped).and_then(|c| model::desired(&c, &inputs));
+    let built = Cluster::new(pass.cluster)
+        .and_then(|c| model::desired(&c.with_keeper_members(pass.keeper_size), &inputs));
     pass.inputs = Some(inputs);
     match built {
         Ok(d) => {
