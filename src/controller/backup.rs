@@ -5,12 +5,12 @@ use crate::plan::EventType;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use tokio::sync::Semaphore;
 
-use super::Context;
 use super::jobs::{Common, Error, JobResource, remove_agents, remove_backup_data, set_finalizer};
+use super::{Context, api};
 use crate::api::{BackupState, ClickHouseBackup, ClickHouseBackupStatus, ClickHouseCluster};
 use crate::model::job::Mode;
 use crate::plan::backup::take::{self as plan, DATA_FINALIZER, Deleting, Deletion, Earlier, World};
@@ -139,7 +139,7 @@ async fn delete(backup: &ClickHouseBackup, ctx: &Context) -> Result<Action, Erro
     let name = backup.name_any();
     remove_agents(ctx, &ns, backup).await?;
     let lp = ListParams::default().labels(&format!("{}={name}", crate::model::job::BACKUP_LABEL));
-    let agents_left = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+    let agents_left = api::<Pod>(ctx, &ns)
         .list(&lp)
         .await?
         .items

@@ -16,11 +16,12 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::Reporter;
 use serde_json::json;
 use tracing::warn;
 
+use super::kube::{ignore_not_found, namespaced};
 use crate::plan::{EventType, PlannedEvent};
 
 /// A series ends once its Event did not happen again for this long (client-go's
@@ -299,7 +300,7 @@ impl Recorder {
             },
             ..Event::default()
         };
-        Api::<Event>::namespaced(self.client.clone(), namespace)
+        namespaced::<Event>(&self.client, namespace)
             .create(&PostParams::default(), &event)
             .await
             .map(drop)
@@ -318,18 +319,15 @@ impl Recorder {
             count,
             last_observed_time: MicroTime(last),
         };
-        match Api::<Event>::namespaced(self.client.clone(), namespace)
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "series": series })),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(e),
-        }
+        ignore_not_found(
+            namespaced::<Event>(&self.client, namespace)
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "series": series })),
+                )
+                .await,
+        )
     }
 }
 

@@ -14,10 +14,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::kube::{ignore_not_found, namespaced};
 use crate::model::names;
 
 /// Where the credentials go, and what this process last put there for each cluster.
@@ -118,14 +119,11 @@ impl Publisher {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(namespace.to_string(), cluster.to_string()));
-        match self.patch(client, patch_of(namespace, cluster, None)).await {
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            other => other,
-        }
+        ignore_not_found(self.patch(client, patch_of(namespace, cluster, None)).await)
     }
 
     async fn patch(&self, client: &kube::Client, patch: Value) -> Result<(), kube::Error> {
-        Api::<Secret>::namespaced(client.clone(), &self.namespace)
+        namespaced::<Secret>(client, &self.namespace)
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(|_| ())

@@ -20,7 +20,8 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
-use super::{Context, MANAGER, PassTimer, StepPoint};
+use super::kube::ignore_not_found;
+use super::{Context, MANAGER, PassTimer, StepPoint, api};
 use crate::api::{ClickHouseCluster, S3Destination};
 use crate::backup::checks;
 use crate::backup::store::{Bucket, Patience};
@@ -165,7 +166,7 @@ async fn pass<K: JobResource>(object: Arc<K>, ctx: Arc<Context>) -> Result<Actio
     let outcome = act(&ctx, &ns, K::cluster_of(&world), &plan.steps).await?;
     let plan = object.report(plan, &outcome, &world);
     if plan.status != old {
-        let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+        let api: Api<K> = api(&ctx, &ns);
         let body = json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
@@ -219,7 +220,7 @@ async fn observe<K: JobResource>(
     let ns = object.namespace().unwrap_or_default();
     let now = Timestamp::now();
     let cluster = ctx.cluster_or_api(&ns, object.cluster_name()).await?;
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = api(ctx, &ns);
     let of_cluster = pods
         .list(&ListParams::default().labels(&format!(
             "{}={}",
@@ -243,7 +244,7 @@ async fn observe<K: JobResource>(
                 .any(|r| Some(&r.uid) == object.meta().uid.as_ref())
         };
         let lp = ListParams::default().labels(&format!("{BACKUP_LABEL}={}", object.name_any()));
-        let jobs: Vec<Job> = Api::<Job>::namespaced(ctx.client.clone(), &ns)
+        let jobs: Vec<Job> = api::<Job>(ctx, &ns)
             .list(&lp)
             .await?
             .items
@@ -372,7 +373,7 @@ async fn act(
                 }
             }
             Step::CreateAgent(agent) => {
-                let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+                let jobs: Api<Job> = api(ctx, ns);
                 match jobs.create(&PostParams::default(), &agent.build()).await {
                     Ok(_) => {
                         info!(namespace = %ns, owner = %agent.owner.name, shard = agent.shard, replica = %agent.replica, "agent job created")
@@ -449,7 +450,7 @@ pub async fn open_bucket_of(
     if d.web_identity.is_some() {
         return open_web_identity_bucket(ctx, ns, d, name, patience).await;
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets: Api<Secret> = api(ctx, ns);
     let secret = secrets.get_opt(&d.secret_name).await?;
     let spec = cluster.map(|c| &c.spec);
     let (access, secret_key) = match destination::credentials(d, secret.as_ref(), name, spec, ns) {
@@ -478,7 +479,7 @@ async fn open_web_identity_bucket(
     let Some(w) = d.web_identity.as_ref() else {
         return refused("the destination has no webIdentity".into());
     };
-    let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
+    let accounts: Api<ServiceAccount> = api(ctx, ns);
     let account = accounts.get_opt(&w.service_account_name).await?;
     if let Err(e) = destination::web_identity(d, account.as_ref(), ns) {
         return refused(e.to_string());
@@ -585,7 +586,7 @@ pub async fn set_finalizer<K: JobResource>(
     if present {
         finalizers.push(finalizer.to_string());
     }
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &object.namespace().unwrap_or_default());
+    let api: Api<K> = api(ctx, &object.namespace().unwrap_or_default());
     api.patch(
         &object.name_any(),
         &PatchParams::default(),
@@ -612,7 +613,7 @@ pub async fn remove_agents<K: JobResource>(
     ns: &str,
     object: &K,
 ) -> Result<(), kube::Error> {
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let jobs: Api<Job> = api(ctx, ns);
     let lp = ListParams::default().labels(&format!("{BACKUP_LABEL}={}", object.name_any()));
     let uid = object.meta().uid.clone();
     for j in jobs.list(&lp).await?.items {
@@ -625,14 +626,10 @@ pub async fn remove_agents<K: JobResource>(
         if !owned {
             continue;
         }
-        match jobs
-            .delete(&j.name_any(), &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+        ignore_not_found(
+            jobs.delete(&j.name_any(), &DeleteParams::background())
+                .await,
+        )?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod events;
 pub mod exporter_credentials;
 pub mod jobs;
+pub mod kube;
 pub mod pvc_cleaner;
 pub mod restore;
 pub mod schedule;
@@ -14,15 +15,15 @@ pub mod upgrade;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ::kube::api::{Api, PartialObjectMeta};
+use ::kube::runtime::controller::Action;
+use ::kube::runtime::{
+    Controller, events::Reporter, reflector::ObjectRef, reflector::Store, watcher,
+};
+use ::kube::{Client, Resource};
 use futures::{StreamExt, stream::select_all};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::controller::Action;
-use kube::runtime::{
-    Controller, events::Reporter, reflector::ObjectRef, reflector::Store, watcher,
-};
-use kube::{Client, Resource};
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
@@ -100,16 +101,14 @@ impl Context {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<Arc<ClickHouseCluster>>, kube::Error> {
+    ) -> Result<Option<Arc<ClickHouseCluster>>, ::kube::Error> {
         if let Some(c) = self.cluster(namespace, name) {
             return Ok(Some(c));
         }
-        Ok(
-            Api::<ClickHouseCluster>::namespaced(self.client.clone(), namespace)
-                .get_opt(name)
-                .await?
-                .map(Arc::new),
-        )
+        Ok(api::<ClickHouseCluster>(self, namespace)
+            .get_opt(name)
+            .await?
+            .map(Arc::new))
     }
 }
 
@@ -178,10 +177,7 @@ pub async fn run_with(
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
-        match ns {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
+        kube::namespaced_or_all(client, ns.as_deref())
     }
     let owned = watcher::Config::default().labels(labels::CLUSTER);
     let mut cluster_controllers = Vec::new();
@@ -301,7 +297,7 @@ pub async fn run_with(
     // and the others never (1000 clusters on one slot: 5203 passes in 9 minutes went to 329 of
     // them, 671 never had a first pass). Unlimited, it hands every due object over at once, to
     // wait for a permit in order.
-    let config = kube::runtime::controller::Config::default().concurrency(0);
+    let config = ::kube::runtime::controller::Config::default().concurrency(0);
     let mut streams = Vec::new();
     for ctl in cluster_controllers {
         streams.push(
@@ -379,7 +375,7 @@ pub fn api<K>(ctx: &Context, ns: &str) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
-    Api::namespaced(ctx.client.clone(), ns)
+    kube::namespaced(&ctx.client, ns)
 }
 
 /// Publishes `events` (type, reason, note) about `object` through the operator's recorder

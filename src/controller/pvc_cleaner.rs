@@ -16,6 +16,7 @@ use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
 use super::cluster::DELETE_PVC_LABEL;
+use super::kube::{gone_or_replaced, namespaced, namespaced_or_all};
 use crate::model::labels;
 use crate::runtime::settings::{PvcDeleteKey, WatchNamespaces};
 
@@ -95,10 +96,7 @@ pub async fn sweep(
     if labelled.is_empty() {
         return Ok(Vec::new());
     }
-    let pods: Api<Pod> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let pods: Api<Pod> = namespaced_or_all(client, namespace);
     let pods = pods.list(&ListParams::default()).await?.items;
     let mut deleted = Vec::new();
     for p in labelled.iter().filter(|p| !proven(key, p)) {
@@ -106,7 +104,7 @@ pub async fn sweep(
     }
     for pvc in deletable(key, labelled, &pods) {
         let ns = pvc.namespace().unwrap_or_default();
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+        let api: Api<PersistentVolumeClaim> = namespaced(client, &ns);
         let dp = DeleteParams {
             preconditions: Some(kube::api::Preconditions {
                 uid: pvc.metadata.uid.clone(),
@@ -120,7 +118,7 @@ pub async fn sweep(
                 deleted.push(format!("{ns}/{}", pvc.name_any()));
             }
             // gone, or another PVC under its name
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) if gone_or_replaced(&e) => {}
             Err(e) => return Err(e),
         }
     }
@@ -144,10 +142,7 @@ pub async fn run(client: Client, namespaces: WatchNamespaces, key: PvcDeleteKey)
         labels::CLUSTER
     );
     let watches = targets.iter().map(|ns| {
-        let api: Api<PersistentVolumeClaim> = match ns {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
+        let api: Api<PersistentVolumeClaim> = namespaced_or_all(&client, ns.as_deref());
         let (store, writer) = kube::runtime::reflector::store();
         let events = watcher(api, watcher::Config::default().labels(&selector))
             .default_backoff()

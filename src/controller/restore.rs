@@ -6,8 +6,8 @@ use kube::ResourceExt;
 use kube::api::Api;
 use tokio::sync::Semaphore;
 
-use super::Context;
 use super::jobs::{Common, Error, JobResource};
+use super::{Context, api};
 use crate::api::{
     ClickHouseBackup, ClickHouseCluster, ClickHouseRestore, ClickHouseRestoreStatus, RestoreState,
 };
@@ -55,7 +55,7 @@ impl JobResource for ClickHouseRestore {
 
     async fn world(&self, ctx: &Context, common: Common) -> Result<World, Error> {
         let ns = self.namespace().unwrap_or_default();
-        let backups: Api<ClickHouseBackup> = Api::namespaced(ctx.client.clone(), &ns);
+        let backups: Api<ClickHouseBackup> = api(ctx, &ns);
         let named = backups.get_opt(&self.spec.backup_name).await?;
         let backup_cluster = match &named {
             Some(b) => ctx.cluster_or_api(&ns, &b.spec.cluster_name).await?,

@@ -14,8 +14,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::Context;
 use super::jobs::{Error, remove_backup_data};
+use super::kube::ignore_not_found;
+use super::{Context, api};
 use crate::api::{BackupState, ClickHouseBackup, ClickHouseBackupSpec, ClickHouseCluster};
 use crate::plan::backup::destination;
 use crate::plan::backup::schedule::{
@@ -57,7 +58,7 @@ async fn tick(ctx: &Context, cluster: &ClickHouseCluster) -> Result<(), Error> {
         return Ok(());
     }
     let ns = cluster.namespace().unwrap_or_default();
-    let api: Api<ClickHouseBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<ClickHouseBackup> = api(ctx, &ns);
     let all = api
         .list(&ListParams::default().labels(SCHEDULE_LABEL))
         .await?
@@ -169,10 +170,8 @@ async fn remove_backup(
             }
         }
     }
-    let api: Api<ClickHouseBackup> = Api::namespaced(ctx.client.clone(), &ns);
-    match api.delete(&name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    let api: Api<ClickHouseBackup> = api(ctx, &ns);
+    Ok(ignore_not_found(
+        api.delete(&name, &DeleteParams::background()).await,
+    )?)
 }

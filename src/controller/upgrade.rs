@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::Context;
+use super::{Context, api};
 use crate::api::{ClickHouseCluster, ClusterState, UpgradeStatus, VersionSource};
 use crate::plan::backup::schedule::due;
 use crate::plan::status::set_condition;
@@ -39,7 +39,7 @@ pub const MAX_DOCUMENT: usize = 64 << 10;
 async fn read_source(ctx: &Context, ns: &str, source: &VersionSource) -> Result<String, String> {
     if let Some(cm) = &source.config_map {
         let key = cm.key.as_deref().unwrap_or(DEFAULT_KEY);
-        let found = Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+        let found = api::<ConfigMap>(ctx, ns)
             .get_opt(&cm.name)
             .await
             .map_err(|e| format!("reading ConfigMap {}: {e}", cm.name))?
@@ -175,7 +175,7 @@ pub async fn tick(ctx: &Context, cluster: &ClickHouseCluster) -> Result<(), kube
         cluster.spec.pause,
         document.as_ref().map_err(Clone::clone),
     );
-    let api: Api<ClickHouseCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<ClickHouseCluster> = api(ctx, &ns);
     let mut current = cluster.clone();
     let mut record = status.upgrade.clone().unwrap_or_default();
     record.last_check = Some(slot.to_rfc3339());

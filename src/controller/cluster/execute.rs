@@ -21,11 +21,12 @@ use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::observe::ch_client;
-use super::{Error, KIND, api, dynamic, ignore_not_found, noted, noted_deletion, scale_in};
+use super::{Error, KIND, api, dynamic, noted, noted_deletion, scale_in};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::sql::{ClusterName, TableName};
 use crate::clickhouse::{replica as chreplica, schemer};
 use crate::controller::cache::Cached;
+use crate::controller::kube::{ignore_gone, ignore_not_found};
 use crate::controller::{Context, MANAGER, StepPoint};
 use crate::model::{self, Password, labels, names};
 use crate::plan::step::{Outcome, Step};
@@ -626,18 +627,15 @@ async fn restart_pod(
         }),
         ..DeleteParams::default()
     };
-    match noted_deletion(
+    ignore_gone(noted_deletion(
         ctx,
         cluster,
         Cached::Pod,
         pod,
         uid,
         pods.delete(pod, &dp).await,
-    ) {
-        Ok(_) => Ok(Done::Finished(None)),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(Done::Finished(None)),
-        Err(e) => Err(e.into()),
-    }
+    ))?;
+    Ok(Done::Finished(None))
 }
 
 async fn migrate_schema(

@@ -23,6 +23,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use super::kube::ignore_not_found;
 use super::{Context, MANAGER, PassTimer, api};
 use crate::api::{ClickHouseCluster, ClickHouseClusterStatus, ReclaimPolicy};
 use crate::controller::cache::{Cached, Seen, Write};
@@ -183,14 +184,6 @@ fn noted_deletion<K: Resource>(
         );
     }
     r
-}
-
-fn ignore_not_found<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 /// Publishes the Events of a pass through the operator's recorder: one per type, reason and

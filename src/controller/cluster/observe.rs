@@ -20,8 +20,9 @@ use crate::clickhouse::{
     self, keeper as keeper_client, replica as chreplica,
     sql::{ClusterName, ReplicaMacro},
 };
-use crate::controller::Context;
 use crate::controller::cache::{self, Caches};
+use crate::controller::kube::namespaced;
+use crate::controller::{Context, api};
 use crate::model::{self, Password, labels, names};
 use crate::plan::facts::{KeeperRole, Kind, MemberView, Observed, pod_ready};
 use crate::plan::{FailureReason, Sibling, World};
@@ -118,7 +119,7 @@ async fn keeper_owner(
     }
     let owner = match ctx.cluster(&owner_ns, &r.name) {
         Some(c) => Some((*c).clone()),
-        None => Api::<ClickHouseCluster>::namespaced(ctx.client.clone(), &owner_ns)
+        None => api::<ClickHouseCluster>(ctx, &owner_ns)
             .get_opt(&r.name)
             .await
             .ok()
@@ -264,7 +265,7 @@ async fn read_crash_logs(client: &Client, ns: &str, o: &mut Observed) {
     if crashing.is_empty() {
         return;
     }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = namespaced(client, ns);
     let reads = crashing.into_iter().map(|(pod, container)| {
         let pods = pods.clone();
         async move {
@@ -334,7 +335,7 @@ async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists,
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let lp = ListParams::default().labels(&format!("{}={name}", labels::CLUSTER));
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<Secret> = namespaced(client, &ns);
     let mut referenced = Vec::new();
     for (field, secret) in cluster.spec.referenced_secrets() {
         let found = secrets.get_opt(&secret).await?;
@@ -376,16 +377,12 @@ async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists,
 /// The objects of one kind in `ns` that `lp` selects.
 async fn list<K>(client: &Client, ns: &str, lp: &ListParams) -> Result<Vec<K>, kube::Error>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
-    K::DynamicType: Default,
 {
-    Ok(Api::<K>::namespaced(client.clone(), ns)
-        .list(lp)
-        .await?
-        .items)
+    Ok(namespaced::<K>(client, ns).list(lp).await?.items)
 }
 
 /// Secret `name` of `ns`, read from the API server only when it changed since it was last read
@@ -401,9 +398,7 @@ async fn cached_secret(
         Some(version) => match caches.secret_at(ns, name, &version) {
             Some(s) => Some((*s).clone()),
             None => {
-                let s = Api::<Secret>::namespaced(client.clone(), ns)
-                    .get_opt(name)
-                    .await?;
+                let s = namespaced::<Secret>(client, ns).get_opt(name).await?;
                 if let Some(s) = &s {
                     caches.remember_secret(s);
                 }

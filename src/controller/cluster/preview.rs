@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::Error;
 use super::observe::{observe_with, read_lag, siblings};
 use crate::api::{ClickHouseCluster, ReplicaState};
+use crate::controller::kube::namespaced;
 use crate::model::changes::{Need, classify};
 use crate::model::names;
 use crate::plan::facts::Kind;
@@ -150,7 +151,7 @@ pub async fn preview(
         .namespace()
         .unwrap_or_else(|| client.default_namespace().to_string());
     let name = file.name_any();
-    let api: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    let api: Api<ClickHouseCluster> = namespaced(client, &ns);
     let mut live = api.get_opt(&name).await?;
     if let Some(l) = live.as_mut() {
         l.spec = defaults

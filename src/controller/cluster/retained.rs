@@ -19,9 +19,10 @@ use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 use tracing::info;
 
-use super::{Error, api, ignore_not_found};
+use super::{Error, api};
 use crate::api::ClickHouseCluster;
 use crate::controller::Context;
+use crate::controller::kube::ignore_not_found;
 use crate::model::{labels, names};
 
 /// Owner references to `pvcs` (those not being deleted).

@@ -13,11 +13,12 @@ use serde_json::json;
 
 use super::execute::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
-use super::{DELETE_PVC_LABEL, Error, api, ignore_not_found, noted, noted_deletion};
+use super::{DELETE_PVC_LABEL, Error, api, noted, noted_deletion};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::{self, replica as chreplica};
 use crate::controller::Context;
 use crate::controller::cache::Cached;
+use crate::controller::kube::ignore_not_found;
 use crate::model::{labels, names};
 use crate::plan::scale_in::ScaleInAction;
 use crate::plan::{EventType, PlannedEvent, World};
