@@ -1,6 +1,9 @@
 //! PURE: what a spec change needs, per component — the table of S2-14…S2-23 carried over to
-//! ClickHouse (S2-14 … S2-23). The planner turns these needs into actions; the table of
-//! docs/changes.md is this module's.
+//! ClickHouse (S2-14 … S2-23). The planner does not read these needs: it compares each built
+//! object with the one observed, and rolls exactly the StatefulSets whose pod template changed
+//! ([`pod_template_changed`], the one test of a restart). [`classify`] names, for the `plan`
+//! preview, the fields of a change and what each needs, and takes its restarts from that same
+//! test. The table of docs/changes.md is this module's: each row is a test here.
 //!
 //! | change | server | keeper |
 //! |---|---|---|
@@ -13,7 +16,7 @@
 //! | `configuration.secretSettings`, `secretFiles`, or the contents of the keys they name (`users.d` files: reloaded) | [`Need::RollingRestart`] | — |
 //! | `configuration.files` `users.d/…` contents / added or removed | [`Need::ConfigReload`] / [`Need::RollingRestart`] | — |
 //! | profiles, quotas, `users` | [`Need::ConfigReload`] | — |
-//! | TLS / env Secret contents ([`classify_secrets`]) | [`Need::RollingRestart`] | env Secret: [`Need::RollingRestart`] |
+//! | TLS / env Secret contents (the pod templates' hash annotations, [`crate::model::hash`]) | [`Need::RollingRestart`] | env Secret: [`Need::RollingRestart`] |
 //! | storage size larger (data volume, a disk, the log volume), volume scaling on | [`Need::PvcResize`] | the same for `keeper.storage` |
 //! | storage smaller, class changed, or larger without volume scaling | [`Need::Refused`] | the same |
 //! | `storage.disks` or `storage.logs` added / removed | [`Need::RollingRestart`] (StatefulSets recreated, pods kept until restarted) / [`Need::Refused`] | — |
@@ -44,7 +47,6 @@ use crate::api::{
 };
 use crate::model::config::settings::needs_restart;
 use crate::model::diff::covers;
-use crate::model::hash::PodHashes;
 use crate::model::labels;
 use crate::model::{Cluster, Desired, Inputs, Password, ReplicaSpec, desired};
 use crate::util::quantity;
@@ -108,16 +110,6 @@ impl ComponentChanges {
     /// Every need with its field.
     pub fn reasons(&self) -> impl Iterator<Item = &Reason> {
         self.reasons.iter()
-    }
-
-    /// Whether some pod of the component restarts or stops.
-    pub fn disrupts(&self) -> bool {
-        self.all().iter().any(|n| {
-            matches!(
-                n,
-                Need::RollingRestart | Need::StopAll | Need::FullStopStart
-            )
-        })
     }
 
     /// Whether nothing changes.
@@ -311,7 +303,8 @@ fn server_storage(
 }
 
 /// Classifies a change of the normalised spec from `old` to `new`. Secret contents are not in
-/// the spec: see [`classify_secrets`].
+/// the spec: a Secret whose contents change changes the hash annotations of the pod templates
+/// that use it ([`crate::model::hash`]), and so restarts their pods.
 pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Changes {
     let mut ch = Changes::default();
     let s = &mut ch.server;
@@ -633,49 +626,12 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
     desired(&Cluster::new(&c).ok()?, &inputs).ok()
 }
 
-/// Classifies a change of Secret contents, from the hash annotations of the server and Keeper
-/// pod templates before and after ([`crate::model::hash`]). A changed TLS, CA or environment
-/// Secret hash needs a rolling restart of the pods that use it (S2-16).
-pub fn classify_secrets(
-    old_server: &PodHashes,
-    new_server: &PodHashes,
-    old_keeper: &PodHashes,
-    new_keeper: &PodHashes,
-) -> Changes {
-    let mut ch = Changes::default();
-    for (key, what) in [
-        (
-            labels::TLS_SECRET_HASH,
-            "server certificate Secret contents",
-        ),
-        (labels::CA_SECRET_HASH, "CA Secret contents"),
-        (labels::ENV_SECRET_HASH, "spec.pod.envSecret contents"),
-        (
-            labels::SECRET_CONFIG_HASH,
-            "Secret keys of spec.configuration.secretSettings or secretFiles",
-        ),
-        (
-            labels::INTERSERVER_HASH,
-            "replication password (interserver-password in <cluster>-operator)",
-        ),
-    ] {
-        if old_server.get(key) != new_server.get(key) {
-            ch.server.add(Need::RollingRestart, what);
-        }
-    }
-    if old_keeper.get(labels::ENV_SECRET_HASH) != new_keeper.get(labels::ENV_SECRET_HASH) {
-        ch.keeper
-            .add(Need::RollingRestart, "spec.keeper.pod.envSecret contents");
-    }
-    ch
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::model::hash::{keeper_hashes, server_hashes};
+    use crate::model::hash::{PodHashes, keeper_hashes, server_hashes};
     use crate::model::{Cluster, SecretData};
     use crate::testing::spec;
     use serde_json::json;
@@ -686,6 +642,37 @@ mod tests {
 
     fn set(n: &[Need]) -> BTreeSet<Need> {
         n.iter().copied().collect()
+    }
+
+    /// Whether some pod of the component restarts or stops.
+    fn disrupts(c: &ComponentChanges) -> bool {
+        c.all().iter().any(|n| {
+            matches!(
+                n,
+                Need::RollingRestart | Need::StopAll | Need::FullStopStart
+            )
+        })
+    }
+
+    /// What a change of Secret contents needs: a rolling restart of the component whose pod
+    /// template hash annotations it changes (its template changes with them:
+    /// [`pod_template_changed`]).
+    fn secret_change(
+        old_server: &PodHashes,
+        new_server: &PodHashes,
+        old_keeper: &PodHashes,
+        new_keeper: &PodHashes,
+    ) -> Changes {
+        let mut ch = Changes::default();
+        if old_server != new_server {
+            ch.server
+                .add(Need::RollingRestart, "server Secret contents");
+        }
+        if old_keeper != new_keeper {
+            ch.keeper
+                .add(Need::RollingRestart, "Keeper Secret contents");
+        }
+        ch
     }
 
     /// One row of the table: from `old` to `new`, the server and Keeper needs.
@@ -806,7 +793,7 @@ mod tests {
             &[],
         );
         let ch = classify(&spec(json!({"replicas": 3})), &spec(json!({"replicas": 2})));
-        assert!(!ch.server.disrupts());
+        assert!(!disrupts(&ch.server));
     }
 
     /// S2-14: Keeper members scale; the servers only reload their node list.
@@ -1004,18 +991,18 @@ mod tests {
             server_hashes(&s, &files, &secrets),
             keeper_hashes(&cl, &secrets),
         );
-        assert!(classify_secrets(&s0, &s0, &k0, &k0).is_empty());
+        assert!(secret_change(&s0, &s0, &k0, &k0).is_empty());
         secrets.insert("tls".into(), data("2"));
         let (s1, k1) = (
             server_hashes(&s, &files, &secrets),
             keeper_hashes(&cl, &secrets),
         );
-        let ch = classify_secrets(&s0, &s1, &k0, &k1);
+        let ch = secret_change(&s0, &s1, &k0, &k1);
         assert_eq!(needs(&ch.server), set(&[Need::RollingRestart]));
         assert!(ch.keeper.is_empty());
         secrets.insert("kenv".into(), data("2"));
         let k2 = keeper_hashes(&cl, &secrets);
-        let ch = classify_secrets(&s1, &s1, &k1, &k2);
+        let ch = secret_change(&s1, &s1, &k1, &k2);
         assert!(ch.server.is_empty());
         assert_eq!(needs(&ch.keeper), set(&[Need::RollingRestart]));
         // the replication password added, then changed: servers roll, Keeper does not
@@ -1024,7 +1011,7 @@ mod tests {
         let mut s3 = s1.clone();
         s3.insert(labels::INTERSERVER_HASH, "b".into());
         for (before, after) in [(&s1, &s2), (&s2, &s3)] {
-            let ch = classify_secrets(before, after, &k2, &k2);
+            let ch = secret_change(before, after, &k2, &k2);
             assert_eq!(needs(&ch.server), set(&[Need::RollingRestart]));
             assert!(ch.keeper.is_empty());
         }
