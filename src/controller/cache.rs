@@ -17,19 +17,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::{Stream, TryStreamExt};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::{self, Event};
-use kube::{Resource, ResourceExt};
+use kube::runtime::{Controller, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::ClickHouseBackup;
+use super::kinds::cluster_kinds;
+use super::kube::namespaced_or_all;
+use crate::api::{ClickHouseBackup, ClickHouseCluster};
 use crate::model::labels;
+use crate::plan::facts::Kind;
 
 type Key = (String, String);
 
@@ -244,18 +245,92 @@ where
         .touched_objects()
 }
 
-/// Every cache a pass reads, one [`Index`] per kind and watched namespace (or one for all).
+/// Declares [`Indexes`] and the watches that keep them from the table of kinds.
+macro_rules! indexes {
+    ($($kind:ident($ty:ty) $field:ident $trigger:ident;)*) => {
+        /// The caches of the kinds of a cluster's objects ([`cluster_kinds!`]): one [`Index`] per
+        /// kind and watched namespace (or one for all), grouped by cluster label.
+        #[derive(Default)]
+        pub struct Indexes {
+            $(pub $field: Vec<Arc<Index<$ty>>>,)*
+        }
+
+        impl Indexes {
+            /// Whether every one has received its first list.
+            fn synced(&self) -> bool {
+                true $(&& all_synced(&self.$field))*
+            }
+
+            /// The resourceVersion and uid of an object of `kind` as cached (`None`: absent).
+            fn meta(&self, kind: Kind, ns: &str, name: &str) -> Option<(String, Option<String>)> {
+                match kind {
+                    $(Kind::$kind => find(&self.$field, ns, name),)*
+                }
+            }
+
+            /// Objects cached, by kind.
+            fn sizes(&self) -> Vec<(&'static str, usize)> {
+                vec![$((Kind::$kind.as_str(), count(&self.$field)),)*]
+            }
+        }
+
+        /// Adds to `ctl` a watch of each kind of a cluster's objects in `ns` (`None`: in every
+        /// namespace), each keeping a new [`Index`] of `indexes` before it triggers the pass of
+        /// the object's cluster, so that a pass sees the event that started it.
+        pub fn watch(
+            mut ctl: Controller<ClickHouseCluster>,
+            indexes: &mut Indexes,
+            client: &Client,
+            ns: Option<&str>,
+        ) -> Controller<ClickHouseCluster> {
+            let owned = watcher::Config::default().labels(labels::CLUSTER);
+            $(
+                let index = Index::new(cluster_label);
+                indexes.$field.push(index.clone());
+                let objects = feed(index, namespaced_or_all::<$ty>(client, ns), owned.clone());
+                ctl = trigger!($trigger, ctl, objects, $ty);
+            )*
+            ctl
+        }
+    };
+}
+
+/// How a change of an object triggers its cluster's pass (see [`cluster_kinds!`]).
+macro_rules! trigger {
+    (owned, $ctl:expr, $objects:expr, $ty:ty) => {
+        $ctl.owns_stream($objects)
+    };
+    (labelled, $ctl:expr, $objects:expr, $ty:ty) => {
+        $ctl.watches_stream($objects, by_label::<$ty>)
+    };
+}
+
+cluster_kinds!(indexes);
+
+/// The cluster of an object, by its label.
+fn by_label<K: Resource>(o: K) -> Option<ObjectRef<ClickHouseCluster>> {
+    let ns = o.meta().namespace.clone()?;
+    let name = o.meta().labels.as_ref()?.get(labels::CLUSTER)?.clone();
+    Some(ObjectRef::new(&name).within(&ns))
+}
+
+fn find<K: Resource + Clone + Serialize + DeserializeOwned>(
+    list: &[Arc<Index<K>>],
+    ns: &str,
+    name: &str,
+) -> Option<(String, Option<String>)> {
+    list.iter().find_map(|i| i.meta(ns, name))
+}
+
+fn count<K>(list: &[Arc<Index<K>>]) -> usize {
+    list.iter().map(|i| i.len()).sum()
+}
+
+/// Every cache a pass reads.
 #[derive(Default)]
 pub struct Caches {
-    pub statefulsets: Vec<Arc<Index<StatefulSet>>>,
-    pub pods: Vec<Arc<Index<Pod>>>,
-    pub pvcs: Vec<Arc<Index<PersistentVolumeClaim>>>,
-    pub configmaps: Vec<Arc<Index<ConfigMap>>>,
-    pub services: Vec<Arc<Index<Service>>>,
-    pub pdbs: Vec<Arc<Index<PodDisruptionBudget>>>,
-    pub network_policies: Vec<Arc<Index<NetworkPolicy>>>,
-    /// Secrets the clusters own (labelled with their cluster).
-    pub owned_secrets: Vec<Arc<Index<Secret>>>,
+    /// The objects of the clusters, by kind.
+    pub objects: Indexes,
     /// Every Secret's metadata: whether a referenced Secret exists, and its resourceVersion.
     pub secret_meta: Vec<Arc<Index<PartialObjectMeta<Secret>>>>,
     /// Backups, grouped by the cluster they name.
@@ -268,38 +343,10 @@ pub struct Caches {
     writes: Mutex<HashMap<Key, Vec<Write>>>,
 }
 
-/// The kinds of object a pass writes that the caches hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Cached {
-    StatefulSet,
-    Pod,
-    Pvc,
-    ConfigMap,
-    Service,
-    Pdb,
-    NetworkPolicy,
-    Secret,
-}
-
-impl Cached {
-    /// The kind of an owned object the plan applies or deletes.
-    pub fn of(kind: crate::plan::facts::Kind) -> Cached {
-        use crate::plan::facts::Kind;
-        match kind {
-            Kind::ConfigMap => Cached::ConfigMap,
-            Kind::Secret => Cached::Secret,
-            Kind::Service => Cached::Service,
-            Kind::StatefulSet => Cached::StatefulSet,
-            Kind::PodDisruptionBudget => Cached::Pdb,
-            Kind::NetworkPolicy => Cached::NetworkPolicy,
-        }
-    }
-}
-
 /// One of a pass's own writes, as the caches must show it before a pass plans from them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
-    pub kind: Cached,
+    pub kind: Kind,
     pub name: String,
     pub seen: Seen,
 }
@@ -320,7 +367,7 @@ pub enum Seen {
 
 impl Write {
     /// A write whose answer was the object as written.
-    pub fn of<K: Resource>(kind: Cached, object: &K) -> Write {
+    pub fn of<K: Resource>(kind: Kind, object: &K) -> Write {
         Write {
             kind,
             name: object.meta().name.clone().unwrap_or_default(),
@@ -351,7 +398,7 @@ impl Write {
     }
 }
 
-fn all_synced<K: Resource + Clone>(list: &[Arc<Index<K>>]) -> bool {
+fn all_synced<K>(list: &[Arc<Index<K>>]) -> bool {
     !list.is_empty() && list.iter().all(|i| i.synced())
 }
 
@@ -366,16 +413,7 @@ pub fn group<K: Resource + Clone + Serialize + DeserializeOwned>(
 impl Caches {
     /// Whether every cache has received its first list.
     pub fn synced(&self) -> bool {
-        all_synced(&self.statefulsets)
-            && all_synced(&self.pods)
-            && all_synced(&self.pvcs)
-            && all_synced(&self.configmaps)
-            && all_synced(&self.services)
-            && all_synced(&self.pdbs)
-            && all_synced(&self.network_policies)
-            && all_synced(&self.owned_secrets)
-            && all_synced(&self.secret_meta)
-            && all_synced(&self.backups)
+        self.objects.synced() && all_synced(&self.secret_meta) && all_synced(&self.backups)
     }
 
     /// Whether the cluster is to be observed from the API server.
@@ -436,27 +474,13 @@ impl Caches {
         list.push(write);
     }
 
-    /// The object's resourceVersion and uid as cached (`None`: absent).
-    fn cached_meta(&self, kind: Cached, ns: &str, name: &str) -> Option<(String, Option<String>)> {
-        fn find<K: Resource + Clone + Serialize + DeserializeOwned>(
-            list: &[Arc<Index<K>>],
-            ns: &str,
-            name: &str,
-        ) -> Option<(String, Option<String>)> {
-            list.iter().find_map(|i| i.meta(ns, name))
-        }
-        match kind {
-            Cached::StatefulSet => find(&self.statefulsets, ns, name),
-            Cached::Pod => find(&self.pods, ns, name),
-            Cached::Pvc => find(&self.pvcs, ns, name),
-            Cached::ConfigMap => find(&self.configmaps, ns, name),
-            Cached::Service => find(&self.services, ns, name),
-            Cached::Pdb => find(&self.pdbs, ns, name),
-            Cached::NetworkPolicy => find(&self.network_policies, ns, name),
-            Cached::Secret => {
-                find(&self.owned_secrets, ns, name).or_else(|| find(&self.secret_meta, ns, name))
-            }
-        }
+    /// The object's resourceVersion and uid as cached (`None`: absent); a Secret the clusters
+    /// do not own, by its metadata.
+    fn cached_meta(&self, kind: Kind, ns: &str, name: &str) -> Option<(String, Option<String>)> {
+        self.objects.meta(kind, ns, name).or_else(|| match kind {
+            Kind::Secret => find(&self.secret_meta, ns, name),
+            _ => None,
+        })
     }
 
     /// Whether the caches show every write the cluster's passes made (forgetting those they
@@ -516,27 +540,17 @@ impl Caches {
 
     /// Objects in the caches, by kind (for the operator's own metrics and the benchmark).
     pub fn sizes(&self) -> Vec<(&'static str, usize)> {
-        fn n<K: Resource + Clone>(l: &[Arc<Index<K>>]) -> usize {
-            l.iter().map(|i| i.len()).sum()
-        }
-        vec![
-            ("StatefulSet", n(&self.statefulsets)),
-            ("Pod", n(&self.pods)),
-            ("PersistentVolumeClaim", n(&self.pvcs)),
-            ("ConfigMap", n(&self.configmaps)),
-            ("Service", n(&self.services)),
-            ("PodDisruptionBudget", n(&self.pdbs)),
-            ("NetworkPolicy", n(&self.network_policies)),
-            ("Secret", n(&self.owned_secrets)),
-            ("SecretMetadata", n(&self.secret_meta)),
-            ("ClickHouseBackup", n(&self.backups)),
-        ]
+        let mut sizes = self.objects.sizes();
+        sizes.push(("SecretMetadata", count(&self.secret_meta)));
+        sizes.push(("ClickHouseBackup", count(&self.backups)));
+        sizes
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use kube::api::ObjectMeta;
 
@@ -648,10 +662,10 @@ mod tests {
     async fn the_caches_are_used_once_they_show_the_passes_own_writes() {
         let mut c = Caches::default();
         let pods = Index::new(cluster_label::<Pod>);
-        c.pods.push(pods.clone());
+        c.objects.pods.push(pods.clone());
         pods.apply(&Event::Apply(pod("p0", "u0", "4")));
         assert!(c.show_writes("a", "c1"), "nothing written");
-        c.wrote("a", "c1", Write::of(Cached::Pod, &pod("p0", "u0", "5")));
+        c.wrote("a", "c1", Write::of(Kind::Pod, &pod("p0", "u0", "5")));
         assert!(!c.show_writes("a", "c1"), "the cache has version 4 only");
         pods.apply(&Event::Apply(pod("p0", "u0", "6")));
         assert!(c.show_writes("a", "c1"), "a later version shows the write");
@@ -660,7 +674,7 @@ mod tests {
             "a",
             "c1",
             Write {
-                kind: Cached::Pod,
+                kind: Kind::Pod,
                 name: "p0".into(),
                 seen: Seen::Gone {
                     uid: Some("u0".into()),
@@ -675,7 +689,7 @@ mod tests {
         c.wrote(
             "a",
             "c1",
-            Write::of(Cached::StatefulSet, &pod("s0", "u2", "9")),
+            Write::of(Kind::StatefulSet, &pod("s0", "u2", "9")),
         );
         assert!(!c.show_writes("a", "c1"));
         assert!(
@@ -688,8 +702,8 @@ mod tests {
         );
         assert!(c.show_writes("a", "c1"), "the writes were forgotten");
         // the latest write to an object replaces the one before
-        c.wrote("a", "c1", Write::of(Cached::Pod, &pod("p0", "u1", "12")));
-        c.wrote("a", "c1", Write::of(Cached::Pod, &pod("p0", "u1", "3")));
+        c.wrote("a", "c1", Write::of(Kind::Pod, &pod("p0", "u1", "12")));
+        c.wrote("a", "c1", Write::of(Kind::Pod, &pod("p0", "u1", "3")));
         assert!(c.show_writes("a", "c1"));
     }
 

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod events;
 pub mod exporter_credentials;
 pub mod jobs;
+pub mod kinds;
 pub mod kube;
 pub mod pvc_cleaner;
 pub mod restore;
@@ -23,12 +24,11 @@ use ::kube::runtime::{
 use ::kube::{Client, Resource};
 use futures::{StreamExt, stream::select_all};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
 use crate::api::{ClickHouseBackup, ClickHouseCluster, ClickHouseRestore};
-use crate::model::labels;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::metrics::{ErrorLabels, Health, Metrics};
 use crate::runtime::settings::{Settings, WatchNamespaces};
@@ -179,16 +179,9 @@ pub async fn run_with(
     {
         kube::namespaced_or_all(client, ns.as_deref())
     }
-    let owned = watcher::Config::default().labels(labels::CLUSTER);
     let mut cluster_controllers = Vec::new();
     let mut stores = Vec::new();
     let mut caches = cache::Caches::default();
-    // a cluster's object, by its label, to the cluster's pass
-    fn by_label<K: Resource>(o: K) -> Option<ObjectRef<ClickHouseCluster>> {
-        let ns = o.meta().namespace.clone()?;
-        let name = o.meta().labels.as_ref()?.get(labels::CLUSTER)?.clone();
-        Some(ObjectRef::new(&name).within(&ns))
-    }
     for ns in &namespaces {
         let ctl = Controller::new(
             watched::<ClickHouseCluster>(&client, ns),
@@ -199,41 +192,12 @@ pub async fn run_with(
         let secret_store = store.clone();
         // Each watch keeps its cache before it triggers the pass, so a pass sees the event
         // that started it.
-        let sts = cache::Index::new(cache::cluster_label);
-        let pods = cache::Index::new(cache::cluster_label);
-        let pvcs = cache::Index::new(cache::cluster_label);
-        let cms = cache::Index::new(cache::cluster_label);
-        let svcs = cache::Index::new(cache::cluster_label);
-        let pdbs = cache::Index::new(cache::cluster_label);
-        let netpols = cache::Index::new(cache::cluster_label);
-        let secrets = cache::Index::new(cache::cluster_label);
+        let ctl = cache::watch(ctl, &mut caches.objects, &client, ns.as_deref());
         let secret_meta = cache::Index::new(|_| None);
         let backups = cache::Index::new(|b: &ClickHouseBackup| Some(b.spec.cluster_name.clone()));
-        caches.statefulsets.push(sts.clone());
-        caches.pods.push(pods.clone());
-        caches.pvcs.push(pvcs.clone());
-        caches.configmaps.push(cms.clone());
-        caches.services.push(svcs.clone());
-        caches.pdbs.push(pdbs.clone());
-        caches.network_policies.push(netpols.clone());
-        caches.owned_secrets.push(secrets.clone());
         caches.secret_meta.push(secret_meta.clone());
         caches.backups.push(backups.clone());
         let ctl = ctl
-            .owns_stream(cache::feed(sts, watched(&client, ns), owned.clone()))
-            .owns_stream(cache::feed(svcs, watched(&client, ns), owned.clone()))
-            .owns_stream(cache::feed(cms, watched(&client, ns), owned.clone()))
-            .owns_stream(cache::feed(pdbs, watched(&client, ns), owned.clone()))
-            .owns_stream(cache::feed(netpols, watched(&client, ns), owned.clone()))
-            .owns_stream(cache::feed(secrets, watched(&client, ns), owned.clone()))
-            .watches_stream(
-                cache::feed(pods, watched(&client, ns), owned.clone()),
-                by_label::<Pod>,
-            )
-            .watches_stream(
-                cache::feed(pvcs, watched(&client, ns), owned.clone()),
-                by_label::<PersistentVolumeClaim>,
-            )
             .watches_stream(
                 cache::feed(backups, watched(&client, ns), watcher::Config::default()),
                 |b: ClickHouseBackup| {

@@ -16,29 +16,41 @@ use crate::model::{Inputs, labels, names};
 /// How long a pod may stay unschedulable before a rollout reports a failure (S2-31).
 pub const UNSCHEDULABLE_GRACE: SignedDuration = SignedDuration::from_secs(120);
 
-/// Kinds of objects the operator writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
+/// Declares [`Kind`] from the names of its variants, each the Kubernetes kind it stands for.
+macro_rules! kinds {
+    ($($kind:ident),* $(,)?) => {
+        /// Kinds of a cluster's objects the operator reads and writes: those it builds (applied
+        /// and deleted by the plan's steps) and the pods and PVCs it acts on. The controller's
+        /// table of them (`controller::kinds`) gives each its type, its caches and its watch.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Kind {
+            $($kind,)*
+        }
+
+        impl Kind {
+            /// Every kind.
+            pub const ALL: &[Kind] = &[$(Kind::$kind,)*];
+
+            /// The Kubernetes kind.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Kind::$kind => stringify!($kind),)*
+                }
+            }
+        }
+    };
+}
+
+kinds!(
     ConfigMap,
     Secret,
     Service,
     StatefulSet,
     PodDisruptionBudget,
     NetworkPolicy,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::ConfigMap => "ConfigMap",
-            Kind::Secret => "Secret",
-            Kind::Service => "Service",
-            Kind::StatefulSet => "StatefulSet",
-            Kind::PodDisruptionBudget => "PodDisruptionBudget",
-            Kind::NetworkPolicy => "NetworkPolicy",
-        }
-    }
-}
+    Pod,
+    PersistentVolumeClaim,
+);
 
 /// What the controller read for a pass, beyond the cluster itself.
 #[derive(Clone, Debug, Default)]
@@ -49,7 +61,8 @@ pub struct Observed {
     pub statefulsets: BTreeMap<String, StatefulSet>,
     /// Pods of the cluster, by name.
     pub pods: BTreeMap<String, Pod>,
-    /// Other owned objects (ConfigMaps, Secrets, Services, PDBs) as JSON, by kind and name.
+    /// The other objects the cluster owns (ConfigMaps, Secrets, Services, PDBs, NetworkPolicies)
+    /// as JSON, by kind and name.
     pub objects: BTreeMap<(Kind, String), Value>,
     /// PVCs of the cluster, by name.
     pub pvcs: BTreeMap<String, PersistentVolumeClaim>,

@@ -25,10 +25,10 @@ use super::{Error, KIND, api, dynamic, noted, noted_deletion, scale_in};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::sql::{ClusterName, TableName};
 use crate::clickhouse::{replica as chreplica, schemer};
-use crate::controller::cache::Cached;
 use crate::controller::kube::{ignore_gone, ignore_not_found};
 use crate::controller::{Context, MANAGER, StepPoint};
 use crate::model::{self, Password, labels, names};
+use crate::plan::facts::Kind;
 use crate::plan::step::{Outcome, Step};
 use crate::plan::{self, EventType, FailureReason, Plan, PlannedEvent, World};
 use crate::runtime::metrics::KindLabels;
@@ -200,7 +200,7 @@ async fn run(
                 noted(
                     ctx,
                     cluster,
-                    Cached::of(*kind),
+                    *kind,
                     api.patch(
                         name,
                         &PatchParams::apply(MANAGER).force(),
@@ -237,7 +237,7 @@ async fn run(
                 field_manager: Some(MANAGER.into()),
                 ..PostParams::default()
             };
-            match noted(ctx, cluster, Cached::of(*kind), api.create(&pp, &o).await) {
+            match noted(ctx, cluster, *kind, api.create(&pp, &o).await) {
                 Ok(_) => Ok(normal(
                     "Created",
                     "Create",
@@ -262,7 +262,7 @@ async fn run(
             ignore_not_found(noted_deletion(
                 ctx,
                 cluster,
-                Cached::StatefulSet,
+                Kind::StatefulSet,
                 name,
                 None,
                 api::<StatefulSet>(ctx, &ns).delete(name, &dp).await,
@@ -277,7 +277,7 @@ async fn run(
             noted(
                 ctx,
                 cluster,
-                Cached::Pvc,
+                Kind::PersistentVolumeClaim,
                 api::<PersistentVolumeClaim>(ctx, &ns)
                     .patch(
                         name,
@@ -303,7 +303,7 @@ async fn run(
             ignore_not_found(noted(
                 ctx,
                 cluster,
-                Cached::Pvc,
+                Kind::PersistentVolumeClaim,
                 api::<PersistentVolumeClaim>(ctx, &ns)
                     .patch(name, &PatchParams::default(), &Patch::Merge(patch))
                     .await,
@@ -320,7 +320,7 @@ async fn run(
             ignore_not_found(noted(
                 ctx,
                 cluster,
-                Cached::Pod,
+                Kind::Pod,
                 api::<Pod>(ctx, &ns)
                     .patch(pod, &PatchParams::default(), &Patch::Merge(patch))
                     .await,
@@ -402,7 +402,7 @@ async fn run(
             ignore_not_found(noted_deletion(
                 ctx,
                 cluster,
-                Cached::of(*kind),
+                *kind,
                 name,
                 None,
                 dynamic(ctx, &ns, *kind)
@@ -493,7 +493,7 @@ async fn create_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> R
     let created = api::<Secret>(ctx, &cluster.namespace().unwrap_or_default())
         .create(&PostParams::default(), &secret)
         .await;
-    match noted(ctx, cluster, Cached::Secret, created) {
+    match noted(ctx, cluster, Kind::Secret, created) {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e.into()),
@@ -523,7 +523,7 @@ async fn adopt_operator_secret(cluster: &ClickHouseCluster, ctx: &Context) -> Re
             &Patch::Merge(serde_json::json!({"metadata": {"ownerReferences": [owner]}})),
         )
         .await;
-    noted(ctx, cluster, Cached::Secret, adopted)?;
+    noted(ctx, cluster, Kind::Secret, adopted)?;
     Ok(normal(
         "CredentialsAdopted",
         "Update",
@@ -557,7 +557,7 @@ async fn add_exporter_password(cluster: &ClickHouseCluster, ctx: &Context) -> Re
                 })),
             )
             .await;
-        noted(ctx, cluster, Cached::Secret, added)?;
+        noted(ctx, cluster, Kind::Secret, added)?;
     }
     Ok(normal(
         "CredentialsCreated",
@@ -615,7 +615,7 @@ async fn restart_pod(
         ignore_not_found(noted(
             ctx,
             cluster,
-            Cached::Pod,
+            Kind::Pod,
             pods.patch(pod, &PatchParams::default(), &Patch::Merge(unlabel))
                 .await,
         ))?;
@@ -630,7 +630,7 @@ async fn restart_pod(
     ignore_gone(noted_deletion(
         ctx,
         cluster,
-        Cached::Pod,
+        Kind::Pod,
         pod,
         uid,
         pods.delete(pod, &dp).await,

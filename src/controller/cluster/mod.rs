@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 use super::kube::ignore_not_found;
 use super::{Context, MANAGER, PassTimer, api};
 use crate::api::{ClickHouseCluster, ClickHouseClusterStatus, ReclaimPolicy};
-use crate::controller::cache::{Cached, Seen, Write};
+use crate::controller::cache::{Seen, Write};
 use crate::plan::facts::Kind;
 use crate::plan::{self, Failure, FailureReason, Plan, PlannedEvent, World};
 use crate::runtime::backoff::RECHECK;
@@ -114,24 +114,12 @@ pub fn clusters_referencing_secret(
         .collect()
 }
 
-fn resource(kind: Kind) -> ApiResource {
-    use k8s_openapi::api::apps::v1::StatefulSet;
-    use k8s_openapi::api::core::v1::{ConfigMap, Service};
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    match kind {
-        Kind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
-        Kind::Secret => ApiResource::erase::<Secret>(&()),
-        Kind::Service => ApiResource::erase::<Service>(&()),
-        Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
-        Kind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
-        Kind::NetworkPolicy => {
-            ApiResource::erase::<k8s_openapi::api::networking::v1::NetworkPolicy>(&())
-        }
-    }
-}
-
 fn dynamic(ctx: &Context, ns: &str, kind: Kind) -> Api<DynamicObject> {
-    Api::namespaced_with(ctx.client.clone(), ns, &resource(kind))
+    Api::namespaced_with(
+        ctx.client.clone(),
+        ns,
+        &crate::controller::kinds::resource(kind),
+    )
 }
 
 /// Remembers the object a write answered with, so that the next pass plans from the caches
@@ -139,7 +127,7 @@ fn dynamic(ctx: &Context, ns: &str, kind: Kind) -> Api<DynamicObject> {
 fn noted<K: Resource>(
     ctx: &Context,
     cluster: &ClickHouseCluster,
-    kind: Cached,
+    kind: Kind,
     r: Result<K, kube::Error>,
 ) -> Result<K, kube::Error> {
     if let Ok(o) = &r {
@@ -156,7 +144,7 @@ fn noted<K: Resource>(
 fn noted_deletion<K: Resource>(
     ctx: &Context,
     cluster: &ClickHouseCluster,
-    kind: Cached,
+    kind: Kind,
     name: &str,
     uid: Option<&str>,
     r: Result<either::Either<K, kube::core::Status>, kube::Error>,

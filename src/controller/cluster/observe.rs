@@ -5,10 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -21,6 +18,7 @@ use crate::clickhouse::{
     sql::{ClusterName, ReplicaMacro},
 };
 use crate::controller::cache::{self, Caches};
+use crate::controller::kinds::cluster_kinds;
 use crate::controller::kube::namespaced;
 use crate::controller::{Context, api};
 use crate::model::{self, Password, labels, names};
@@ -150,27 +148,7 @@ fn versions<K: Resource>(objects: &[K]) -> std::collections::BTreeSet<(String, S
 fn caches_hold(cluster: &ClickHouseCluster, caches: &Caches, lists: &Lists) -> bool {
     let ns = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    fn same<K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned>(
-        index: &[std::sync::Arc<cache::Index<K>>],
-        ns: &str,
-        name: &str,
-        listed: &[K],
-    ) -> bool {
-        versions(&cache::group(index, ns, name)) == versions(listed)
-    }
-    same(&caches.statefulsets, &ns, &name, &lists.statefulsets)
-        && same(&caches.pods, &ns, &name, &lists.pods)
-        && same(&caches.pvcs, &ns, &name, &lists.pvcs)
-        && same(&caches.configmaps, &ns, &name, &lists.configmaps)
-        && same(&caches.services, &ns, &name, &lists.services)
-        && same(&caches.pdbs, &ns, &name, &lists.pdbs)
-        && same(
-            &caches.network_policies,
-            &ns,
-            &name,
-            &lists.network_policies,
-        )
-        && same(&caches.owned_secrets, &ns, &name, &lists.owned_secrets)
+    lists.objects.held_by(caches, &ns, &name)
         && running_backup(&name, &cache::group(&caches.backups, &ns, &name))
             == lists.backup_in_flight
         && lists.referenced.iter().all(|(_, secret, found)| {
@@ -210,6 +188,7 @@ pub async fn observe_with(
 ) -> Result<World, Error> {
     let lists = from_api(cluster, client).await?;
     let users = lists
+        .objects
         .owned_secrets
         .iter()
         .find(|s| s.name_any() == names::users_secret(&cluster.name_any()));
@@ -300,16 +279,43 @@ struct OperatorInputs {
     pods: Option<model::network_policy::OperatorPods>,
 }
 
+/// Declares [`Objects`] from the table of kinds.
+macro_rules! objects {
+    ($($kind:ident($ty:ty) $field:ident $trigger:ident;)*) => {
+        /// A cluster's objects of each kind of the table ([`cluster_kinds!`]).
+        struct Objects {
+            $($field: Vec<$ty>,)*
+        }
+
+        impl Objects {
+            /// From the API server, the objects `lp` selects in `ns`: the lists at once, so
+            /// that a pass that reads the API server waits for one round trip, not one per kind.
+            async fn list(client: &Client, ns: &str, lp: &ListParams) -> Result<Objects, kube::Error> {
+                let ($($field,)*) = tokio::try_join!($(list::<$ty>(client, ns, lp),)*)?;
+                Ok(Objects { $($field,)* })
+            }
+
+            /// From the caches, the objects of cluster `name` in `ns`.
+            fn cached(caches: &Caches, ns: &str, name: &str) -> Objects {
+                Objects {
+                    $($field: cache::group(&caches.objects.$field, ns, name),)*
+                }
+            }
+
+            /// Whether the caches hold exactly these objects of cluster `name` in `ns`, each at
+            /// the same resourceVersion.
+            fn held_by(&self, caches: &Caches, ns: &str, name: &str) -> bool {
+                true $(&& versions(&cache::group(&caches.objects.$field, ns, name))
+                    == versions(&self.$field))*
+            }
+        }
+    };
+}
+cluster_kinds!(objects);
+
 /// The Kubernetes objects a pass reads.
 struct Lists {
-    statefulsets: Vec<StatefulSet>,
-    pods: Vec<Pod>,
-    pvcs: Vec<PersistentVolumeClaim>,
-    configmaps: Vec<ConfigMap>,
-    services: Vec<Service>,
-    pdbs: Vec<PodDisruptionBudget>,
-    network_policies: Vec<NetworkPolicy>,
-    owned_secrets: Vec<Secret>,
+    objects: Objects,
     /// (field, Secret name, the Secret if it exists) of every Secret the spec references.
     referenced: Vec<(&'static str, String, Option<Secret>)>,
     /// The Secrets of the cluster's backup destinations that exist (their keys become named
@@ -345,29 +351,14 @@ async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists,
     for secret in cluster.spec.backup_secrets() {
         backup_secrets.extend(secrets.get_opt(&secret).await?);
     }
-    // the lists at once: a pass that reads the API server waits for one round trip, not nine
+    // the backups with the cluster's objects, at once
     let all = ListParams::default();
-    let (backups, statefulsets, pods, pvcs, configmaps, services, pdbs, network_policies, owned) =
-        tokio::try_join!(
-            list::<ClickHouseBackup>(client, &ns, &all),
-            list(client, &ns, &lp),
-            list(client, &ns, &lp),
-            list(client, &ns, &lp),
-            list(client, &ns, &lp),
-            list(client, &ns, &lp),
-            list(client, &ns, &lp),
-            list(client, &ns, &lp),
-            list::<Secret>(client, &ns, &lp),
-        )?;
+    let (backups, objects) = tokio::try_join!(
+        list::<ClickHouseBackup>(client, &ns, &all),
+        Objects::list(client, &ns, &lp),
+    )?;
     Ok(Lists {
-        statefulsets,
-        pods,
-        pvcs,
-        configmaps,
-        services,
-        pdbs,
-        network_policies,
-        owned_secrets: owned,
+        objects,
         referenced,
         backup_secrets,
         backup_in_flight: running_backup(&name, &backups),
@@ -426,14 +417,7 @@ async fn from_caches(
     }
     let backups = cache::group(&caches.backups, &ns, &name);
     Ok(Lists {
-        statefulsets: cache::group(&caches.statefulsets, &ns, &name),
-        pods: cache::group(&caches.pods, &ns, &name),
-        pvcs: cache::group(&caches.pvcs, &ns, &name),
-        configmaps: cache::group(&caches.configmaps, &ns, &name),
-        services: cache::group(&caches.services, &ns, &name),
-        pdbs: cache::group(&caches.pdbs, &ns, &name),
-        network_policies: cache::group(&caches.network_policies, &ns, &name),
-        owned_secrets: cache::group(&caches.owned_secrets, &ns, &name),
+        objects: Objects::cached(caches, &ns, &name),
         referenced,
         backup_secrets,
         backup_in_flight: running_backup(&name, &backups),
@@ -448,20 +432,23 @@ async fn build(
     operator: OperatorInputs,
 ) -> Result<World, Error> {
     let name = cluster.name_any();
+    let objects = lists.objects;
+    // the server and Keeper workloads typed, the other objects as JSON
     let mut o = Observed {
-        statefulsets: by_name(lists.statefulsets),
-        pods: by_name(lists.pods),
-        pvcs: by_name(lists.pvcs),
+        statefulsets: by_name(objects.statefulsets),
+        pods: by_name(objects.pods),
+        pvcs: by_name(objects.pvcs),
         ..Observed::default()
     };
-    o.objects.extend(as_json(Kind::ConfigMap, lists.configmaps));
-    o.objects.extend(as_json(Kind::Service, lists.services));
     o.objects
-        .extend(as_json(Kind::PodDisruptionBudget, lists.pdbs));
+        .extend(as_json(Kind::ConfigMap, objects.configmaps));
+    o.objects.extend(as_json(Kind::Service, objects.services));
     o.objects
-        .extend(as_json(Kind::NetworkPolicy, lists.network_policies));
-    let found = lists
-        .owned_secrets
+        .extend(as_json(Kind::PodDisruptionBudget, objects.pdbs));
+    o.objects
+        .extend(as_json(Kind::NetworkPolicy, objects.network_policies));
+    let owned_secrets = objects.owned_secrets;
+    let found = owned_secrets
         .iter()
         .find(|s| s.name_any() == names::operator_secret(&name));
     o.operator_secret_orphaned = found.is_some_and(|s| {
@@ -490,8 +477,7 @@ async fn build(
     });
     o.inputs.operator_networks = operator.networks;
     o.inputs.operator_pods = operator.pods;
-    o.keeper_identity_in_use = lists
-        .owned_secrets
+    o.keeper_identity_in_use = owned_secrets
         .iter()
         .find(|s| s.name_any() == names::users_secret(&name))
         .and_then(|s| s.data.as_ref()?.get(names::KEEPER_IDENTITY_FILE))
@@ -499,7 +485,7 @@ async fn build(
             model::config::server::keeper_identity_of(&String::from_utf8_lossy(&f.0))
                 .map(str::to_string)
         });
-    o.objects.extend(as_json(Kind::Secret, lists.owned_secrets));
+    o.objects.extend(as_json(Kind::Secret, owned_secrets));
     for (field, secret, found) in lists.referenced {
         match found {
             None => o.missing_secrets.push((field.to_string(), secret)),

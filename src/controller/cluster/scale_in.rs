@@ -17,9 +17,9 @@ use super::{DELETE_PVC_LABEL, Error, api, noted, noted_deletion};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::{self, replica as chreplica};
 use crate::controller::Context;
-use crate::controller::cache::Cached;
 use crate::controller::kube::ignore_not_found;
 use crate::model::{labels, names};
+use crate::plan::facts::Kind;
 use crate::plan::scale_in::ScaleInAction;
 use crate::plan::{EventType, PlannedEvent, World};
 
@@ -55,7 +55,7 @@ pub async fn run(
             ignore_not_found(noted(
                 ctx,
                 cluster,
-                Cached::Pod,
+                Kind::Pod,
                 api::<Pod>(ctx, &ns)
                     .patch(
                         &names::replica_pod(replica),
@@ -84,7 +84,7 @@ pub async fn run(
             ignore_not_found(noted_deletion(
                 ctx,
                 cluster,
-                Cached::StatefulSet,
+                Kind::StatefulSet,
                 replica,
                 None,
                 api::<StatefulSet>(ctx, &ns)
@@ -95,7 +95,7 @@ pub async fn run(
             ignore_not_found(noted_deletion(
                 ctx,
                 cluster,
-                Cached::ConfigMap,
+                Kind::ConfigMap,
                 &config,
                 None,
                 api::<ConfigMap>(ctx, &ns)
@@ -287,7 +287,7 @@ pub async fn label_pvcs(
             ignore_not_found(noted(
                 ctx,
                 cluster,
-                Cached::Pvc,
+                Kind::PersistentVolumeClaim,
                 api::<PersistentVolumeClaim>(ctx, ns)
                     .patch(
                         pvc,
