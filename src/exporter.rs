@@ -19,8 +19,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::api::{ClickHouseCluster, ClusterState, ReplicaState};
-use crate::clickhouse::{ClientConfig, QueryOptions};
-use crate::controller::cluster::replica_config;
+use crate::clickhouse::{ClientConfig, Credentials, QueryOptions};
 use crate::model::{labels, names};
 use crate::runtime::metrics::ClusterLabel;
 use crate::runtime::settings::WatchNamespaces;
@@ -115,38 +114,8 @@ impl Samples {
     }
 }
 
-/// The statements the exporter sends each server, as its read-only account (the 26.x engine
-/// runs them under that account's grants in `tests/modern_config.rs`).
-pub mod queries {
-    /// Current figures.
-    pub const METRICS: &str = "SELECT metric, toFloat64(value) AS v FROM system.metrics";
-    /// Counters.
-    pub const EVENTS: &str = "SELECT event, toFloat64(value) AS v FROM system.events";
-    /// Figures computed in the background.
-    pub const ASYNCHRONOUS_METRICS: &str =
-        "SELECT metric, toFloat64(value) AS v FROM system.asynchronous_metrics";
-    /// Replication health per table.
-    pub const REPLICAS: &str = "SELECT database, table, toFloat64(is_readonly) AS ro, \
-        toFloat64(is_session_expired) AS expired, toFloat64(queue_size) AS queue, \
-        toFloat64(absolute_delay) AS delay FROM system.replicas";
-    /// Active parts per table and the most in one partition.
-    pub const PARTS: &str = "SELECT database, table, toFloat64(sum(c)) AS parts, \
-        toFloat64(max(c)) AS most FROM (SELECT database, table, partition_id, count() AS c \
-        FROM system.parts WHERE active GROUP BY database, table, partition_id) \
-        GROUP BY database, table";
-    /// Space per disk (19.15 and later).
-    pub const DISKS: &str = "SELECT name, toFloat64(free_space) AS free, toFloat64(total_space) AS total \
-         FROM system.disks";
-    /// Every statement, in the order sent.
-    pub const ALL: [&str; 6] = [
-        METRICS,
-        EVENTS,
-        ASYNCHRONOUS_METRICS,
-        REPLICAS,
-        PARTS,
-        DISKS,
-    ];
-}
+/// The statements the exporter sends each server ([`crate::clickhouse::metrics`]).
+pub use crate::clickhouse::metrics as queries;
 
 /// One server's answers, as samples.
 async fn scrape_server(
@@ -333,7 +302,7 @@ pub async fn targets(
         let name = c.name_any();
         // its own read-only account, never the operator's (decision 36)
         let (password, ca) = match &published {
-            Some(data) => crate::controller::exporter_credentials::read(data, &ns, &name),
+            Some(data) => crate::model::secret::read_exporter_credentials(data, &ns, &name),
             None => {
                 let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
                 let password = secrets
@@ -383,9 +352,17 @@ pub async fn targets(
                 Some("keeper") => out.push(Target::Keeper { host, ip }),
                 Some("server") => {
                     let config = ip.zip(password.clone()).map(|(ip, password)| {
-                        let mut config =
-                            replica_config(&c, &host.replica, ip, password, ca.clone());
-                        config.credentials.user = names::EXPORTER_USER.to_string();
+                        let credentials = Credentials {
+                            user: names::EXPORTER_USER.to_string(),
+                            password,
+                        };
+                        let mut config = ClientConfig::for_replica(
+                            &c,
+                            &host.replica,
+                            ip,
+                            credentials,
+                            ca.clone(),
+                        );
                         config.timeout = HOST_TIMEOUT;
                         // one attempt per scrape: `clickhouse_up` says how the server answered
                         // now; retried, a server killed and restarted at once within the

@@ -738,22 +738,28 @@ async fn run_from_env() -> Result<Report, String> {
         user: var("CH_USER")?,
         password: var("CH_PASSWORD")?,
     };
+    // a CA verifies the servers by their host names; without one, `CH_TLS=unverified` still
+    // speaks TLS
     let tls_ca = opt("CH_TLS_CA").map(String::into_bytes);
+    let tls_on = tls_ca.is_some() || opt("CH_TLS").as_deref() == Some("unverified");
+    let tls = tls_on.then_some(crate::clickhouse::Tls {
+        ca: tls_ca,
+        server_name: None,
+    });
     let servers = var("CH_HOSTS")?
         .split(',')
         .filter(|h| !h.is_empty())
         .map(|host| {
-            let mut config = crate::clickhouse::ClientConfig::new(
-                crate::clickhouse::Endpoint {
-                    host: host.to_string(),
-                    port,
-                },
+            let endpoint = crate::clickhouse::Endpoint {
+                host: host.to_string(),
+                port,
+            };
+            let mut config = crate::clickhouse::ClientConfig::for_server(
+                endpoint,
                 credentials.clone(),
+                tls.clone(),
             );
             config.timeout = std::time::Duration::from_secs(600);
-            config.tls_ca_pem = tls_ca.clone();
-            config.tls_unverified =
-                tls_ca.is_none() && opt("CH_TLS").as_deref() == Some("unverified");
             Client::new(config).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -16,13 +16,18 @@
 //! credentials are (an S3 key in `BACKUP … TO S3(…)`, a password in a MySQL engine), and an
 //! error reaches statuses, Events and logs.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::lexer::{hide_literals_of, mask_literals, summary};
+use crate::api::ClickHouseCluster;
+use crate::conventions::{HTTP_PORT, HTTPS_PORT};
 
 /// Where a replica answers HTTP: the address as the operator observes it (the pod IP, or a
 /// host name) and the HTTP(S) port.
@@ -116,6 +121,16 @@ pub struct ClientConfig {
     pub retry: RetryPolicy,
 }
 
+/// How a client speaks TLS to a server: what it trusts, and the name it verifies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// The CA certificate(s), PEM, the server's certificate is verified with; `None`:
+    /// encrypted, not verified.
+    pub ca: Option<Vec<u8>>,
+    /// The DNS name the certificate is verified against; `None`: the endpoint's host.
+    pub server_name: Option<String>,
+}
+
 impl ClientConfig {
     /// Plain HTTP with a 30 s timeout and the default retry policy.
     pub fn new(endpoint: Endpoint, credentials: Credentials) -> ClientConfig {
@@ -128,6 +143,54 @@ impl ClientConfig {
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
         }
+    }
+
+    /// How `credentials` reach the server at `endpoint`: with `tls`, HTTPS only (the password
+    /// never travels in clear), verified with its CA by its server name, encrypted but not
+    /// verified without a CA; plain HTTP without. Every client of a server is configured here
+    /// (the operator's passes, the metrics exporter, the backup agent), then given its timeout
+    /// and retries.
+    pub fn for_server(
+        endpoint: Endpoint,
+        credentials: Credentials,
+        tls: Option<Tls>,
+    ) -> ClientConfig {
+        let mut config = ClientConfig::new(endpoint, credentials);
+        if let Some(tls) = tls {
+            config.tls_unverified = tls.ca.is_none();
+            config.tls_ca_pem = tls.ca;
+            config.tls_server_name = tls.server_name;
+        }
+        config
+    }
+
+    /// How `credentials` reach the server of `replica` of `cluster` at `ip` (its pod's
+    /// address): with the cluster's TLS on, HTTPS on [`HTTPS_PORT`], verified by the pod's DNS
+    /// name (as cert-manager names hosts) with the cluster's CA `ca` (`ca.crt` of
+    /// `spec.tls.caSecret`); plain HTTP on [`HTTP_PORT`] without TLS (see [`Self::for_server`]).
+    pub fn for_replica(
+        cluster: &ClickHouseCluster,
+        replica: &str,
+        ip: String,
+        credentials: Credentials,
+        ca: Option<Vec<u8>>,
+    ) -> ClientConfig {
+        let on = cluster.spec.tls.enabled;
+        let tls = on.then(|| Tls {
+            ca,
+            server_name: Some(crate::util::names::replica_host(
+                cluster.metadata.name.as_deref().unwrap_or_default(),
+                cluster.metadata.namespace.as_deref().unwrap_or_default(),
+                cluster.spec.cluster_domain(),
+                replica,
+            )),
+        });
+        let port = if on { HTTPS_PORT } else { HTTP_PORT };
+        let endpoint = Endpoint {
+            host: ip,
+            port: port as u16,
+        };
+        ClientConfig::for_server(endpoint, credentials, tls)
     }
 }
 
@@ -491,64 +554,129 @@ pub struct Client {
     retry: RetryPolicy,
 }
 
-impl Client {
-    /// Builds a client; fails only on an unusable CA certificate.
-    pub fn new(config: ClientConfig) -> Result<Client, Error> {
-        let endpoint = config.endpoint.clone();
+/// What an HTTP client is built from: clients made through the same [`Connections`] that reach
+/// servers the same way share one.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Transport {
+    /// `Some`: HTTPS only, trusting only these CA certificates (PEM).
+    ca_pem: Option<Vec<u8>>,
+    /// HTTPS only, the certificate not verified.
+    unverified: bool,
+    /// With HTTPS by server name: the name and the address it resolves to, for this client
+    /// only.
+    resolve: Option<(String, SocketAddr)>,
+    timeout: Duration,
+}
+
+impl Transport {
+    fn https(&self) -> bool {
+        self.ca_pem.is_some() || self.unverified
+    }
+
+    /// A new HTTP client; fails on an unusable CA certificate.
+    fn build(&self) -> Result<reqwest::Client, String> {
         // No built-in roots: a server is verified against the cluster's CA only (or not at
         // all), and loading the system's roots (a file read and the parse of every
-        // certificate) took most of the CPU of a pass, which builds a client per server.
+        // certificate) took most of the CPU of a pass.
         // No proxy either: servers are reached at their pods' addresses, never through the
         // HTTP(S)_PROXY a pod may carry for its way to a bucket.
         let mut builder = reqwest::Client::builder()
             .no_proxy()
-            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
-            .timeout(config.timeout)
+            .connect_timeout(self.timeout.min(Duration::from_secs(10)))
+            .timeout(self.timeout)
             .pool_idle_timeout(Duration::from_secs(2))
             .tls_built_in_root_certs(false);
-        let scheme = match &config.tls_ca_pem {
-            Some(pem) => {
-                let config_error = |detail: String| Error::Config {
-                    endpoint: endpoint.clone(),
-                    detail,
-                };
-                let cas = reqwest::Certificate::from_pem_bundle(pem)
-                    .map_err(|e| config_error(format!("invalid CA certificate: {e}")))?;
-                if cas.is_empty() {
-                    return Err(config_error(
-                        "the CA bundle holds no PEM certificate".into(),
-                    ));
-                }
-                builder = builder.use_rustls_tls().https_only(true);
-                for ca in cas {
-                    builder = builder.add_root_certificate(ca);
-                }
-                "https"
+        if let Some(pem) = &self.ca_pem {
+            let cas = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("invalid CA certificate: {e}"))?;
+            if cas.is_empty() {
+                return Err("the CA bundle holds no PEM certificate".into());
             }
-            None if config.tls_unverified => {
-                builder = builder
-                    .use_rustls_tls()
-                    .https_only(true)
-                    .danger_accept_invalid_certs(true);
-                "https"
+            builder = builder.use_rustls_tls().https_only(true);
+            for ca in cas {
+                builder = builder.add_root_certificate(ca);
             }
-            None => "http",
+        } else if self.unverified {
+            builder = builder
+                .use_rustls_tls()
+                .https_only(true)
+                .danger_accept_invalid_certs(true);
+        }
+        // Verify by name, connect by address.
+        if let Some((name, addr)) = &self.resolve {
+            builder = builder.resolve(name, *addr);
+        }
+        builder.build().map_err(|e| e.to_string())
+    }
+}
+
+/// The HTTP clients of one pass or one scrape: the clients made through it share an HTTP
+/// client (and its pooled connections) per way of reaching a server (plain HTTP, or HTTPS with
+/// the same trust, server name and address), so that the calls of a pass build no TLS
+/// configuration each. Kept for as long as the pass: an HTTP client's connections belong to
+/// the runtime that made them.
+#[derive(Clone, Default)]
+pub struct Connections {
+    built: Arc<Mutex<HashMap<Transport, reqwest::Client>>>,
+}
+
+impl fmt::Debug for Connections {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connections").finish_non_exhaustive()
+    }
+}
+
+impl Connections {
+    /// A client of `config`'s server, on the HTTP client built before for the same transport
+    /// when there is one; fails only on an unusable CA certificate.
+    pub fn client(&self, config: ClientConfig) -> Result<Client, Error> {
+        Client::with(self, config)
+    }
+
+    fn http(&self, transport: &Transport) -> Result<reqwest::Client, String> {
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(http) = built.get(transport) {
+            return Ok(http.clone());
+        }
+        let http = transport.build()?;
+        built.insert(transport.clone(), http.clone());
+        Ok(http)
+    }
+}
+
+impl Client {
+    /// Builds a client with an HTTP client of its own; fails only on an unusable CA
+    /// certificate. The clients of a pass share theirs ([`Connections`]).
+    pub fn new(config: ClientConfig) -> Result<Client, Error> {
+        Client::with(&Connections::default(), config)
+    }
+
+    fn with(connections: &Connections, config: ClientConfig) -> Result<Client, Error> {
+        let endpoint = config.endpoint.clone();
+        let mut transport = Transport {
+            ca_pem: config.tls_ca_pem.clone(),
+            unverified: config.tls_ca_pem.is_none() && config.tls_unverified,
+            resolve: None,
+            timeout: config.timeout,
         };
+        let scheme = if transport.https() { "https" } else { "http" };
         // Verify by name, connect by address: the name resolves to the endpoint's address for
         // this client only.
         let base = match (&config.tls_server_name, scheme) {
             (Some(name), "https") => {
                 if let Ok(ip) = endpoint.host.parse::<std::net::IpAddr>() {
-                    builder = builder.resolve(name, std::net::SocketAddr::new(ip, endpoint.port));
+                    transport.resolve = Some((name.clone(), SocketAddr::new(ip, endpoint.port)));
                 }
                 format!("https://{name}:{}/", endpoint.port)
             }
             _ => format!("{scheme}://{endpoint}/"),
         };
-        let http = builder.build().map_err(|e| Error::Config {
-            endpoint: endpoint.clone(),
-            detail: e.to_string(),
-        })?;
+        let http = connections
+            .http(&transport)
+            .map_err(|detail| Error::Config {
+                endpoint: endpoint.clone(),
+                detail,
+            })?;
         Ok(Client {
             http,
             base,

@@ -1,7 +1,8 @@
 //! The exporter's credentials, published in one Secret of the operator's namespace
 //! (`EXPORTER_CREDENTIALS_SECRET`, decision 36): for each cluster, the password of its
 //! read-only account `clickhouse_exporter` and the CA its servers' certificates are verified
-//! with, under [`names::exporter_credential_key`]. The exporter may then read that one Secret
+//! with, under [`crate::model::names::exporter_credential_key`] (the entries:
+//! [`crate::model::secret::exporter_credentials_patch`]). The exporter may then read that one Secret
 //! (RBAC `resourceNames`) and no other: not `<cluster>-operator`, which also holds the
 //! operator's own password, nor any tenant's Secret.
 //!
@@ -15,11 +16,11 @@ use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::kube::{ignore_not_found, namespaced};
-use crate::model::names;
+use crate::model::secret::exporter_credentials_patch;
 
 /// Where the credentials go, and what this process last put there for each cluster.
 pub struct Publisher {
@@ -37,25 +38,6 @@ fn digest(password: &[u8], ca: Option<&[u8]>) -> [u8; 32] {
         h.update(ca);
     }
     h.finalize().into()
-}
-
-/// The merge patch that sets one cluster's entry (`None`: removes it).
-pub fn patch_of(
-    namespace: &str,
-    cluster: &str,
-    credentials: Option<(&[u8], Option<&[u8]>)>,
-) -> Value {
-    let key = |what| names::exporter_credential_key(namespace, cluster, what);
-    // `ByteString` serializes as base64, as `data` wants it
-    let b64 = |v: &[u8]| json!(k8s_openapi::ByteString(v.to_vec()));
-    let (password, ca) = match credentials {
-        Some((p, ca)) => (b64(p), ca.map(b64).unwrap_or(Value::Null)),
-        None => (Value::Null, Value::Null),
-    };
-    json!({"data": {
-        key(names::EXPORTER_CREDENTIAL_PASSWORD): password,
-        key(names::EXPORTER_CREDENTIAL_CA): ca,
-    }})
 }
 
 impl Publisher {
@@ -96,8 +78,11 @@ impl Publisher {
         password: &[u8],
         ca: Option<&[u8]>,
     ) -> Result<(), kube::Error> {
-        self.patch(client, patch_of(namespace, cluster, Some((password, ca))))
-            .await?;
+        self.patch(
+            client,
+            exporter_credentials_patch(namespace, cluster, Some((password, ca))),
+        )
+        .await?;
         self.published
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -119,7 +104,10 @@ impl Publisher {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&(namespace.to_string(), cluster.to_string()));
-        ignore_not_found(self.patch(client, patch_of(namespace, cluster, None)).await)
+        ignore_not_found(
+            self.patch(client, exporter_credentials_patch(namespace, cluster, None))
+                .await,
+        )
     }
 
     async fn patch(&self, client: &kube::Client, patch: Value) -> Result<(), kube::Error> {
@@ -130,58 +118,9 @@ impl Publisher {
     }
 }
 
-/// The exporter's side: one cluster's credentials out of the Secret's data.
-pub fn read(
-    data: &std::collections::BTreeMap<String, k8s_openapi::ByteString>,
-    namespace: &str,
-    cluster: &str,
-) -> (Option<String>, Option<Vec<u8>>) {
-    let get = |what| data.get(&names::exporter_credential_key(namespace, cluster, what));
-    (
-        get(names::EXPORTER_CREDENTIAL_PASSWORD)
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned()),
-        get(names::EXPORTER_CREDENTIAL_CA).map(|b| b.0.clone()),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Decision 36: a cluster's entry is its own two keys, set or removed by a merge patch
-    /// that touches no other cluster's; the exporter reads back what was published.
-    #[test]
-    fn each_cluster_has_its_own_keys_and_reads_back_what_was_published() {
-        let set = patch_of("t1", "c1", Some((b"pw", Some(b"-----BEGIN"))));
-        let data = set["data"].as_object().unwrap();
-        assert_eq!(
-            data.keys().collect::<Vec<_>>(),
-            ["t1_c1_ca.crt", "t1_c1_password"]
-        );
-        let no_ca = patch_of("t1", "c1", Some((b"pw", None)));
-        assert_eq!(
-            no_ca["data"]["t1_c1_ca.crt"],
-            Value::Null,
-            "a CA no longer used goes"
-        );
-        let gone = patch_of("t1", "c1", None);
-        assert!(
-            gone["data"]
-                .as_object()
-                .unwrap()
-                .values()
-                .all(Value::is_null)
-        );
-        // as the API server stores it
-        let stored: std::collections::BTreeMap<String, k8s_openapi::ByteString> =
-            serde_json::from_value(set["data"].clone()).unwrap();
-        assert_eq!(
-            read(&stored, "t1", "c1"),
-            (Some("pw".to_string()), Some(b"-----BEGIN".to_vec()))
-        );
-        assert_eq!(read(&stored, "t1", "c2"), (None, None));
-        assert_eq!(read(&stored, "t1-c1", "x"), (None, None));
-    }
 
     /// Only what was published is current: another password or CA is published again.
     #[test]

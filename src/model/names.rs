@@ -115,10 +115,10 @@ pub fn replica_name(cluster: &str, shard: i32, index: i64) -> String {
     format!("{cluster}-{shard}-{index}")
 }
 
-/// The only pod of a replica StatefulSet.
-pub fn replica_pod(replica: &str) -> String {
-    format!("{replica}-0")
-}
+/// The only pod of a replica StatefulSet, the headless Service of every server pod (every server
+/// StatefulSet's `serviceName`) and a server's DNS name: defined in `util`, where the SQL side
+/// finds the name a server's certificate is verified by.
+pub use crate::util::names::{headless_service, replica_host, replica_pod};
 
 /// The PVC of a replica's data volume, `data-<sts>-0`: the name Kubernetes gives the claim of
 /// the StatefulSet's [`DATA_VOLUME`] template for its only pod.
@@ -140,11 +140,6 @@ pub fn disk_pvc(disk: &str, replica: &str) -> String {
 /// must have.
 pub fn disk_path(disk: &str) -> String {
     format!("{SERVER_DISKS_PATH}/{disk}/")
-}
-
-/// Headless Service of all server pods; every server StatefulSet's `serviceName`.
-pub fn headless_service(cluster: &str) -> String {
-    format!("{cluster}-headless")
 }
 
 /// Client Service of the cluster (selects the serving server pods).
@@ -191,15 +186,6 @@ pub fn keeper_network_policy(cluster: &str) -> String {
 /// Headless Service of the Keeper pods.
 pub fn keeper_headless_service(cluster: &str) -> String {
     format!("{cluster}-keeper-headless")
-}
-
-/// DNS name of a server replica's pod: `<sts>-0.<cluster>-headless.<ns>.svc.<domain>`.
-pub fn replica_host(cluster: &str, namespace: &str, domain: &str, replica: &str) -> String {
-    format!(
-        "{}.{}.{namespace}.svc.{domain}",
-        replica_pod(replica),
-        headless_service(cluster)
-    )
 }
 
 /// DNS name of Keeper member `ordinal` (0-based): its raft id is `ordinal + 1`.

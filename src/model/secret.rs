@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use serde_json::{Value, json};
 
 use super::config::users::users_file;
 use super::labels::{self, Component};
@@ -177,5 +178,84 @@ pub fn operator_secret(c: &Cluster<'_>, passwords: &Generated) -> Secret {
             ),
         ])),
         ..Secret::default()
+    }
+}
+
+/// The merge patch that sets one cluster's entry in the Secret the exporter's credentials are
+/// published in (`EXPORTER_CREDENTIALS_SECRET`, decision 36): the password of its account and
+/// the CA of its servers, `None`: removes it.
+pub fn exporter_credentials_patch(
+    namespace: &str,
+    cluster: &str,
+    credentials: Option<(&[u8], Option<&[u8]>)>,
+) -> Value {
+    let key = |what| names::exporter_credential_key(namespace, cluster, what);
+    // `ByteString` serializes as base64, as `data` wants it
+    let b64 = |v: &[u8]| json!(k8s_openapi::ByteString(v.to_vec()));
+    let (password, ca) = match credentials {
+        Some((p, ca)) => (b64(p), ca.map(b64).unwrap_or(Value::Null)),
+        None => (Value::Null, Value::Null),
+    };
+    json!({"data": {
+        key(names::EXPORTER_CREDENTIAL_PASSWORD): password,
+        key(names::EXPORTER_CREDENTIAL_CA): ca,
+    }})
+}
+
+/// The exporter's side: one cluster's credentials out of the data of the Secret they are
+/// published in.
+pub fn read_exporter_credentials(
+    data: &std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+    namespace: &str,
+    cluster: &str,
+) -> (Option<String>, Option<Vec<u8>>) {
+    let get = |what| data.get(&names::exporter_credential_key(namespace, cluster, what));
+    (
+        get(names::EXPORTER_CREDENTIAL_PASSWORD)
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned()),
+        get(names::EXPORTER_CREDENTIAL_CA).map(|b| b.0.clone()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decision 36: a cluster's entry is its own two keys, set or removed by a merge patch
+    /// that touches no other cluster's; the exporter reads back what was published.
+    #[test]
+    fn each_cluster_has_its_own_keys_and_reads_back_what_was_published() {
+        let set = exporter_credentials_patch("t1", "c1", Some((b"pw", Some(b"-----BEGIN"))));
+        let data = set["data"].as_object().unwrap();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            ["t1_c1_ca.crt", "t1_c1_password"]
+        );
+        let no_ca = exporter_credentials_patch("t1", "c1", Some((b"pw", None)));
+        assert_eq!(
+            no_ca["data"]["t1_c1_ca.crt"],
+            Value::Null,
+            "a CA no longer used goes"
+        );
+        let gone = exporter_credentials_patch("t1", "c1", None);
+        assert!(
+            gone["data"]
+                .as_object()
+                .unwrap()
+                .values()
+                .all(Value::is_null)
+        );
+        // as the API server stores it
+        let stored: std::collections::BTreeMap<String, k8s_openapi::ByteString> =
+            serde_json::from_value(set["data"].clone()).unwrap();
+        assert_eq!(
+            read_exporter_credentials(&stored, "t1", "c1"),
+            (Some("pw".to_string()), Some(b"-----BEGIN".to_vec()))
+        );
+        assert_eq!(read_exporter_credentials(&stored, "t1", "c2"), (None, None));
+        assert_eq!(
+            read_exporter_credentials(&stored, "t1-c1", "x"),
+            (None, None)
+        );
     }
 }

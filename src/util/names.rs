@@ -1,7 +1,9 @@
-//! Kubernetes name syntax, and the names of the Secrets the operator generates for a cluster.
-//! They live here, below `api`, `model` and `runtime`, because all three need them: `api`
-//! refuses a spec that references a generated Secret, `model` builds those Secrets, and
-//! `runtime` checks the namespaces it is told to watch.
+//! Kubernetes name syntax, the names of the Secrets the operator generates for a cluster and
+//! the DNS names of its servers. They live here, below `api`, `model`, `clickhouse` and
+//! `runtime`, because each needs some of them: `api` refuses a spec that references a generated
+//! Secret, `model` builds those Secrets and the servers' configuration, `clickhouse` verifies a
+//! server's certificate by its DNS name, and `runtime` checks the namespaces it is told to
+//! watch.
 
 /// DNS-1035 label: what Service names must be.
 pub fn is_dns_label(s: &str) -> bool {
@@ -53,6 +55,25 @@ pub fn users_secret(cluster: &str) -> String {
 /// The generated Secret with the operator's own password.
 pub fn operator_secret(cluster: &str) -> String {
     format!("{cluster}-operator")
+}
+
+/// The only pod of a replica StatefulSet.
+pub fn replica_pod(replica: &str) -> String {
+    format!("{replica}-0")
+}
+
+/// Headless Service of all server pods; every server StatefulSet's `serviceName`.
+pub fn headless_service(cluster: &str) -> String {
+    format!("{cluster}-headless")
+}
+
+/// DNS name of a server replica's pod: `<sts>-0.<cluster>-headless.<ns>.svc.<domain>`.
+pub fn replica_host(cluster: &str, namespace: &str, domain: &str, replica: &str) -> String {
+    format!(
+        "{}.{}.{namespace}.svc.{domain}",
+        replica_pod(replica),
+        headless_service(cluster)
+    )
 }
 
 #[cfg(test)]

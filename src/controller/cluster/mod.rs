@@ -7,8 +7,6 @@ pub mod keeper_root;
 mod observe;
 pub mod preview;
 mod retained;
-
-pub use observe::replica_config;
 mod scale_in;
 
 use std::collections::HashMap;

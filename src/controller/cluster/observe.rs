@@ -790,45 +790,6 @@ const KEEPER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one call of a pass to a ClickHouse server may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(8);
 
-/// How the operator's account reaches `replica` at `ip`: with TLS on, HTTPS only (the password
-/// never travels in clear), verified by the pod's FQDN (as cert-manager names hosts) with the
-/// cluster's CA, encrypted but unverified without one; plain HTTP without TLS. Shared by the
-/// passes and the metrics exporter.
-pub fn replica_config(
-    cluster: &ClickHouseCluster,
-    replica: &str,
-    ip: String,
-    password: String,
-    ca: Option<Vec<u8>>,
-) -> clickhouse::ClientConfig {
-    let tls = cluster.spec.tls.enabled;
-    let mut config = clickhouse::ClientConfig::new(
-        clickhouse::Endpoint {
-            host: ip,
-            port: if tls {
-                names::HTTPS_PORT as u16
-            } else {
-                names::HTTP_PORT as u16
-            },
-        },
-        clickhouse::Credentials {
-            user: names::OPERATOR_USER.to_string(),
-            password,
-        },
-    );
-    if tls {
-        config.tls_unverified = ca.is_none();
-        config.tls_ca_pem = ca;
-        config.tls_server_name = Some(names::replica_host(
-            &cluster.name_any(),
-            &cluster.namespace().unwrap_or_default(),
-            cluster.spec.cluster_domain(),
-            replica,
-        ));
-    }
-    config
-}
-
 /// A ClickHouse client for a replica's pod, as the operator's own user.
 pub fn ch_client(
     cluster: &ClickHouseCluster,
@@ -848,13 +809,11 @@ pub fn ch_client(
             )
         })?;
     let ca = cluster_ca(cluster, world).map(<[u8]>::to_vec);
-    let mut config = replica_config(
-        cluster,
-        replica,
-        ip,
-        world.observed.inputs.operator_password.0.clone(),
-        ca,
-    );
+    let credentials = clickhouse::Credentials {
+        user: names::OPERATOR_USER.to_string(),
+        password: world.observed.inputs.operator_password.0.clone(),
+    };
+    let mut config = clickhouse::ClientConfig::for_replica(cluster, replica, ip, credentials, ca);
     // A pass never waits long on one server (invariant 11).
     config.timeout = CALL_TIMEOUT;
     config.retry = clickhouse::RetryPolicy {
