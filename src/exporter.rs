@@ -465,13 +465,15 @@ pub async fn scrape_targets_by(
     let started = std::time::Instant::now();
     let label = naming.cluster_label;
     total.add(series::DISCOVERY_UP.into(), "gauge", String::new(), 1.0);
+    // the servers' clients of this scrape share their HTTP clients
+    let connections = &crate::clickhouse::Connections::default();
     let results: Vec<Samples> = futures::stream::iter(targets)
         .map(|t| async move {
             let mut out = Samples::default();
             match t {
                 Target::Server { host, config } => {
                     let until = deadline.min(tokio::time::Instant::now() + HOST_TIMEOUT);
-                    let ok = match config.map(crate::clickhouse::Client::new) {
+                    let ok = match config.map(|c| connections.client(c)) {
                         Some(Ok(c)) => {
                             tokio::time::timeout_at(
                                 until,

@@ -24,7 +24,7 @@ use super::observe::ch_client;
 use super::{Error, KIND, api, dynamic, noted, noted_deletion, scale_in};
 use crate::api::ClickHouseCluster;
 use crate::clickhouse::sql::{ClusterName, TableName};
-use crate::clickhouse::{replica as chreplica, schemer};
+use crate::clickhouse::{self, replica as chreplica, schemer};
 use crate::controller::kube::{ignore_gone, ignore_not_found};
 use crate::controller::{Context, MANAGER, StepPoint};
 use crate::model::{self, Password, labels, names};
@@ -87,6 +87,7 @@ pub async fn act(
     world: &World,
     plan: &Plan,
     ctx: &Context,
+    connections: &clickhouse::Connections,
 ) -> Result<Outcome, Error> {
     let mut outcome = Outcome::default();
     let mut stopped_chains = BTreeSet::new();
@@ -98,7 +99,7 @@ pub async fn act(
         }
         debug!(cluster = %current.name_any(), step = %step.describe(), "acting");
         crash_at(ctx, StepPoint::Before, step)?;
-        let result = run(current, world, step, ctx).await;
+        let result = run(current, world, step, ctx, connections).await;
         if step.writes_kubernetes() {
             ctx.metrics
                 .writes
@@ -178,6 +179,7 @@ async fn run(
     world: &World,
     step: &Step,
     ctx: &Context,
+    connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     match step {
@@ -346,11 +348,11 @@ async fn run(
             bounded(
                 &format!("copying the schema onto {replica}"),
                 SERVER_STEP_BUDGET,
-                migrate_schema(cluster, world, replica, *shard),
+                migrate_schema(cluster, world, replica, *shard, connections),
             )
             .await
         }
-        Step::ScaleIn(a) => scale_in::run(cluster, world, a, ctx).await,
+        Step::ScaleIn(a) => scale_in::run(cluster, world, a, ctx, connections).await,
         Step::EnsureKeeperRoot { root } => {
             let password = world.observed.inputs.keeper_password.as_ref();
             super::keeper_root::ensure(cluster, ctx, password, root).await?;
@@ -364,7 +366,7 @@ async fn run(
             // Best effort: 18.16 resolves its hosts again right away and reports a host that
             // does not resolve yet (a pod without an address) as an error, though the cache was
             // dropped; nothing depends on it but the next pass's checks.
-            let client = ch_client(cluster, world, replica)?;
+            let client = ch_client(cluster, world, replica, connections)?;
             match tokio::time::timeout(DNS_DROP_BUDGET, chreplica::drop_dns_cache(&client)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => debug!(replica = %replica, error = %e, "dropping the DNS cache"),
@@ -375,7 +377,7 @@ async fn run(
         Step::RestartReplicatedTables { replica, tables } => {
             // Best effort: the table is read-only either way, and the status says so until it
             // is not; the next pass tries again while the session stays expired.
-            let client = ch_client(cluster, world, replica)?;
+            let client = ch_client(cluster, world, replica, connections)?;
             let tables: Vec<TableName> =
                 tables.iter().map(|(db, t)| TableName::new(db, t)).collect();
             let names = tables
@@ -643,8 +645,9 @@ async fn migrate_schema(
     world: &World,
     replica: &str,
     shard: i32,
+    connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
-    let target = ch_client(cluster, world, replica)?;
+    let target = ch_client(cluster, world, replica, connections)?;
     let map = &cluster
         .status
         .as_ref()
@@ -659,7 +662,7 @@ async fn migrate_schema(
     {
         // Every Ready replica is a source: one that cannot be reached fails the step (it is
         // tried again next pass) rather than leave the new replica without its tables.
-        let c = ch_client(cluster, world, n)?;
+        let c = ch_client(cluster, world, n, connections)?;
         if r.shard == shard {
             peers.push(c);
         } else if seen_shards.insert(r.shard) {

@@ -289,7 +289,7 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
     let ns = cluster.namespace().unwrap_or_default();
     let delete = cluster.spec.storage.data.reclaim_policy == ReclaimPolicy::Delete;
     if delete {
-        let (world, _) = observe::observe(cluster, ctx).await?;
+        let (world, _) = observe::observe(cluster, ctx, &Default::default()).await?;
         scale_in::label_pvcs(ctx, cluster, &world, |_| true).await?;
     } else {
         retained::hand_credentials_to_volumes(cluster, ctx).await?;
@@ -306,7 +306,7 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
         if !keeper_root::servers_stopped(cluster, ctx).await? {
             return Ok(Action::requeue(std::time::Duration::from_secs(2)));
         }
-        let (world, _) = observe::observe(cluster, ctx).await?;
+        let (world, _) = observe::observe(cluster, ctx, &Default::default()).await?;
         let password = world.observed.inputs.keeper_password.as_ref();
         let kept = keeper_root::remove(cluster, ctx, password, &root).await?;
         if kept.is_empty() {
@@ -473,12 +473,14 @@ async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
             .cluster_defaults
             .apply(&current.spec)
             .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
-        let (mut world, fresh) = observe::observe(&current, ctx).await?;
+        // the servers' clients of this pass share their HTTP clients
+        let connections = crate::clickhouse::Connections::default();
+        let (mut world, fresh) = observe::observe(&current, ctx, &connections).await?;
         world.observed.default_storage_classes = ctx.cluster_defaults.storage_classes();
         p.caught_up = fresh;
         let mut plan = plan::decide(&current, &world, Timestamp::now());
         if !plan.lag_checks.is_empty() {
-            observe::read_lag(&current, &mut world, &plan.lag_checks).await;
+            observe::read_lag(&current, &mut world, &plan.lag_checks, &connections).await;
             plan = plan::decide(&current, &world, Timestamp::now());
         }
         p.soon = plan.recheck_soon;
@@ -501,7 +503,7 @@ async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
             // once they show it (decision 41)
             p.wrote = true;
         }
-        let outcome = match execute::act(&mut current, &world, &plan, ctx).await {
+        let outcome = match execute::act(&mut current, &world, &plan, ctx, &connections).await {
             Ok(o) => o,
             Err(e) => {
                 // a write may have been made without its answer: until the caches hold what the

@@ -57,7 +57,11 @@ const WRITES_SHOWN_WITHIN: std::time::Duration = std::time::Duration::from_secs(
 /// read of the API server only when every object the caches hold of the cluster has the
 /// resourceVersion the API server gave (so that the next pass, planning from the caches, sees
 /// no older state than this one: a pod this operator deleted is not seen Ready again).
-pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(World, bool), Error> {
+pub async fn observe(
+    cluster: &ClickHouseCluster,
+    ctx: &Context,
+    connections: &clickhouse::Connections,
+) -> Result<(World, bool), Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let siblings = siblings(cluster, &ctx.clusters_in(&ns));
     let caches = &ctx.caches;
@@ -79,7 +83,7 @@ pub async fn observe(cluster: &ClickHouseCluster, ctx: &Context) -> Result<(Worl
         networks: ctx.operator_networks.clone(),
         pods: ctx.operator_pods.clone(),
     };
-    let mut world = build(cluster, siblings, lists, operator).await?;
+    let mut world = build(cluster, siblings, lists, operator, connections).await?;
     read_crash_logs(&ctx.client, &ns, &mut world.observed).await;
     world.observed.keeper_owner = keeper_owner(cluster, ctx).await;
     world.observed.exporter_credentials_published = ctx.exporter_credentials.as_ref().map(|p| {
@@ -185,6 +189,7 @@ pub async fn observe_with(
     client: &Client,
     siblings: Vec<Sibling>,
     default_networks: &[String],
+    connections: &clickhouse::Connections,
 ) -> Result<World, Error> {
     let lists = from_api(cluster, client).await?;
     let users = lists
@@ -205,7 +210,7 @@ pub async fn observe_with(
             })
         }),
     };
-    let mut world = build(cluster, siblings, lists, operator).await?;
+    let mut world = build(cluster, siblings, lists, operator, connections).await?;
     let ns = cluster.namespace().unwrap_or_default();
     read_crash_logs(client, &ns, &mut world.observed).await;
     Ok(world)
@@ -430,6 +435,7 @@ async fn build(
     siblings: Vec<Sibling>,
     lists: Lists,
     operator: OperatorInputs,
+    connections: &clickhouse::Connections,
 ) -> Result<World, Error> {
     let name = cluster.name_any();
     let objects = lists.objects;
@@ -516,8 +522,8 @@ async fn build(
     };
     read_keeper_views(cluster, &mut world.observed).await;
     if world.observed.operator_secret_present {
-        read_cluster_hosts(cluster, &mut world).await;
-        read_pending_fetches(cluster, &mut world).await;
+        read_cluster_hosts(cluster, &mut world, connections).await;
+        read_pending_fetches(cluster, &mut world, connections).await;
     }
     Ok(world)
 }
@@ -528,7 +534,11 @@ async fn build(
 /// tables is read-only (see `Observed::distributed`). A `ready` cluster is glanced at only:
 /// a server cut off from Keeper shows as read-only tables once its session expires, and the
 /// full check follows on that pass.
-async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
+async fn read_cluster_hosts(
+    cluster: &ClickHouseCluster,
+    world: &mut World,
+    connections: &clickhouse::Connections,
+) {
     let probe = cluster
         .status
         .as_ref()
@@ -551,7 +561,7 @@ async fn read_cluster_hosts(cluster: &ClickHouseCluster, world: &mut World) {
     let ddl_path = has_keeper.then_some(model::config::server::DDL_PATH);
     // every server at once: a pass waits for the slowest server, not for their sum
     let asks = ready.into_iter().map(|r| {
-        let client = ch_client(cluster, world, &r);
+        let client = ch_client(cluster, world, &r, connections);
         let name = &name;
         async move {
             let Ok(c) = client else {
@@ -683,7 +693,11 @@ async fn read_keeper_views(cluster: &ClickHouseCluster, o: &mut Observed) {
 
 /// For each replica whose pod was taken out of traffic for a restart: how many parts the other
 /// Ready replicas of its shard still have to fetch from it (see `Observed::pending_fetches`).
-async fn read_pending_fetches(cluster: &ClickHouseCluster, world: &mut World) {
+async fn read_pending_fetches(
+    cluster: &ClickHouseCluster,
+    world: &mut World,
+    connections: &clickhouse::Connections,
+) {
     let Some(status) = cluster.status.as_ref() else {
         return;
     };
@@ -712,7 +726,7 @@ async fn read_pending_fetches(cluster: &ClickHouseCluster, world: &mut World) {
             if !pods.get(&names::replica_pod(peer)).is_some_and(pod_ready) {
                 continue;
             }
-            let client = ch_client(cluster, world, peer);
+            let client = ch_client(cluster, world, peer, connections);
             asks.push(async move {
                 let n = match client {
                     Ok(c) => chreplica::fetches_from(&c, &ReplicaMacro(replica.clone()))
@@ -735,9 +749,14 @@ async fn read_pending_fetches(cluster: &ClickHouseCluster, world: &mut World) {
 }
 
 /// Reads the replication lag of `replicas` into the world (the rollout's catch-up check).
-pub async fn read_lag(cluster: &ClickHouseCluster, world: &mut World, replicas: &[String]) {
+pub async fn read_lag(
+    cluster: &ClickHouseCluster,
+    world: &mut World,
+    replicas: &[String],
+    connections: &clickhouse::Connections,
+) {
     let asks = replicas.iter().map(|r| {
-        let client = ch_client(cluster, world, r);
+        let client = ch_client(cluster, world, r, connections);
         async move {
             let caught_up = match client {
                 Ok(c) => match chreplica::replication_lag(&c).await {
@@ -790,11 +809,13 @@ const KEEPER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one call of a pass to a ClickHouse server may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(8);
 
-/// A ClickHouse client for a replica's pod, as the operator's own user.
+/// A ClickHouse client for a replica's pod, as the operator's own user, on the HTTP clients of
+/// the pass (`connections`).
 pub fn ch_client(
     cluster: &ClickHouseCluster,
     world: &World,
     replica: &str,
+    connections: &clickhouse::Connections,
 ) -> Result<clickhouse::Client, Error> {
     let pod = names::replica_pod(replica);
     let ip = world
@@ -821,6 +842,7 @@ pub fn ch_client(
         first_delay: Duration::from_millis(200),
         max_delay: Duration::from_secs(1),
     };
-    clickhouse::Client::new(config)
+    connections
+        .client(config)
         .map_err(|e| Error::failed(FailureReason::ClickHouse, e.to_string()))
 }

@@ -211,17 +211,19 @@ pub async fn preview(
         .into_iter()
         .map(std::sync::Arc::new)
         .collect();
+    let connections = crate::clickhouse::Connections::default();
     let mut world = observe_with(
         &proposed,
         client,
         siblings(&proposed, &clusters),
         &crate::runtime::settings::operator_networks_from_env(),
+        &connections,
     )
     .await?;
     world.observed.default_storage_classes = defaults.storage_classes();
     let mut plan = decide(&proposed, &world, Timestamp::now());
     if !plan.lag_checks.is_empty() {
-        read_lag(&proposed, &mut world, &plan.lag_checks).await;
+        read_lag(&proposed, &mut world, &plan.lag_checks, &connections).await;
         plan = decide(&proposed, &world, Timestamp::now());
     }
     fill(&mut out, &plan, &world, &proposed, live.as_ref());

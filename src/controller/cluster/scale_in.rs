@@ -44,6 +44,7 @@ pub async fn run(
     world: &World,
     a: &ScaleInAction,
     ctx: &Context,
+    connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     match a {
@@ -70,13 +71,13 @@ pub async fn run(
             ))
         }
         ScaleInAction::SyncShard { replica, backup } => {
-            sync_shard(cluster, world, replica, backup).await
+            sync_shard(cluster, world, replica, backup, connections).await
         }
         ScaleInAction::DropObjects { replica } => {
             bounded(
                 &format!("dropping the tables of {replica}"),
                 SERVER_STEP_BUDGET,
-                drop_objects(cluster, world, replica),
+                drop_objects(cluster, world, replica, connections),
             )
             .await
         }
@@ -115,7 +116,7 @@ pub async fn run(
             bounded(
                 &format!("dropping the Keeper metadata of {replica}"),
                 SERVER_STEP_BUDGET,
-                drop_keeper_metadata(cluster, world, replica, *shard, survivors),
+                drop_keeper_metadata(cluster, world, replica, *shard, survivors, connections),
             )
             .await
         }
@@ -144,8 +145,9 @@ async fn drop_objects(
     cluster: &ClickHouseCluster,
     world: &World,
     replica: &str,
+    connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
-    match ch_client(cluster, world, replica) {
+    match ch_client(cluster, world, replica, connections) {
         Ok(client) => {
             let dropped = chreplica::drop_leaving_objects(&client)
                 .await
@@ -175,6 +177,7 @@ async fn sync_shard(
     world: &World,
     replica: &str,
     backup: &str,
+    connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
     if backup.is_empty() {
         return Ok(event(
@@ -182,7 +185,7 @@ async fn sync_shard(
             format!("{replica}: its whole shard is removed, nothing to sync to"),
         ));
     }
-    let client = ch_client(cluster, world, backup)?;
+    let client = ch_client(cluster, world, backup, connections)?;
     match chreplica::sync_shard(&client, SYNC_STEP).await {
         Ok(tables) => Ok(event(
             "Synced",
@@ -213,6 +216,7 @@ async fn drop_keeper_metadata(
     replica: &str,
     shard: i32,
     survivors: &[String],
+    connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
     let Some(survivor) = survivors.first() else {
         return Ok(event(
@@ -220,7 +224,7 @@ async fn drop_keeper_metadata(
             format!("{replica}: no surviving replica in its shard"),
         ));
     };
-    let client = ch_client(cluster, world, survivor)?;
+    let client = ch_client(cluster, world, survivor, connections)?;
     let leaving = chreplica::LeavingReplica {
         shard: clickhouse::sql::ShardMacro(shard.to_string()),
         replica: clickhouse::sql::ReplicaMacro(replica.to_string()),
