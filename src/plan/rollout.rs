@@ -184,18 +184,32 @@ fn plan_shard(
         ));
         return;
     }
+    // S2-27: the shard's backup replica, which a running backup reads from, is not restarted
+    // while the backup runs, not even to repair it (a readiness probe that failed once under
+    // load would otherwise end the backup); the backup ends (or fails) first.
+    let read_by_backup = |m: &Member| smart && m.is_backup && gates.backup_in_flight.is_some();
+    let backup = gates.backup_in_flight.as_deref().unwrap_or_default();
+    for m in group
+        .iter()
+        .filter(|m| read_by_backup(m) && !m.ready && m.outdated())
+    {
+        plan.waiting.push(format!(
+            "shard {shard}: {} is not Ready; backup {backup} reads from it, so it is restarted once the backup is over",
+            m.name
+        ));
+    }
     // Repair: not Ready and not on the desired template (decision 5). A full crash of the
     // shard is the same case for every replica (S2-12, decision 14).
     let repaired: Vec<&&Member> = group
         .iter()
-        .filter(|m| m.template_outdated && !m.ready)
+        .filter(|m| m.template_outdated && !m.ready && !read_by_backup(m))
         .collect();
     plan.write_templates
         .extend(repaired.iter().map(|m| m.name.clone()));
     if group.iter().all(|m| !m.ready) {
         for m in group
             .iter()
-            .filter(|m| !m.template_outdated && m.pod_outdated && smart)
+            .filter(|m| !m.template_outdated && m.pod_outdated && smart && !read_by_backup(m))
         {
             plan.restart_pods.push(m.name.clone());
         }
@@ -214,6 +228,15 @@ fn plan_shard(
     for m in &in_flight {
         if m.pod_outdated && smart {
             let others_available = others_available(group, m);
+            if read_by_backup(m) {
+                if m.ready {
+                    plan.waiting.push(format!(
+                        "shard {shard}: waiting for backup {backup} to finish before {} restarts",
+                        m.name
+                    ));
+                }
+                continue;
+            }
             if !m.ready || group.len() == 1 {
                 // Broken, or alone in its shard: nothing to protect or to drain.
                 plan.restart_pods.push(m.name.clone());
@@ -578,6 +601,54 @@ mod tests {
         };
         let p = plan_rollout(&ms, UpdateStrategy::RollingUpdate, 1, &g);
         assert_eq!(p.write_templates, ["r1"]);
+    }
+
+    /// S2-27 with decision 5: while a backup runs, the shard's backup replica (which the backup
+    /// reads from) is not restarted even when it is not Ready and outdated, and the status says
+    /// why; another replica that is not Ready is still repaired at once; after the backup the
+    /// backup replica is repaired.
+    #[test]
+    fn a_running_backup_keeps_its_replica_even_when_it_is_not_ready() {
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        ms[0].ready = false;
+        ms[0].available = false;
+        let g = RolloutGates {
+            backup_in_flight: Some("b1".into()),
+            client_service_ready: true,
+        };
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
+        assert!(p.write_templates.is_empty(), "{p:?}");
+        assert!(p.restart_pods.is_empty(), "{p:?}");
+        assert!(
+            p.waiting
+                .iter()
+                .any(|w| w.contains("r0 is not Ready; backup b1")),
+            "{p:?}"
+        );
+        // on the new template already, its pod still old: not restarted either
+        ms[0].template_outdated = false;
+        ms[0].pod_outdated = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
+        assert!(p.restart_pods.is_empty(), "{p:?}");
+        // every replica down (a full crash of the shard): the others are restarted
+        ms[1].ready = false;
+        ms[1].available = false;
+        ms[1].template_outdated = false;
+        ms[1].pod_outdated = true;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
+        assert_eq!(p.restart_pods, ["r1"], "{p:?}");
+        // the other replica broken, the backup replica healthy: the broken one is repaired
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        ms[1].ready = false;
+        ms[1].available = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &g);
+        assert_eq!(p.write_templates, ["r1"], "{p:?}");
+        // the backup over: the backup replica is repaired
+        let mut ms = vec![member("r0", 0, 0, true), member("r1", 0, 1, false)];
+        ms[0].ready = false;
+        ms[0].available = false;
+        let p = plan_rollout(&ms, UpdateStrategy::SmartUpdate, 1, &gates());
+        assert_eq!(p.write_templates, ["r0"], "{p:?}");
     }
 
     /// S2-31: a pod on the new template that cannot start stops the rollout.
