@@ -14,8 +14,12 @@ use crate::api::{ReplicaState, ReplicaStatus, ScaleInStep};
 pub enum ScaleInAction {
     /// Remove the client-Service and topology-spread labels from its pod (no restart).
     LeaveTraffic { replica: String },
-    /// `SYSTEM SYNC REPLICA` for the shard's replicated tables on the backup replica.
-    SyncShard { replica: String, backup: String },
+    /// `SYSTEM SYNC REPLICA` for the shard's replicated tables on the backup replica; `None`
+    /// when the whole shard is removed (nothing to sync to).
+    SyncShard {
+        replica: String,
+        backup: Option<String>,
+    },
     /// `DROP … SYNC` of its replicated tables, views and dictionaries, on itself.
     DropObjects { replica: String },
     /// Delete its StatefulSet and per-replica ConfigMap.
@@ -130,17 +134,11 @@ pub fn plan_scale_in(
                 plan.chains.push(chain);
                 continue;
             }
-            match &backup {
-                Some(b) => chain.push(ScaleInAction::SyncShard {
-                    replica: name.clone(),
-                    backup: b.clone(),
-                }),
-                // The whole shard goes (its removal was allowed): nothing to sync to.
-                None => chain.push(ScaleInAction::SyncShard {
-                    replica: name.clone(),
-                    backup: String::new(),
-                }),
-            }
+            // `None`: the whole shard goes (its removal was allowed), nothing to sync to
+            chain.push(ScaleInAction::SyncShard {
+                replica: name.clone(),
+                backup: backup.clone(),
+            });
         }
         if step < Some(ScaleInStep::TablesDropped) && !r.released {
             chain.push(ScaleInAction::DropObjects {
@@ -233,7 +231,9 @@ mod tests {
             ]
         );
         match &p.chains[0][1] {
-            ScaleInAction::SyncShard { backup, .. } => assert_eq!(backup, "c1-0-0"),
+            ScaleInAction::SyncShard { backup, .. } => {
+                assert_eq!(backup.as_deref(), Some("c1-0-0"))
+            }
             other => panic!("{other:?}"),
         }
         match &p.chains[0][4] {

@@ -71,7 +71,7 @@ pub async fn run(
             ))
         }
         ScaleInAction::SyncShard { replica, backup } => {
-            sync_shard(cluster, world, replica, backup, connections).await
+            sync_shard(cluster, world, replica, backup.as_deref(), connections).await
         }
         ScaleInAction::DropObjects { replica } => {
             bounded(
@@ -176,15 +176,15 @@ async fn sync_shard(
     cluster: &ClickHouseCluster,
     world: &World,
     replica: &str,
-    backup: &str,
+    backup: Option<&str>,
     connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
-    if backup.is_empty() {
+    let Some(backup) = backup else {
         return Ok(event(
             "Synced",
             format!("{replica}: its whole shard is removed, nothing to sync to"),
         ));
-    }
+    };
     let client = ch_client(cluster, world, backup, connections)?;
     match chreplica::sync_shard(&client, SYNC_STEP).await {
         Ok(tables) => Ok(event(
