@@ -174,6 +174,7 @@ fn crash_at(ctx: &Context, point: StepPoint, step: &Step) -> Result<(), Error> {
     }
 }
 
+/// Runs one step: each kind of step has its function.
 async fn run(
     cluster: &ClickHouseCluster,
     world: &World,
@@ -194,152 +195,23 @@ async fn run(
             kind,
             name,
             object,
-            create,
-        } => {
-            let api = dynamic(ctx, &ns, *kind);
-            if !*create {
-                let removed = remove_foreign_fields(&api, name, object).await?;
-                noted(
-                    ctx,
-                    cluster,
-                    *kind,
-                    api.patch(
-                        name,
-                        &PatchParams::apply(MANAGER).force(),
-                        &Patch::Apply(object),
-                    )
-                    .await,
-                )?;
-                if let Some(removed) = removed.filter(|r| !r.writers.is_empty()) {
-                    return Ok(Done::Finished(Some(PlannedEvent {
-                        kind: EventType::Warning,
-                        reason: "Repaired",
-                        action: "Apply",
-                        message: format!(
-                            "{} {name}: removed what another writer added to what the operator owns ({}, set by {}) and applied what the cluster's spec wants",
-                            kind.as_str(),
-                            removed.paths,
-                            removed.writers,
-                        ),
-                    })));
-                }
-                return Ok(normal(
-                    "Applied",
-                    "Apply",
-                    format!("applied {} {name}", kind.as_str()),
-                ));
-            }
-            let o: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| {
-                Error::failed(
-                    FailureReason::Internal,
-                    format!("{} {name} does not deserialise: {e}", kind.as_str()),
-                )
-            })?;
-            let pp = PostParams {
-                field_manager: Some(MANAGER.into()),
-                ..PostParams::default()
-            };
-            match noted(ctx, cluster, *kind, api.create(&pp, &o).await) {
-                Ok(_) => Ok(normal(
-                    "Created",
-                    "Create",
-                    format!("created {} {name}", kind.as_str()),
-                )),
-                Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::failed(
-                    FailureReason::NameConflict,
-                    format!(
-                        "{} {name} already exists and is not managed by ClickHouseCluster {}: rename or remove it",
-                        kind.as_str(),
-                        cluster.name_any()
-                    ),
-                )),
-                Err(e) => Err(e.into()),
-            }
-        }
-        Step::OrphanStatefulSet { name } => {
-            let dp = DeleteParams {
-                propagation_policy: Some(PropagationPolicy::Orphan),
-                ..DeleteParams::default()
-            };
-            ignore_not_found(noted_deletion(
-                ctx,
-                cluster,
-                Kind::StatefulSet,
-                name,
-                None,
-                api::<StatefulSet>(ctx, &ns).delete(name, &dp).await,
-            ))?;
-            Ok(normal(
-                "StatefulSetOrphaned",
-                "Recreate",
-                format!("deleted StatefulSet {name} with its pod kept; it is created again next"),
-            ))
-        }
-        Step::ResizePvc { name, size } => {
-            noted(
-                ctx,
-                cluster,
-                Kind::PersistentVolumeClaim,
-                api::<PersistentVolumeClaim>(ctx, &ns)
-                    .patch(
-                        name,
-                        &PatchParams::default(),
-                        &Patch::Merge(
-                            json!({"spec": {"resources": {"requests": {"storage": size}}}}),
-                        ),
-                    )
-                    .await,
-            )?;
-            Ok(normal(
-                "VolumeResized",
-                "Resize",
-                format!("PVC {name} resized to {size}"),
-            ))
-        }
+            create: false,
+        } => apply(ctx, cluster, &ns, *kind, name, object).await,
+        Step::Apply {
+            kind,
+            name,
+            object,
+            create: true,
+        } => create(ctx, cluster, &ns, *kind, name, object).await,
+        Step::OrphanStatefulSet { name } => orphan_statefulset(ctx, cluster, &ns, name).await,
+        Step::ResizePvc { name, size } => resize_pvc(ctx, cluster, &ns, name, size).await,
         Step::LabelPvc {
             name,
             labels,
             annotations,
-        } => {
-            let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
-            ignore_not_found(noted(
-                ctx,
-                cluster,
-                Kind::PersistentVolumeClaim,
-                api::<PersistentVolumeClaim>(ctx, &ns)
-                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await,
-            ))?;
-            Ok(normal(
-                "VolumeLabelled",
-                "Label",
-                format!("PVC {name} has the labels and annotations of spec.storage"),
-            ))
-        }
+        } => label_pvc(ctx, cluster, &ns, name, labels, annotations).await,
         Step::SetServing { pod, serving, .. } => {
-            let value = serving.then_some(labels::TRUE);
-            let patch = json!({"metadata": {"labels": {labels::SERVING: value}}});
-            ignore_not_found(noted(
-                ctx,
-                cluster,
-                Kind::Pod,
-                api::<Pod>(ctx, &ns)
-                    .patch(pod, &PatchParams::default(), &Patch::Merge(patch))
-                    .await,
-            ))?;
-            Ok(if *serving {
-                normal(
-                    "BackInTraffic",
-                    "Rollout",
-                    format!("{pod} is in the client Service again"),
-                )
-            } else {
-                normal(
-                    "LeftTraffic",
-                    "Rollout",
-                    format!("{pod} is out of the client Service until its restart"),
-                )
-            })
+            set_serving(ctx, cluster, &ns, pod, *serving).await
         }
         Step::RestartPod {
             pod, uid, serving, ..
@@ -353,71 +225,294 @@ async fn run(
             .await
         }
         Step::ScaleIn(a) => scale_in::run(cluster, world, a, ctx, connections).await,
-        Step::EnsureKeeperRoot { root } => {
-            let password = world.observed.inputs.keeper_password.as_ref();
-            super::keeper_root::ensure(cluster, ctx, password, root).await?;
-            Ok(normal(
-                "KeeperRootCreated",
-                "Create",
-                format!("the root {root} exists in the external Keeper"),
-            ))
-        }
+        Step::EnsureKeeperRoot { root } => ensure_keeper_root(cluster, world, ctx, root).await,
         Step::DropDnsCache { replica } => {
-            // Best effort: 18.16 resolves its hosts again right away and reports a host that
-            // does not resolve yet (a pod without an address) as an error, though the cache was
-            // dropped; nothing depends on it but the next pass's checks.
-            let client = ch_client(cluster, world, replica, connections)?;
-            match tokio::time::timeout(DNS_DROP_BUDGET, chreplica::drop_dns_cache(&client)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => debug!(replica = %replica, error = %e, "dropping the DNS cache"),
-                Err(_) => debug!(replica = %replica, "dropping the DNS cache: no answer"),
-            }
-            Ok(Done::Finished(None))
+            drop_dns_cache(cluster, world, replica, connections).await
         }
         Step::RestartReplicatedTables { replica, tables } => {
-            // Best effort: the table is read-only either way, and the status says so until it
-            // is not; the next pass tries again while the session stays expired.
-            let client = ch_client(cluster, world, replica, connections)?;
-            let tables: Vec<TableName> =
-                tables.iter().map(|(db, t)| TableName::new(db, t)).collect();
-            let names = tables
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
-            match chreplica::restart_replicas(&client, &tables, RESTART_REPLICA_BUDGET).await {
-                Ok(()) => Ok(normal(
-                    "KeeperSessionReopened",
-                    "RestartReplica",
-                    format!(
-                        "{replica}: {names} read-only since their Keeper session expired; \
-                         made to open a new one now that Keeper answers"
-                    ),
-                )),
-                Err(e) => {
-                    warn!(replica = %replica, error = %e, "reopening the Keeper session of read-only tables");
-                    Ok(Done::Finished(None))
-                }
-            }
+            restart_replicated_tables(cluster, world, replica, tables, connections).await
         }
-        Step::Delete { kind, name } => {
-            ignore_not_found(noted_deletion(
-                ctx,
-                cluster,
-                *kind,
+        Step::Delete { kind, name } => delete(ctx, cluster, &ns, *kind, name).await,
+    }
+}
+
+/// Applies `object` over the existing one, after removing what other writers added to what the
+/// operator owns ([`remove_foreign_fields`]); a removal is told as a repair.
+async fn apply(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    ns: &str,
+    kind: Kind,
+    name: &str,
+    object: &serde_json::Value,
+) -> Result<Done, Error> {
+    let api = dynamic(ctx, ns, kind);
+    let removed = remove_foreign_fields(&api, name, object).await?;
+    noted(
+        ctx,
+        cluster,
+        kind,
+        api.patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(object),
+        )
+        .await,
+    )?;
+    if let Some(removed) = removed.filter(|r| !r.writers.is_empty()) {
+        return Ok(Done::Finished(Some(PlannedEvent {
+            kind: EventType::Warning,
+            reason: "Repaired",
+            action: "Apply",
+            message: format!(
+                "{} {name}: removed what another writer added to what the operator owns ({}, set by {}) and applied what the cluster's spec wants",
+                kind.as_str(),
+                removed.paths,
+                removed.writers,
+            ),
+        })));
+    }
+    Ok(normal(
+        "Applied",
+        "Apply",
+        format!("applied {} {name}", kind.as_str()),
+    ))
+}
+
+/// Creates `object`; one that exists already and is not the cluster's is a name conflict.
+async fn create(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    ns: &str,
+    kind: Kind,
+    name: &str,
+    object: &serde_json::Value,
+) -> Result<Done, Error> {
+    let api = dynamic(ctx, ns, kind);
+    let o: DynamicObject = serde_json::from_value(object.clone()).map_err(|e| {
+        Error::failed(
+            FailureReason::Internal,
+            format!("{} {name} does not deserialise: {e}", kind.as_str()),
+        )
+    })?;
+    let pp = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..PostParams::default()
+    };
+    match noted(ctx, cluster, kind, api.create(&pp, &o).await) {
+        Ok(_) => Ok(normal(
+            "Created",
+            "Create",
+            format!("created {} {name}", kind.as_str()),
+        )),
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::failed(
+            FailureReason::NameConflict,
+            format!(
+                "{} {name} already exists and is not managed by ClickHouseCluster {}: rename or remove it",
+                kind.as_str(),
+                cluster.name_any()
+            ),
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes a StatefulSet with its pod kept, to create it again.
+async fn orphan_statefulset(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    ns: &str,
+    name: &str,
+) -> Result<Done, Error> {
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    ignore_not_found(noted_deletion(
+        ctx,
+        cluster,
+        Kind::StatefulSet,
+        name,
+        None,
+        api::<StatefulSet>(ctx, ns).delete(name, &dp).await,
+    ))?;
+    Ok(normal(
+        "StatefulSetOrphaned",
+        "Recreate",
+        format!("deleted StatefulSet {name} with its pod kept; it is created again next"),
+    ))
+}
+
+async fn resize_pvc(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    ns: &str,
+    name: &str,
+    size: &str,
+) -> Result<Done, Error> {
+    noted(
+        ctx,
+        cluster,
+        Kind::PersistentVolumeClaim,
+        api::<PersistentVolumeClaim>(ctx, ns)
+            .patch(
                 name,
-                None,
-                dynamic(ctx, &ns, *kind)
-                    .delete(name, &DeleteParams::background())
-                    .await,
-            ))?;
-            Ok(normal(
-                "Deleted",
-                "Delete",
-                format!("deleted {} {name}", kind.as_str()),
-            ))
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": size}}}})),
+            )
+            .await,
+    )?;
+    Ok(normal(
+        "VolumeResized",
+        "Resize",
+        format!("PVC {name} resized to {size}"),
+    ))
+}
+
+async fn label_pvc(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    ns: &str,
+    name: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<Done, Error> {
+    let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+    ignore_not_found(noted(
+        ctx,
+        cluster,
+        Kind::PersistentVolumeClaim,
+        api::<PersistentVolumeClaim>(ctx, ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await,
+    ))?;
+    Ok(normal(
+        "VolumeLabelled",
+        "Label",
+        format!("PVC {name} has the labels and annotations of spec.storage"),
+    ))
+}
+
+/// Puts the pod in the client Service or takes it out (its serving label).
+async fn set_serving(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    ns: &str,
+    pod: &str,
+    serving: bool,
+) -> Result<Done, Error> {
+    let value = serving.then_some(labels::TRUE);
+    let patch = json!({"metadata": {"labels": {labels::SERVING: value}}});
+    ignore_not_found(noted(
+        ctx,
+        cluster,
+        Kind::Pod,
+        api::<Pod>(ctx, ns)
+            .patch(pod, &PatchParams::default(), &Patch::Merge(patch))
+            .await,
+    ))?;
+    Ok(if serving {
+        normal(
+            "BackInTraffic",
+            "Rollout",
+            format!("{pod} is in the client Service again"),
+        )
+    } else {
+        normal(
+            "LeftTraffic",
+            "Rollout",
+            format!("{pod} is out of the client Service until its restart"),
+        )
+    })
+}
+
+async fn ensure_keeper_root(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    ctx: &Context,
+    root: &str,
+) -> Result<Done, Error> {
+    let password = world.observed.inputs.keeper_password.as_ref();
+    super::keeper_root::ensure(cluster, ctx, password, root).await?;
+    Ok(normal(
+        "KeeperRootCreated",
+        "Create",
+        format!("the root {root} exists in the external Keeper"),
+    ))
+}
+
+/// Best effort: 18.16 resolves its hosts again right away and reports a host that does not
+/// resolve yet (a pod without an address) as an error, though the cache was dropped; nothing
+/// depends on it but the next pass's checks.
+async fn drop_dns_cache(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+    connections: &clickhouse::Connections,
+) -> Result<Done, Error> {
+    let client = ch_client(cluster, world, replica, connections)?;
+    match tokio::time::timeout(DNS_DROP_BUDGET, chreplica::drop_dns_cache(&client)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => debug!(replica = %replica, error = %e, "dropping the DNS cache"),
+        Err(_) => debug!(replica = %replica, "dropping the DNS cache: no answer"),
+    }
+    Ok(Done::Finished(None))
+}
+
+/// Best effort: the table is read-only either way, and the status says so until it is not; the
+/// next pass tries again while the session stays expired.
+async fn restart_replicated_tables(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+    tables: &[(String, String)],
+    connections: &clickhouse::Connections,
+) -> Result<Done, Error> {
+    let client = ch_client(cluster, world, replica, connections)?;
+    let tables: Vec<TableName> = tables.iter().map(|(db, t)| TableName::new(db, t)).collect();
+    let names = tables
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    match chreplica::restart_replicas(&client, &tables, RESTART_REPLICA_BUDGET).await {
+        Ok(()) => Ok(normal(
+            "KeeperSessionReopened",
+            "RestartReplica",
+            format!(
+                "{replica}: {names} read-only since their Keeper session expired; \
+                 made to open a new one now that Keeper answers"
+            ),
+        )),
+        Err(e) => {
+            warn!(replica = %replica, error = %e, "reopening the Keeper session of read-only tables");
+            Ok(Done::Finished(None))
         }
     }
+}
+
+async fn delete(
+    ctx: &Context,
+    cluster: &ClickHouseCluster,
+    ns: &str,
+    kind: Kind,
+    name: &str,
+) -> Result<Done, Error> {
+    ignore_not_found(noted_deletion(
+        ctx,
+        cluster,
+        kind,
+        name,
+        None,
+        dynamic(ctx, ns, kind)
+            .delete(name, &DeleteParams::background())
+            .await,
+    ))?;
+    Ok(normal(
+        "Deleted",
+        "Delete",
+        format!("deleted {} {name}", kind.as_str()),
+    ))
 }
 
 /// Removes from object `name` what other writers added to what the operator owns and
