@@ -173,87 +173,22 @@ pub async fn run_with(
         WatchNamespaces::All => vec![None],
         WatchNamespaces::Only(list) => list.iter().cloned().map(Some).collect(),
     };
-    fn watched<K>(client: &Client, ns: &Option<String>) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        kube::namespaced_or_all(client, ns.as_deref())
-    }
     let mut cluster_controllers = Vec::new();
     let mut stores = Vec::new();
     let mut caches = cache::Caches::default();
     for ns in &namespaces {
-        let ctl = Controller::new(
-            watched::<ClickHouseCluster>(&client, ns),
-            watcher::Config::default(),
-        );
-        let store = ctl.store();
-        stores.push(store.clone());
-        let secret_store = store.clone();
-        // Each watch keeps its cache before it triggers the pass, so a pass sees the event
-        // that started it.
-        let ctl = cache::watch(ctl, &mut caches.objects, &client, ns.as_deref());
-        let secret_meta = cache::Index::new(|_| None);
-        let backups = cache::Index::new(|b: &ClickHouseBackup| Some(b.spec.cluster_name.clone()));
-        caches.secret_meta.push(secret_meta.clone());
-        caches.backups.push(backups.clone());
-        let ctl = ctl
-            .watches_stream(
-                cache::feed(backups, watched(&client, ns), watcher::Config::default()),
-                |b: ClickHouseBackup| {
-                    let ns = b.metadata.namespace.clone()?;
-                    Some(ObjectRef::new(&b.spec.cluster_name).within(&ns))
-                },
-            )
-            .watches_stream(
-                cache::feed(
-                    secret_meta,
-                    watched::<PartialObjectMeta<Secret>>(&client, ns),
-                    watcher::Config::default(),
-                ),
-                move |secret| cluster::clusters_referencing_secret(&secret_store.state(), &secret),
-            );
+        let (ctl, store) = cluster_controller(&client, ns.as_deref(), &mut caches);
+        stores.push(store);
         cluster_controllers.push(ctl);
     }
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        clusters: stores,
+    let ctx = Arc::new(Context::new(
+        settings,
+        client.clone(),
+        stores,
         metrics,
-        cluster_backoff: Backoff::default(),
-        backup_backoff: Backoff::default(),
-        restore_backoff: Backoff::default(),
-        events: events::Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: MANAGER.into(),
-                instance: Some(settings.identity.clone()),
-            },
-        ),
-        cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
-        backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
-        restore_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
-        idle_permits: Semaphore::new(crate::runtime::backoff::idle_slots(
-            settings.max_concurrent_reconciles,
-        )),
-        last_writes: cluster::LastWrites::default(),
-        faults,
-        operator_image: settings.operator_image.clone(),
-        operator_networks: settings.operator_networks.clone(),
-        operator_pods: settings.operator_pod_labels.clone().map(|labels| {
-            crate::model::network_policy::OperatorPods {
-                namespace: settings.lease_namespace.clone(),
-                labels,
-            }
-        }),
         caches,
-        pacer: Default::default(),
-        concurrency: settings.max_concurrent_reconciles,
-        pvc_delete_key: settings.pvc_delete_key.clone(),
-        exporter_credentials: settings.exporter_credentials.clone().map(|name| {
-            exporter_credentials::Publisher::new(settings.lease_namespace.clone(), name)
-        }),
-        cluster_defaults: settings.cluster_defaults.clone(),
-    });
+        faults,
+    ));
     // MAX_CONCURRENT_RECONCILES is enforced by the permits each pass takes first (tokio's
     // semaphore hands them out first come, first served), not by the runtime's own limit: at
     // its limit the runtime parks every due object in a hash set and takes whichever it finds
@@ -273,46 +208,20 @@ pub async fn run_with(
         );
     }
     for ns in &namespaces {
-        streams.push(
-            Controller::new(
-                watched::<ClickHouseBackup>(&client, ns),
-                watcher::Config::default(),
-            )
-            .owns(
-                watched::<Job>(&client, ns),
-                watcher::Config::default().labels(crate::model::job::BACKUP_LABEL),
-            )
-            .with_config(config.clone())
-            .shutdown_on_signal()
-            .run(
-                jobs::reconcile::<ClickHouseBackup>,
-                jobs::error_policy::<ClickHouseBackup>,
-                ctx.clone(),
-            )
-            .map(|_| ())
-            .boxed(),
-        );
+        streams.push(job_controller::<ClickHouseBackup>(
+            &client,
+            ns.as_deref(),
+            &config,
+            &ctx,
+        ));
     }
     for ns in &namespaces {
-        streams.push(
-            Controller::new(
-                watched::<ClickHouseRestore>(&client, ns),
-                watcher::Config::default(),
-            )
-            .owns(
-                watched::<Job>(&client, ns),
-                watcher::Config::default().labels(crate::model::job::BACKUP_LABEL),
-            )
-            .with_config(config.clone())
-            .shutdown_on_signal()
-            .run(
-                jobs::reconcile::<ClickHouseRestore>,
-                jobs::error_policy::<ClickHouseRestore>,
-                ctx.clone(),
-            )
-            .map(|_| ())
-            .boxed(),
-        );
+        streams.push(job_controller::<ClickHouseRestore>(
+            &client,
+            ns.as_deref(),
+            &config,
+            &ctx,
+        ));
     }
     if settings.pvc_cleaner {
         tokio::spawn(pvc_cleaner::run(
@@ -331,6 +240,124 @@ pub async fn run_with(
         _ = schedule::run(ctx.clone()) => Ok(()),
         _ = ctx.events.run() => Ok(()),
         _ = lost_leadership => anyhow::bail!("lost the leader lease: stopping so that only one replica acts"),
+    }
+}
+
+/// The controller of the ClickHouseClusters of namespace `ns` (every namespace: `None`), with
+/// the watches that feed `caches` and trigger its passes, and its cache of the clusters.
+fn cluster_controller(
+    client: &Client,
+    ns: Option<&str>,
+    caches: &mut cache::Caches,
+) -> (Controller<ClickHouseCluster>, Store<ClickHouseCluster>) {
+    let ctl = Controller::new(
+        kube::namespaced_or_all::<ClickHouseCluster>(client, ns),
+        watcher::Config::default(),
+    );
+    let store = ctl.store();
+    let secret_store = store.clone();
+    // Each watch keeps its cache before it triggers the pass, so a pass sees the event
+    // that started it.
+    let ctl = cache::watch(ctl, &mut caches.objects, client, ns);
+    let secret_meta = cache::Index::new(|_| None);
+    let backups = cache::Index::new(|b: &ClickHouseBackup| Some(b.spec.cluster_name.clone()));
+    caches.secret_meta.push(secret_meta.clone());
+    caches.backups.push(backups.clone());
+    let ctl = ctl
+        .watches_stream(
+            cache::feed(
+                backups,
+                kube::namespaced_or_all(client, ns),
+                watcher::Config::default(),
+            ),
+            |b: ClickHouseBackup| {
+                let ns = b.metadata.namespace.clone()?;
+                Some(ObjectRef::new(&b.spec.cluster_name).within(&ns))
+            },
+        )
+        .watches_stream(
+            cache::feed(
+                secret_meta,
+                kube::namespaced_or_all::<PartialObjectMeta<Secret>>(client, ns),
+                watcher::Config::default(),
+            ),
+            move |secret| cluster::clusters_referencing_secret(&secret_store.state(), &secret),
+        );
+    (ctl, store)
+}
+
+/// The running controller of the backups or restores (`K`) of namespace `ns` (every namespace:
+/// `None`), triggered by their agent Jobs too.
+fn job_controller<K: jobs::JobResource>(
+    client: &Client,
+    ns: Option<&str>,
+    config: &::kube::runtime::controller::Config,
+    ctx: &Arc<Context>,
+) -> futures::stream::BoxStream<'static, ()> {
+    Controller::new(
+        kube::namespaced_or_all::<K>(client, ns),
+        watcher::Config::default(),
+    )
+    .owns(
+        kube::namespaced_or_all::<Job>(client, ns),
+        watcher::Config::default().labels(crate::model::job::BACKUP_LABEL),
+    )
+    .with_config(config.clone())
+    .shutdown_on_signal()
+    .run(jobs::reconcile::<K>, jobs::error_policy::<K>, ctx.clone())
+    .map(|_| ())
+    .boxed()
+}
+
+impl Context {
+    /// The context of the controllers: `stores` and `caches` are the watches' caches.
+    fn new(
+        settings: &Settings,
+        client: Client,
+        stores: Vec<Store<ClickHouseCluster>>,
+        metrics: Arc<Metrics>,
+        caches: cache::Caches,
+        faults: Faults,
+    ) -> Context {
+        Context {
+            client: client.clone(),
+            clusters: stores,
+            metrics,
+            cluster_backoff: Backoff::default(),
+            backup_backoff: Backoff::default(),
+            restore_backoff: Backoff::default(),
+            events: events::Recorder::new(
+                client,
+                Reporter {
+                    controller: MANAGER.into(),
+                    instance: Some(settings.identity.clone()),
+                },
+            ),
+            cluster_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+            backup_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+            restore_permits: Semaphore::new(settings.max_concurrent_reconciles.into()),
+            idle_permits: Semaphore::new(crate::runtime::backoff::idle_slots(
+                settings.max_concurrent_reconciles,
+            )),
+            last_writes: cluster::LastWrites::default(),
+            faults,
+            operator_image: settings.operator_image.clone(),
+            operator_networks: settings.operator_networks.clone(),
+            operator_pods: settings.operator_pod_labels.clone().map(|labels| {
+                crate::model::network_policy::OperatorPods {
+                    namespace: settings.lease_namespace.clone(),
+                    labels,
+                }
+            }),
+            caches,
+            pacer: Default::default(),
+            concurrency: settings.max_concurrent_reconciles,
+            pvc_delete_key: settings.pvc_delete_key.clone(),
+            exporter_credentials: settings.exporter_credentials.clone().map(|name| {
+                exporter_credentials::Publisher::new(settings.lease_namespace.clone(), name)
+            }),
+            cluster_defaults: settings.cluster_defaults.clone(),
+        }
     }
 }
 
