@@ -264,6 +264,45 @@ impl AgentJob {
                 "clickhouse-backup-agent".to_string(),
             ),
         ]);
+        let (mounts, volumes) = self.volumes();
+        let container = Container {
+            name: AGENT_CONTAINER.into(),
+            image: Some(self.image.clone()),
+            args: Some(vec!["backup-agent".into()]),
+            env: Some(self.agent_env()),
+            resources: self.pod.resources.clone(),
+            volume_mounts: Some(mounts),
+            security_context: self.placement.container_security.clone(),
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
+            ..Container::default()
+        };
+        Job {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(labels.clone()),
+                annotations: self.placement.server.as_ref().map(|(uid, restarts)| {
+                    BTreeMap::from([
+                        (SERVER_POD_UID.to_string(), uid.clone()),
+                        (SERVER_RESTARTS.to_string(), restarts.to_string()),
+                    ])
+                }),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(JobSpec {
+                backoff_limit: Some(0),
+                active_deadline_seconds: Some(6 * 3600),
+                template: self.pod_template(&labels, container, volumes),
+                ..JobSpec::default()
+            }),
+            ..Job::default()
+        }
+    }
+
+    /// The agent's environment: what it is to do, where its servers and the bucket are, and
+    /// then the user's variables.
+    fn agent_env(&self) -> Vec<EnvVar> {
         let hosts: Vec<String> = std::iter::once(&self.replica)
             .chain(&self.peers)
             .map(|r| names::replica_host(&self.cluster, &self.namespace, &self.cluster_domain, r))
@@ -300,35 +339,7 @@ impl AgentJob {
                 d.region.clone().unwrap_or_else(|| "us-east-1".into()),
             ),
         ];
-        match &d.web_identity {
-            None => {
-                envs.push(secret_env(
-                    "S3_ACCESS_KEY_ID",
-                    &d.secret_name,
-                    d.access_key_id_key(),
-                ));
-                envs.push(secret_env(
-                    "S3_SECRET_ACCESS_KEY",
-                    &d.secret_name,
-                    d.secret_access_key_key(),
-                ));
-            }
-            // decision 43: the variables the AWS SDKs read for web identity, the token projected
-            Some(w) => {
-                envs.push(env("AWS_ROLE_ARN", &w.role_arn));
-                envs.push(env(
-                    "AWS_WEB_IDENTITY_TOKEN_FILE",
-                    format!("{}/{}", sts::TOKEN_DIR, sts::TOKEN_FILE),
-                ));
-                envs.push(env(
-                    "AWS_ROLE_SESSION_NAME",
-                    sts::session_name(&format!("{}-{}", self.backup, self.shard)),
-                ));
-                envs.push(env("AWS_STS_REGIONAL_ENDPOINTS", "regional"));
-                envs.push(env("AWS_ENDPOINT_URL_STS", w.sts_endpoint(d.region())));
-                envs.push(env("S3_SERVICE_ACCOUNT", &w.service_account_name));
-            }
-        }
+        envs.extend(self.s3_credentials_env());
         match &self.tls {
             AgentTls::Off => {}
             AgentTls::Unverified => envs.push(env("CH_TLS", "unverified")),
@@ -352,6 +363,50 @@ impl AgentJob {
             let paths: Vec<String> = self.disks.iter().map(|d| names::disk_path(d)).collect();
             envs.push(env("DISK_PATHS", paths.join(",")));
         }
+        // the user's variables after the agent's own (validation refuses overriding them)
+        envs.extend(
+            self.pod
+                .env
+                .iter()
+                .filter(|e| !AgentPodSettings::owns_env(&e.name))
+                .cloned(),
+        );
+        envs
+    }
+
+    /// How the agent signs in to the bucket: the destination's keys, or web identity.
+    fn s3_credentials_env(&self) -> Vec<EnvVar> {
+        let d = &self.destination;
+        match &d.web_identity {
+            None => vec![
+                secret_env("S3_ACCESS_KEY_ID", &d.secret_name, d.access_key_id_key()),
+                secret_env(
+                    "S3_SECRET_ACCESS_KEY",
+                    &d.secret_name,
+                    d.secret_access_key_key(),
+                ),
+            ],
+            // decision 43: the variables the AWS SDKs read for web identity, the token projected
+            Some(w) => vec![
+                env("AWS_ROLE_ARN", &w.role_arn),
+                env(
+                    "AWS_WEB_IDENTITY_TOKEN_FILE",
+                    format!("{}/{}", sts::TOKEN_DIR, sts::TOKEN_FILE),
+                ),
+                env(
+                    "AWS_ROLE_SESSION_NAME",
+                    sts::session_name(&format!("{}-{}", self.backup, self.shard)),
+                ),
+                env("AWS_STS_REGIONAL_ENDPOINTS", "regional"),
+                env("AWS_ENDPOINT_URL_STS", w.sts_endpoint(d.region())),
+                env("S3_SERVICE_ACCOUNT", &w.service_account_name),
+            ],
+        }
+    }
+
+    /// The agent's mounts and the pod's volumes: the replica's data volume, the web identity
+    /// token, and the replica's volumes of extra disks.
+    fn volumes(&self) -> (Vec<VolumeMount>, Vec<Volume>) {
         let mut mounts = vec![VolumeMount {
             name: "data".into(),
             mount_path: names::SERVER_DATA_PATH.into(),
@@ -365,7 +420,7 @@ impl AgentJob {
             }),
             ..Volume::default()
         }];
-        if let Some(w) = &d.web_identity {
+        if let Some(w) = &self.destination.web_identity {
             mounts.push(VolumeMount {
                 name: WEB_IDENTITY_VOLUME.into(),
                 mount_path: sts::TOKEN_DIR.into(),
@@ -389,75 +444,46 @@ impl AgentJob {
                 ..Volume::default()
             });
         }
-        // the user's variables after the agent's own (validation refuses overriding them)
-        envs.extend(
-            self.pod
-                .env
-                .iter()
-                .filter(|e| !AgentPodSettings::owns_env(&e.name))
-                .cloned(),
-        );
+        (mounts, volumes)
+    }
+
+    /// The agent's pod, with the Job's `labels` under the user's.
+    fn pod_template(
+        &self,
+        labels: &BTreeMap<String, String>,
+        container: Container,
+        volumes: Vec<Volume>,
+    ) -> PodTemplateSpec {
         // the user's labels, under the operator's own
         let mut pod_labels = self.pod.labels.clone();
         pod_labels.extend(labels.clone());
-        let container = Container {
-            name: AGENT_CONTAINER.into(),
-            image: Some(self.image.clone()),
-            args: Some(vec!["backup-agent".into()]),
-            env: Some(envs),
-            resources: self.pod.resources.clone(),
-            volume_mounts: Some(mounts),
-            security_context: self.placement.container_security.clone(),
-            termination_message_policy: Some("FallbackToLogsOnError".into()),
-            ..Container::default()
-        };
-        Job {
-            metadata: ObjectMeta {
-                name: Some(name),
-                namespace: Some(self.namespace.clone()),
-                labels: Some(labels.clone()),
-                annotations: self.placement.server.as_ref().map(|(uid, restarts)| {
-                    BTreeMap::from([
-                        (SERVER_POD_UID.to_string(), uid.clone()),
-                        (SERVER_RESTARTS.to_string(), restarts.to_string()),
-                    ])
-                }),
-                owner_references: Some(vec![self.owner.clone()]),
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(pod_labels),
+                annotations: (!self.pod.annotations.is_empty())
+                    .then(|| self.pod.annotations.clone()),
                 ..ObjectMeta::default()
-            },
-            spec: Some(JobSpec {
-                backoff_limit: Some(0),
-                active_deadline_seconds: Some(6 * 3600),
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(pod_labels),
-                        annotations: (!self.pod.annotations.is_empty())
-                            .then(|| self.pod.annotations.clone()),
-                        ..ObjectMeta::default()
-                    }),
-                    spec: Some(PodSpec {
-                        image_pull_secrets: (!self.pod.image_pull_secrets.is_empty())
-                            .then(|| self.pod.image_pull_secrets.clone()),
-                        tolerations: (!self.pod.tolerations.is_empty())
-                            .then(|| self.pod.tolerations.clone()),
-                        priority_class_name: self.pod.priority_class_name.clone(),
-                        restart_policy: Some("Never".into()),
-                        node_name: self.placement.node.clone(),
-                        service_account_name: d
-                            .web_identity
-                            .as_ref()
-                            .map(|w| w.service_account_name.clone()),
-                        // the agent needs no Kubernetes API: only the projected STS token
-                        automount_service_account_token: Some(false),
-                        security_context: self.placement.pod_security.clone(),
-                        containers: vec![container],
-                        volumes: Some(volumes),
-                        ..PodSpec::default()
-                    }),
-                },
-                ..JobSpec::default()
             }),
-            ..Job::default()
+            spec: Some(PodSpec {
+                image_pull_secrets: (!self.pod.image_pull_secrets.is_empty())
+                    .then(|| self.pod.image_pull_secrets.clone()),
+                tolerations: (!self.pod.tolerations.is_empty())
+                    .then(|| self.pod.tolerations.clone()),
+                priority_class_name: self.pod.priority_class_name.clone(),
+                restart_policy: Some("Never".into()),
+                node_name: self.placement.node.clone(),
+                service_account_name: self
+                    .destination
+                    .web_identity
+                    .as_ref()
+                    .map(|w| w.service_account_name.clone()),
+                // the agent needs no Kubernetes API: only the projected STS token
+                automount_service_account_token: Some(false),
+                security_context: self.placement.pod_security.clone(),
+                containers: vec![container],
+                volumes: Some(volumes),
+                ..PodSpec::default()
+            }),
         }
     }
 }
