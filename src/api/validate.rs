@@ -1036,6 +1036,45 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             errors.add("spec.configuration.files", config_file_name_error(file));
         }
     }
+    check_replica_files(name, spec, errors);
+    check_shard_weights(spec, errors);
+    check_shard_files(spec, errors);
+    let keeper = spec.keeper.replicas > 0 || spec.keeper.external.is_some();
+    if !keeper
+        && spec
+            .configuration
+            .settings
+            .keys()
+            .any(|k| k.starts_with("zookeeper/"))
+    {
+        errors.add(
+            "spec.configuration.settings",
+            "zookeeper/… settings need a Keeper (spec.keeper.replicas or spec.keeper.external)"
+                .into(),
+        );
+    }
+    check_secret_settings(spec, errors);
+    check_secret_files(spec, errors);
+    for var in spec.pod.env.iter().map(|e| &e.name) {
+        if var.starts_with(crate::conventions::SECRET_SETTING_ENV_PREFIX) {
+            errors.add(
+                "spec.pod.env",
+                format!(
+                    "{var:?} is reserved for spec.configuration.secretSettings (prefix {})",
+                    crate::conventions::SECRET_SETTING_ENV_PREFIX
+                ),
+            );
+        }
+    }
+    for key in spec.configuration.settings.keys() {
+        check_setting_key("spec.configuration.settings", key, errors);
+    }
+    check_users(spec, errors);
+}
+
+/// `spec.configuration.replicaFiles`: keyed by the name of one of the cluster's replicas, each
+/// file a name that no file of the cluster or of the replica's shard has.
+fn check_replica_files(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for (replica, files) in &spec.configuration.replica_files {
         let field = format!("spec.configuration.replicaFiles[{replica}]");
         let shard = replica
@@ -1064,6 +1103,11 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             check_extra_file(&field, file, hidden, errors);
         }
     }
+}
+
+/// `spec.shardWeights`: keyed by the index of one of the cluster's shards, each weight from 1
+/// to 1000.
+fn check_shard_weights(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for (shard, weight) in &spec.shard_weights {
         let field = format!("spec.shardWeights[{shard}]");
         match shard.parse::<i32>() {
@@ -1086,6 +1130,11 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             );
         }
     }
+}
+
+/// `spec.configuration.shardFiles`: keyed by a shard index, each file a name that no file of
+/// the cluster has.
+fn check_shard_files(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for (shard, files) in &spec.configuration.shard_files {
         let field = format!("spec.configuration.shardFiles[{shard}]");
         if shard
@@ -1106,20 +1155,11 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             check_extra_file(&field, file, hidden, errors);
         }
     }
-    let keeper = spec.keeper.replicas > 0 || spec.keeper.external.is_some();
-    if !keeper
-        && spec
-            .configuration
-            .settings
-            .keys()
-            .any(|k| k.starts_with("zookeeper/"))
-    {
-        errors.add(
-            "spec.configuration.settings",
-            "zookeeper/… settings need a Keeper (spec.keeper.replicas or spec.keeper.external)"
-                .into(),
-        );
-    }
+}
+
+/// `spec.configuration.secretSettings`: setting paths, none of the Keeper client's and none
+/// that overlaps a plain setting.
+fn check_secret_settings(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for key in spec.configuration.secret_settings.keys() {
         let field = "spec.configuration.secretSettings";
         if key.starts_with("zookeeper/") {
@@ -1140,6 +1180,10 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             );
         }
     }
+}
+
+/// `spec.configuration.secretFiles`: configuration file names that no plain file has.
+fn check_secret_files(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     for file in spec.configuration.secret_files.keys() {
         let field = "spec.configuration.secretFiles";
         let plain = file
@@ -1159,70 +1203,62 @@ fn check_configuration(name: &str, spec: &ClickHouseClusterSpec, errors: &mut Er
             check_extra_file(field, plain, hidden, errors);
         }
     }
-    for var in spec.pod.env.iter().map(|e| &e.name) {
-        if var.starts_with(crate::conventions::SECRET_SETTING_ENV_PREFIX) {
+}
+
+/// `spec.users`: profiles and quotas the configuration defines, valid names and networks.
+fn check_users(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
+    if let Some(profile) = spec.users.as_ref().and_then(|u| u.profile.as_ref())
+        && !is_profile(spec, profile)
+    {
+        errors.add("spec.users.profile", unknown_profile(profile));
+    }
+    let Some(users) = &spec.users else {
+        return;
+    };
+    check_networks(errors, "spec.users.networks", &users.networks);
+    for (name, account) in &users.accounts {
+        let at = format!("spec.users.accounts.{name}");
+        if !crate::conventions::is_element_name(name) {
             errors.add(
-                "spec.pod.env",
-                format!(
-                    "{var:?} is reserved for spec.configuration.secretSettings (prefix {})",
-                    crate::conventions::SECRET_SETTING_ENV_PREFIX
-                ),
+                "spec.users.accounts",
+                format!("{name:?} is not a user name (a letter or '_' first, then letters, digits, '_', '-', '.')"),
             );
         }
-    }
-    for key in spec.configuration.settings.keys() {
-        check_setting_key("spec.configuration.settings", key, errors);
-    }
-    if let Some(profile) = spec.users.as_ref().and_then(|u| u.profile.as_ref())
-        && !BUILT_IN_PROFILES.contains(&profile.as_str())
-        && !spec.configuration.profiles.contains_key(profile)
-    {
-        errors.add(
-            "spec.users.profile",
-            format!(
-                "{profile:?} is neither in spec.configuration.profiles nor one of {BUILT_IN_PROFILES:?}: ClickHouse would refuse the whole users file"
-            ),
-        );
-    }
-    if let Some(users) = &spec.users {
-        check_networks(errors, "spec.users.networks", &users.networks);
-        for (name, account) in &users.accounts {
-            let at = format!("spec.users.accounts.{name}");
-            if !crate::conventions::is_element_name(name) {
+        check_networks(errors, &format!("{at}.networks"), &account.networks);
+        if let Some(profile) = &account.profile
+            && !is_profile(spec, profile)
+        {
+            errors.add(&format!("{at}.profile"), unknown_profile(profile));
+        }
+        if let Some(quota) = &account.quota
+            && quota != crate::conventions::DEFAULT_QUOTA
+            && !spec.configuration.quotas.contains_key(quota)
+        {
+            errors.add(
+                &format!("{at}.quota"),
+                format!("{quota:?} is neither in spec.configuration.quotas nor \"default\": ClickHouse would refuse the whole users file"),
+            );
+        }
+        for db in &account.databases {
+            if !is_identifier(db) {
                 errors.add(
-                    "spec.users.accounts",
-                    format!("{name:?} is not a user name (a letter or '_' first, then letters, digits, '_', '-', '.')"),
+                    &format!("{at}.databases"),
+                    format!("{db:?} is not a database name (letters, digits and '_', not starting with a digit)"),
                 );
-            }
-            check_networks(errors, &format!("{at}.networks"), &account.networks);
-            if let Some(profile) = &account.profile
-                && !BUILT_IN_PROFILES.contains(&profile.as_str())
-                && !spec.configuration.profiles.contains_key(profile)
-            {
-                errors.add(
-                    &format!("{at}.profile"),
-                    format!("{profile:?} is neither in spec.configuration.profiles nor one of {BUILT_IN_PROFILES:?}: ClickHouse would refuse the whole users file"),
-                );
-            }
-            if let Some(quota) = &account.quota
-                && quota != crate::conventions::DEFAULT_QUOTA
-                && !spec.configuration.quotas.contains_key(quota)
-            {
-                errors.add(
-                    &format!("{at}.quota"),
-                    format!("{quota:?} is neither in spec.configuration.quotas nor \"default\": ClickHouse would refuse the whole users file"),
-                );
-            }
-            for db in &account.databases {
-                if !is_identifier(db) {
-                    errors.add(
-                        &format!("{at}.databases"),
-                        format!("{db:?} is not a database name (letters, digits and '_', not starting with a digit)"),
-                    );
-                }
             }
         }
     }
+}
+
+/// A built-in settings profile or one of `spec.configuration.profiles`.
+fn is_profile(spec: &ClickHouseClusterSpec, profile: &str) -> bool {
+    BUILT_IN_PROFILES.contains(&profile) || spec.configuration.profiles.contains_key(profile)
+}
+
+fn unknown_profile(profile: &str) -> String {
+    format!(
+        "{profile:?} is neither in spec.configuration.profiles nor one of {BUILT_IN_PROFILES:?}: ClickHouse would refuse the whole users file"
+    )
 }
 
 /// Every entry of `networks` is an address or CIDR ClickHouse accepts.
