@@ -196,77 +196,165 @@ fn describe_errors(errors: &[FieldError]) -> String {
 /// Decides one pass over `cluster`. `now` stamps changed conditions.
 pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Plan {
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
     let old = cluster.status.clone().unwrap_or_default();
     let generation = cluster.metadata.generation;
-    let mut events = Vec::new();
 
     // One ClickHouseCluster per namespace: a newer one is refused and left alone.
     if let Some(owner) = namespace_owner(&world.clusters_in_namespace)
         && owner.name != name
     {
-        let message = format!(
-            "namespace {namespace} is already managed by ClickHouseCluster {}: only one ClickHouseCluster per namespace is supported; delete this one or move it to its own namespace",
-            owner.name
-        );
-        let failure = Failure {
-            reason: FailureReason::NamespaceConflict,
-            message: message.clone(),
-        };
-        let status = status::failed(&old, generation, &failure, now);
-        if old.message.as_deref() != Some(message.as_str()) {
+        return namespace_conflict(cluster, &owner.name, &old, now);
+    }
+    // Hands off (decision 50): nothing is planned, the pods run on as they are.
+    if cluster.spec.suspend {
+        return suspended(&old, generation, now);
+    }
+    let Valid {
+        policy,
+        warnings,
+        restart_at,
+        mut events,
+    } = match validated(cluster, &name, &old, now) {
+        Ok(valid) => valid,
+        Err(refused) => return *refused,
+    };
+
+    // decision 59: the storage classes the operator's defaults gave the cluster, for its life
+    let pin = storage_classes::pinned(cluster, &world.observed);
+    let pass = pass::plan_pass(
+        &storage_classes::with_classes(cluster, pin.classes()),
+        &world.observed,
+        now,
+    );
+    let mut status = pass.status;
+    status.default_storage_classes = pin.record();
+    if let Some(at) = restart_at {
+        // decision 51: the templates built in this pass carry it; recorded so that they keep
+        // it once the annotation is gone
+        status.restarted_at = Some(at);
+    }
+    status.schema_policy = Some(policy.effective());
+    if pass.failure.is_none() {
+        status::redundancy(&mut status, &warnings, generation, now);
+        if let Some(message) = status::exposure(&mut status, &cluster.spec, generation, now) {
             events.push(PlannedEvent {
                 kind: EventType::Warning,
-                reason: "NamespaceConflict",
-                action: "Refuse",
+                reason: "PlainTextExposure",
+                action: "Validate",
                 message,
             });
         }
-        return Plan::refused(status, events, failure, false);
     }
+    events.extend(pass.events);
+    mode_conditions(&mut status, cluster, &old, now);
+    if old.state != status.state {
+        events.push(PlannedEvent {
+            kind: if status.state == ClusterState::Error {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: "StateChanged",
+            action: "Report",
+            message: format!("state {} → {}", old.state, status.state),
+        });
+    }
+    Plan {
+        status,
+        events,
+        ..pass
+    }
+}
 
-    // Hands off (decision 50): nothing is planned, the pods run on as they are.
-    if cluster.spec.suspend {
-        let message = "spec.suspend is true: the operator changes nothing of this cluster and \
-                       its pods keep running as they are; set it to false to resume";
-        let mut status = old.clone();
-        status.state = ClusterState::Suspended;
-        status.message = Some(message.into());
-        status.observed_generation = generation;
-        status::set_condition(
-            &mut status.conditions,
-            status::SUSPENDED,
-            true,
-            "Suspended",
+/// The pass of a cluster refused because `owner` manages its namespace already.
+fn namespace_conflict(
+    cluster: &ClickHouseCluster,
+    owner: &str,
+    old: &ClickHouseClusterStatus,
+    now: Timestamp,
+) -> Plan {
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_default();
+    let message = format!(
+        "namespace {namespace} is already managed by ClickHouseCluster {owner}: only one ClickHouseCluster per namespace is supported; delete this one or move it to its own namespace",
+    );
+    let failure = Failure {
+        reason: FailureReason::NamespaceConflict,
+        message: message.clone(),
+    };
+    let status = status::failed(old, cluster.metadata.generation, &failure, now);
+    let mut events = Vec::new();
+    if old.message.as_deref() != Some(message.as_str()) {
+        events.push(PlannedEvent {
+            kind: EventType::Warning,
+            reason: "NamespaceConflict",
+            action: "Refuse",
             message,
-            generation,
-            now,
-        );
-        if old.state != ClusterState::Suspended {
-            events.push(PlannedEvent {
-                kind: EventType::Normal,
-                reason: "Suspended",
-                action: "Suspend",
-                message: message.into(),
-            });
-        }
-        return Plan {
-            status,
-            events,
-            steps: Vec::new(),
-            phases: Vec::new(),
-            lag_checks: Vec::new(),
-            again: false,
-            failure: None,
-            manage: true,
-            members: Vec::new(),
-            recheck_soon: false,
-        };
+        });
     }
+    Plan::refused(status, events, failure, false)
+}
 
-    // Validate and default.
+/// The pass of a suspended cluster: it only says so.
+fn suspended(old: &ClickHouseClusterStatus, generation: Option<i64>, now: Timestamp) -> Plan {
+    let message = "spec.suspend is true: the operator changes nothing of this cluster and \
+                   its pods keep running as they are; set it to false to resume";
+    let mut status = old.clone();
+    status.state = ClusterState::Suspended;
+    status.message = Some(message.into());
+    status.observed_generation = generation;
+    status::set_condition(
+        &mut status.conditions,
+        status::SUSPENDED,
+        true,
+        "Suspended",
+        message,
+        generation,
+        now,
+    );
+    let mut events = Vec::new();
+    if old.state != ClusterState::Suspended {
+        events.push(PlannedEvent {
+            kind: EventType::Normal,
+            reason: "Suspended",
+            action: "Suspend",
+            message: message.into(),
+        });
+    }
+    Plan {
+        status,
+        events,
+        steps: Vec::new(),
+        phases: Vec::new(),
+        lag_checks: Vec::new(),
+        again: false,
+        failure: None,
+        manage: true,
+        members: Vec::new(),
+        recheck_soon: false,
+    }
+}
+
+/// What a valid spec gives the pass.
+struct Valid {
+    policy: SchemaPolicy,
+    warnings: Vec<validate::Warning>,
+    /// The restart asked for by annotation, when there is one.
+    restart_at: Option<String>,
+    /// The events of the schema policy's replaced values.
+    events: Vec<PlannedEvent>,
+}
+
+/// Validates and defaults the spec; an invalid one gives the refused pass that says why.
+fn validated(
+    cluster: &ClickHouseCluster,
+    name: &str,
+    old: &ClickHouseClusterStatus,
+    now: Timestamp,
+) -> Result<Valid, Box<Plan>> {
+    let generation = cluster.metadata.generation;
+    let mut events = Vec::new();
     let (policy, replaced) = SchemaPolicy::normalise(&cluster.spec.schema_policy);
-    let (mut errors, warnings) = validate::validate(&name, &cluster.spec);
+    let (mut errors, warnings) = validate::validate(name, &cluster.spec);
     let restart_at = crate::model::labels::restart_at(cluster);
     if let Some(Err(value)) = &restart_at {
         errors.push(validate::FieldError {
@@ -301,39 +389,27 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
                 message: failure.message.clone(),
             });
         }
-        let mut status = status::failed(&old, generation, &failure, now);
+        let mut status = status::failed(old, generation, &failure, now);
         status.schema_policy = Some(policy.effective());
-        return Plan::refused(status, events, failure, true);
+        return Err(Box::new(Plan::refused(status, events, failure, true)));
     }
+    Ok(Valid {
+        policy,
+        warnings,
+        restart_at: restart_at.and_then(Result::ok),
+        events,
+    })
+}
 
-    // decision 59: the storage classes the operator's defaults gave the cluster, for its life
-    let pin = storage_classes::pinned(cluster, &world.observed);
-    let pass = pass::plan_pass(
-        &storage_classes::with_classes(cluster, pin.classes()),
-        &world.observed,
-        now,
-    );
-    let mut status = pass.status;
-    status.default_storage_classes = pin.record();
-    if let Some(Ok(at)) = restart_at {
-        // decision 51: the templates built in this pass carry it; recorded so that they keep
-        // it once the annotation is gone
-        status.restarted_at = Some(at);
-    }
-    status.schema_policy = Some(policy.effective());
-    if pass.failure.is_none() {
-        status::redundancy(&mut status, &warnings, generation, now);
-        if let Some(message) = status::exposure(&mut status, &cluster.spec, generation, now) {
-            events.push(PlannedEvent {
-                kind: EventType::Warning,
-                reason: "PlainTextExposure",
-                action: "Validate",
-                message,
-            });
-        }
-    }
-    events.extend(pass.events);
-    // decision 56: said while on, and once when turned off
+/// The conditions of the cluster's modes: troubleshooting (decision 56: said while on, and
+/// once when turned off) and a suspension that ended.
+fn mode_conditions(
+    status: &mut ClickHouseClusterStatus,
+    cluster: &ClickHouseCluster,
+    old: &ClickHouseClusterStatus,
+    now: Timestamp,
+) {
+    let generation = cluster.metadata.generation;
     if cluster.spec.troubleshoot {
         status::set_condition(
             &mut status.conditions,
@@ -369,23 +445,6 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
             generation,
             now,
         );
-    }
-    if old.state != status.state {
-        events.push(PlannedEvent {
-            kind: if status.state == ClusterState::Error {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: "StateChanged",
-            action: "Report",
-            message: format!("state {} → {}", old.state, status.state),
-        });
-    }
-    Plan {
-        status,
-        events,
-        ..pass
     }
 }
 
