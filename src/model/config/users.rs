@@ -243,76 +243,17 @@ pub fn default_user_networks(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Eleme
 ///   instead, and there `databases` as `allow_databases`.
 pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<String, BuildError> {
     let users = credentials(&inputs.user_passwords, inputs.server_version)?;
-    let operator_networks = inputs.operator_networks.as_slice();
     let replicas = inputs.replicas.as_slice();
-    let configuration = &c.spec.configuration;
-    let profile = c.spec.users.as_ref().and_then(|u| u.profile.as_deref());
-    let mut profiles = Element::new("profiles");
-    let mut named = configuration.profiles.clone();
-    let (key, value) = DEFAULT_POLL_INTERVAL;
-    named
-        .entry(DEFAULT_PROFILE.into())
-        .or_default()
-        .entry(key.into())
-        .or_insert_with(|| value.into());
-    for (name, settings) in &named {
-        profiles = profiles.child(
-            Element::checked(name, "spec.configuration.profiles")?.children(Element::from_paths(
-                settings.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                &format!("spec.configuration.profiles.{name}"),
-            )?),
-        );
-    }
-    let mut quotas = Element::new("quotas");
-    for (name, settings) in &configuration.quotas {
-        quotas = quotas.child(Element::checked(name, "spec.configuration.quotas")?.child(
-            Element::new("interval").children(Element::from_paths(
-                settings.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                &format!("spec.configuration.quotas.{name}"),
-            )?),
-        ));
-    }
-    let profile = profile.unwrap_or(DEFAULT_PROFILE);
+    let mut profiles = profiles(&c.spec.configuration)?;
+    let quotas = quotas(&c.spec.configuration)?;
+    let profile = c
+        .spec
+        .users
+        .as_ref()
+        .and_then(|u| u.profile.as_deref())
+        .unwrap_or(DEFAULT_PROFILE);
     Element::checked(profile, "spec.users.profile")?;
-    let servers_as_operator: &[ReplicaSpec] = match inputs.cluster_password {
-        Some(_) => &[],
-        None => replicas,
-    };
-    let grants_supported = inputs
-        .server_version
-        .is_some_and(|v| v.supports(crate::version::Capability::UserGrantsInUsersFile));
-    let grants = if grants_supported {
-        let mut definers: Vec<&str> = vec![DEFAULT_USER, names::OPERATOR_USER];
-        definers.extend(
-            users
-                .keys()
-                .copied()
-                .filter(|u| *u != DEFAULT_USER && *u != names::OPERATOR_USER),
-        );
-        let mut grants = operator_grants(&definers);
-        // the backup destinations' named collections, which its agents' statements name
-        grants.extend(
-            crate::model::secret::backup_collections(inputs)
-                .iter()
-                .map(|c| format!("GRANT NAMED COLLECTION ON {}", c.name)),
-        );
-        grants
-    } else {
-        Vec::new()
-    };
-    let mut list = Element::new("users").child(user(
-        names::OPERATOR_USER,
-        "operator user",
-        &Credential::Plain(&inputs.operator_password),
-        Account {
-            networks: networks(c, servers_as_operator, operator_networks),
-            profile: DEFAULT_PROFILE,
-            quota: DEFAULT_QUOTA,
-            databases: &[],
-            grants,
-            access_management: false,
-        },
-    )?);
+    let mut list = Element::new("users").child(operator_user(c, inputs, &users)?);
     if let Some(p) = &inputs.exporter_password {
         // The metrics exporter, from the operator's networks: a read-only session that reads
         // the `system` tables and sees every table's metadata (`system.parts` and
@@ -330,11 +271,11 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
             "exporter user",
             &Credential::Plain(p),
             Account {
-                networks: networks(c, &[], operator_networks),
+                networks: networks(c, &[], &inputs.operator_networks),
                 profile: names::EXPORTER_PROFILE,
                 quota: DEFAULT_QUOTA,
                 databases: &[],
-                grants: if grants_supported {
+                grants: if grants_supported(inputs) {
                     vec![
                         "GRANT SELECT ON system.*".into(),
                         "GRANT SHOW DATABASES, SHOW TABLES ON *.*".into(),
@@ -361,12 +302,120 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
             },
         )?);
     }
+    list = list.children(secret_users(c, inputs, &users, profile)?);
+    if !users.contains_key(DEFAULT_USER) {
+        list = list.child(Element::new(DEFAULT_USER).child(default_user_networks(c, replicas)));
+    }
+    Ok(Element::new(ROOT)
+        .child(profiles)
+        .child(quotas)
+        .child(list)
+        .to_document())
+}
+
+/// `<profiles>`: `spec.configuration.profiles`, the default one with
+/// [`DEFAULT_POLL_INTERVAL`] unless it sets it.
+fn profiles(configuration: &crate::api::Configuration) -> Result<Element, BuildError> {
+    let mut profiles = Element::new("profiles");
+    let mut named = configuration.profiles.clone();
+    let (key, value) = DEFAULT_POLL_INTERVAL;
+    named
+        .entry(DEFAULT_PROFILE.into())
+        .or_default()
+        .entry(key.into())
+        .or_insert_with(|| value.into());
+    for (name, settings) in &named {
+        profiles = profiles.child(
+            Element::checked(name, "spec.configuration.profiles")?.children(Element::from_paths(
+                settings.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &format!("spec.configuration.profiles.{name}"),
+            )?),
+        );
+    }
+    Ok(profiles)
+}
+
+/// `<quotas>`: `spec.configuration.quotas`, each one interval.
+fn quotas(configuration: &crate::api::Configuration) -> Result<Element, BuildError> {
+    let mut quotas = Element::new("quotas");
+    for (name, settings) in &configuration.quotas {
+        quotas = quotas.child(Element::checked(name, "spec.configuration.quotas")?.child(
+            Element::new("interval").children(Element::from_paths(
+                settings.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &format!("spec.configuration.quotas.{name}"),
+            )?),
+        ));
+    }
+    Ok(quotas)
+}
+
+/// Whether the servers take SQL privileges in the users file.
+fn grants_supported(inputs: &crate::model::Inputs) -> bool {
+    inputs
+        .server_version
+        .is_some_and(|v| v.supports(crate::version::Capability::UserGrantsInUsersFile))
+}
+
+/// The operator's account, with [`operator_grants`] where the servers take them; from the
+/// cluster's server pods too in a cluster without its own account.
+fn operator_user(
+    c: &Cluster<'_>,
+    inputs: &crate::model::Inputs,
+    users: &std::collections::BTreeMap<&str, Credential<'_>>,
+) -> Result<Element, BuildError> {
+    let servers_as_operator: &[ReplicaSpec] = match inputs.cluster_password {
+        Some(_) => &[],
+        None => &inputs.replicas,
+    };
+    let grants = if grants_supported(inputs) {
+        let mut definers: Vec<&str> = vec![DEFAULT_USER, names::OPERATOR_USER];
+        definers.extend(
+            users
+                .keys()
+                .copied()
+                .filter(|u| *u != DEFAULT_USER && *u != names::OPERATOR_USER),
+        );
+        let mut grants = operator_grants(&definers);
+        // the backup destinations' named collections, which its agents' statements name
+        grants.extend(
+            crate::model::secret::backup_collections(inputs)
+                .iter()
+                .map(|c| format!("GRANT NAMED COLLECTION ON {}", c.name)),
+        );
+        grants
+    } else {
+        Vec::new()
+    };
+    user(
+        names::OPERATOR_USER,
+        "operator user",
+        &Credential::Plain(&inputs.operator_password),
+        Account {
+            networks: networks(c, servers_as_operator, &inputs.operator_networks),
+            profile: DEFAULT_PROFILE,
+            quota: DEFAULT_QUOTA,
+            databases: &[],
+            grants,
+            access_management: false,
+        },
+    )
+}
+
+/// The accounts of the users Secret (but the operator's own names), with `profile` and what
+/// `spec.users` says of each.
+fn secret_users(
+    c: &Cluster<'_>,
+    inputs: &crate::model::Inputs,
+    users: &std::collections::BTreeMap<&str, Credential<'_>>,
+    profile: &str,
+) -> Result<Vec<Element>, BuildError> {
     let spec_users = c.spec.users.as_ref();
     let user_networks = spec_users
         .map(|u| u.networks.as_slice())
         .filter(|n| !n.is_empty())
-        .unwrap_or(operator_networks);
-    for (name, credential) in &users {
+        .unwrap_or(&inputs.operator_networks);
+    let mut list = Vec::new();
+    for (name, credential) in users {
         let name = *name;
         if name == names::OPERATOR_USER
             || name == names::CLUSTER_USER
@@ -388,7 +437,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
             .and_then(|a| a.quota.as_deref())
             .unwrap_or(DEFAULT_QUOTA);
         Element::checked(quota_of, &format!("spec.users.accounts.{name}.quota"))?;
-        list = list.child(user(
+        list.push(user(
             name,
             "spec.users.secretName (a key)",
             credential,
@@ -406,14 +455,7 @@ pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<Stri
             },
         )?);
     }
-    if !users.contains_key(DEFAULT_USER) {
-        list = list.child(Element::new(DEFAULT_USER).child(default_user_networks(c, replicas)));
-    }
-    Ok(Element::new(ROOT)
-        .child(profiles)
-        .child(quotas)
-        .child(list)
-        .to_document())
+    Ok(list)
 }
 
 #[cfg(test)]
