@@ -250,171 +250,168 @@ impl Metrics {
     /// The operator's metrics, its per-cluster series naming the cluster `cluster_label`
     /// (`METRICS_CLUSTER_LABEL`).
     pub fn new(cluster_label: ClusterLabel) -> Self {
-        let mut root = Registry::default();
-        // controller-runtime's names, without a prefix: what controller dashboards read
-        let queue_depth = Family::<QueueLabels, Gauge>::default();
-        root.register(
-            "workqueue_depth",
-            "Passes due and waiting for a slot (MAX_CONCURRENT_RECONCILES), per controller",
-            queue_depth.clone(),
-        );
-        let queue_adds = Family::<QueueLabels, Counter>::default();
-        root.register(
-            "workqueue_adds",
-            "Passes that became due, per controller",
-            queue_adds.clone(),
-        );
-        let queue_wait = Family::<QueueLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new([0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0])
-        });
-        root.register(
-            "workqueue_queue_duration_seconds",
-            "How long a due pass waited for its slot, per controller",
-            queue_wait.clone(),
-        );
         let pass_buckets =
             || Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]);
-        let work_duration = Family::<QueueLabels, Histogram>::new_with_constructor(pass_buckets);
-        root.register(
-            "workqueue_work_duration_seconds",
-            "How long a pass took, per controller",
-            work_duration.clone(),
-        );
-        let queue_retries = Family::<QueueLabels, Counter>::default();
-        root.register(
-            "workqueue_retries",
-            "Failed passes due again after their backoff, per controller",
-            queue_retries.clone(),
-        );
-        let reconcile_results = Family::<ResultLabels, Counter>::default();
-        root.register(
-            "controller_runtime_reconcile",
-            "Passes per controller, by result: success, requeue_after or error",
-            reconcile_results.clone(),
-        );
-        let reconcile_errors = Family::<ControllerLabels, Counter>::default();
-        root.register(
-            "controller_runtime_reconcile_errors",
-            "Passes that failed, per controller",
-            reconcile_errors.clone(),
-        );
-        let reconcile_time =
-            Family::<ControllerLabels, Histogram>::new_with_constructor(pass_buckets);
-        root.register(
-            "controller_runtime_reconcile_time_seconds",
-            "How long a pass took, per controller",
-            reconcile_time.clone(),
-        );
-        let active_workers = Family::<ControllerLabels, Gauge>::default();
-        root.register(
-            "controller_runtime_active_workers",
-            "Passes running now, per controller",
-            active_workers.clone(),
-        );
-        let max_concurrent = Family::<ControllerLabels, Gauge>::default();
-        root.register(
-            "controller_runtime_max_concurrent_reconciles",
-            "Passes of one controller that may run at once (MAX_CONCURRENT_RECONCILES)",
-            max_concurrent.clone(),
-        );
-        let registry = root.sub_registry_with_prefix("clickhouse_operator");
-        let reconciles = Family::<KindLabels, Counter>::default();
-        let errors = Family::<ErrorLabels, Counter>::default();
-        let duration = Family::<KindLabels, Histogram>::new_with_constructor(pass_buckets);
-        let last_success =
-            Family::<ObjectLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        let writes = Family::<KindLabels, Counter>::default();
-        registry.register("reconciles", "Reconcile passes started", reconciles.clone());
-        registry.register(
-            "reconcile_errors",
-            "Reconcile passes that failed, by reason",
-            errors.clone(),
-        );
-        registry.register(
-            "reconcile_duration_seconds",
-            "Duration of reconcile passes",
-            duration.clone(),
-        );
-        registry.register(
-            "last_successful_reconcile_timestamp_seconds",
-            "Unix time of the last successful pass of each object",
-            last_success.clone(),
-        );
-        registry.register(
-            "api_writes",
-            "Write requests sent to the Kubernetes API, by kind of object",
-            writes.clone(),
-        );
-        let cluster_state = Family::<StateLabels, Gauge>::default();
-        let cluster_pods = Family::<PodCountLabels, Gauge>::default();
-        let cluster_condemned = Family::<ClusterLabels, Gauge>::default();
-        let last_backup =
-            Family::<ClusterLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        let build_info = Family::<BuildLabels, Gauge>::default();
-        registry.register(
-            "cluster_state",
-            "1 for the state in each ClickHouseCluster's status, 0 for the others",
-            cluster_state.clone(),
-        );
-        registry.register(
-            "cluster_pods",
-            "Pods of each cluster's servers and Keeper: desired, ready, updated (ready on the current revision)",
-            cluster_pods.clone(),
-        );
-        registry.register(
-            "cluster_condemned_replicas",
-            "Replicas of each cluster being removed by a scale-in",
-            cluster_condemned.clone(),
-        );
-        registry.register(
-            "cluster_last_successful_backup_timestamp_seconds",
-            "Unix time at which the newest successful ClickHouseBackup of each cluster completed",
-            last_backup.clone(),
-        );
-        let backup_failures = Family::<ErrorLabels, Counter>::default();
-        registry.register(
-            "backup_failures",
-            "ClickHouseBackups and ClickHouseRestores that failed, by kind and reason (the reason of their status)",
-            backup_failures.clone(),
-        );
-        registry.register("build_info", "The operator's version", build_info.clone());
-        let observations = Family::<SourceLabels, Counter>::default();
-        registry.register(
-            "cluster_observations",
-            "Passes of clusters by where they read the Kubernetes objects: the watch-fed caches, or the API server (after the operator's own writes, or before the caches are filled)",
-            observations.clone(),
-        );
-        build_info
+        let mut metrics = Metrics {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(pass_buckets),
+            last_success: Family::default(),
+            writes: Family::default(),
+            cluster_state: Family::default(),
+            cluster_pods: Family::default(),
+            cluster_condemned: Family::default(),
+            last_backup: Family::default(),
+            backup_failures: Family::default(),
+            build_info: Family::default(),
+            observations: Family::default(),
+            queue_depth: Family::default(),
+            queue_adds: Family::default(),
+            queue_wait: Family::new_with_constructor(|| {
+                Histogram::new([0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0])
+            }),
+            work_duration: Family::new_with_constructor(pass_buckets),
+            queue_retries: Family::default(),
+            reconcile_results: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_time: Family::new_with_constructor(pass_buckets),
+            active_workers: Family::default(),
+            max_concurrent: Family::default(),
+            cluster_label,
+            registry: Registry::default(),
+        };
+        metrics.register_runtime();
+        metrics.register_operator();
+        metrics
+            .build_info
             .get_or_create(&BuildLabels {
                 version: crate::api::validate::OPERATOR_VERSION.to_string(),
             })
             .set(1);
-        Metrics {
-            reconciles,
-            errors,
-            duration,
-            last_success,
-            writes,
-            cluster_state,
-            cluster_pods,
-            cluster_condemned,
-            last_backup,
-            backup_failures,
-            build_info,
-            observations,
-            queue_depth,
-            queue_adds,
-            queue_wait,
-            work_duration,
-            queue_retries,
-            reconcile_results,
-            reconcile_errors,
-            reconcile_time,
-            active_workers,
-            max_concurrent,
-            cluster_label,
-            registry: root,
-        }
+        metrics
+    }
+
+    /// Registers the series of controller-runtime's names, without a prefix: what controller
+    /// dashboards read.
+    fn register_runtime(&mut self) {
+        let root = &mut self.registry;
+        root.register(
+            "workqueue_depth",
+            "Passes due and waiting for a slot (MAX_CONCURRENT_RECONCILES), per controller",
+            self.queue_depth.clone(),
+        );
+        root.register(
+            "workqueue_adds",
+            "Passes that became due, per controller",
+            self.queue_adds.clone(),
+        );
+        root.register(
+            "workqueue_queue_duration_seconds",
+            "How long a due pass waited for its slot, per controller",
+            self.queue_wait.clone(),
+        );
+        root.register(
+            "workqueue_work_duration_seconds",
+            "How long a pass took, per controller",
+            self.work_duration.clone(),
+        );
+        root.register(
+            "workqueue_retries",
+            "Failed passes due again after their backoff, per controller",
+            self.queue_retries.clone(),
+        );
+        root.register(
+            "controller_runtime_reconcile",
+            "Passes per controller, by result: success, requeue_after or error",
+            self.reconcile_results.clone(),
+        );
+        root.register(
+            "controller_runtime_reconcile_errors",
+            "Passes that failed, per controller",
+            self.reconcile_errors.clone(),
+        );
+        root.register(
+            "controller_runtime_reconcile_time_seconds",
+            "How long a pass took, per controller",
+            self.reconcile_time.clone(),
+        );
+        root.register(
+            "controller_runtime_active_workers",
+            "Passes running now, per controller",
+            self.active_workers.clone(),
+        );
+        root.register(
+            "controller_runtime_max_concurrent_reconciles",
+            "Passes of one controller that may run at once (MAX_CONCURRENT_RECONCILES)",
+            self.max_concurrent.clone(),
+        );
+    }
+
+    /// Registers the operator's own series, prefixed `clickhouse_operator_`.
+    fn register_operator(&mut self) {
+        let registry = self
+            .registry
+            .sub_registry_with_prefix("clickhouse_operator");
+        registry.register(
+            "reconciles",
+            "Reconcile passes started",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconcile passes that failed, by reason",
+            self.errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconcile passes",
+            self.duration.clone(),
+        );
+        registry.register(
+            "last_successful_reconcile_timestamp_seconds",
+            "Unix time of the last successful pass of each object",
+            self.last_success.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Write requests sent to the Kubernetes API, by kind of object",
+            self.writes.clone(),
+        );
+        registry.register(
+            "cluster_state",
+            "1 for the state in each ClickHouseCluster's status, 0 for the others",
+            self.cluster_state.clone(),
+        );
+        registry.register(
+            "cluster_pods",
+            "Pods of each cluster's servers and Keeper: desired, ready, updated (ready on the current revision)",
+            self.cluster_pods.clone(),
+        );
+        registry.register(
+            "cluster_condemned_replicas",
+            "Replicas of each cluster being removed by a scale-in",
+            self.cluster_condemned.clone(),
+        );
+        registry.register(
+            "cluster_last_successful_backup_timestamp_seconds",
+            "Unix time at which the newest successful ClickHouseBackup of each cluster completed",
+            self.last_backup.clone(),
+        );
+        registry.register(
+            "backup_failures",
+            "ClickHouseBackups and ClickHouseRestores that failed, by kind and reason (the reason of their status)",
+            self.backup_failures.clone(),
+        );
+        registry.register(
+            "build_info",
+            "The operator's version",
+            self.build_info.clone(),
+        );
+        registry.register(
+            "cluster_observations",
+            "Passes of clusters by where they read the Kubernetes objects: the watch-fed caches, or the API server (after the operator's own writes, or before the caches are filled)",
+            self.observations.clone(),
+        );
     }
 
     /// Counts a pass that read its objects from `source` (`cache` or `api`).
