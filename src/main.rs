@@ -121,23 +121,7 @@ fn cli() -> Cli {
 fn main() -> anyhow::Result<()> {
     match cli().command {
         Command::Crd => write_stdout(&api::crd::yaml())?,
-        Command::Render { file, defaults } => {
-            let defaults = read_defaults(defaults)?;
-            let mut text = String::new();
-            for cluster in with_defaults(read_clusters(&file)?, &defaults)? {
-                let objects = controller::cluster::preview::render(&cluster).map_err(|e| {
-                    anyhow::anyhow!(
-                        "ClickHouseCluster {}: {e}",
-                        kube::ResourceExt::name_any(&cluster)
-                    )
-                })?;
-                for o in objects {
-                    text.push_str("---\n");
-                    text.push_str(&serde_yaml::to_string(&o)?);
-                }
-            }
-            write_stdout(&text)?;
-        }
+        Command::Render { file, defaults } => render(&file, defaults)?,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut out = Vec::new();
@@ -156,89 +140,8 @@ fn main() -> anyhow::Result<()> {
             output,
             offline,
             defaults,
-        } => {
-            anyhow::ensure!(
-                matches!(output.as_str(), "text" | "json"),
-                "--output is text or json, not {output:?}"
-            );
-            let defaults = read_defaults(defaults)?;
-            let clusters = read_clusters(&file)?;
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
-            let client = if offline {
-                None
-            } else {
-                rt.block_on(kube::Client::try_default()).ok()
-            };
-            // live, the preview merges the defaults under the running cluster's spec as well
-            let clusters = if client.is_some() {
-                clusters
-            } else {
-                with_defaults(clusters, &defaults)?
-            };
-            let mut code = 0;
-            for cluster in &clusters {
-                let p = match &client {
-                    Some(client) => rt
-                        .block_on(controller::cluster::preview::preview(
-                            client, cluster, &defaults,
-                        ))
-                        .map_err(|e| anyhow::anyhow!("reading the cluster: {e}"))?,
-                    None => controller::cluster::preview::offline(cluster),
-                };
-                if output == "json" {
-                    write_stdout(&format!("{}\n", serde_json::to_string_pretty(&p)?))?;
-                } else {
-                    write_stdout(&p.human())?;
-                }
-                code = worse(code, p.exit_code);
-            }
-            std::process::exit(code);
-        }
-        Command::Exporter => component(|settings, client| async move {
-            info!(addr = %settings.http_addr, "exporter started");
-            // EXPORTER_TOKEN: /metrics answers only with it as a bearer token
-            let token = std::env::var("EXPORTER_TOKEN")
-                .ok()
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty());
-            // EXPORTER_CACHE_SECONDS: how long a scrape's answer is served again (default 10)
-            let cache_for = match std::env::var("EXPORTER_CACHE_SECONDS") {
-                Ok(v) if !v.trim().is_empty() => {
-                    std::time::Duration::from_secs(v.trim().parse().map_err(|_| {
-                        anyhow::anyhow!("EXPORTER_CACHE_SECONDS: {v:?} is not a number of seconds")
-                    })?)
-                }
-                _ => clickhouse_operator::exporter::CACHE_FOR,
-            };
-            // EXPORTER_CREDENTIALS_SECRET: the one Secret (in its own namespace) the operator
-            // publishes the clusters' exporter credentials in
-            let credentials = settings.exporter_credentials.map(|name| {
-                clickhouse_operator::exporter::CredentialsSecret {
-                    namespace: settings.lease_namespace.clone(),
-                    name,
-                }
-            });
-            // EXPORTER_METRIC_NAMES, EXPORTER_CLUSTER_LABEL: the names of ClickHouse's own
-            // endpoint and the label `clickhouse_cluster`, on request
-            let naming = clickhouse_operator::exporter::Naming::parse(
-                std::env::var("EXPORTER_METRIC_NAMES").ok().as_deref(),
-                std::env::var("EXPORTER_CLUSTER_LABEL").ok().as_deref(),
-            )
-            .map_err(|e| anyhow::anyhow!(e))?;
-            clickhouse_operator::exporter::serve(
-                client,
-                settings.watch_namespaces,
-                credentials,
-                settings.http_addr,
-                token,
-                cache_for,
-                naming,
-            )
-            .await?;
-            Ok(())
-        })?,
+        } => std::process::exit(plan(&file, &output, offline, defaults)?),
+        Command::Exporter => component(exporter)?,
         Command::PvcCleaner => component(|settings, client| async move {
             info!("PVC cleaner started");
             if !settings.pvc_delete_key.shared {
@@ -266,6 +169,118 @@ fn main() -> anyhow::Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// `render`: the objects of the clusters of `file`, as YAML documents on stdout.
+fn render(file: &std::path::Path, defaults: Option<PathBuf>) -> anyhow::Result<()> {
+    let defaults = read_defaults(defaults)?;
+    let mut text = String::new();
+    for cluster in with_defaults(read_clusters(file)?, &defaults)? {
+        let objects = controller::cluster::preview::render(&cluster).map_err(|e| {
+            anyhow::anyhow!(
+                "ClickHouseCluster {}: {e}",
+                kube::ResourceExt::name_any(&cluster)
+            )
+        })?;
+        for o in objects {
+            text.push_str("---\n");
+            text.push_str(&serde_yaml::to_string(&o)?);
+        }
+    }
+    write_stdout(&text)
+}
+
+/// `plan`: what a pass would do to each cluster of `file`, on stdout; the exit code
+/// ([`PLAN_EXIT_CODES`]).
+fn plan(
+    file: &std::path::Path,
+    output: &str,
+    offline: bool,
+    defaults: Option<PathBuf>,
+) -> anyhow::Result<i32> {
+    anyhow::ensure!(
+        matches!(output, "text" | "json"),
+        "--output is text or json, not {output:?}"
+    );
+    let defaults = read_defaults(defaults)?;
+    let clusters = read_clusters(file)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let client = if offline {
+        None
+    } else {
+        rt.block_on(kube::Client::try_default()).ok()
+    };
+    // live, the preview merges the defaults under the running cluster's spec as well
+    let clusters = if client.is_some() {
+        clusters
+    } else {
+        with_defaults(clusters, &defaults)?
+    };
+    let mut code = 0;
+    for cluster in &clusters {
+        let p = match &client {
+            Some(client) => rt
+                .block_on(controller::cluster::preview::preview(
+                    client, cluster, &defaults,
+                ))
+                .map_err(|e| anyhow::anyhow!("reading the cluster: {e}"))?,
+            None => controller::cluster::preview::offline(cluster),
+        };
+        if output == "json" {
+            write_stdout(&format!("{}\n", serde_json::to_string_pretty(&p)?))?;
+        } else {
+            write_stdout(&p.human())?;
+        }
+        code = worse(code, p.exit_code);
+    }
+    Ok(code)
+}
+
+/// `exporter`: serves the clusters' servers' metrics until a shutdown signal.
+async fn exporter(settings: Settings, client: kube::Client) -> anyhow::Result<()> {
+    info!(addr = %settings.http_addr, "exporter started");
+    // EXPORTER_TOKEN: /metrics answers only with it as a bearer token
+    let token = std::env::var("EXPORTER_TOKEN")
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    // EXPORTER_CACHE_SECONDS: how long a scrape's answer is served again (default 10)
+    let cache_for = match std::env::var("EXPORTER_CACHE_SECONDS") {
+        Ok(v) if !v.trim().is_empty() => {
+            std::time::Duration::from_secs(v.trim().parse().map_err(|_| {
+                anyhow::anyhow!("EXPORTER_CACHE_SECONDS: {v:?} is not a number of seconds")
+            })?)
+        }
+        _ => clickhouse_operator::exporter::CACHE_FOR,
+    };
+    // EXPORTER_CREDENTIALS_SECRET: the one Secret (in its own namespace) the operator
+    // publishes the clusters' exporter credentials in
+    let credentials = settings.exporter_credentials.map(|name| {
+        clickhouse_operator::exporter::CredentialsSecret {
+            namespace: settings.lease_namespace.clone(),
+            name,
+        }
+    });
+    // EXPORTER_METRIC_NAMES, EXPORTER_CLUSTER_LABEL: the names of ClickHouse's own
+    // endpoint and the label `clickhouse_cluster`, on request
+    let naming = clickhouse_operator::exporter::Naming::parse(
+        std::env::var("EXPORTER_METRIC_NAMES").ok().as_deref(),
+        std::env::var("EXPORTER_CLUSTER_LABEL").ok().as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    clickhouse_operator::exporter::serve(
+        client,
+        settings.watch_namespaces,
+        credentials,
+        settings.http_addr,
+        token,
+        cache_for,
+        naming,
+    )
+    .await?;
     Ok(())
 }
 
