@@ -305,6 +305,9 @@ fn server_storage(
 /// Classifies a change of the normalised spec from `old` to `new`. Secret contents are not in
 /// the spec: a Secret whose contents change changes the hash annotations of the pod templates
 /// that use it ([`crate::model::hash`]), and so restarts their pods.
+///
+/// One row a field, in the order of the spec: the one function kept longer than about 150
+/// lines, since the table reads best whole.
 pub fn classify(old: &ClickHouseClusterSpec, new: &ClickHouseClusterSpec) -> Changes {
     let mut ch = Changes::default();
     let s = &mut ch.server;
