@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::S3Destination;
@@ -405,6 +406,52 @@ impl<S> Plan<S> {
             message,
         });
     }
+
+    /// The pass fails the resource with `failure`: a warning (`reason`, `action`) says why and
+    /// is the only event, no step runs and nothing is looked at again. The status's own fields
+    /// are the caller's.
+    fn failed(&mut self, reason: &'static str, action: &'static str, failure: Failure) {
+        self.events.clear();
+        self.event(
+            crate::plan::EventType::Warning,
+            reason,
+            action,
+            failure.message.clone(),
+        );
+        self.steps.clear();
+        self.requeue = None;
+        self.failure = Some(failure);
+    }
+}
+
+/// The controller owner reference to the backup or restore of kind `kind` (its `metadata`), on
+/// the agents' Jobs.
+fn owner(kind: &str, metadata: &ObjectMeta) -> OwnerReference {
+    OwnerReference {
+        api_version: "clickhouse.com/v1alpha1".into(),
+        kind: kind.into(),
+        name: metadata.name.clone().unwrap_or_default(),
+        uid: metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The failure of a backup or restore (created as `metadata` says) that waited for a Ready
+/// backup replica longer than [`WAIT_FOR_REPLICAS`], `message` saying what it waited for;
+/// `None` while it may wait on.
+fn gave_up_waiting(metadata: &ObjectMeta, now: Timestamp, message: &str) -> Option<Failure> {
+    let waited = metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| now.duration_since(t.0).as_secs())
+        .unwrap_or(0);
+    (waited as u64 > WAIT_FOR_REPLICAS.as_secs()).then(|| {
+        Failure::new(
+            FailureReason::NoBackupReplica,
+            format!("{message} for {waited} s: giving up"),
+        )
+    })
 }
 
 /// `s3://<bucket>/<prefix>/<key>`, as messages name what is in a bucket.

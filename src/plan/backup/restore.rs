@@ -7,14 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 
 use super::destination::{self, default_prefix};
 use super::take::{backup_replicas, in_map};
 use super::{
-    Agent, FOLLOW, Failure, FailureReason, Next, Outcome, Plan, Shard, Step, WAIT_FOR_REPLICAS,
-    next, s3_url,
+    Agent, FOLLOW, Failure, FailureReason, Next, Outcome, Plan, Shard, Step, gave_up_waiting, next,
+    s3_url,
 };
 use crate::api::{
     BackupState, ClickHouseCluster, ClickHouseRestore, ClickHouseRestoreStatus, ReplicaState,
@@ -50,23 +49,8 @@ pub struct World {
     pub image: String,
 }
 
-fn name(r: &ClickHouseRestore) -> String {
-    r.metadata.name.clone().unwrap_or_default()
-}
-
 fn namespace(r: &ClickHouseRestore) -> String {
     r.metadata.namespace.clone().unwrap_or_default()
-}
-
-fn owner(r: &ClickHouseRestore) -> OwnerReference {
-    OwnerReference {
-        api_version: "clickhouse.com/v1alpha1".into(),
-        kind: "ClickHouseRestore".into(),
-        name: name(r),
-        uid: r.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
 }
 
 /// Where the backup is, its prefix written out (the folder of the cluster it was taken of), if
@@ -145,16 +129,7 @@ fn fail(plan: &mut Plan<ClickHouseRestoreStatus>, now: Timestamp, failure: Failu
     plan.status.completion_time = Some(now.to_string());
     plan.status.message = Some(failure.message.clone());
     plan.status.reason = Some(failure.reason.as_str().into());
-    plan.events.clear();
-    plan.event(
-        EventType::Warning,
-        "RestoreFailed",
-        "Restore",
-        failure.message.clone(),
-    );
-    plan.steps.clear();
-    plan.requeue = None;
-    plan.failure = Some(failure);
+    plan.failed("RestoreFailed", "Restore", failure);
 }
 
 fn start(
@@ -192,22 +167,9 @@ fn start(
     };
     let replicas = backup_replicas(cluster, &|r| w.ready.contains(r));
     if let Some((shard, _)) = replicas.iter().find(|(_, r)| r.is_none()) {
-        let waited = restore
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| w.now.duration_since(t.0).as_secs())
-            .unwrap_or(0);
         let message = format!("waiting for a Ready backup replica in shard {shard}");
-        if waited as u64 > WAIT_FOR_REPLICAS.as_secs() {
-            return fail(
-                plan,
-                w.now,
-                Failure::new(
-                    FailureReason::NoBackupReplica,
-                    format!("{message} for {waited} s: giving up"),
-                ),
-            );
+        if let Some(failure) = gave_up_waiting(&restore.metadata, w.now, &message) {
+            return fail(plan, w.now, failure);
         }
         plan.status.message = Some(message);
         plan.requeue = Some(FOLLOW * 2);
@@ -293,7 +255,7 @@ fn follow(
                     .collect();
                 plan.steps.push(Step::CreateAgent(Box::new(AgentJob {
                     mode: Mode::Restore,
-                    owner: owner(restore),
+                    owner: super::owner("ClickHouseRestore", &restore.metadata),
                     namespace: namespace(restore),
                     cluster: cluster_name.clone(),
                     cluster_domain: cluster.spec.cluster_domain().to_string(),

@@ -7,13 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 
 use super::destination::{self, default_prefix};
 use super::{
     Agent, FOLLOW, Failure, FailureReason, InMap, Next, Outcome, Plan, Shard, Step,
-    WAIT_FOR_REPLICAS, next, s3_url,
+    gave_up_waiting, next, s3_url,
 };
 use crate::api::{
     BackupState, ClickHouseBackup, ClickHouseBackupStatus, ClickHouseCluster, ReplicaState,
@@ -98,17 +97,6 @@ fn namespace(b: &ClickHouseBackup) -> String {
     b.metadata.namespace.clone().unwrap_or_default()
 }
 
-fn owner(b: &ClickHouseBackup) -> OwnerReference {
-    OwnerReference {
-        api_version: "clickhouse.com/v1alpha1".into(),
-        kind: "ClickHouseBackup".into(),
-        name: name(b),
-        uid: b.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
 /// The next pass of `backup`.
 pub fn decide(backup: &ClickHouseBackup, w: &World) -> Plan<ClickHouseBackupStatus> {
     let old = backup.status.clone().unwrap_or_default();
@@ -147,16 +135,7 @@ fn fail(plan: &mut Plan<ClickHouseBackupStatus>, now: Timestamp, failure: Failur
     plan.status.message = Some(failure.message.clone());
     plan.status.reason = Some(failure.reason.as_str().into());
     plan.status.manifest = None;
-    plan.events.clear();
-    plan.event(
-        EventType::Warning,
-        "BackupFailed",
-        "Backup",
-        failure.message.clone(),
-    );
-    plan.steps.clear();
-    plan.requeue = None;
-    plan.failure = Some(failure);
+    plan.failed("BackupFailed", "Backup", failure);
 }
 
 /// `New`: checks, then (once the bucket answers) the replicas recorded and `Starting`.
@@ -207,25 +186,12 @@ fn start(
         .map(|(s, _)| s.to_string())
         .collect();
     if !missing.is_empty() {
-        let waited = backup
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| w.now.duration_since(t.0).as_secs())
-            .unwrap_or(0);
         let message = format!(
             "waiting for a Ready backup replica in shard(s) {}",
             missing.join(", ")
         );
-        if waited as u64 > WAIT_FOR_REPLICAS.as_secs() {
-            return fail(
-                plan,
-                w.now,
-                Failure::new(
-                    FailureReason::NoBackupReplica,
-                    format!("{message} for {waited} s: giving up"),
-                ),
-            );
+        if let Some(failure) = gave_up_waiting(&backup.metadata, w.now, &message) {
+            return fail(plan, w.now, failure);
         }
         plan.status.message = Some(message);
         plan.requeue = Some(FOLLOW * 2);
@@ -325,7 +291,7 @@ fn follow(
             Next::Create(placement) => {
                 plan.steps.push(Step::CreateAgent(Box::new(AgentJob {
                     mode: Mode::Backup,
-                    owner: owner(backup),
+                    owner: super::owner("ClickHouseBackup", &backup.metadata),
                     namespace: ns.clone(),
                     cluster: cluster_name.clone(),
                     cluster_domain: cluster.spec.cluster_domain().to_string(),
