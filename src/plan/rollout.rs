@@ -173,7 +173,14 @@ fn plan_shard(
     gates: &RolloutGates,
     canary: &mut Canary,
 ) {
-    let smart = strategy == UpdateStrategy::SmartUpdate;
+    let rollout = ShardRollout {
+        shard,
+        group,
+        smart: strategy == UpdateStrategy::SmartUpdate,
+        max_unavailable,
+        gates,
+    };
+    let smart = rollout.smart;
     // A pod of the new revision that cannot start stops the rollout (S2-31); a failing pod
     // of an old revision is replaced below.
     if smart && let Some(m) = group.iter().find(|m| !m.outdated() && m.failing.is_some()) {
@@ -184,14 +191,10 @@ fn plan_shard(
         ));
         return;
     }
-    // S2-27: the shard's backup replica, which a running backup reads from, is not restarted
-    // while the backup runs, not even to repair it (a readiness probe that failed once under
-    // load would otherwise end the backup); the backup ends (or fails) first.
-    let read_by_backup = |m: &Member| smart && m.is_backup && gates.backup_in_flight.is_some();
-    let backup = gates.backup_in_flight.as_deref().unwrap_or_default();
+    let backup = rollout.backup();
     for m in group
         .iter()
-        .filter(|m| read_by_backup(m) && !m.ready && m.outdated())
+        .filter(|m| rollout.read_by_backup(m) && !m.ready && m.outdated())
     {
         plan.waiting.push(format!(
             "shard {shard}: {} is not Ready; backup {backup} reads from it, so it is restarted once the backup is over",
@@ -202,141 +205,190 @@ fn plan_shard(
     // shard is the same case for every replica (S2-12, decision 14).
     let repaired: Vec<&&Member> = group
         .iter()
-        .filter(|m| m.template_outdated && !m.ready && !read_by_backup(m))
+        .filter(|m| m.template_outdated && !m.ready && !rollout.read_by_backup(m))
         .collect();
     plan.write_templates
         .extend(repaired.iter().map(|m| m.name.clone()));
     if group.iter().all(|m| !m.ready) {
-        for m in group
-            .iter()
-            .filter(|m| !m.template_outdated && m.pod_outdated && smart && !read_by_backup(m))
-        {
+        for m in group.iter().filter(|m| {
+            !m.template_outdated && m.pod_outdated && smart && !rollout.read_by_backup(m)
+        }) {
             plan.restart_pods.push(m.name.clone());
         }
         return;
     }
     // Replicas being rolled: on the new template but not yet available on it.
     let in_flight: Vec<&&Member> = group.iter().filter(|m| m.in_flight()).collect();
-    // Several replicas of a shard can be on the new template at once without a template write
-    // by this rollout (their StatefulSets recreated for a new volume): the healthy ones still
-    // go out of traffic and restart `max_unavailable` at a time, in the group's order, counting
-    // the ones already restarted and not yet available again.
-    let mut taken = in_flight
-        .iter()
-        .filter(|m| !m.pod_outdated && !m.available)
-        .count();
-    for m in &in_flight {
-        if m.pod_outdated && smart {
-            let others_available = others_available(group, m);
-            if read_by_backup(m) {
-                if m.ready {
+    rollout.restart_in_flight(plan, &in_flight, canary);
+    rollout.write_templates(plan, in_flight.len(), repaired.len(), canary);
+}
+
+/// The rollout of one shard: its replicas in the order they roll, and what the rollout may do.
+struct ShardRollout<'a> {
+    shard: i32,
+    group: &'a [&'a Member],
+    /// A Smart Update.
+    smart: bool,
+    max_unavailable: i32,
+    gates: &'a RolloutGates,
+}
+
+impl ShardRollout<'_> {
+    /// S2-27: the shard's backup replica, which a running backup reads from, is not restarted
+    /// while the backup runs, not even to repair it (a readiness probe that failed once under
+    /// load would otherwise end the backup); the backup ends (or fails) first.
+    fn read_by_backup(&self, m: &Member) -> bool {
+        self.smart && m.is_backup && self.gates.backup_in_flight.is_some()
+    }
+
+    /// The backup that runs, for messages.
+    fn backup(&self) -> &str {
+        self.gates.backup_in_flight.as_deref().unwrap_or_default()
+    }
+
+    /// Restarts the replicas `in_flight` whose pods are still old (a Smart Update), each out of
+    /// traffic and drained first, `max_unavailable` at a time; says what the others wait for.
+    fn restart_in_flight(
+        &self,
+        plan: &mut RolloutPlan,
+        in_flight: &[&&Member],
+        canary: &mut Canary,
+    ) {
+        let (shard, group, max_unavailable) = (self.shard, self.group, self.max_unavailable);
+        // Several replicas of a shard can be on the new template at once without a template
+        // write by this rollout (their StatefulSets recreated for a new volume): the healthy
+        // ones still go out of traffic and restart `max_unavailable` at a time, in the group's
+        // order, counting the ones already restarted and not yet available again.
+        let mut taken = in_flight
+            .iter()
+            .filter(|m| !m.pod_outdated && !m.available)
+            .count();
+        for m in in_flight {
+            if m.pod_outdated && self.smart {
+                let others_available = others_available(group, m);
+                if self.read_by_backup(m) {
+                    if m.ready {
+                        plan.waiting.push(format!(
+                            "shard {shard}: waiting for backup {} to finish before {} restarts",
+                            self.backup(),
+                            m.name
+                        ));
+                    }
+                    continue;
+                }
+                if !m.ready || group.len() == 1 {
+                    // Broken, or alone in its shard: nothing to protect or to drain.
+                    plan.restart_pods.push(m.name.clone());
+                    continue;
+                }
+                if taken >= max_unavailable.max(1) as usize {
                     plan.waiting.push(format!(
-                        "shard {shard}: waiting for backup {backup} to finish before {} restarts",
+                        "shard {shard}: {} waits its turn to restart ({max_unavailable} at a time)",
+                        m.name
+                    ));
+                    continue;
+                }
+                if m.serving {
+                    // not started yet: the first of the cluster is the canary
+                    match &mut canary.restarts {
+                        Some(0) => {
+                            plan.waiting.push(format!(
+                                "shard {shard}: {} waits for the first replica restarted (the canary) to be available",
+                                m.name
+                            ));
+                            continue;
+                        }
+                        Some(n) => *n -= 1,
+                        None => {}
+                    }
+                }
+                taken += 1;
+                if !others_available {
+                    plan.waiting.push(format!(
+                        "shard {shard}: {} waits for another replica to be available before its restart",
+                        m.name
+                    ));
+                } else if m.serving {
+                    // Out of traffic first; restarted once the shard fetched its last parts.
+                    plan.exclude_pods.push(m.name.clone());
+                } else if m.drained {
+                    plan.restart_pods.push(m.name.clone());
+                } else {
+                    plan.waiting.push(format!(
+                        "shard {shard}: waiting for the other replicas to fetch the last parts of {} before its restart",
                         m.name
                     ));
                 }
-                continue;
-            }
-            if !m.ready || group.len() == 1 {
-                // Broken, or alone in its shard: nothing to protect or to drain.
-                plan.restart_pods.push(m.name.clone());
-                continue;
-            }
-            if taken >= max_unavailable.max(1) as usize {
+            } else if !m.available {
                 plan.waiting.push(format!(
-                    "shard {shard}: {} waits its turn to restart ({max_unavailable} at a time)",
-                    m.name
+                    "shard {shard}: waiting for {} to be {} on its new revision",
+                    m.name,
+                    if m.ready { "caught up" } else { "Ready" }
                 ));
-                continue;
             }
-            if m.serving {
-                // not started yet: the first of the cluster is the canary
-                match &mut canary.restarts {
-                    Some(0) => {
-                        plan.waiting.push(format!(
-                            "shard {shard}: {} waits for the first replica restarted (the canary) to be available",
-                            m.name
-                        ));
-                        continue;
-                    }
-                    Some(n) => *n -= 1,
-                    None => {}
+        }
+    }
+
+    /// Writes the new template of the healthy outdated replicas within the disruption budget
+    /// that the `in_flight` and `repaired` replicas left, once the gates are open.
+    fn write_templates(
+        &self,
+        plan: &mut RolloutPlan,
+        in_flight: usize,
+        repaired: usize,
+        canary: &mut Canary,
+    ) {
+        let (shard, group, max_unavailable) = (self.shard, self.group, self.max_unavailable);
+        let healthy: Vec<&&Member> = group
+            .iter()
+            .filter(|m| m.template_outdated && m.ready)
+            .collect();
+        if healthy.is_empty() {
+            return;
+        }
+        if self.smart {
+            if let Some(b) = &self.gates.backup_in_flight {
+                plan.waiting
+                    .push(format!("shard {shard}: waiting for backup {b} to finish"));
+                return;
+            }
+            if !self.gates.client_service_ready {
+                plan.waiting
+                    .push(format!("shard {shard}: waiting for the client Service"));
+                return;
+            }
+        }
+        let unavailable_other = healthy.iter().filter(|m| !m.available).count() as i32;
+        let down = (in_flight + repaired) as i32 + unavailable_other;
+        let mut budget = max_unavailable - down;
+        for m in healthy {
+            if budget <= 0 {
+                if in_flight == 0 {
+                    plan.waiting.push(format!(
+                        "shard {shard}: {down} unavailable replica(s) already use the disruption budget of {max_unavailable}"
+                    ));
                 }
-            }
-            taken += 1;
-            if !others_available {
-                plan.waiting.push(format!(
-                    "shard {shard}: {} waits for another replica to be available before its restart",
-                    m.name
-                ));
-            } else if m.serving {
-                // Out of traffic first; restarted once the shard fetched its last parts.
-                plan.exclude_pods.push(m.name.clone());
-            } else if m.drained {
-                plan.restart_pods.push(m.name.clone());
-            } else {
-                plan.waiting.push(format!(
-                    "shard {shard}: waiting for the other replicas to fetch the last parts of {} before its restart",
-                    m.name
-                ));
-            }
-        } else if !m.available {
-            plan.waiting.push(format!(
-                "shard {shard}: waiting for {} to be {} on its new revision",
-                m.name,
-                if m.ready { "caught up" } else { "Ready" }
-            ));
-        }
-    }
-    let healthy: Vec<&&Member> = group
-        .iter()
-        .filter(|m| m.template_outdated && m.ready)
-        .collect();
-    if healthy.is_empty() {
-        return;
-    }
-    if smart {
-        if let Some(b) = &gates.backup_in_flight {
-            plan.waiting
-                .push(format!("shard {shard}: waiting for backup {b} to finish"));
-            return;
-        }
-        if !gates.client_service_ready {
-            plan.waiting
-                .push(format!("shard {shard}: waiting for the client Service"));
-            return;
-        }
-    }
-    let unavailable_other = healthy.iter().filter(|m| !m.available).count() as i32;
-    let down = (in_flight.len() + repaired.len()) as i32 + unavailable_other;
-    let mut budget = max_unavailable - down;
-    for m in healthy {
-        if budget <= 0 {
-            if in_flight.is_empty() {
-                plan.waiting.push(format!(
-                    "shard {shard}: {down} unavailable replica(s) already use the disruption budget of {max_unavailable}"
-                ));
-            }
-            break;
-        }
-        match &mut canary.writes {
-            Some(0) => {
-                plan.waiting.push(format!(
-                    "shard {shard}: waiting for the first replica rolled (the canary) to be available on the new template"
-                ));
                 break;
             }
-            Some(n) => *n -= 1,
-            None => {}
+            match &mut canary.writes {
+                Some(0) => {
+                    plan.waiting.push(format!(
+                        "shard {shard}: waiting for the first replica rolled (the canary) to be available on the new template"
+                    ));
+                    break;
+                }
+                Some(n) => *n -= 1,
+                None => {}
+            }
+            plan.write_templates.push(m.name.clone());
+            // A Smart Update restarts it next: it leaves traffic with the template write, so
+            // the drain starts one pass sooner (the restart still waits for the drain and for
+            // the StatefulSet controller to show its pod outdated).
+            if self.smart && m.serving && others_available(group, m) {
+                plan.exclude_pods.push(m.name.clone());
+            }
+            budget -= 1;
         }
-        plan.write_templates.push(m.name.clone());
-        // A Smart Update restarts it next: it leaves traffic with the template write, so the
-        // drain starts one pass sooner (the restart still waits for the drain and for the
-        // StatefulSet controller to show its pod outdated).
-        if smart && m.serving && others_available(group, m) {
-            plan.exclude_pods.push(m.name.clone());
-        }
-        budget -= 1;
     }
 }
 
