@@ -161,14 +161,9 @@ impl Plan {
         Plan {
             status,
             events,
-            steps: Vec::new(),
-            phases: Vec::new(),
-            lag_checks: Vec::new(),
-            again: false,
             failure: Some(failure),
             manage,
-            members: Vec::new(),
-            recheck_soon: false,
+            ..Plan::default()
         }
     }
 }
@@ -323,14 +318,8 @@ fn suspended(old: &ClickHouseClusterStatus, generation: Option<i64>, now: Timest
     Plan {
         status,
         events,
-        steps: Vec::new(),
-        phases: Vec::new(),
-        lag_checks: Vec::new(),
-        again: false,
-        failure: None,
         manage: true,
-        members: Vec::new(),
-        recheck_soon: false,
+        ..Plan::default()
     }
 }
 
