@@ -249,10 +249,12 @@ async fn the_operator_runs_from_its_packaged_chart_and_image_and_serves_a_cluste
     let op_ns = namespace(&client, "imgop").await;
     let ns = namespace(&client, "img").await;
     let chart = repo_path(&format!("target/image/clickhouse-operator-{version}.tgz"));
-    helm_run(&[
+    let chart = chart.to_string_lossy();
+    let watch = format!("watchNamespace={ns}");
+    let mut args = vec![
         "install",
         "op",
-        &chart.to_string_lossy(),
+        &chart,
         "-n",
         &op_ns,
         "--skip-crds",
@@ -261,8 +263,15 @@ async fn the_operator_runs_from_its_packaged_chart_and_image_and_serves_a_cluste
         "--set",
         "pvcCleaner.enabled=false",
         "--set",
-        &format!("watchNamespace={ns}"),
-    ]);
+        &watch,
+    ];
+    // the test writes its rows from this machine with the operator's account: on several
+    // nodes this machine reaches the pods from the bridge, outside the operator pod's network
+    let networks = cluster_network("POD_CIDR").map(|cidr| format!("operatorNetworks={{{cidr}}}"));
+    if let Some(n) = &networks {
+        args.extend(["--set", n]);
+    }
+    helm_run(&args);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &op_ns);
     let op_pod = wait_for(Duration::from_secs(180), "the operator pod Ready", || {
         let pods = pods.clone();

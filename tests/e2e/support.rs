@@ -3,7 +3,9 @@
 //! CRDs installed; a fresh namespace per test; the operator run in-process per test, watching only
 //! that namespace.
 //!
-//! `CHOP_KUBECONFIG=path` makes the tests use an already running cluster instead.
+//! `CHOP_KUBECONFIG=path` makes the tests use an already running cluster instead;
+//! `CHOP_E2E_NODES=N` gives that cluster N nodes (`hack/test.sh` asks for 3; its
+//! NetworkPolicies are not enforced).
 //!
 //! Tests about nodes (drain, a node that stops, zones, NetworkPolicies across nodes) ask for
 //! [`multi_node_client`]: a second local Kubernetes of [`MULTI_NODES`] nodes (node-1..node-3 in
@@ -71,11 +73,18 @@ fn cluster() -> &'static LocalCluster {
                 kubeconfig: PathBuf::from(path),
             };
         }
+        // CHOP_E2E_NODES: the nodes of this cluster (1 by default); its NetworkPolicies are
+        // not enforced, as the tests of it were written (the multi-node cluster's are)
+        let nodes = std::env::var("CHOP_E2E_NODES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
         start_local_cluster(
             repo()
                 .join("target")
                 .join(format!("e2e-cluster-{}", std::process::id())),
-            1,
+            nodes,
+            "ignore",
         )
     })
 }
@@ -92,12 +101,14 @@ fn multi_node_cluster() -> &'static LocalCluster {
                 .join("target")
                 .join(format!("e2e-nodes-{}", std::process::id())),
             MULTI_NODES,
+            "enforce",
         )
     })
 }
 
-/// `hack/local-cluster.sh up DIR` with `nodes` nodes, stopped when the process exits.
-fn start_local_cluster(dir: PathBuf, nodes: u32) -> LocalCluster {
+/// `hack/local-cluster.sh up DIR` with `nodes` nodes and NetworkPolicies `policies`
+/// (`enforce` or `ignore`), stopped when the process exits.
+fn start_local_cluster(dir: PathBuf, nodes: u32, policies: &str) -> LocalCluster {
     {
         let mut started = STARTED_DIRS.lock().unwrap_or_else(|e| e.into_inner());
         if started.is_empty() {
@@ -119,6 +130,7 @@ fn start_local_cluster(dir: PathBuf, nodes: u32) -> LocalCluster {
             .arg(&dir)
             .env("LOCAL_KUBELET_IMAGE_VOLUMES", image_volumes)
             .env("LOCAL_CLUSTER_NODES", nodes.to_string())
+            .env("LOCAL_CLUSTER_NETWORK_POLICIES", policies)
             // the operator's image as `hack/image.sh` wrote it: pods of that image run from it
             .env("LOCAL_KUBELET_IMAGE_STORE", repo().join("target/image/oci"))
             .status()
@@ -137,6 +149,18 @@ fn start_local_cluster(dir: PathBuf, nodes: u32) -> LocalCluster {
 /// The test cluster's kubeconfig (the cluster is started on first use).
 pub fn kubeconfig() -> PathBuf {
     cluster().kubeconfig.clone()
+}
+
+/// A key of the test cluster's network file (`GATEWAY`, `POD_CIDR`), which a cluster of
+/// several nodes has: there this machine's connections reach the pods from the bridge's
+/// address (`GATEWAY`), not from a node's, and the pods of every node are in `POD_CIDR`.
+/// `None` on one node, where the machine is the node.
+pub fn cluster_network(key: &str) -> Option<String> {
+    let dir = cluster().kubeconfig.parent()?.to_path_buf();
+    let text = std::fs::read_to_string(dir.join("network")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .map(str::to_string)
 }
 
 /// A client for the test cluster, made in the calling test's runtime. Also sends the
