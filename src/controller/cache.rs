@@ -59,28 +59,51 @@ pub struct Index<K> {
 struct Inner {
     objects: HashMap<Key, (Option<String>, Stored)>,
     groups: HashMap<Key, BTreeMap<String, Stored>>,
+    /// Per group with members: a stamp taken when its members last changed (see [`stamp`]).
+    group_stamps: HashMap<Key, u64>,
+    /// Per namespace: a stamp taken when an object of it last changed.
+    namespace_stamps: HashMap<String, u64>,
+}
+
+/// A number never handed out before, by any index: two equal stamps of a group (or a
+/// namespace) taken at different times mean that nothing of it changed in between, relists
+/// included (decision 60).
+fn stamp() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Inner {
     fn insert(&mut self, group: Option<String>, (ns, name): Key, o: Stored) {
         self.remove(&ns, &name);
         if let Some(g) = &group {
+            let key = (ns.clone(), g.clone());
             self.groups
-                .entry((ns.clone(), g.clone()))
+                .entry(key.clone())
                 .or_default()
                 .insert(name.clone(), o.clone());
+            self.group_stamps.insert(key, stamp());
         }
+        self.namespace_stamps.insert(ns.clone(), stamp());
         self.objects.insert((ns, name), (group, o));
     }
 
     fn remove(&mut self, ns: &str, name: &str) {
-        if let Some((Some(g), _)) = self.objects.remove(&(ns.to_string(), name.to_string())) {
-            let key = (ns.to_string(), g);
-            if let Some(members) = self.groups.get_mut(&key) {
-                members.remove(name);
-                if members.is_empty() {
-                    self.groups.remove(&key);
-                }
+        let Some((group, _)) = self.objects.remove(&(ns.to_string(), name.to_string())) else {
+            return;
+        };
+        self.namespace_stamps.insert(ns.to_string(), stamp());
+        let Some(g) = group else {
+            return;
+        };
+        let key = (ns.to_string(), g);
+        if let Some(members) = self.groups.get_mut(&key) {
+            members.remove(name);
+            if members.is_empty() {
+                self.groups.remove(&key);
+                self.group_stamps.remove(&key);
+            } else {
+                self.group_stamps.insert(key, stamp());
             }
         }
     }
@@ -206,6 +229,21 @@ impl<K: Resource + Clone + Serialize + DeserializeOwned> Index<K> {
 }
 
 impl<K> Index<K> {
+    /// The stamp of cluster `group`'s objects in `ns`: it changes whenever one of them is
+    /// added, changed or removed, or the index is listed again (`None`: it has none).
+    pub fn stamp(&self, ns: &str, group: &str) -> Option<u64> {
+        let inner = self.inner.read().unwrap();
+        inner
+            .group_stamps
+            .get(&(ns.to_string(), group.to_string()))
+            .copied()
+    }
+
+    /// The stamp of the objects in `ns`, as [`Index::stamp`] for a whole namespace.
+    pub fn namespace_stamp(&self, ns: &str) -> Option<u64> {
+        self.inner.read().unwrap().namespace_stamps.get(ns).copied()
+    }
+
     /// Whether the first list has been received.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
@@ -266,6 +304,11 @@ macro_rules! indexes {
                 match kind {
                     $(Kind::$kind => find(&self.$field, ns, name),)*
                 }
+            }
+
+            /// The stamps of cluster `group`'s objects in `ns`, one per kind and index.
+            fn stamps(&self, ns: &str, group: &str, out: &mut Vec<Option<u64>>) {
+                $(out.extend(self.$field.iter().map(|i| i.stamp(ns, group)));)*
             }
 
             /// Objects cached, by kind.
@@ -529,6 +572,22 @@ impl Caches {
         }
     }
 
+    /// The stamps of everything a pass of cluster `name` in `ns` reads from the caches: its
+    /// objects of every kind, its backups, and the Secrets of its namespace (decision 60).
+    /// Equal stamps taken at two times mean that the caches showed it nothing new in between.
+    /// `None` while the caches are not to be planned from (not filled yet, or the cluster is
+    /// observed from the API server).
+    pub fn stamps(&self, ns: &str, name: &str) -> Option<Vec<Option<u64>>> {
+        if !self.synced() || self.dirty(ns, name) || !self.show_writes(ns, name) {
+            return None;
+        }
+        let mut out = Vec::new();
+        self.objects.stamps(ns, name, &mut out);
+        out.extend(self.backups.iter().map(|i| i.stamp(ns, name)));
+        out.extend(self.secret_meta.iter().map(|i| i.namespace_stamp(ns)));
+        Some(out)
+    }
+
     /// Forgets what is kept of a deleted cluster.
     pub fn forget(&self, ns: &str, name: &str) {
         self.set_dirty(ns, name, false);
@@ -580,6 +639,62 @@ mod tests {
 
     fn names(v: Vec<ConfigMap>) -> Vec<String> {
         v.into_iter().map(|o| o.name_any()).collect()
+    }
+
+    /// Decision 60: a cluster's stamp changes with each change of its objects (added, changed,
+    /// relabelled away, deleted, relisted) and with nothing else; a namespace's with any of its
+    /// objects, unlabelled ones included.
+    #[test]
+    fn stamps_change_with_a_clusters_objects_and_nothing_else() {
+        let i = Index::<ConfigMap>::new(cluster_label);
+        i.apply(&Event::Init);
+        i.apply(&Event::InitApply(cm("a", "c1-x", Some("c1"), "1")));
+        i.apply(&Event::InitApply(cm("a", "c2-x", Some("c2"), "2")));
+        i.apply(&Event::InitDone);
+        let c1 = i.stamp("a", "c1");
+        let ns_a = i.namespace_stamp("a");
+        assert!(c1.is_some() && ns_a.is_some());
+        assert_eq!(i.stamp("a", "c3"), None);
+        assert_eq!(i.stamp("b", "c1"), None);
+        // another cluster's change leaves c1's stamp
+        i.apply(&Event::Apply(cm("a", "c2-x", Some("c2"), "3")));
+        assert_eq!(i.stamp("a", "c1"), c1);
+        assert_ne!(i.namespace_stamp("a"), ns_a);
+        // another namespace's leaves this namespace's
+        let ns_a = i.namespace_stamp("a");
+        i.apply(&Event::Apply(cm("b", "c1-x", Some("c1"), "4")));
+        assert_eq!(i.namespace_stamp("a"), ns_a);
+        assert_eq!(i.stamp("a", "c1"), c1);
+        // each change of c1's objects gives a stamp never seen before
+        let mut seen = vec![c1];
+        let mut changed = |i: &Index<ConfigMap>, what: &str| {
+            let now = i.stamp("a", "c1");
+            assert!(
+                !seen.contains(&now),
+                "{what}: {now:?} seen before ({seen:?})"
+            );
+            seen.push(now);
+        };
+        i.apply(&Event::Apply(cm("a", "c1-x", Some("c1"), "5")));
+        changed(&i, "changed");
+        i.apply(&Event::Apply(cm("a", "c1-y", Some("c1"), "6")));
+        changed(&i, "added");
+        i.apply(&Event::Apply(cm("a", "c1-y", Some("c2"), "7")));
+        changed(&i, "relabelled away");
+        i.apply(&Event::Delete(cm("a", "c1-x", Some("c1"), "8")));
+        assert_eq!(i.stamp("a", "c1"), None, "no objects left");
+        i.apply(&Event::Apply(cm("a", "c1-x", Some("c1"), "9")));
+        changed(&i, "back");
+        i.apply(&Event::Init);
+        i.apply(&Event::InitApply(cm("a", "c1-x", Some("c1"), "9")));
+        i.apply(&Event::InitDone);
+        changed(&i, "relisted");
+        // an unlabelled object changes its namespace's stamp only
+        let c1 = i.stamp("a", "c1");
+        let ns_a = i.namespace_stamp("a");
+        i.apply(&Event::Apply(cm("a", "other", None, "10")));
+        assert_eq!(i.stamp("a", "c1"), c1);
+        assert_ne!(i.namespace_stamp("a"), ns_a);
     }
 
     /// Decision 41: the index follows the watch (a relist replaces everything at once, an object

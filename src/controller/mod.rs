@@ -70,6 +70,8 @@ pub struct Context {
     pub operator_pods: Option<crate::model::network_policy::OperatorPods>,
     /// Paces the health checks of idle clusters (decision 41).
     pub pacer: crate::runtime::backoff::Pacer,
+    /// What the last idle pass of each cluster read, for idle checks at a glance (decision 60).
+    pub idle: cluster::idle::Marks,
     /// MAX_CONCURRENT_RECONCILES.
     pub concurrency: u16,
     /// Signs the PVCs handed to the PVC cleaner (decision 39).
@@ -351,6 +353,7 @@ impl Context {
             }),
             caches,
             pacer: Default::default(),
+            idle: Default::default(),
             concurrency: settings.max_concurrent_reconciles,
             pvc_delete_key: settings.pvc_delete_key.clone(),
             exporter_credentials: settings.exporter_credentials.clone().map(|name| {

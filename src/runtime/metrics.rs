@@ -409,12 +409,13 @@ impl Metrics {
         );
         registry.register(
             "cluster_observations",
-            "Passes of clusters by where they read the Kubernetes objects: the watch-fed caches, or the API server (after the operator's own writes, or before the caches are filled)",
+            "Passes of clusters by where they read the Kubernetes objects: the watch-fed caches, or the API server (after the operator's own writes, or before the caches are filled); glance: an idle check that found the caches unchanged and the servers saying what they said, and went no further",
             self.observations.clone(),
         );
     }
 
-    /// Counts a pass that read its objects from `source` (`cache` or `api`).
+    /// Counts a pass that read its objects from `source` (`cache` or `api`), or an idle check
+    /// that stopped at a glance (`glance`).
     pub fn observed(&self, source: &str) {
         self.observations
             .get_or_create(&SourceLabels {

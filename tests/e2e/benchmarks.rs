@@ -231,6 +231,23 @@ fn describe_tally(tally: &WriteTally) -> String {
         .join("; ")
 }
 
+/// How many idle checks stopped at a glance (decision 60), from the operator's `/metrics`.
+async fn glances(addr: &str) -> f64 {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| {
+            l.starts_with("clickhouse_operator_cluster_observations_total{")
+                && l.contains("source=\"glance\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// The cumulative buckets of the pass duration histogram of clusters, from the operator's
 /// `/metrics`: (upper bound, count).
 async fn pass_buckets(addr: &str) -> Vec<(f64, f64)> {
@@ -504,12 +521,14 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         tokio::time::sleep(Duration::from_secs(15)).await;
         let metrics_addr = format!("{op_ip}:8080");
         let before = pass_buckets(&metrics_addr).await;
+        let glances_before = glances(&metrics_addr).await;
         let (_, cpu0) = usage(pid);
         let since = k8s_openapi::jiff::Timestamp::now().to_string();
         tokio::time::sleep(idle).await;
         let until = k8s_openapi::jiff::Timestamp::now().to_string();
         let (rss, cpu1) = usage(pid);
         let after = pass_buckets(&metrics_addr).await;
+        let glanced = glances(&metrics_addr).await - glances_before;
         let requests = audit(&user, &since, &until);
         let minutes = idle.as_secs_f64() / 60.0;
         let is_lease = |r: &str| r == "leases";
@@ -551,13 +570,18 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         // the idle health checks: how often a cluster was passed, and the CPU of one pass
         let idle_passes = passes(&before, &after);
         let row = format!(
-            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>9.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
+            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>9.1} {:>8} {:>8.1} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
             ready_after.as_secs_f64(),
             reads as f64 / minutes / n as f64,
             writes as f64 / minutes / n as f64,
             lease,
             cpu1 - cpu0,
             idle_passes / minutes / n as f64,
+            if idle_passes > 0.0 {
+                format!("{:.0} %", glanced * 100.0 / idle_passes)
+            } else {
+                "-".into()
+            },
             if idle_passes > 0.0 {
                 (cpu1 - cpu0) * 1000.0 / idle_passes
             } else {
@@ -606,7 +630,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "1".into())
     );
     println!(
-        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "N",
         "hollow",
         "ready s",
@@ -615,6 +639,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         "lease",
         "cpu s",
         "passes/m/c",
+        "glance",
         "ms/pass",
         "RSS MiB",
         "pass p50",

@@ -3,6 +3,7 @@
 //! [`crate::plan::report::report`]), then one status write and the events.
 
 mod execute;
+pub mod idle;
 pub mod keeper_root;
 mod observe;
 pub mod preview;
@@ -342,6 +343,7 @@ async fn finalize(cluster: &ClickHouseCluster, ctx: &Context) -> Result<Action, 
     ctx.metrics.forget_cluster(&ns, &cluster.name_any());
     ctx.caches.forget(&ns, &cluster.name_any());
     ctx.pacer.forget(&key(cluster));
+    ctx.idle.forget(&key(cluster));
     info!(cluster = %cluster.name_any(), "deleted");
     Ok(Action::await_change())
 }
@@ -375,6 +377,18 @@ struct Passes {
     wrote: bool,
     caught_up: bool,
     soon: bool,
+    /// What the last pass read, for the idle checks that follow it (decision 60).
+    mark: (Option<idle::Stamps>, Option<Vec<idle::Server>>),
+}
+
+/// What [`pass`] reached: the cluster as the API server has it, whether the passes wrote to
+/// Kubernetes, whether they wait for their servers, and what the last one read (for
+/// [`idle::Marks::set`]; `None` when it did not read the caches).
+struct Passed {
+    cluster: ClickHouseCluster,
+    wrote: bool,
+    soon: bool,
+    mark: (Option<idle::Stamps>, Option<Vec<idle::Server>>),
 }
 
 impl Passes {
@@ -419,10 +433,7 @@ fn map_first(
 /// published after it. Returns the cluster as written, whether anything was written to
 /// Kubernetes but the status, and whether the last plan waits for the servers
 /// (`Plan::recheck_soon`).
-async fn pass(
-    current: ClickHouseCluster,
-    ctx: &Context,
-) -> Result<(ClickHouseCluster, bool, bool), Error> {
+async fn pass(current: ClickHouseCluster, ctx: &Context) -> Result<Passed, Error> {
     let mut p = Passes {
         stored: current.clone(),
         planned: current,
@@ -430,6 +441,7 @@ async fn pass(
         wrote: false,
         caught_up: false,
         soon: false,
+        mark: (None, None),
     };
     let result = passes(&mut p, ctx).await;
     if let Err(e @ Error::Stopped(_)) = result {
@@ -456,7 +468,12 @@ async fn pass(
                 );
                 ctx.caches.set_dirty(&ns, &name, false);
             }
-            Ok((p.stored, p.wrote, p.soon))
+            Ok(Passed {
+                cluster: p.stored,
+                wrote: p.wrote,
+                soon: p.soon,
+                mark: if p.caught_up { p.mark } else { (None, None) },
+            })
         }
     }
 }
@@ -475,9 +492,12 @@ async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
             .map_err(|e| Error::failed(FailureReason::InvalidSpec, e))?;
         // the servers' clients of this pass share their HTTP clients
         let connections = crate::clickhouse::Connections::default();
+        // before anything is read: a change meanwhile makes the next idle check a full pass
+        let stamps = idle::stamps(&current, ctx);
         let (mut world, fresh) = observe::observe(&current, ctx, &connections).await?;
         world.observed.default_storage_classes = ctx.cluster_defaults.storage_classes();
         p.caught_up = fresh;
+        p.mark = (stamps, idle::servers(&current, &world));
         let mut plan = plan::decide(&current, &world, Timestamp::now());
         if !plan.lag_checks.is_empty() {
             observe::read_lag(&current, &mut world, &plan.lag_checks, &connections).await;
@@ -555,7 +575,8 @@ async fn reconcile_in_span(
     let queued = ctx.metrics.queued(KIND);
     // an idle health check waits for one of the idle slots first, so that it never queues
     // ahead of more than a few passes a change triggered (decision 41)
-    let _idle_permit = if ctx.pacer.take_idle(&key(&cluster)) {
+    let idle = ctx.pacer.take_idle(&key(&cluster));
+    let _idle_permit = if idle {
         Some(
             ctx.idle_permits
                 .acquire()
@@ -595,16 +616,21 @@ async fn reconcile_in_span(
         return Ok(Action::await_change());
     };
     let started = std::time::Instant::now();
-    let (current, wrote, soon) = pass(current, &ctx).await?;
-    ctx.cluster_backoff.succeeded(&key);
-    ctx.metrics
-        .last_success
-        .get_or_create(&ObjectLabels {
-            kind: KIND.into(),
-            namespace: cluster.namespace().unwrap_or_default(),
-            name: cluster.name_any(),
-        })
-        .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
+    if idle && idle::unchanged(&current, &ctx, &key).await {
+        // nothing new in the caches, the servers say what they said: the pass would plan
+        // nothing (decision 60)
+        ctx.metrics.observed("glance");
+        succeeded(&cluster, &ctx);
+        debug!(cluster = %key, "idle check: nothing new at a glance");
+        return Ok(Action::requeue(idle_recheck(&ctx, &key, started)));
+    }
+    let Passed {
+        cluster: current,
+        wrote,
+        soon,
+        mark,
+    } = pass(current, &ctx).await?;
+    succeeded(&cluster, &ctx);
     debug!(cluster = %key, state = %current.status.as_ref().map(|s| s.state).unwrap_or_default(), "pass done");
     // a server loading its configuration, or a shard becoming reachable: no event says so
     let recheck = ctx.pacer.recheck(&key, soon);
@@ -613,17 +639,38 @@ async fn reconcile_in_span(
         .as_ref()
         .is_some_and(|s| s.state == crate::api::ClusterState::Ready);
     if settled && !wrote {
-        // an idle health check: paced so that checks never fill the pass slots (decision 41)
-        let next = ctx.pacer.idle_pass(
-            started.elapsed(),
-            ctx.concurrency,
-            crate::runtime::backoff::spread_of(&key),
-            || ctx.clusters.iter().map(|s| s.state().len()).sum(),
-        );
-        ctx.pacer.schedule(&key, next);
-        return Ok(Action::requeue(next));
+        ctx.idle.set(&key, mark.0, mark.1);
+        return Ok(Action::requeue(idle_recheck(&ctx, &key, started)));
     }
+    ctx.idle.forget(&key);
     Ok(Action::requeue(recheck))
+}
+
+/// A pass (or an idle check at a glance) of `cluster` succeeded: its backoff starts again, its
+/// last success is now.
+fn succeeded(cluster: &ClickHouseCluster, ctx: &Context) {
+    ctx.cluster_backoff.succeeded(&key(cluster));
+    ctx.metrics
+        .last_success
+        .get_or_create(&ObjectLabels {
+            kind: KIND.into(),
+            namespace: cluster.namespace().unwrap_or_default(),
+            name: cluster.name_any(),
+        })
+        .set(Timestamp::now().as_millisecond() as f64 / 1000.0);
+}
+
+/// When an idle `ready` cluster is checked next, its check having started at `started`: paced
+/// so that checks never fill the pass slots (decision 41).
+fn idle_recheck(ctx: &Context, key: &str, started: std::time::Instant) -> std::time::Duration {
+    let next = ctx.pacer.idle_pass(
+        started.elapsed(),
+        ctx.concurrency,
+        crate::runtime::backoff::spread_of(key),
+        || ctx.clusters.iter().map(|s| s.state().len()).sum(),
+    );
+    ctx.pacer.schedule(key, next);
+    next
 }
 
 pub fn error_policy(cluster: Arc<ClickHouseCluster>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -817,6 +817,17 @@ pub fn ch_client(
     replica: &str,
     connections: &clickhouse::Connections,
 ) -> Result<clickhouse::Client, Error> {
+    connections
+        .client(ch_config(cluster, world, replica)?)
+        .map_err(|e| Error::failed(FailureReason::ClickHouse, e.to_string()))
+}
+
+/// How a pass reaches a replica's server (see [`ch_client`]).
+pub fn ch_config(
+    cluster: &ClickHouseCluster,
+    world: &World,
+    replica: &str,
+) -> Result<clickhouse::ClientConfig, Error> {
     let pod = names::replica_pod(replica);
     let ip = world
         .observed
@@ -842,7 +853,5 @@ pub fn ch_client(
         first_delay: Duration::from_millis(200),
         max_delay: Duration::from_secs(1),
     };
-    connections
-        .client(config)
-        .map_err(|e| Error::failed(FailureReason::ClickHouse, e.to_string()))
+    Ok(config)
 }
