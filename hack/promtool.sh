@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds promtool (Prometheus module v$PROMETHEUS_VERSION, hack/versions.env) from Go modules
 # with `go install`, into a cache folder outside the repository keyed by version, like
-# hack/helm.sh. The chart's alert rules are checked and unit-tested with it (tests/helm.rs).
-# A second run builds nothing (about 7 minutes on 2 cores the first time, downloads included).
+# hack/helm.sh. The chart's alert rules are checked and unit-tested with it
+# (tests/helm/monitoring.rs). A second run builds nothing (about 7 minutes on 2 cores the first
+# time, downloads included).
 # Prints the path of the promtool binary on its last line.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -7,6 +7,9 @@
 //!
 //! On loopback addresses no server recognises itself, so `ON CLUSTER` DDL cannot run here;
 //! the tests create their fixture tables on each server.
+//!
+//! Also what the tests share beside the servers: one cluster at a time ([`SERIAL`]), the fixture
+//! of an existing shard ([`create_fixture`]) and queries run on the servers.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -19,6 +22,7 @@ use std::time::{Duration, Instant};
 use clickhouse_operator::clickhouse::client::{
     Client, ClientConfig, Credentials, Endpoint, QueryOptions,
 };
+use clickhouse_operator::clickhouse::sql::ClusterName;
 
 /// The operator's user in the test servers' `users.xml`.
 pub const USER: &str = "operator";
@@ -568,4 +572,36 @@ pub async fn user_tables(client: &Client) -> std::collections::BTreeSet<String> 
                 .unwrap_or_else(|e| panic!("{e}"))
         })
         .collect()
+}
+
+/// Tests share two cores: one cluster at a time.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The cluster of `remote_servers` ([`CLUSTER`]) as the statement builders name it.
+pub fn cluster() -> ClusterName {
+    ClusterName(CLUSTER.into())
+}
+
+/// The fixture of an existing shard: ReplicatedMergeTree tables in two databases, a view, a
+/// materialized view, an unreferenced MergeTree table, and a Distributed table over a local
+/// table in another database (S1-14's `db2.t_local`). Created on each server: `ON CLUSTER`
+/// cannot run on loopback addresses.
+pub async fn create_fixture(clients: &[&Client]) {
+    for sql in [
+        "CREATE DATABASE IF NOT EXISTS db1",
+        "CREATE DATABASE IF NOT EXISTS db2",
+        "CREATE TABLE IF NOT EXISTS db1.events (d Date DEFAULT today(), id UInt64, s String) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/db1/events', '{replica}') \
+         PARTITION BY toYYYYMM(d) ORDER BY id",
+        "CREATE VIEW IF NOT EXISTS db1.v AS SELECT id, s FROM db1.events",
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS db1.mv ENGINE = MergeTree ORDER BY id \
+         AS SELECT id FROM db1.events",
+        "CREATE TABLE IF NOT EXISTS db1.unreferenced (x UInt8) ENGINE = MergeTree ORDER BY x",
+        "CREATE TABLE IF NOT EXISTS db2.t_local (id UInt64, shard String) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/db2/t_local', '{replica}') ORDER BY id",
+        "CREATE TABLE IF NOT EXISTS db1.dist AS db2.t_local \
+         ENGINE = Distributed(c1, db2, t_local, rand())",
+    ] {
+        exec_all(clients, sql).await;
+    }
 }

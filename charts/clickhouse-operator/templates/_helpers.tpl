@@ -66,9 +66,9 @@ Blanks and empty items are dropped and duplicates removed, as the operator parse
 
 {{/*
 What the operator does to the objects of a ClickHouseCluster. Every rule is used; the comment says
-where. tests/helm.rs checks against the API server's audit log that no request of the operator is
-denied and that every rule here is used during a create, scale-out, scale-in, roll, pause and delete.
-No wildcard anywhere.
+where. tests/helm/in_cluster/lifecycle.rs checks against the API server's audit log that no request
+of the operator is denied and that every rule here is used during a create, scale-out, scale-in,
+roll, pause and delete. No wildcard anywhere.
 */}}
 {{- define "clickhouse-operator.operatorRules" -}}
 # ClickHouseClusters: the controller lists and watches them (kube-runtime reflector); a pass
