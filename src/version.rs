@@ -179,7 +179,7 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // already there. The operator keeps S3 keys there only where the keys are also hidden from
     // the preprocessed copy on the data volume (`hide_in_preprocessed`, PR #53818, 23.8) and a
     // user needs the grant `NAMED COLLECTION` to use a collection (seen on 26.x in
-    // `tests/modern_config.rs`; its first release is not pinned): 23.8, the later candidate.
+    // `tests/modern_config/backups.rs`; its first release is not pinned): 23.8, the later candidate.
     (Capability::BackupNamedCollection, Version::new(23, 8)),
     // 22.12: S1-10.
     (Capability::DatabaseEngineFull, Version::new(22, 12)),

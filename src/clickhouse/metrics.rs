@@ -1,5 +1,5 @@
 //! The statements the metrics exporter sends each server, as its read-only account (the 26.x
-//! engine runs them under that account's grants in `tests/modern_config.rs`).
+//! engine runs them under that account's grants in `tests/modern_config/accounts.rs`).
 
 /// Current figures.
 pub const METRICS: &str = "SELECT metric, toFloat64(value) AS v FROM system.metrics";

@@ -3,7 +3,7 @@
 //! with backslash escapes (checked on 18.16: `` `x\`y` `` and `'it\'s'` round-trip).
 //!
 //! The unit tests pin the exact text of each statement, modern and 18.16 forms alike; the
-//! modern forms cannot run on the 18.16 test server (see `tests/clickhouse.rs`).
+//! modern forms cannot run on the 18.16 test server (see `tests/clickhouse/clients.rs`).
 
 use std::fmt;
 

@@ -199,7 +199,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         );
         // 18.16 has no SQL privileges for users of the users file: the account is read-only
         // over every database there (reading no rows is proven on the 26.x engine in
-        // tests/modern_config.rs)
+        // tests/modern_config/accounts.rs)
         for write in [
             "CREATE TABLE default.exporter_was_here (x UInt8) ENGINE = Memory",
             "INSERT INTO default.t VALUES (2)",

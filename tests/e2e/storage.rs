@@ -5,7 +5,7 @@
 //! each server once, one at a time, and loses no acknowledged row; a disk cannot be removed, and
 //! the Keeper's volume grows in place. 18.16 predates storage policies (19.15) and ignores
 //! `storage_configuration`, so parts moving between disks is proven on ClickHouse 26.x by
-//! `tests/modern_config.rs` (`disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk`), not
+//! `tests/modern_config/ports_and_disks.rs` (`disks_and_a_storage_policy_move_expired_parts_to_the_cold_disk`), not
 //! here.
 
 use std::time::Duration;

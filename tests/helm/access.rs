@@ -5,6 +5,7 @@ use serde_yaml::Value;
 
 use crate::support::{helm_or_skip, of_kind, one, operator_chart, rule_triples, s, template, text};
 
+/// Every RBAC rule of the chart says why it is there (a comment right above it).
 #[test]
 fn every_rbac_rule_of_the_chart_says_why() {
     let mut missing = Vec::new();

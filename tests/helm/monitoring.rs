@@ -12,7 +12,6 @@ use crate::support::{
     template, text,
 };
 
-/// Every RBAC rule of the chart says why it is there (a comment right above it).
 /// docs/monitoring.md: the exporter is off by default; on, it is its own Deployment (`exporter`,
 /// one replica, the hardened pod of the operator) with its own ServiceAccount whose rights are read
 /// only (list clusters and pods, per watched namespace when the operator watches a list; get the

@@ -127,7 +127,7 @@ struct Account<'a> {
 /// has no access management (no `CREATE USER`, `GRANT`), no mutations or `TRUNCATE`, no
 /// `SYSTEM` statement beyond the three it sends, no file, URL or other table functions beyond
 /// `remote`/`cluster` and S3 (backups). Each statement kind the operator sends is run under
-/// these grants on the 26.x engine in `tests/modern_config.rs`.
+/// these grants on the 26.x engine in `tests/modern_config/accounts.rs`.
 pub fn operator_grants(definers: &[&str]) -> Vec<String> {
     let mut grants = vec![
         "GRANT SELECT, INSERT, SHOW ON *.*".to_string(),

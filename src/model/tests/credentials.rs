@@ -255,7 +255,7 @@ fn servers_authenticate_to_keeper_with_a_generated_identity() {
 /// hideElements`, ClickHouse pull request 53818; chDB, the only modern engine here, writes no
 /// such copy, so the removal itself is the engine's and not proven here). Both with the
 /// servers' accounts in `remote_servers` (older servers) and with the cluster secret (newer);
-/// the 26.x engine loads these files with the attribute (`tests/modern_config.rs`), and so
+/// the 26.x engine loads these files with the attribute (`tests/modern_config/`), and so
 /// does 18.16 (`tests/model_boot.rs` and every e2e test).
 #[test]
 fn every_credential_in_a_generated_file_is_hidden_from_the_preprocessed_copy() {
