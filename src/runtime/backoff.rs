@@ -119,12 +119,20 @@ mod tests {
 /// share the operator.
 pub const MAX_IDLE_RECHECK: Duration = Duration::from_secs(60);
 
+/// How many idle health checks the operator makes in a second, at most, whatever the number of
+/// clusters (decision 60): at about a millisecond of CPU each, their idle cost stays under
+/// 3 CPU seconds a minute. With up to 200 clusters each is still checked every 5 s; at 1000,
+/// every 25 s (a pod's change reaches the status at once all the same: its event starts a pass).
+pub const MAX_IDLE_CHECKS_PER_SECOND: f64 = 40.0;
+
 /// How long an idle `ready` cluster waits for its next health check (decision 41): [`RECHECK`],
 /// or longer when `clusters` idle checks of `mean_pass` each would otherwise take more than
-/// half of the time of the `concurrency` pass slots (about half: the spread below), so that a new or changed cluster always finds a slot
-/// (with one slot, 5 s re-checks of 20 ms passes fill it at 250 clusters and new clusters wait
-/// behind them); at most [`MAX_IDLE_RECHECK`]. Spread by `spread` (0..1, from the cluster's
-/// name) over ±10 % so that clusters created together do not check together for good.
+/// half of the time of the `concurrency` pass slots (about half: the spread below), so that a
+/// new or changed cluster always finds a slot (with one slot, 5 s re-checks of 20 ms passes fill
+/// it at 250 clusters and new clusters wait behind them), or the checks would be more than
+/// [`MAX_IDLE_CHECKS_PER_SECOND`]; at most [`MAX_IDLE_RECHECK`]. Spread by `spread` (0..1, from
+/// the cluster's name) over ±10 % so that clusters created together do not check together for
+/// good.
 pub fn idle_recheck(
     clusters: usize,
     mean_pass: Duration,
@@ -132,7 +140,9 @@ pub fn idle_recheck(
     spread: f64,
 ) -> Duration {
     let busy = mean_pass.as_secs_f64() * clusters as f64 * 2.0 / f64::from(concurrency.max(1));
+    let rate = clusters as f64 / MAX_IDLE_CHECKS_PER_SECOND;
     let base = busy
+        .max(rate)
         .max(RECHECK.as_secs_f64())
         .min(MAX_IDLE_RECHECK.as_secs_f64());
     Duration::from_secs_f64(base * (0.9 + 0.2 * spread.clamp(0.0, 1.0)))
@@ -284,12 +294,31 @@ mod pacing_tests {
         let mid = 0.5;
         assert!(close(idle_recheck(1, pass, 1, mid), RECHECK));
         assert!(close(idle_recheck(100, pass, 1, mid), RECHECK));
-        // 1000 clusters × 20 ms × 2 on one slot: 40 s; on 16 slots the 5 s floor
+        // 1000 clusters × 20 ms × 2 on one slot: 40 s; on 16 slots 25 s, the most checks a
+        // second (decision 60)
         assert!(close(
             idle_recheck(1000, pass, 1, mid),
             Duration::from_secs(40)
         ));
-        assert!(close(idle_recheck(1000, pass, 16, mid), RECHECK));
+        assert!(close(
+            idle_recheck(1000, pass, 16, mid),
+            Duration::from_secs(25)
+        ));
+        // short checks: 200 clusters are checked every 5 s, 1000 every 25 s, 3000 every minute
+        let glance = Duration::from_millis(1);
+        assert!(close(idle_recheck(200, glance, 4, mid), RECHECK));
+        assert!(close(
+            idle_recheck(1000, glance, 4, mid),
+            Duration::from_secs(25)
+        ));
+        assert!(close(idle_recheck(3000, glance, 4, mid), MAX_IDLE_RECHECK));
+        for n in [1, 10, 100, 200, 500, 1000, 2000, 5000] {
+            let period = idle_recheck(n, glance, 4, mid).as_secs_f64();
+            assert!(
+                n as f64 / period <= MAX_IDLE_CHECKS_PER_SECOND + 1e-9 || period >= 60.0,
+                "{n} clusters: a check every {period} s"
+            );
+        }
         assert!(close(idle_recheck(100_000, pass, 1, mid), MAX_IDLE_RECHECK));
         // the checks take at most half of the slots' time
         for (n, c) in [(250, 1), (1000, 1), (1000, 4), (5000, 16)] {
