@@ -23,9 +23,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${1:-}" in
   backup) filter=backup::throughput::benchmark_backup_and_restore_throughput ;;
   exporter) filter=exporter::benchmark_exporter_scrape_of_20_and_100_hosts ;;
-  scale) filter=benchmarks::benchmark_idle_cost_and_status_lag_of_n_clusters ;;
+  scale) filter=benchmarks::scale::benchmark_idle_cost_and_status_lag_of_n_clusters ;;
   lifecycle)
-    filter=benchmarks::benchmark_lifecycle_of_a_two_by_two_cluster
+    filter=benchmarks::lifecycle::benchmark_lifecycle_of_a_two_by_two_cluster
     # every write with its answer in the audit log: the writes per step that changed nothing
     export LOCAL_CLUSTER_AUDIT="${LOCAL_CLUSTER_AUDIT:-writes}" ;;
   *) echo "usage: $0 backup|exporter|scale|lifecycle" >&2; exit 2 ;;
