@@ -36,15 +36,20 @@ fn usage(pid: i32) -> (f64, f64) {
     (rss_kib / 1024.0, ticks / hz)
 }
 
-/// How many idle checks stopped at a glance (decision 60), from the operator's `/metrics`.
-async fn glances(addr: &str) -> f64 {
-    let text = reqwest::get(format!("http://{addr}/metrics"))
+/// The operator's `/metrics` at `addr`.
+async fn metrics(addr: &str) -> String {
+    reqwest::get(format!("http://{addr}/metrics"))
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
-    text.lines()
+        .unwrap()
+}
+
+/// How many idle checks stopped at a glance (decision 60), from the operator's `/metrics`.
+fn glances(metrics: &str) -> f64 {
+    metrics
+        .lines()
         .find(|l| {
             l.starts_with("clickhouse_operator_cluster_observations_total{")
                 && l.contains("source=\"glance\"")
@@ -55,14 +60,9 @@ async fn glances(addr: &str) -> f64 {
 
 /// The cumulative buckets of the pass duration histogram of clusters, from the operator's
 /// `/metrics`: (upper bound, count).
-async fn pass_buckets(addr: &str) -> Vec<(f64, f64)> {
-    let text = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+fn pass_buckets(metrics: &str) -> Vec<(f64, f64)> {
+    metrics
+        .lines()
         .filter(|l| {
             l.starts_with("clickhouse_operator_reconcile_duration_seconds_bucket{")
                 && l.contains("kind=\"ClickHouseCluster\"")
@@ -268,15 +268,15 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         // let the passes that follow creation finish
         tokio::time::sleep(Duration::from_secs(15)).await;
         let metrics_addr = format!("{op_ip}:8080");
-        let before = pass_buckets(&metrics_addr).await;
-        let glances_before = glances(&metrics_addr).await;
+        let m = metrics(&metrics_addr).await;
+        let (before, glances_before) = (pass_buckets(&m), glances(&m));
         let (_, cpu0) = usage(pid);
         let since = k8s_openapi::jiff::Timestamp::now().to_string();
         tokio::time::sleep(idle).await;
         let until = k8s_openapi::jiff::Timestamp::now().to_string();
         let (rss, cpu1) = usage(pid);
-        let after = pass_buckets(&metrics_addr).await;
-        let glanced = glances(&metrics_addr).await - glances_before;
+        let m = metrics(&metrics_addr).await;
+        let (after, glanced) = (pass_buckets(&m), glances(&m) - glances_before);
         let requests = audit(&user, &since, &until);
         let minutes = idle.as_secs_f64() / 60.0;
         let is_lease = |r: &str| r == "leases";
