@@ -158,7 +158,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         })?,
         Command::Run => {
-            let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
+            let settings = settings_from_env()?;
             runtime::init_logging(settings.log_format, &settings.log_level);
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -385,7 +385,7 @@ where
     F: FnOnce(Settings, kube::Client) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
+    let settings = settings_from_env()?;
     runtime::init_logging(settings.log_format, &settings.log_level);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -396,6 +396,15 @@ where
             .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
         body(settings, client).await
     })
+}
+
+/// The settings from the environment, the operator-level defaults they read
+/// (`CLUSTER_DEFAULTS_FILE`) checked: a wrong one stops the process at start, before it logs,
+/// connects or waits for the leader lease.
+fn settings_from_env() -> anyhow::Result<Settings> {
+    let settings = Settings::from_env().map_err(anyhow::Error::msg)?;
+    controller::cluster_defaults(&settings).map_err(anyhow::Error::msg)?;
+    Ok(settings)
 }
 
 /// The operator-level defaults of `--defaults`, else of `CLUSTER_DEFAULTS_FILE`, else none.

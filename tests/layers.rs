@@ -75,12 +75,9 @@ const UPPER_THAN_BASE: &[&str] = &[
     "controller",
 ];
 
-/// Arrows that exist and go the wrong way, each to be moved below: the runtime reads the
-/// cluster status for its metrics and parses the operator-level defaults, both API types.
-const KNOWN: &[(&str, &str)] = &[
-    ("src/runtime/metrics.rs", "api"),
-    ("src/runtime/settings.rs", "api"),
-];
+/// Arrows that exist and go the wrong way, each to be moved below (file, module reached):
+/// none now. One listed here is let through until it is gone, and then must leave the list.
+const KNOWN: &[(&str, &str)] = &[];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::Secret;
 use tokio::sync::Semaphore;
 use tracing::{info, warn};
 
+use crate::api::defaults::ClusterDefaults;
 use crate::api::{ClickHouseBackup, ClickHouseCluster, ClickHouseRestore};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::metrics::{ErrorLabels, Health, Metrics};
@@ -79,7 +80,7 @@ pub struct Context {
     /// Where the exporter's credentials are published (`EXPORTER_CREDENTIALS_SECRET`).
     pub exporter_credentials: Option<exporter_credentials::Publisher>,
     /// Defaults merged under every cluster's spec (`CLUSTER_DEFAULTS_FILE`, decision 52).
-    pub cluster_defaults: crate::api::defaults::ClusterDefaults,
+    pub cluster_defaults: ClusterDefaults,
 }
 
 impl Context {
@@ -171,6 +172,7 @@ pub async fn run_with(
     lost_leadership: impl std::future::Future<Output = ()> + Send + 'static,
     faults: Faults,
 ) -> anyhow::Result<()> {
+    let cluster_defaults = cluster_defaults(settings).map_err(anyhow::Error::msg)?;
     let namespaces: Vec<Option<String>> = match &settings.watch_namespaces {
         WatchNamespaces::All => vec![None],
         WatchNamespaces::Only(list) => list.iter().cloned().map(Some).collect(),
@@ -185,6 +187,7 @@ pub async fn run_with(
     }
     let ctx = Arc::new(Context::new(
         settings,
+        cluster_defaults,
         client.clone(),
         stores,
         metrics,
@@ -312,9 +315,11 @@ fn job_controller<K: jobs::JobResource>(
 }
 
 impl Context {
-    /// The context of the controllers: `stores` and `caches` are the watches' caches.
+    /// The context of the controllers: `stores` and `caches` are the watches' caches,
+    /// `cluster_defaults` the defaults of `settings` ([`cluster_defaults`]).
     fn new(
         settings: &Settings,
+        cluster_defaults: ClusterDefaults,
         client: Client,
         stores: Vec<Store<ClickHouseCluster>>,
         metrics: Arc<Metrics>,
@@ -359,8 +364,19 @@ impl Context {
             exporter_credentials: settings.exporter_credentials.clone().map(|name| {
                 exporter_credentials::Publisher::new(settings.lease_namespace.clone(), name)
             }),
-            cluster_defaults: settings.cluster_defaults.clone(),
+            cluster_defaults,
         }
+    }
+}
+
+/// The operator-level defaults merged under every cluster's spec (decision 52): those of the
+/// file `CLUSTER_DEFAULTS_FILE` names, as the settings read it at start; none without it. A
+/// field that cannot take a default is refused, naming the file: the operator does not start.
+pub fn cluster_defaults(settings: &Settings) -> Result<ClusterDefaults, String> {
+    match &settings.cluster_defaults_file {
+        None => Ok(ClusterDefaults::default()),
+        Some(file) => ClusterDefaults::parse(&file.text)
+            .map_err(|e| format!("CLUSTER_DEFAULTS_FILE {:?}: {e}", file.path)),
     }
 }
 
@@ -438,5 +454,46 @@ impl<'a> PassTimer<'a> {
 impl Drop for PassTimer<'_> {
     fn drop(&mut self) {
         self.metrics.observe_pass(self.kind, self.started.elapsed());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decision 52: `CLUSTER_DEFAULTS_FILE` is read and checked at start: a file that cannot be
+    /// read or holds a field that cannot take a default stops the operator, naming it.
+    #[test]
+    fn cluster_defaults_are_read_at_start_and_a_bad_file_stops_it() {
+        let dir = std::env::temp_dir().join(format!("chop-defaults-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with = |text: &str| {
+            let path = dir.join("d.yaml");
+            std::fs::write(&path, text).unwrap();
+            let path = path.display().to_string();
+            let settings = Settings::from_lookup(move |k| {
+                (k == "CLUSTER_DEFAULTS_FILE").then(|| path.clone())
+            })?;
+            cluster_defaults(&settings)
+        };
+        let ok = with("pod: {nodeSelector: {pool: db}}").unwrap();
+        assert!(!ok.is_empty());
+        let e = with("shards: 3").unwrap_err();
+        assert!(
+            e.contains("CLUSTER_DEFAULTS_FILE") && e.contains("shards"),
+            "{e}"
+        );
+        let e = Settings::from_lookup(|k| {
+            (k == "CLUSTER_DEFAULTS_FILE").then(|| "/nonexistent/defaults.yaml".to_string())
+        })
+        .and_then(|s| cluster_defaults(&s))
+        .unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        assert!(
+            cluster_defaults(&Settings::from_lookup(|_| None).unwrap())
+                .unwrap()
+                .is_empty()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

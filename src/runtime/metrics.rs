@@ -12,8 +12,6 @@ use prometheus_client::metrics::{
 };
 use prometheus_client::registry::Registry;
 
-use crate::api::{ClickHouseClusterStatus, ClusterState};
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: String,
@@ -180,15 +178,41 @@ impl Drop for Queued<'_> {
     }
 }
 
-/// The states a cluster can report, each a series of `cluster_state`.
-const STATES: [ClusterState; 6] = [
-    ClusterState::Initializing,
-    ClusterState::Ready,
-    ClusterState::Paused,
-    ClusterState::Stopping,
-    ClusterState::Error,
-    ClusterState::Suspended,
+/// The states a cluster can report, each a series of `cluster_state`: the names its status
+/// gives them (the controller's tests keep them the same as the API's).
+pub const CLUSTER_STATES: [&str; 6] = [
+    "initializing",
+    "ready",
+    "paused",
+    "stopping",
+    "error",
+    "suspended",
 ];
+
+/// What the series of one cluster show, read from the status it reports
+/// ([`Metrics::record_cluster`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterGauges {
+    /// The state in its status, one of [`CLUSTER_STATES`].
+    pub state: String,
+    /// Its servers' pods.
+    pub clickhouse: PodCounts,
+    /// Its Keeper's pods.
+    pub keeper: PodCounts,
+    /// Its replicas being removed by a scale-in.
+    pub condemned: i64,
+}
+
+/// The pods of one component of a cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodCounts {
+    /// Pods the spec asks for.
+    pub desired: i64,
+    /// Pods that are Ready.
+    pub ready: i64,
+    /// Ready pods on the current revision.
+    pub updated: i64,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ObjectLabels {
@@ -285,7 +309,7 @@ impl Metrics {
         metrics
             .build_info
             .get_or_create(&BuildLabels {
-                version: crate::api::validate::OPERATOR_VERSION.to_string(),
+                version: crate::version::OPERATOR_VERSION.to_string(),
             })
             .set(1);
         metrics
@@ -506,22 +530,22 @@ impl Metrics {
     }
 
     /// The series of a cluster from the status it reports.
-    pub fn record_cluster(&self, namespace: &str, cluster: &str, status: &ClickHouseClusterStatus) {
+    pub fn record_cluster(&self, namespace: &str, cluster: &str, gauges: &ClusterGauges) {
         let labels = self.cluster_labels(namespace, cluster);
-        for state in STATES {
+        for state in CLUSTER_STATES {
             self.cluster_state
                 .get_or_create(&StateLabels {
                     cluster: labels.clone(),
                     state: state.to_string(),
                 })
-                .set(i64::from(state == status.state));
+                .set(i64::from(state == gauges.state));
         }
         for (component, c) in [
-            ("clickhouse", &status.clickhouse),
-            ("keeper", &status.keeper),
+            ("clickhouse", &gauges.clickhouse),
+            ("keeper", &gauges.keeper),
         ] {
             for (count, v) in [
-                ("desired", c.size),
+                ("desired", c.desired),
                 ("ready", c.ready),
                 ("updated", c.updated),
             ] {
@@ -531,17 +555,12 @@ impl Metrics {
                         component: component.into(),
                         count: count.into(),
                     })
-                    .set(i64::from(v));
+                    .set(v);
             }
         }
-        let condemned = status
-            .replica_state_map
-            .values()
-            .filter(|r| r.state == crate::api::ReplicaState::Condemned)
-            .count();
         self.cluster_condemned
             .get_or_create(&labels)
-            .set(condemned as i64);
+            .set(gauges.condemned);
     }
 
     /// A backup of `cluster` that completed at `unix` seconds (the newest one counts).
@@ -567,7 +586,7 @@ impl Metrics {
     /// Removes every series of a deleted cluster.
     pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
         let labels = self.cluster_labels(namespace, cluster);
-        for state in STATES {
+        for state in CLUSTER_STATES {
             self.cluster_state.remove(&StateLabels {
                 cluster: labels.clone(),
                 state: state.to_string(),
@@ -771,17 +790,21 @@ mod tests {
         }
     }
 
-    fn a_status() -> ClickHouseClusterStatus {
-        serde_json::from_value(serde_json::json!({
-            "state": "error",
-            "clickhouse": {"size": 4, "ready": 3, "updated": 2},
-            "keeper": {"size": 3, "ready": 3, "updated": 3},
-            "replicaStateMap": {
-                "c1-0-0": {"shard": 0, "index": 0, "state": "Ready", "isBackupPod": true},
-                "c1-0-2": {"shard": 0, "index": 2, "state": "Condemned", "isBackupPod": false}
-            }
-        }))
-        .unwrap()
+    fn a_status() -> ClusterGauges {
+        ClusterGauges {
+            state: "error".into(),
+            clickhouse: PodCounts {
+                desired: 4,
+                ready: 3,
+                updated: 2,
+            },
+            keeper: PodCounts {
+                desired: 3,
+                ready: 3,
+                updated: 3,
+            },
+            condemned: 1,
+        }
     }
 
     /// Per cluster, its state as a labelled gauge, its pods desired/ready/updated, its condemned

@@ -124,14 +124,24 @@ pub struct Settings {
     /// it), so that the exporter may read that one Secret and no other (decision 36). Unset:
     /// nothing is published, and the exporter reads each cluster's own Secrets.
     pub exporter_credentials: Option<String>,
-    /// Defaults merged under every cluster's spec (decision 52), from the file
-    /// `CLUSTER_DEFAULTS_FILE` names (the chart mounts its `clusterDefaults` there); none
-    /// without it. A file that cannot be read or holds a field that cannot take a default stops
-    /// the operator at start, naming it.
-    pub cluster_defaults: crate::api::defaults::ClusterDefaults,
+    /// The file of defaults merged under every cluster's spec (decision 52) that
+    /// `CLUSTER_DEFAULTS_FILE` names (the chart mounts its `clusterDefaults` there), read at
+    /// start; none without it. A file that cannot be read stops the operator here, naming it;
+    /// the controller parses it into the API's defaults, and a field that cannot take a default
+    /// stops the operator at start too, naming the file.
+    pub cluster_defaults_file: Option<DefaultsFile>,
     /// The label that names the ClickHouseCluster on the operator's per-cluster series
     /// (`METRICS_CLUSTER_LABEL`: `clickhouse_cluster`, the default, or `cluster`).
     pub metrics_cluster_label: crate::runtime::metrics::ClusterLabel,
+}
+
+/// The operator-level defaults file (`CLUSTER_DEFAULTS_FILE`) as read at start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultsFile {
+    /// The path as `CLUSTER_DEFAULTS_FILE` gives it (errors about the file quote it).
+    pub path: String,
+    /// The file's text.
+    pub text: String,
 }
 
 /// Parses `key=value,…` (a label selector of equalities only).
@@ -437,22 +447,22 @@ impl Settings {
                 ));
             }
         };
-        let cluster_defaults = match get("CLUSTER_DEFAULTS_FILE").filter(|v| !v.trim().is_empty()) {
-            None => crate::api::defaults::ClusterDefaults::default(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path.trim())
-                    .map_err(|e| format!("CLUSTER_DEFAULTS_FILE: cannot read {path:?}: {e}"))?;
-                crate::api::defaults::ClusterDefaults::parse(&text)
-                    .map_err(|e| format!("CLUSTER_DEFAULTS_FILE {path:?}: {e}"))?
-            }
-        };
+        let cluster_defaults_file =
+            match get("CLUSTER_DEFAULTS_FILE").filter(|v| !v.trim().is_empty()) {
+                None => None,
+                Some(path) => {
+                    let text = std::fs::read_to_string(path.trim())
+                        .map_err(|e| format!("CLUSTER_DEFAULTS_FILE: cannot read {path:?}: {e}"))?;
+                    Some(DefaultsFile { path, text })
+                }
+            };
         let metrics_cluster_label = crate::runtime::metrics::ClusterLabel::parse(
             get("METRICS_CLUSTER_LABEL").as_deref(),
             "METRICS_CLUSTER_LABEL",
         )?;
         Ok(Settings {
             metrics_cluster_label,
-            cluster_defaults,
+            cluster_defaults_file,
             exporter_credentials,
             operator_pod_labels,
             operator_networks,
@@ -478,7 +488,7 @@ impl Settings {
                 .unwrap_or_else(|| {
                     format!(
                         "ghcr.io/clickhouse-operator/clickhouse-operator:{}",
-                        crate::api::validate::OPERATOR_VERSION
+                        crate::version::OPERATOR_VERSION
                     )
                 }),
         })
@@ -494,35 +504,38 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Decision 52: `CLUSTER_DEFAULTS_FILE` is read and checked at start: a file that cannot be
-    /// read or holds a field that cannot take a default stops the operator, naming it.
+    /// Decision 52: `CLUSTER_DEFAULTS_FILE` is read at start: a file that cannot be read stops
+    /// the operator, naming it (what the file holds is checked by the controller's
+    /// `cluster_defaults`).
     #[test]
-    fn cluster_defaults_are_read_at_start_and_a_bad_file_stops_it() {
-        let dir = std::env::temp_dir().join(format!("chop-defaults-{}", std::process::id()));
+    fn the_cluster_defaults_file_is_read_at_start_and_an_unreadable_one_stops_it() {
+        let dir = std::env::temp_dir().join(format!("chop-defaults-file-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let with = |text: &str| {
-            let path = dir.join("d.yaml");
-            std::fs::write(&path, text).unwrap();
-            let path = path.display().to_string();
-            Settings::from_lookup(move |k| (k == "CLUSTER_DEFAULTS_FILE").then(|| path.clone()))
-        };
-        let ok = with("pod: {nodeSelector: {pool: db}}").unwrap();
-        assert!(!ok.cluster_defaults.is_empty());
-        let e = with("shards: 3").unwrap_err();
-        assert!(
-            e.contains("CLUSTER_DEFAULTS_FILE") && e.contains("shards"),
-            "{e}"
+        let path = dir.join("d.yaml");
+        std::fs::write(&path, "pod: {nodeSelector: {pool: db}}").unwrap();
+        let path = path.display().to_string();
+        let ok = Settings::from_lookup(|k| (k == "CLUSTER_DEFAULTS_FILE").then(|| path.clone()))
+            .unwrap();
+        assert_eq!(
+            ok.cluster_defaults_file,
+            Some(DefaultsFile {
+                path: path.clone(),
+                text: "pod: {nodeSelector: {pool: db}}".into()
+            })
         );
         let e = Settings::from_lookup(|k| {
             (k == "CLUSTER_DEFAULTS_FILE").then(|| "/nonexistent/defaults.yaml".to_string())
         })
         .unwrap_err();
-        assert!(e.contains("cannot read"), "{e}");
         assert!(
+            e.contains("CLUSTER_DEFAULTS_FILE") && e.contains("cannot read"),
+            "{e}"
+        );
+        assert_eq!(
             Settings::from_lookup(|_| None)
                 .unwrap()
-                .cluster_defaults
-                .is_empty()
+                .cluster_defaults_file,
+            None
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

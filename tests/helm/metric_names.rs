@@ -239,7 +239,11 @@ fn operator_series(
     use clickhouse_operator::runtime::metrics::{ErrorLabels, KindLabels, Metrics, ObjectLabels};
     let m = Metrics::new(label);
     let status = serde_json::from_value(serde_json::json!({"state": "ready"})).unwrap();
-    m.record_cluster("n", "c1", &status);
+    m.record_cluster(
+        "n",
+        "c1",
+        &clickhouse_operator::controller::cluster::gauges(&status),
+    );
     m.record_backup("n", "c1", 1.0);
     m.record_backup_failure("ClickHouseBackup", "Bucket");
     m.queued("ClickHouseCluster").started();

@@ -29,7 +29,7 @@ use crate::controller::cache::{Seen, Write};
 use crate::plan::facts::Kind;
 use crate::plan::{self, Failure, FailureReason, Plan, PlannedEvent, World};
 use crate::runtime::backoff::RECHECK;
-use crate::runtime::metrics::{KindLabels, ObjectLabels};
+use crate::runtime::metrics::{ClusterGauges, KindLabels, ObjectLabels, PodCounts};
 
 pub const KIND: &str = "ClickHouseCluster";
 /// Finalizer of a ClickHouseCluster: deletion runs the PVC reclaim policy first (decision 12).
@@ -538,7 +538,7 @@ async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
             current.metadata.generation,
             Timestamp::now(),
         );
-        ctx.metrics.record_cluster(&ns, &name, &status);
+        ctx.metrics.record_cluster(&ns, &name, &gauges(&status));
         p.planned.status = Some(status);
         p.events.extend(events);
         if let Some(f) = outcome.failure.or(plan.failure) {
@@ -688,6 +688,27 @@ pub fn error_policy(cluster: Arc<ClickHouseCluster>, error: &Error, ctx: Arc<Con
         &ctx.cluster_backoff,
         &ctx,
     )
+}
+
+/// What the operator's series of a cluster show ([`crate::runtime::metrics`]), from the status
+/// it reports: its state by name, its servers' and Keeper's pods, its condemned replicas.
+pub fn gauges(status: &ClickHouseClusterStatus) -> ClusterGauges {
+    let pods = |c: &crate::api::ComponentStatus| PodCounts {
+        desired: i64::from(c.size),
+        ready: i64::from(c.ready),
+        updated: i64::from(c.updated),
+    };
+    let condemned = status
+        .replica_state_map
+        .values()
+        .filter(|r| r.state == crate::api::ReplicaState::Condemned)
+        .count();
+    ClusterGauges {
+        state: status.state.to_string(),
+        clickhouse: pods(&status.clickhouse),
+        keeper: pods(&status.keeper),
+        condemned: condemned as i64,
+    }
 }
 
 /// What the operator would decide for a cluster read from a file (no cluster access): the
@@ -842,5 +863,88 @@ mod tests {
         let c = cluster(ClientServiceType::ClusterIP, false);
         let svc = json!({"metadata": {"name": "demo"}});
         assert_eq!(host(&c, Some(svc)), None);
+    }
+
+    /// The operator's series of a cluster read its status: the state by name, the pods the
+    /// spec asks for, the Ready ones and the updated ones of each component, and the condemned
+    /// replicas.
+    #[test]
+    fn the_gauges_of_a_cluster_are_read_from_its_status() {
+        let status: ClickHouseClusterStatus = serde_json::from_value(json!({
+            "state": "error",
+            "clickhouse": {"size": 4, "ready": 3, "updated": 2},
+            "keeper": {"size": 3, "ready": 3, "updated": 3},
+            "replicaStateMap": {
+                "c1-0-0": {"shard": 0, "index": 0, "state": "Ready", "isBackupPod": true},
+                "c1-0-2": {"shard": 0, "index": 2, "state": "Condemned", "isBackupPod": false}
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            gauges(&status),
+            ClusterGauges {
+                state: "error".into(),
+                clickhouse: PodCounts {
+                    desired: 4,
+                    ready: 3,
+                    updated: 2,
+                },
+                keeper: PodCounts {
+                    desired: 3,
+                    ready: 3,
+                    updated: 3,
+                },
+                condemned: 1,
+            }
+        );
+        assert_eq!(
+            gauges(&ClickHouseClusterStatus::default()),
+            ClusterGauges {
+                state: "initializing".into(),
+                ..ClusterGauges::default()
+            }
+        );
+    }
+
+    /// Every state a cluster's status can name has its series of `cluster_state`, and the
+    /// metrics name no other: the states are read from the API's schema, so that a new one
+    /// fails here until the metrics list it.
+    #[test]
+    fn every_cluster_state_has_its_series() {
+        use crate::api::ClusterState;
+        use crate::runtime::metrics::CLUSTER_STATES;
+        fn names(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    for (k, v) in m {
+                        match (k.as_str(), v) {
+                            ("enum", Value::Array(a)) => {
+                                out.extend(a.iter().filter_map(|s| s.as_str().map(str::to_string)))
+                            }
+                            ("const", Value::String(s)) => out.push(s.clone()),
+                            _ => names(v, out),
+                        }
+                    }
+                }
+                Value::Array(a) => a.iter().for_each(|v| names(v, out)),
+                _ => {}
+            }
+        }
+        let schema = serde_json::to_value(schemars::schema_for!(ClusterState)).unwrap();
+        let mut serialized = Vec::new();
+        names(&schema, &mut serialized);
+        let mut states: Vec<String> = serialized
+            .iter()
+            .map(|s| {
+                let state: ClusterState = serde_json::from_value(json!(s)).unwrap();
+                state.to_string()
+            })
+            .collect();
+        states.sort();
+        states.dedup();
+        assert!(states.len() >= 6, "{schema}");
+        let mut listed: Vec<String> = CLUSTER_STATES.iter().map(|s| s.to_string()).collect();
+        listed.sort();
+        assert_eq!(states, listed);
     }
 }
