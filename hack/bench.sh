@@ -7,8 +7,9 @@
 #             servers of a real cluster, asked several times each)
 #   scale     the operator from its chart in front of N single-replica clusters
 #             (BENCH_CLUSTERS, default "1 20"; the first BENCH_REAL, default 50, real 18.16
-#             servers, the rest hollow servers of the local kubelet's light mode): time to
-#             ready, idle API requests per minute and cluster (audit log), CPU, memory, idle pass
+#             servers, the rest hollow servers of the local kubelet's light mode): its memory
+#             before any cluster, time to ready, idle API requests per minute and cluster
+#             (audit log), CPU, memory, idle checks and the share ending at a glance, idle pass
 #             latency, status lag; BENCH_CONCURRENCY sets the chart's maxConcurrentReconciles
 #   lifecycle a 2×2 cluster with 3 Keeper members under the operator from its chart: create, add
 #             a shard, roll every server, scale in (BENCH_ROUNDS, default 1; BENCH_DEBUG_LOG=1

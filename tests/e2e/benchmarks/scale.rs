@@ -151,11 +151,12 @@ async fn status_lag(
 
 /// Benchmark (docs/internals.md, "Benchmarks"): for each N in `BENCH_CLUSTERS` (default "1 20"),
 /// the operator from its chart (one replica, watching every namespace) creates N single-replica
-/// clusters, each in a namespace of its own; printed: the time until all are `ready`, then over
-/// one idle minute the operator's API requests (beyond its leader Lease) per minute and per
-/// cluster, its CPU seconds and resident memory, the idle passes (health checks) per cluster and
-/// minute and the operator's CPU per pass, the p50/p99 of the idle passes, and the status lag
-/// when one server pod becomes unready and Ready again.
+/// clusters, each in a namespace of its own; printed: the operator's resident memory before any
+/// cluster (`RSS 0`), the time until all are `ready`, then over one idle minute the operator's
+/// API requests (beyond its leader Lease) per minute and per cluster, its CPU seconds and
+/// resident memory, the idle passes (health checks) per cluster and minute, the share of them
+/// that ended at a glance (decision 60) and the operator's CPU per pass, the p50/p99 of the
+/// idle passes, and the status lag when one server pod becomes unready and Ready again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: hack/bench.sh scale"]
 async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
@@ -193,6 +194,9 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         let (op_pod, op_ip) = install_operator(&client, &ns, show_log).await;
         let pid = pid_of("clickhouse-operator", &op_pod, None);
         let user = format!("system:serviceaccount:{ns}:op-clickhouse-operator");
+        // the operator's resident memory before it has any cluster (its watches started)
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let (rss_empty, _) = usage(pid);
         let started = Instant::now();
         for (i, cns) in cluster_namespaces.iter().enumerate() {
             let mut spec = json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0},
@@ -318,7 +322,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         // the idle health checks: how often a cluster was passed, and the CPU of one pass
         let idle_passes = passes(&before, &after);
         let row = format!(
-            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>9.1} {:>8} {:>8.1} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
+            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>9.1} {:>8} {:>8.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
             ready_after.as_secs_f64(),
             reads as f64 / minutes / n as f64,
             writes as f64 / minutes / n as f64,
@@ -335,6 +339,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             } else {
                 0.0
             },
+            rss_empty,
             rss,
             quantile(&before, &after, 0.5),
             quantile(&before, &after, 0.99),
@@ -378,7 +383,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "1".into())
     );
     println!(
-        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "N",
         "hollow",
         "ready s",
@@ -389,6 +394,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         "passes/m/c",
         "glance",
         "ms/pass",
+        "RSS 0",
         "RSS MiB",
         "pass p50",
         "pass p99",
