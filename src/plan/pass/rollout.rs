@@ -200,8 +200,22 @@ fn member(pass: &Pass, e: &Existing) -> Member {
 /// Ready replicas of the shards being rolled must be known first.
 fn decide(pass: &mut Pass) -> RolloutPlan {
     let outdated = |m: &Member| m.template_outdated || m.pod_outdated;
+    // A server StatefulSet deleted with its pod kept, to be created again (new volumes), is no
+    // member until it exists again: the rollout waits for it, so that its replica is ordered
+    // with the others of its shard (the backup replica last) and not left out
+    let recreating: Vec<String> = pass
+        .desired()
+        .server_statefulsets
+        .iter()
+        .filter_map(|d| d.metadata.name.clone())
+        .filter(|n| {
+            let f = pass.facts.server(n);
+            f.statefulset.is_none() && f.pod.exists
+        })
+        .collect();
     let active = pass.facts.mode == Mode::Running
         && pass.gates.storage_busy.is_empty()
+        && recreating.is_empty()
         && pass.members.iter().any(outdated);
     let smart = pass.spec.update_strategy == UpdateStrategy::SmartUpdate;
     if !active {

@@ -212,6 +212,83 @@ fn every_server_down_after_ready_is_a_full_crash_until_one_serves() {
     }
 }
 
+/// Decision 44 on several nodes: each node grows its volumes when it gets to them, so the backup
+/// replica's volume can wait for a restart while the other replica's StatefulSet, deleted with
+/// its pod kept to be created again for the new volume size, does not exist yet. The rollout
+/// waits for it instead of restarting the backup replica alone: the backup replica restarts
+/// last, after the other, each once.
+#[test]
+fn a_shard_whose_statefulset_is_being_created_again_restarts_its_backup_replica_last() {
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaimCondition, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+        VolumeResourceRequirements,
+    };
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2,
+        "storage": {"size": "2Gi"}, "storageScaling": {"enableVolumeScaling": true}}));
+    sim.converge(20);
+    let backup = sim
+        .map()
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .map(|(n, _)| n.clone())
+        .unwrap();
+    let other = sim.map().keys().find(|n| **n != backup).cloned().unwrap();
+    let started: Timestamp = "2026-11-29T00:00:00Z".parse().unwrap();
+    for replica in [&backup, &other] {
+        let pod = sim.obs.pods.get_mut(&format!("{replica}-0")).unwrap();
+        pod.status.get_or_insert_with(Default::default).start_time = Some(Time(started));
+        sim.obs.pvcs.insert(
+            model::names::data_pvc(replica),
+            PersistentVolumeClaim {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(model::names::data_pvc(replica)),
+                    ..Default::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_string(),
+                            Quantity("2Gi".into()),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                status: Some(PersistentVolumeClaimStatus {
+                    conditions: Some(vec![PersistentVolumeClaimCondition {
+                        type_: "FileSystemResizePending".into(),
+                        status: "True".into(),
+                        last_transition_time: Some(Time("2026-11-29T01:00:00Z".parse().unwrap())),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+            },
+        );
+    }
+    // the other replica's StatefulSet is being created again: its pod is kept
+    assert!(sim.obs.statefulsets.remove(&other).is_some());
+    let first = sim.plan();
+    assert!(
+        !first
+            .steps
+            .iter()
+            .any(|s| format!("{s:?}").contains(&format!("{backup}-0"))),
+        "the backup replica is left alone while the shard's other StatefulSet is missing: {:?}",
+        first.steps
+    );
+    sim.log.clear();
+    sim.converge(40);
+    let restarts: Vec<&String> = sim
+        .log
+        .iter()
+        .filter(|l| l.starts_with("restart"))
+        .collect();
+    assert_eq!(restarts.len(), 2, "{:?}", sim.log);
+    assert!(restarts[0].contains(&format!("{other}-0")), "{restarts:?}");
+    assert!(restarts[1].contains(&format!("{backup}-0")), "{restarts:?}");
+}
+
 /// Decision 44: a grown volume whose driver grows the file system only when it is mounted again
 /// (`FileSystemResizePending`) does not hold the rollout back, since only a restart completes
 /// it: Smart Update restarts the pod that was started before the condition appeared, once,
