@@ -139,6 +139,10 @@ fn main() {
         ),
         ("operator_image_in_cluster", pods::operator_image_in_cluster),
         (
+            "termination_message_in_a_dev_of_its_own",
+            pods::termination_message_in_a_dev_of_its_own,
+        ),
+        (
             "read_only_root_and_image_volumes",
             images::read_only_root_and_image_volumes,
         ),

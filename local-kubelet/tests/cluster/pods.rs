@@ -423,3 +423,59 @@ spec:
     )?;
     Ok(())
 }
+
+/// A container on the machine's programs, as a user, writes its termination message into a
+/// `/dev` of its own: the machine's devices are not there, the runtime's are, and the message
+/// file is never a path of the machine's `/dev` (where another node agent of the same machine
+/// could remove it under the running container).
+pub(super) fn termination_message_in_a_dev_of_its_own(c: &Cluster) -> Result<()> {
+    let ns = "t-devs";
+    c.namespace(ns)?;
+    c.apply(
+        ns,
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: report}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsUser: 1000, runAsGroup: 1000}
+  containers:
+  - name: c
+    image: busybox
+    command:
+    - sh
+    - -c
+    - |
+      for d in null zero full random urandom tty fd stdout shm; do [ -e /dev/$d ] || echo "no /dev/$d"; done
+      [ -e /dev/kmsg ] && echo "the machine's /dev"
+      echo end > /dev/null
+      echo reported > /dev/termination-log && echo written
+"#,
+    )?;
+    let ended = wait(Duration::from_secs(60), || {
+        !c.get(
+            ns,
+            "pod/report",
+            "{.status.containerStatuses[0].state.terminated.reason}",
+        )
+        .is_empty()
+    });
+    assert!(ended, "report: {}", c.get(ns, "pod/report", "{.status}"));
+    let logs = c.kubectl(&["-n", ns, "logs", "report"], None)?;
+    assert_eq!(logs.trim(), "written", "{logs}");
+    assert_eq!(
+        c.get(
+            ns,
+            "pod/report",
+            "{.status.containerStatuses[0].state.terminated.message}"
+        ),
+        "reported\n"
+    );
+    assert!(
+        !std::path::Path::new("/dev/termination-log").exists(),
+        "a mount point was made in the machine's /dev"
+    );
+    c.kubectl(&["-n", ns, "delete", "pod", "report", "--wait=true"], None)?;
+    Ok(())
+}

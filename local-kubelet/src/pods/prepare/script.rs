@@ -53,8 +53,9 @@ pub(super) fn run_script(
             shell_quote(&src.to_string_lossy())
         ));
     }
-    if let Some(r) = root {
-        script.push_str(&own_root(r));
+    match root {
+        Some(r) => script.push_str(&own_root(r)),
+        None => script.push_str(&own_dev(&env.dir.join("dev"))),
     }
     for (i, (src, target, ro)) in binds.iter().enumerate() {
         if i >= 2 || root.is_some() {
@@ -106,22 +107,47 @@ fn at(root: Option<&Path>, t: &str) -> String {
 /// A container of a stored image: its own root filesystem (a bind of itself, so that it can be
 /// made read-only), with /proc, /sys and a /dev of its own, as a runtime gives it.
 fn own_root(r: &Path) -> String {
-    let r = shell_quote(&r.to_string_lossy());
+    let q = shell_quote(&r.to_string_lossy());
     format!(
-        "mount --bind {r} {r}\nmkdir -p {r}/proc {r}/sys {r}/dev\n\
-         mount -t proc proc {r}/proc\n\
-         mount -t sysfs -o ro,nosuid,nodev,noexec sysfs {r}/sys\n\
-         mount -t tmpfs -o nosuid,mode=755 tmpfs {r}/dev\n\
-         for d in null zero full random urandom tty; do : > {r}/dev/$d; \
-         mount --bind /dev/$d {r}/dev/$d; done\n\
-         mkdir -p {r}/dev/shm\nmount -t tmpfs -o nosuid,nodev,mode=1777 shm {r}/dev/shm\n"
+        "mount --bind {q} {q}\nmkdir -p {q}/proc {q}/sys {q}/dev\n\
+         mount -t proc proc {q}/proc\n\
+         mount -t sysfs -o ro,nosuid,nodev,noexec sysfs {q}/sys\n{}",
+        dev_at(&format!("{}/dev", r.display()))
+    )
+}
+
+/// A container on the machine's own filesystem (the operator's image): a /dev of its own too,
+/// made in `staging` and moved over the machine's /dev in the container's namespace. A runtime
+/// never shows a container the machine's devices, and the mount points made in it (the
+/// termination message file) stay the container's: a file made in the machine's /dev could be
+/// removed by another node agent of the same machine, which detaches the container's mount
+/// there and turns its termination message into a write to the machine's /dev.
+fn own_dev(staging: &Path) -> String {
+    let q = shell_quote(&staging.to_string_lossy());
+    format!(
+        "mkdir -p {q}\n{}mount --move {q} /dev\n",
+        dev_at(&staging.to_string_lossy())
+    )
+}
+
+/// A runtime's /dev at `d`: a tmpfs with the machine's null, zero, full, random, urandom and
+/// tty bound in, the fd and standard stream links, and a /dev/shm of its own.
+fn dev_at(d: &str) -> String {
+    let d = shell_quote(d);
+    format!(
+        "mount -t tmpfs -o nosuid,mode=755 tmpfs {d}\n\
+         for d in null zero full random urandom tty; do : > {d}/$d; \
+         mount --bind /dev/$d {d}/$d; done\n\
+         ln -s /proc/self/fd {d}/fd; ln -s /proc/self/fd/0 {d}/stdin; \
+         ln -s /proc/self/fd/1 {d}/stdout; ln -s /proc/self/fd/2 {d}/stderr\n\
+         mkdir -p {d}/shm\nmount -t tmpfs -o nosuid,nodev,mode=1777 shm {d}/shm\n"
     )
 }
 
 /// The mount point at `target` (a folder when `is_dir`): below another mount it is created
 /// inside it, in the source folder when that mount is read-only (a configMap, secret, projected
 /// volume), as a kubelet and runtime make it, else in the namespace (the script's lines);
-/// others on the machine's filesystem, recorded for cleanup.
+/// others in the container's own /dev, or on the machine's filesystem, recorded for cleanup.
 fn mount_point(
     env: &PodEnv,
     all: &[Mount],
@@ -134,7 +160,7 @@ fn mount_point(
         .filter(|m| m.target != *target && target.starts_with(&format!("{}/", m.target)))
         .max_by_key(|m| m.target.len());
     match parent {
-        None if root.is_none() => {
+        None if root.is_none() && !target.starts_with("/dev/") => {
             let _ = util::ensure_mount_point(&env.ctx.data_dir, Path::new(target), !is_dir);
         }
         None => {}
