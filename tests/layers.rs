@@ -205,3 +205,204 @@ fn a_crate_path_is_found_in_code_and_nowhere_else() {
     let lines: Vec<&str> = production(text).into_iter().map(|(_, l)| l).collect();
     assert_eq!(lines, ["use crate::util;", "fn f() {}"]);
 }
+
+/// The module path of a file of `src/` (`src/plan/pass/mod.rs` → `plan::pass`).
+fn module_of(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_start_matches("src/")
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_string)
+        .collect();
+    if parts
+        .last()
+        .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
+    {
+        parts.pop();
+    }
+    parts
+}
+
+/// The module paths a line names: `crate::a::b`, `super::x`, `self::y`, each item of a group
+/// (`crate::a::{b, c::d}`), resolved from `module`, the module of the file (a `mod.rs` is its
+/// folder's module, so `super` is the parent's in both kinds of file).
+fn paths_named(line: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if !line.is_char_boundary(i) {
+            i += 1;
+            continue;
+        }
+        let starts = ["crate::", "super::", "self::"]
+            .iter()
+            .find(|p| line[i..].starts_with(**p));
+        let boundary =
+            i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_' || b[i - 1] == b':');
+        let Some(_) = starts.filter(|_| boundary) else {
+            i += 1;
+            continue;
+        };
+        // the path's segments up to a group, a space or punctuation
+        let mut j = i;
+        let mut segs: Vec<String> = Vec::new();
+        loop {
+            let seg: String = line[j..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if seg.is_empty() {
+                break;
+            }
+            j += seg.len();
+            segs.push(seg);
+            if line[j..].starts_with("::") {
+                j += 2;
+            } else {
+                break;
+            }
+        }
+        let mut base: Vec<String> = Vec::new();
+        let mut k = 0;
+        match segs.first().map(String::as_str) {
+            Some("crate") => k = 1,
+            _ => {
+                base = module.to_vec();
+                while k < segs.len() && (segs[k] == "super" || segs[k] == "self") {
+                    if segs[k] == "super" {
+                        base.pop();
+                    }
+                    k += 1;
+                }
+            }
+        }
+        base.extend(segs[k..].iter().cloned());
+        if line[j..].starts_with('{') {
+            // a group: each item's first segment under the path
+            let end = line[j..].find('}').map_or(line.len(), |e| j + e);
+            for item in line[j + 1..end].split(',') {
+                let first: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !first.is_empty() && first != "self" {
+                    let mut p = base.clone();
+                    p.push(first);
+                    out.push(p);
+                }
+            }
+            out.push(base);
+            i = end;
+        } else {
+            out.push(base);
+            i = j.max(i + 1);
+        }
+    }
+    out
+}
+
+/// Modules that are siblings (children of one parent) never reach each other both ways,
+/// directly or through others of their siblings: what two of them share lives below both
+/// (docs/internals.md, "Layers"). A child reaching its parent's items is no such cycle.
+#[test]
+fn no_two_sibling_modules_reach_each_other() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut all = Vec::new();
+    files(&root.join("src"), &mut all);
+    all.sort();
+    let rels: Vec<String> = all
+        .iter()
+        .map(|p| p.strip_prefix(root).unwrap().to_string_lossy().to_string())
+        .collect();
+    let modules: BTreeSet<Vec<String>> = rels.iter().map(|r| module_of(r)).collect();
+    // sibling → siblings it reaches, with one line that shows it
+    let mut arrows: BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>> = BTreeMap::new();
+    for (path, rel) in all.iter().zip(&rels) {
+        let module = module_of(rel);
+        let text = std::fs::read_to_string(path).unwrap();
+        for (n, line) in production(&text) {
+            for named in paths_named(line, &module) {
+                // the longest prefix that is a module of the crate
+                let Some(target) = (1..=named.len())
+                    .rev()
+                    .map(|k| named[..k].to_vec())
+                    .find(|p| modules.contains(p))
+                else {
+                    continue;
+                };
+                let common = module
+                    .iter()
+                    .zip(&target)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                if common == module.len() || common == target.len() {
+                    continue; // the module itself, an ancestor or a descendant
+                }
+                arrows
+                    .entry(module[..=common].to_vec())
+                    .or_default()
+                    .entry(target[..=common].to_vec())
+                    .or_insert_with(|| format!("{rel}:{n}: {}", line.trim()));
+            }
+        }
+    }
+    // a cycle: a path from a sibling back to itself
+    let mut cycles = Vec::new();
+    let mut members_seen: BTreeSet<Vec<Vec<String>>> = BTreeSet::new();
+    for start in arrows.keys() {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((at, trail)) = stack.pop() {
+            for next in arrows.get(&at).map(|m| m.keys()).into_iter().flatten() {
+                if next == start {
+                    let mut members = trail.clone();
+                    members.sort();
+                    if !members_seen.insert(members) {
+                        continue;
+                    }
+                    let mut shown: Vec<String> = Vec::new();
+                    for w in trail
+                        .windows(2)
+                        .chain(std::iter::once(&[at.clone(), start.clone()][..]))
+                    {
+                        shown.push(format!(
+                            "{} -> {} ({})",
+                            w[0].join("::"),
+                            w[1].join("::"),
+                            arrows[&w[0]][&w[1]]
+                        ));
+                    }
+                    cycles.push(shown.join("\n  "));
+                } else if seen.insert(next.clone()) {
+                    let mut t = trail.clone();
+                    t.push(next.clone());
+                    stack.push((next.clone(), t));
+                }
+            }
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "sibling modules that reach each other:\n  {}",
+        cycles.join("\n\n  ")
+    );
+}
+
+/// The cycle check reads paths as the compiler resolves them: `super` from a file and from a
+/// `mod.rs`, `self`, `crate`, and each item of a group.
+#[test]
+fn paths_are_resolved_from_the_file_that_names_them() {
+    let m = |s: &str| s.split("::").map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(module_of("src/plan/pass/mod.rs"), m("plan::pass"));
+    assert_eq!(module_of("src/plan/report.rs"), m("plan::report"));
+    let from_file = paths_named("use super::pass::Pass;", &m("plan::report"));
+    assert_eq!(from_file, [m("plan::pass::Pass")]);
+    let from_dir = paths_named("use super::report::x;", &m("plan::pass"));
+    assert_eq!(from_dir, [m("plan::report::x")]);
+    let group = paths_named("use crate::model::{self, labels, names::x};", &m("a"));
+    assert_eq!(group, [m("model::labels"), m("model::names"), m("model")]);
+    assert!(paths_named("use my_crate::model;", &m("a")).is_empty());
+}

@@ -15,9 +15,9 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use tracing::{info, warn};
 
-use super::cluster::DELETE_PVC_LABEL;
 use super::kube::{gone_or_replaced, namespaced, namespaced_or_all};
 use crate::model::labels;
+use crate::model::labels::DELETE_PVC as DELETE_PVC_LABEL;
 use crate::runtime::settings::{PvcDeleteKey, WatchNamespaces};
 
 /// The annotation that proves the operator handed a PVC to the cleaner.

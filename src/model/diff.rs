@@ -134,6 +134,127 @@ pub fn fields_to_remove(observed: &Value, desired: &Value, ours: &str) -> Vec<Fo
     fields_of(observed, desired, |e| is_removable_entry(e, ours))
 }
 
+/// [`fields_to_remove`] without the fields that hold the value the API server gives them when
+/// a write leaves them out ([`is_api_default`]): removing one changes nothing but the object's
+/// managed fields, and would cost a write before the first apply of every object the operator
+/// created (each StatefulSet's first template change in a roll: decision 57).
+pub fn fields_to_remove_but_defaults(
+    observed: &Value,
+    desired: &Value,
+    ours: &str,
+) -> Vec<Foreign> {
+    let mut fields = fields_to_remove(observed, desired, ours);
+    fields.retain(|f| !is_api_default(observed, f));
+    fields
+}
+
+/// The values the API server fills in when a write leaves a field out, for the fields of the
+/// objects the operator writes (`SetDefaults_PodSpec`, `_Container`, `_Probe`,
+/// `_StatefulSetSpec`, `_ServiceSpec`, …), by path (`*` a list element). A field missing here
+/// is only removed and defaulted again: one write more, nothing lost.
+const API_DEFAULTS: &[(&str, &str)] = &[
+    ("spec/revisionHistoryLimit", "10"),
+    ("spec/podManagementPolicy", r#""OrderedReady""#),
+    (
+        "spec/persistentVolumeClaimRetentionPolicy",
+        r#"{"whenDeleted": "Retain", "whenScaled": "Retain"}"#,
+    ),
+    (
+        "spec/volumeClaimTemplates/*/spec/volumeMode",
+        r#""Filesystem""#,
+    ),
+    ("spec/template/spec/restartPolicy", r#""Always""#),
+    ("spec/template/spec/dnsPolicy", r#""ClusterFirst""#),
+    ("spec/template/spec/schedulerName", r#""default-scheduler""#),
+    ("spec/template/spec/terminationGracePeriodSeconds", "30"),
+    ("spec/template/spec/securityContext", "{}"),
+    ("spec/template/spec/volumes/*/configMap/defaultMode", "420"),
+    ("spec/template/spec/volumes/*/secret/defaultMode", "420"),
+    ("spec/template/spec/volumes/*/projected/defaultMode", "420"),
+    (
+        "spec/template/spec/volumes/*/projected/sources/*/serviceAccountToken/expirationSeconds",
+        "3600",
+    ),
+    ("spec/sessionAffinity", r#""None""#),
+    ("spec/internalTrafficPolicy", r#""Cluster""#),
+    ("spec/ipFamilyPolicy", r#""SingleStack""#),
+    ("spec/ports/*/protocol", r#""TCP""#),
+];
+
+/// The defaults of every container of a pod template (`containers`, `initContainers`), by
+/// path below the container.
+const CONTAINER_DEFAULTS: &[(&str, &str)] = &[
+    ("terminationMessagePath", r#""/dev/termination-log""#),
+    ("terminationMessagePolicy", r#""File""#),
+    ("resources", "{}"),
+    ("ports/*/protocol", r#""TCP""#),
+    ("env/*/valueFrom/fieldRef/apiVersion", r#""v1""#),
+    ("livenessProbe/successThreshold", "1"),
+    ("livenessProbe/timeoutSeconds", "1"),
+    ("livenessProbe/periodSeconds", "10"),
+    ("livenessProbe/failureThreshold", "3"),
+    ("readinessProbe/successThreshold", "1"),
+    ("readinessProbe/timeoutSeconds", "1"),
+    ("readinessProbe/periodSeconds", "10"),
+    ("readinessProbe/failureThreshold", "3"),
+    ("startupProbe/successThreshold", "1"),
+    ("startupProbe/timeoutSeconds", "1"),
+    ("startupProbe/periodSeconds", "10"),
+    ("startupProbe/failureThreshold", "3"),
+];
+
+/// Does field `f` of `observed` hold what the API server would give it if it were removed
+/// ([`API_DEFAULTS`], [`CONTAINER_DEFAULTS`], and a container's `imagePullPolicy`: `Always`
+/// for an image without a tag or tagged `latest`, else `IfNotPresent`)? A list element (a
+/// field with a key) never is.
+pub fn is_api_default(observed: &Value, f: &Foreign) -> bool {
+    if f.key.is_some() {
+        return false;
+    }
+    let Some(value) = observed.pointer(&f.pointer()) else {
+        return false;
+    };
+    let pattern: Vec<String> = f
+        .path
+        .iter()
+        .map(|s| match s {
+            Step::Field(name) => name.clone(),
+            Step::Index(_) => "*".into(),
+        })
+        .collect();
+    let pattern = pattern.join("/");
+    let default = |text: &str| serde_json::from_str::<Value>(text).ok().as_ref() == Some(value);
+    if let Some((_, d)) = API_DEFAULTS.iter().find(|(p, _)| *p == pattern) {
+        return default(d);
+    }
+    for list in [
+        "spec/template/spec/containers/*/",
+        "spec/template/spec/initContainers/*/",
+    ] {
+        let Some(rest) = pattern.strip_prefix(list) else {
+            continue;
+        };
+        if rest == "imagePullPolicy" {
+            // the container's own image decides
+            let container = &f.pointer()[..f.pointer().len() - "/imagePullPolicy".len()];
+            let image = observed
+                .pointer(&format!("{container}/image"))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let name = image.rsplit('/').next().unwrap_or_default();
+            let latest =
+                !image.contains('@') && name.split_once(':').is_none_or(|(_, tag)| tag == "latest");
+            let wanted = if latest { "Always" } else { "IfNotPresent" };
+            return value.as_str() == Some(wanted);
+        }
+        return CONTAINER_DEFAULTS
+            .iter()
+            .find(|(p, _)| *p == rest)
+            .is_some_and(|(_, d)| default(d));
+    }
+    false
+}
+
 fn fields_of(observed: &Value, desired: &Value, entries: impl Fn(&Value) -> bool) -> Vec<Foreign> {
     let mut out = Vec::new();
     for entry in observed["metadata"]["managedFields"]
@@ -498,6 +619,77 @@ mod tests {
         assert_eq!(managed.as_array().unwrap().len(), 1, "{managed}");
         assert_eq!(managed[0]["operation"], "Apply");
         assert!(!is_removable_entry(&managed[0], FIELD_MANAGER));
+    }
+
+    /// What the API server defaulted when the operator created a StatefulSet (held by the
+    /// create's entry, as every StatefulSet's first apply in a roll found it) is not removed
+    /// before the apply: removing it would change only the managed fields, one write for
+    /// nothing. The same fields at other values are removed, and a field the spec no longer
+    /// asks for still is (decision 57).
+    #[test]
+    fn what_the_api_server_defaulted_at_creation_is_no_field_to_remove() {
+        let observed_with = |restart: &str, pull: &str, period: i64, image: &str| {
+            let mut o = json!({"metadata": {"name": "c1-0-0"}, "spec": {
+                "revisionHistoryLimit": 10, "podManagementPolicy": "OrderedReady",
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+                "template": {"spec": {"restartPolicy": restart, "dnsPolicy": "ClusterFirst",
+                    "schedulerName": "default-scheduler",
+                    "containers": [{"name": "clickhouse", "image": image,
+                        "imagePullPolicy": pull, "resources": {},
+                        "terminationMessagePath": "/dev/termination-log",
+                        "readinessProbe": {"httpGet": {"path": "/ping"}, "successThreshold": 1,
+                            "periodSeconds": period}}]}}}});
+            o["metadata"]["managedFields"] = json!([
+                {"manager": FIELD_MANAGER, "operation": "Update", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:spec": {"f:revisionHistoryLimit": {}, "f:podManagementPolicy": {},
+                    "f:persistentVolumeClaimRetentionPolicy": {".": {}, "f:whenDeleted": {}, "f:whenScaled": {}},
+                    "f:template": {"f:spec": {"f:restartPolicy": {}, "f:dnsPolicy": {},
+                        "f:schedulerName": {}, "f:containers": {
+                        "k:{\"name\":\"clickhouse\"}": {".": {}, "f:name": {}, "f:image": {},
+                            "f:imagePullPolicy": {}, "f:resources": {}, "f:terminationMessagePath": {},
+                            "f:readinessProbe": {".": {}, "f:httpGet": {"f:path": {}},
+                                "f:successThreshold": {}, "f:periodSeconds": {}}}}}}}}},
+            ]);
+            o
+        };
+        let desired = json!({"metadata": {"name": "c1-0-0"}, "spec": {"template": {"spec": {
+            "containers": [{"name": "clickhouse", "image": "clickhouse/clickhouse-server:24.8",
+                "readinessProbe": {"httpGet": {"path": "/ping"}}}]}}}});
+        let pointers = |o: &Value| -> Vec<String> {
+            fields_to_remove_but_defaults(o, &desired, FIELD_MANAGER)
+                .iter()
+                .map(Foreign::pointer)
+                .collect()
+        };
+        let defaulted = observed_with(
+            "Always",
+            "IfNotPresent",
+            10,
+            "clickhouse/clickhouse-server:24.8",
+        );
+        assert_eq!(
+            fields_to_remove(&defaulted, &desired, FIELD_MANAGER).len(),
+            11
+        );
+        assert!(
+            pointers(&defaulted).is_empty(),
+            "{:?}",
+            pointers(&defaulted)
+        );
+        // `latest` (or no tag) is pulled always by default
+        let latest = observed_with("Always", "Always", 10, "clickhouse/clickhouse-server");
+        assert!(pointers(&latest).is_empty(), "{:?}", pointers(&latest));
+        let set = observed_with("Never", "Always", 5, "registry:5000/clickhouse-server:24.8");
+        let mut got = pointers(&set);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "/spec/template/spec/containers/0/imagePullPolicy",
+                "/spec/template/spec/containers/0/readinessProbe/periodSeconds",
+                "/spec/template/spec/restartPolicy",
+            ]
+        );
     }
 
     /// A field another writer changed to another value is the apply's to take back (covers

@@ -45,12 +45,7 @@ fn feed(h: &mut Sha256, bytes: &[u8]) {
     h.update(bytes);
 }
 
-/// A short hash of a JSON value (its canonical text: object keys are sorted).
-pub fn json_hash(v: &serde_json::Value) -> String {
-    let mut h = Sha256::new();
-    h.update(v.to_string().as_bytes());
-    hex::encode(&h.finalize()[..8])
-}
+pub use crate::util::json_hash;
 
 /// Sets the [`labels::OBJECT_HASH`] annotation of an object (as JSON) to the hash of the rest of
 /// it. An object whose pod template has a hash of its own ([`labels::TEMPLATE_HASH`]: a

@@ -10,8 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ProjectedVolumeSource, SecretKeySelector, SecurityContext,
-    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
+    PodSpec, PodTemplateSpec, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -19,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{AgentPodSettings, S3Destination};
 use crate::model::names;
-use crate::model::statefulset::SERVER_CONTAINER;
+use crate::model::statefulset::{SERVER_CONTAINER, WEB_IDENTITY_VOLUME, web_identity_volume};
 use crate::util::web_identity as sts;
 
 /// What the agent reports when it ends (as JSON, in its termination message).
@@ -197,30 +196,6 @@ pub fn server_changed(job: &Job, server: Option<&Pod>) -> Option<String> {
     }
     let now = server_restarts(pod);
     (now != restarts).then(|| format!("its server restarted ({restarts} → {now} restarts)"))
-}
-
-/// The volume of the ServiceAccount token a pod exchanges for S3 credentials (decision 43).
-pub const WEB_IDENTITY_VOLUME: &str = "aws-iam-token";
-
-/// The projected ServiceAccount token with `w`'s audience, renewed by the kubelet, mounted at
-/// [`sts::TOKEN_DIR`].
-pub fn web_identity_volume(w: &crate::api::WebIdentity) -> Volume {
-    Volume {
-        name: WEB_IDENTITY_VOLUME.into(),
-        projected: Some(ProjectedVolumeSource {
-            sources: Some(vec![VolumeProjection {
-                service_account_token: Some(ServiceAccountTokenProjection {
-                    audience: Some(w.audience().to_string()),
-                    expiration_seconds: Some(sts::TOKEN_SECONDS),
-                    path: sts::TOKEN_FILE.into(),
-                    ..ServiceAccountTokenProjection::default()
-                }),
-                ..VolumeProjection::default()
-            }]),
-            ..ProjectedVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
 }
 
 /// `<owner>-<mode>-shard-<n>`, within a DNS label.

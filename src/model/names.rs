@@ -1,7 +1,10 @@
 //! Names of every object and host a cluster has, and the ports its servers listen on. Every
 //! other part of the operator takes names from here, so that they are computed one way only.
 
-use super::statefulset::DATA_VOLUME;
+/// Name of the data volume claim template of the server and Keeper StatefulSets (a replica's
+/// PVC is [`data_pvc`]).
+pub const DATA_VOLUME: &str = "data";
+
 pub use crate::conventions::{
     DEFAULT_CLUSTER_DOMAIN, GRPC_PORT, HTTP_PORT, HTTPS_PORT, INTERSERVER_HTTP_PORT,
     INTERSERVER_HTTPS_PORT, MYSQL_PORT, POSTGRESQL_PORT, SECRET_SETTING_ENV_PREFIX, TCP_PORT,

@@ -27,7 +27,7 @@ pub fn users_secret(
         listed,
         remote_account(inputs),
         cluster_secret(inputs),
-        backup_collections(inputs),
+        crate::model::config::server::backup_collections(inputs),
     )?;
     let mut data = BTreeMap::from([
         (names::USERS_FILE.to_string(), ByteString(file.into_bytes())),
@@ -96,20 +96,6 @@ pub fn cluster_secret(inputs: &crate::model::Inputs) -> Option<&Password> {
             .server_version
             .is_some_and(|v| v.supports(crate::version::Capability::ClusterSecret))
     })
-}
-
-/// The backup destinations' named collections where they are written: every server runs a
-/// version whose `BACKUP` reads them (older ones get the keys in the statement, masked in every
-/// log and error of the operator and its agents).
-pub fn backup_collections(inputs: &crate::model::Inputs) -> &[crate::model::S3Collection] {
-    let supported = inputs
-        .server_version
-        .is_some_and(|v| v.supports(crate::version::Capability::BackupNamedCollection));
-    if supported {
-        &inputs.backup_collections
-    } else {
-        &[]
-    }
 }
 
 /// The files of `<cluster>-users` besides `remote_servers` that the server pods project into

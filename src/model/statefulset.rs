@@ -27,8 +27,7 @@ use crate::util::quantity;
 pub const CLICKHOUSE_UID: i64 = 101;
 /// Name of the main server container.
 pub const SERVER_CONTAINER: &str = "clickhouse";
-/// Name of the data volume claim template (a replica's PVC is [`names::data_pvc`]).
-pub const DATA_VOLUME: &str = "data";
+pub use super::names::DATA_VOLUME;
 /// Default `startupSeconds` of a server.
 pub const SERVER_STARTUP_SECONDS: i32 = 120;
 
@@ -671,12 +670,9 @@ fn server_volumes(
     if let Some(w) = server_web_identity(c) {
         mounts.push(VolumeMount {
             read_only: Some(true),
-            ..mount(
-                super::job::WEB_IDENTITY_VOLUME,
-                crate::util::web_identity::TOKEN_DIR,
-            )
+            ..mount(WEB_IDENTITY_VOLUME, crate::util::web_identity::TOKEN_DIR)
         });
-        volumes.push(super::job::web_identity_volume(w));
+        volumes.push(web_identity_volume(w));
     }
     (mounts, volumes)
 }
@@ -782,5 +778,33 @@ fn secret_file_projection(name: String, file: &str) -> VolumeProjection {
             ..SecretProjection::default()
         }),
         ..VolumeProjection::default()
+    }
+}
+
+/// The volume of the ServiceAccount token a pod exchanges for S3 credentials (decision 43).
+pub const WEB_IDENTITY_VOLUME: &str = "aws-iam-token";
+
+/// The projected ServiceAccount token with `w`'s audience, renewed by the kubelet, mounted at
+/// [`sts::TOKEN_DIR`].
+pub fn web_identity_volume(w: &crate::api::WebIdentity) -> Volume {
+    use crate::util::web_identity as sts;
+    use k8s_openapi::api::core::v1::{
+        ProjectedVolumeSource, ServiceAccountTokenProjection, VolumeProjection,
+    };
+    Volume {
+        name: WEB_IDENTITY_VOLUME.into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    audience: Some(w.audience().to_string()),
+                    expiration_seconds: Some(sts::TOKEN_SECONDS),
+                    path: sts::TOKEN_FILE.into(),
+                    ..ServiceAccountTokenProjection::default()
+                }),
+                ..VolumeProjection::default()
+            }]),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
     }
 }

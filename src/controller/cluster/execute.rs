@@ -20,6 +20,7 @@ use rand::Rng;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use super::done::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
 use super::{Error, KIND, api, dynamic, noted, noted_deletion, scale_in};
 use crate::api::ClickHouseCluster;
@@ -33,50 +34,10 @@ use crate::plan::step::{Outcome, Step};
 use crate::plan::{self, EventType, FailureReason, Plan, PlannedEvent, World};
 use crate::runtime::metrics::KindLabels;
 
-/// What one step did.
-pub enum Done {
-    /// Finished, with what to tell about it.
-    Finished(Option<PlannedEvent>),
-    /// Started or checked, not finished: why the pass waits for it.
-    Waiting(String),
-}
-
-/// The longest a step that talks to servers (a schema copy, a scale-in's drops) may hold a
-/// pass: each call is bounded already, but a server that stopped answering (a hung process)
-/// costs every call its timeout and retries, and the steps after it (and other clusters'
-/// passes) would wait for all of them (decision 31, invariant 11).
-pub const SERVER_STEP_BUDGET: Duration = Duration::from_secs(20);
-
 /// A best-effort DNS cache drop waits no longer than this for its server.
 const DNS_DROP_BUDGET: Duration = Duration::from_secs(2);
 /// A table's `SYSTEM RESTART REPLICA` (decision 45) waits no longer than this for its server.
 const RESTART_REPLICA_BUDGET: Duration = Duration::from_secs(5);
-
-/// Runs `step` for at most `budget`; beyond it, the step is given up for this pass (its
-/// statements are idempotent: a schema copy creates `IF NOT EXISTS`, drops are `IF EXISTS`)
-/// and the pass waits for it, to try again next pass.
-pub async fn bounded(
-    what: &str,
-    budget: Duration,
-    step: impl std::future::Future<Output = Result<Done, Error>>,
-) -> Result<Done, Error> {
-    match tokio::time::timeout(budget, step).await {
-        Ok(done) => done,
-        Err(_) => Ok(Done::Waiting(format!(
-            "{what} did not finish within {} s (a server is not answering); tried again next pass",
-            budget.as_secs()
-        ))),
-    }
-}
-
-pub fn normal(reason: &'static str, action: &'static str, message: String) -> Done {
-    Done::Finished(Some(PlannedEvent {
-        kind: EventType::Normal,
-        reason,
-        action,
-        message,
-    }))
-}
 
 /// Runs the plan's steps in order. Stops at the first failure, except that the steps of other
 /// condemned replicas go on (each replica's chain stops at its own first failure or wait).
@@ -517,7 +478,8 @@ async fn delete(
 
 /// Removes from object `name` what other writers added to what the operator owns and
 /// `desired` does not have ([`model::diff::foreign_fields`], read from a fresh copy: the caches
-/// keep only others' managed fields), with one JSON patch that tests each list element's key
+/// keep only others' managed fields; a field at the value the API server would give it again
+/// is left, [`model::diff::is_api_default`]), with one JSON patch that tests each list element's key
 /// before removing it; returns the paths removed and their writers, for the event (never a
 /// value: a hand-added environment variable may hold a secret), or `None` when nothing was.
 async fn remove_foreign_fields(
@@ -525,12 +487,12 @@ async fn remove_foreign_fields(
     name: &str,
     desired: &serde_json::Value,
 ) -> Result<Option<Removed>, Error> {
-    use model::diff::{FIELD_MANAGER, fields_to_remove, removal_patch};
+    use model::diff::{FIELD_MANAGER, fields_to_remove_but_defaults, removal_patch};
     let Some(current) = api.get_opt(name).await? else {
         return Ok(None);
     };
     let current = serde_json::to_value(&current).expect("Kubernetes objects serialise");
-    let foreign = fields_to_remove(&current, desired, FIELD_MANAGER);
+    let foreign = fields_to_remove_but_defaults(&current, desired, FIELD_MANAGER);
     if foreign.is_empty() {
         return Ok(None);
     }

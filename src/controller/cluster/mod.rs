@@ -2,6 +2,7 @@
 //! [`crate::plan::decide`]) → act ([`execute`]) → report (the pure
 //! [`crate::plan::report::report`]), then one status write and the events.
 
+mod done;
 mod execute;
 pub mod idle;
 pub mod keeper_root;

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::execute::{Done, SERVER_STEP_BUDGET, bounded, normal};
+use super::done::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
 use super::{DELETE_PVC_LABEL, Error, api, noted, noted_deletion};
 use crate::api::ClickHouseCluster;

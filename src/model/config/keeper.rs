@@ -40,7 +40,7 @@ pub fn startup_timeout_ms(c: &Cluster<'_>) -> i64 {
         .keeper
         .pod
         .startup_seconds
-        .unwrap_or(crate::model::keeper::KEEPER_STARTUP_SECONDS);
+        .unwrap_or(crate::api::DEFAULT_KEEPER_STARTUP_SECONDS);
     i64::from(seconds) * 1000 / 2
 }
 

@@ -683,3 +683,17 @@ pub fn shard_files<'a>(c: &'a Cluster<'_>, shard: i32) -> &'a BTreeMap<String, S
         .get(&shard.to_string())
         .unwrap_or(&NONE)
 }
+
+/// The backup destinations' named collections where they are written: every server runs a
+/// version whose `BACKUP` reads them (older ones get the keys in the statement, masked in every
+/// log and error of the operator and its agents).
+pub fn backup_collections(inputs: &crate::model::Inputs) -> &[crate::model::S3Collection] {
+    let supported = inputs
+        .server_version
+        .is_some_and(|v| v.supports(crate::version::Capability::BackupNamedCollection));
+    if supported {
+        &inputs.backup_collections
+    } else {
+        &[]
+    }
+}

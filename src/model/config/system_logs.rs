@@ -17,7 +17,7 @@
 
 use super::xml::{Element, ROOT};
 use crate::api::{ClickHouseClusterSpec, SystemLogsSpec};
-use crate::model::hash::json_hash;
+use crate::util::json_hash;
 use crate::version::{Capability, Version};
 
 /// The file in the common ConfigMap.

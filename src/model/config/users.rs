@@ -378,7 +378,7 @@ fn operator_user(
         let mut grants = operator_grants(&definers);
         // the backup destinations' named collections, which its agents' statements name
         grants.extend(
-            crate::model::secret::backup_collections(inputs)
+            super::server::backup_collections(inputs)
                 .iter()
                 .map(|c| format!("GRANT NAMED COLLECTION ON {}", c.name)),
         );

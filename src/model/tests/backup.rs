@@ -96,7 +96,7 @@ fn a_web_identity_destination_gives_the_servers_its_role_and_a_keyless_collectio
             .volumes
             .unwrap()
             .into_iter()
-            .find(|v| v.name == crate::model::job::WEB_IDENTITY_VOLUME)
+            .find(|v| v.name == crate::model::statefulset::WEB_IDENTITY_VOLUME)
             .and_then(|v| v.projected)
             .and_then(|p| p.sources)
             .unwrap()[0]
@@ -125,7 +125,7 @@ fn a_web_identity_destination_gives_the_servers_its_role_and_a_keyless_collectio
             .as_ref()
             .unwrap()
             .iter()
-            .find(|m| m.name == crate::model::job::WEB_IDENTITY_VOLUME)
+            .find(|m| m.name == crate::model::statefulset::WEB_IDENTITY_VOLUME)
             .unwrap();
         assert_eq!(mount.read_only, Some(true));
     }

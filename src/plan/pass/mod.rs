@@ -3,13 +3,14 @@
 //! [`plan_pass`] reads the observation into [`Facts`] once, then runs each phase in turn. A
 //! phase decides first and then emits steps; a phase that must hold back later work sets a
 //! gate in [`Gates`] that the later phases read. Nothing is emitted and taken back. The status
-//! the pass reports is computed last, by [`super::report::pass_status`].
+//! the pass reports is computed last, by [`report::pass_status`].
 
 mod cleanup;
 mod configuration;
 mod credentials;
 mod keeper;
 mod replica_map;
+mod report;
 mod rollout;
 mod scale_in;
 mod schema;
@@ -216,9 +217,9 @@ impl<'a> Pass<'a> {
     }
 
     fn finish(mut self) -> Plan {
-        self.out.status = super::report::pass_status(&self);
+        self.out.status = report::pass_status(&self);
         self.out.members = self.members.clone();
-        self.out.recheck_soon = !self.gates.halted && super::report::waits_on_servers(&self);
+        self.out.recheck_soon = !self.gates.halted && report::waits_on_servers(&self);
         self.out.again |= self.gates.map_first && self.out.failure.is_none();
         self.out
     }
