@@ -5,9 +5,8 @@
 #
 # The end-to-end and the Helm tests wait on pods and servers far more than they compute: they
 # run beside each other, each on a local Kubernetes of its own, the end-to-end tests
-# E2E_THREADS (default 4) at a time on CHOP_E2E_NODES nodes (default 1; 3 runs the suite on
-# three nodes, NetworkPolicies not enforced, where one test does not always pass yet:
-# docs/testing.md); the node tests (`nodes::`, `node_failures::`: they stop, drain and cut off
+# E2E_THREADS (default 4) at a time on CHOP_E2E_NODES nodes (default 3, in three zones,
+# NetworkPolicies not enforced; 1 for one node); the node tests (`nodes::`, `node_failures::`: they stop, drain and cut off
 # nodes of a three-node local Kubernetes that enforces NetworkPolicies, so they run one at a
 # time) in a process of their own beside them; then the rest. Arguments go to every test
 # binary (a name filter, `--ignored`, ...).
@@ -33,7 +32,7 @@ for f in tests/*/main.rs; do
   n="$(basename "$(dirname "$f")")"
   [ "$n" = e2e ] || others+=(--test "$n")
 done
-export CHOP_E2E_NODES="${CHOP_E2E_NODES:-1}"
+export CHOP_E2E_NODES="${CHOP_E2E_NODES:-3}"
 set +e
 cargo test --test helm --no-fail-fast -- "$@" >"$helm_log" 2>&1 &
 helm_pid=$!
