@@ -331,6 +331,14 @@ impl KeeperRole {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct KeeperFacts {
     pub exists: bool,
+    /// The StatefulSet as observed, as JSON.
+    pub statefulset: Option<Value>,
+    /// It is being deleted.
+    pub deleting: bool,
+    /// Its claim templates by name (`data`, `logs`).
+    pub claims: BTreeMap<String, Claim>,
+    /// The PVCs of its pods `0..size`, with the claim template each comes from.
+    pub pvcs: Vec<(String, PvcFacts)>,
     /// Members its StatefulSet runs now (`spec.replicas`).
     pub size: i32,
     /// Its pods, by ordinal.
@@ -457,8 +465,22 @@ impl Facts {
                         Some((i, member))
                     })
                     .collect();
+                let json = serde_json::to_value(k).expect("Kubernetes objects serialise");
+                let claims = claims(&json);
+                let pvcs = claims
+                    .keys()
+                    .flat_map(|t| {
+                        let sts = &keeper_name;
+                        (0..size.max(0)).map(move |i| (t, format!("{t}-{sts}-{i}")))
+                    })
+                    .filter_map(|(t, pvc)| Some((t.clone(), pvc_facts(&pvc, obs.pvcs.get(&pvc)?))))
+                    .collect();
                 KeeperFacts {
                     exists: true,
+                    statefulset: Some(json),
+                    deleting: k.metadata.deletion_timestamp.is_some(),
+                    claims,
+                    pvcs,
                     size,
                     members,
                     views_read: !obs.keeper_views.is_empty(),

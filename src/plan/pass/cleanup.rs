@@ -19,7 +19,7 @@ pub fn plan(pass: &mut Pass) {
                 .map
                 .get(n)
                 .is_some_and(|r| r.state == ReplicaState::Condemned)
-            || (n != keeper && pass.obs.statefulsets.contains_key(n))
+            || (n != keeper && pass.facts.server(n).statefulset.is_some())
     };
     let mut unwanted: Vec<(Kind, String)> = pass
         .obs
@@ -28,15 +28,15 @@ pub fn plan(pass: &mut Pass) {
         .filter(|(kind, n)| !pass.is_wanted(*kind, n) && !protected(n))
         .cloned()
         .collect();
-    if pass.obs.statefulsets.contains_key(&keeper) && !pass.is_wanted(Kind::StatefulSet, &keeper) {
+    if pass.facts.keeper.exists && !pass.is_wanted(Kind::StatefulSet, &keeper) {
         unwanted.push((Kind::StatefulSet, keeper.clone()));
     }
     let strays: Vec<String> = pass
-        .obs
-        .statefulsets
-        .keys()
-        .filter(|n| **n != keeper && !pass.map.contains_key(*n))
-        .cloned()
+        .facts
+        .servers
+        .iter()
+        .filter(|(n, f)| f.statefulset.is_some() && !pass.map.contains_key(*n))
+        .map(|(n, _)| n.clone())
         .collect();
     for n in strays {
         pass.waits.push(format!(

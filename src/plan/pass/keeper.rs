@@ -12,8 +12,7 @@
 //! Keeper members of this step), which is built here; then the Keeper objects are applied.
 
 use super::{Pass, json_of};
-use crate::api::ReplicaState;
-use crate::model::{self, Cluster, ReplicaSpec, names};
+use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::facts::{KeeperMember, KeeperRole, Kind, MemberView, claims};
 use crate::plan::step::Step;
@@ -69,12 +68,17 @@ pub fn servers_retry_keeper(pass: &Pass) -> bool {
         .is_some_and(|v| v.supports(Capability::StartsBeforeKeeper))
 }
 
-pub fn plan(pass: &mut Pass) {
+/// The Keeper ensemble's size for this pass (one member more or less at a time, once the
+/// members agree on the last change): `pass.keeper_size` members, `pass.keeper_pods` pods (a
+/// leaving member's pod runs until the others have let it go).
+pub fn size(pass: &mut Pass) {
     let (members, pods) = size_for_this_pass(pass);
     pass.keeper_size = members;
-    if !build_desired(pass) {
-        return;
-    }
+    pass.keeper_pods = pods;
+}
+
+pub fn plan(pass: &mut Pass) {
+    let (members, pods) = (pass.keeper_size, pass.keeper_pods);
     let own = pass.desired().keeper.is_some();
     let serving = !own || (pass.facts.keeper.size > 0 && pass.facts.keeper.all_ready());
     pass.gates.servers_may_start = serving || (own && servers_retry_keeper(pass));
@@ -115,8 +119,7 @@ pub fn plan(pass: &mut Pass) {
     // a template that needs no restart is left as it is: the roll would restart the members
     // for a field a newer operator adds (invariant 9)
     let name = names::keeper(&pass.name);
-    let observed = pass.obs.statefulsets.get(&name).map(json_of);
-    let template_current = match &observed {
+    let template_current = match &pass.facts.keeper.statefulset {
         Some(observed) if super::template_covers(observed, &statefulset) => {
             statefulset = super::with_template_of(&statefulset, observed);
             true
@@ -124,11 +127,8 @@ pub fn plan(pass: &mut Pass) {
         _ => false,
     };
     // claim templates cannot change: the Storage phase recreates the StatefulSet instead
-    let claims_differ = pass
-        .obs
-        .statefulsets
-        .get(&name)
-        .is_some_and(|o| claims(&json_of(o)) != claims(&statefulset));
+    let claims_differ =
+        pass.facts.keeper.statefulset.is_some() && pass.facts.keeper.claims != claims(&statefulset);
     let objects = [
         (Kind::ConfigMap, json_of(&k.config)),
         (Kind::Service, json_of(&k.headless_service)),
@@ -422,60 +422,6 @@ fn describe(view: &MemberView) -> String {
     }
 }
 
-/// Builds every object of the cluster for this pass: Keeper at `keeper_size`, servers for the
-/// non-condemned replicas of the persisted map (a condemned replica is left alone until it is
-/// removed), `remote_servers` listing a new replica once its pod has an address
-/// ([`model::Inputs::listed`]). False when the spec cannot be built (the pass halts).
-fn build_desired(pass: &mut Pass) -> bool {
-    let live: Vec<ReplicaSpec> = pass
-        .old
-        .replica_state_map
-        .iter()
-        .filter(|(_, r)| r.state != ReplicaState::Condemned)
-        .map(|(n, r)| ReplicaSpec {
-            name: n.clone(),
-            shard: r.shard,
-            index: r.index,
-        })
-        .collect();
-    let listed: Vec<ReplicaSpec> = live
-        .iter()
-        .filter(|r| {
-            pass.old.replica_state_map[&r.name].state != ReplicaState::Pending
-                || pass.facts.server(&r.name).pod.address.is_some()
-        })
-        .cloned()
-        .collect();
-    pass.listed = listed.len() as u64;
-    let mut inputs = pass.obs.inputs.clone();
-    inputs.listed = Some(listed);
-    inputs.replicas = live;
-    inputs.server_version = pass.server_version;
-    let built = Cluster::new(pass.cluster)
-        .and_then(|c| model::desired(&c.with_keeper_members(pass.keeper_size), &inputs));
-    pass.inputs = Some(inputs);
-    match built {
-        Ok(d) => {
-            for s in &d.server_statefulsets {
-                let n = s.metadata.name.clone().unwrap_or_default();
-                let current = pass
-                    .facts
-                    .server(&n)
-                    .statefulset
-                    .as_ref()
-                    .is_some_and(|o| super::template_covers(o, &json_of(s)));
-                pass.template_current.insert(n, current);
-            }
-            pass.desired = Some(d);
-            true
-        }
-        Err(e) => {
-            pass.fail_and_halt(FailureReason::InvalidSpec, e.to_string());
-            false
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::next_to_roll;
@@ -511,6 +457,7 @@ mod tests {
                 })
                 .collect(),
             views_read: true,
+            ..KeeperFacts::default()
         }
     }
 

@@ -5,6 +5,7 @@
 //! gate in [`Gates`] that the later phases read. Nothing is emitted and taken back. The status
 //! the pass reports is computed last, by [`report::pass_status`].
 
+mod build;
 mod cleanup;
 mod configuration;
 mod credentials;
@@ -46,7 +47,9 @@ pub const REPLACE_REPLICAS: &str = "clickhouse.com/replace-replicas";
 pub enum Phase {
     /// Referenced Secrets exist; the operator's own credentials exist.
     Credentials,
-    /// The Keeper ensemble's size for this pass, the desired state, the Keeper objects.
+    /// The Keeper ensemble's size for this pass, and every desired object built for it.
+    Build,
+    /// The Keeper objects, its pods repaired and rolled.
     Keeper,
     /// The ReplicaStateMap: scale-out, scale-in, pause, the backup replica of each shard.
     ReplicaMap,
@@ -105,10 +108,13 @@ pub struct Pass<'a> {
     pub next_index: i64,
     /// Keeper members for this pass (one step towards `spec.keeper.replicas`).
     pub keeper_size: i32,
+    /// Keeper pods for this pass: one more than `keeper_size` while a leaving member's pod
+    /// still runs.
+    pub keeper_pods: i32,
     /// Keeper's members and pods are `spec.keeper.replicas` and every member agrees on them
     /// (decision 25); the cluster is not `ready` before.
     pub keeper_settled: bool,
-    /// Every object of the cluster, built for `keeper_size` (set by the Keeper phase).
+    /// Every object of the cluster, built for `keeper_size` (set by the Build phase).
     pub desired: Option<Desired>,
     /// What `desired` was built from (set with it).
     pub inputs: Option<crate::model::Inputs>,
@@ -136,6 +142,7 @@ pub struct Pass<'a> {
 pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) -> Plan {
     let mut pass = Pass::new(cluster, obs, now);
     pass.run(Phase::Credentials, credentials::plan);
+    pass.run(Phase::Build, build::plan);
     pass.run(Phase::Keeper, keeper::plan);
     pass.run(Phase::ReplicaMap, replica_map::plan);
     pass.run(Phase::Configuration, configuration::plan);
@@ -192,6 +199,7 @@ impl<'a> Pass<'a> {
             next_index: old.next_replica_index,
             old,
             keeper_size: cluster.spec.keeper.replicas,
+            keeper_pods: cluster.spec.keeper.replicas,
             keeper_settled: true,
             desired: None,
             inputs: None,
@@ -224,11 +232,11 @@ impl<'a> Pass<'a> {
         self.out
     }
 
-    /// The desired state (built by the Keeper phase, which runs before every phase using it).
+    /// The desired state (built by the Build phase, which runs before every phase using it).
     pub fn desired(&self) -> &Desired {
         self.desired
             .as_ref()
-            .expect("the Keeper phase builds the desired state before later phases run")
+            .expect("the Build phase builds the desired state before later phases run")
     }
 
     /// Emits a step.

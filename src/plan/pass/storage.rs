@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::{Pass, json_of};
 use crate::plan::FailureReason;
-use crate::plan::facts::{Claim, PvcFacts, claims, pvc_facts};
+use crate::plan::facts::{Claim, PvcFacts, claims};
 use crate::plan::step::Step;
 use crate::util::quantity;
 
@@ -60,25 +60,15 @@ pub fn plan(pass: &mut Pass) {
         })
         .collect();
     if let Some(k) = &pass.desired().keeper {
-        let sts = k.statefulset.metadata.name.clone().unwrap_or_default();
-        if let Some(observed) = pass.obs.statefulsets.get(&sts) {
-            let have = claims(&json_of(observed));
-            let pods = observed.spec.replicas.unwrap_or(0);
-            let pvcs = have
-                .keys()
-                .flat_map(|t| {
-                    let sts = &sts;
-                    (0..pods.max(0)).map(move |i| (t.clone(), format!("{t}-{sts}-{i}")))
-                })
-                .filter_map(|(t, name)| Some((t, pvc_facts(&name, pass.obs.pvcs.get(&name)?))))
-                .collect();
+        let f = &pass.facts.keeper;
+        if f.statefulset.is_some() {
             all.push(Volumes {
                 want: claims(&json_of(&k.statefulset)),
-                have,
-                pvcs,
-                deleting: observed.metadata.deletion_timestamp.is_some(),
+                have: f.claims.clone(),
+                pvcs: f.pvcs.clone(),
+                deleting: f.deleting,
                 at: "spec.keeper.storage",
-                sts,
+                sts: k.statefulset.metadata.name.clone().unwrap_or_default(),
             });
         }
     }

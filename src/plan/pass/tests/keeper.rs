@@ -284,6 +284,7 @@ fn a_keeper_member_is_rolled_only_while_the_ensemble_is_whole_and_synced() {
             .map(|(i, m)| (i as i32, m))
             .collect(),
         views_read: true,
+        ..KeeperFacts::default()
     };
     let f = KeeperRole::Follower;
     let pick = |k: &KeeperFacts| crate::plan::pass::keeper::next_to_roll(k, now()).map(|m| m.pod);
