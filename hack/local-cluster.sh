@@ -305,11 +305,24 @@ fail_up() {
   exit 1
 }
 
+starting() { # name -> the process started as name exists and has not run its binary yet
+  local pid exe
+  pid="$(cat "$DIR/pids/$1.pid" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] || return 1
+  # between the fork and its exec the process is still this shell or setsid (a busy machine
+  # can make that last long enough to be seen)
+  exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
+  case "$exe" in */bash | */setsid | "") return 0 ;; esac
+  return 1
+}
+
 wait_for() { # description log-file deadline-epoch process-name command...
   local what="$1" logf="$2" deadline="$3" proc="$4"; shift 4
   FAILED_LOG="$logf"
   until "$@" >/dev/null 2>&1; do
-    if [ -n "$proc" ] && ! pid_of "$proc" >/dev/null; then fail_up "$proc exited while waiting for $what"; fi
+    if [ -n "$proc" ] && ! pid_of "$proc" >/dev/null && ! starting "$proc"; then
+      fail_up "$proc exited while waiting for $what"
+    fi
     [ "$(date +%s)" -lt "$deadline" ] || fail_up "timed out waiting for $what"
     sleep 0.3
   done
