@@ -581,17 +581,11 @@ fn rss_kib() -> u64 {
 #[tokio::test]
 #[ignore = "a benchmark: hack/bench.sh exporter"]
 async fn benchmark_exporter_scrape_of_20_and_100_hosts() {
-    let client = client().await;
-    let ns = namespace(&client, "expbench").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "expbench",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let found = exporter::targets(&client, &WatchNamespaces::Only(vec![ns.clone()]), None)
         .await
         .unwrap();

@@ -187,17 +187,11 @@ async fn reverting_bad_keeper_changes_heals_under_write_load() {
 /// `initializing` within a re-check and `ready` within one once every pod is Ready again.
 #[tokio::test]
 async fn rolling_restart_restarts_each_pod_once_and_the_status_follows_a_killed_pod() {
-    let client = client().await;
-    let ns = namespace(&client, "restart").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "restart",
         json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let observer = Observer::start(&client, &ns, "c1").await;
     let workload = Workload::start(&client, &ns, "c1").await;
     patch_spec(
@@ -291,18 +285,12 @@ async fn rolling_restart_restarts_each_pod_once_and_the_status_follows_a_killed_
 /// canary cannot fetch that part until the backup replica sends again.
 #[tokio::test]
 async fn a_replica_that_cannot_catch_up_stops_the_rollout_until_it_does() {
-    let client = client().await;
-    let ns = namespace(&client, "catchup").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, ready) = Scenario::ready(
+        "catchup",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
                "catchUpSeconds": 20}),
     )
     .await;
-    let ready = wait_ready(&client, &ns, "c1", 1).await;
     let map = ready.status.unwrap().replica_state_map;
     let canary = map
         .iter()

@@ -28,18 +28,12 @@ fn pods_by_shard(c: &ClickHouseCluster) -> Vec<String> {
 /// reloaded without a restart (1 and 1: the next 4000 split 2000 and 2000).
 #[tokio::test]
 async fn a_distributed_insert_follows_the_shard_weights_and_a_new_weight_restarts_nothing() {
-    let client = client().await;
-    let ns = namespace(&client, "weights").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "weights",
         json!({"shards": 2, "replicas": 1, "storage": {"size": "1Gi"},
             "keeper": {"replicas": 1}, "shardWeights": {"1": 3}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let pods = pods_by_shard(&c);
     assert_eq!(pods.len(), 2);
     let mut chs = Vec::new();
@@ -123,17 +117,11 @@ async fn a_distributed_insert_follows_the_shard_weights_and_a_new_weight_restart
 /// left there, then the annotation removed, restarts nothing more.
 #[tokio::test]
 async fn a_suspended_cluster_is_left_alone_and_a_restart_timestamp_restarts_each_server_once() {
-    let client = client().await;
-    let ns = namespace(&client, "suspend").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "suspend",
         json!({"replicas": 2, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let first = pod_ids(&client, &ns, SERVERS).await;
     assert_eq!(first.len(), 2);
 
@@ -454,17 +442,11 @@ async fn server_containers(
 /// `troubleshoot` off, the cluster is `ready` and every acknowledged row is on both replicas.
 #[tokio::test]
 async fn a_server_that_cannot_start_is_kept_up_for_troubleshooting() {
-    let client = client().await;
-    let ns = namespace(&client, "troubleshoot").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "troubleshoot",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let workload = crate::workload::Workload::start(&client, &ns, "c1").await;
     patch_spec(
         &client,

@@ -262,9 +262,7 @@ async fn operator_takes_the_lease_and_reports_status() {
 /// a Warning event; the first is untouched.
 #[tokio::test]
 async fn second_cluster_in_a_namespace_is_refused() {
-    let client = client().await;
-    let ns = namespace(&client, "one").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("one").await;
     create_cluster(
         &client,
         &ns,
@@ -339,9 +337,7 @@ async fn second_cluster_in_a_namespace_is_refused() {
 /// field in the message and reason ErrorReconcile; fixing it clears the error.
 #[tokio::test]
 async fn invalid_spec_reports_error_and_recovers() {
-    let client = client().await;
-    let ns = namespace(&client, "inv").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("inv").await;
     create_cluster(
         &client,
         &ns,
@@ -392,9 +388,7 @@ async fn invalid_spec_reports_error_and_recovers() {
 /// glance at the server (decision 60).
 #[tokio::test]
 async fn idle_passes_write_nothing() {
-    let client = client().await;
-    let ns = namespace(&client, "idle").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("idle").await;
     create_cluster(
         &client,
         &ns,

@@ -185,17 +185,11 @@ async fn assert_members_agree(client: &Client, ns: &str, n: u32) {
 /// the same members, and every acknowledged row is on every replica.
 #[tokio::test]
 async fn keeper_resizes_one_member_at_a_time_without_losing_a_write() {
-    let client = client().await;
-    let ns = namespace(&client, "kresize").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "kresize",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     assert_members_agree(&client, &ns, 1).await;
     let observer = Observer::start(&client, &ns, "c1").await;
     let workload = Workload::start(&client, &ns, "c1").await;
@@ -320,17 +314,11 @@ impl RoleSampler {
 #[tokio::test]
 #[ignore = "long; run by name with --ignored (see its doc comment)"]
 async fn rapid_changes_roll_keeper_leader_last_and_keep_a_serving_quorum() {
-    let client = client().await;
-    let ns = namespace(&client, "krapid").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "krapid",
         json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let observer = Observer::start(&client, &ns, "c1").await;
     let workload = Workload::start(&client, &ns, "c1").await;
     let writer = KeeperWriter::start(&client, &ns).await;
@@ -481,17 +469,11 @@ async fn a_lost_keeper_leader_costs_the_writes_seconds_not_a_retry_period() {
     use clickhouse_operator::clickhouse::keeper::four_letter_word;
     use clickhouse_operator::plan::facts::KeeperRole;
     use k8s_openapi::api::core::v1::Event;
-    let client = client().await;
-    let ns = namespace(&client, "kleader").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "kleader",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let workload = Workload::start(&client, &ns, "c1").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut leader = None;

@@ -197,17 +197,11 @@ async fn assert_keeper_clean(client: &Client, ns: &str) {
 /// rolling restart, a scale-in and a pause/resume.
 #[tokio::test]
 async fn operator_killed_after_every_step_converges_without_loss() {
-    let client = client().await;
-    let ns = namespace(&client, "kills").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "kills",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     drop(op);
     let (map_versions, map_watch) = watch_map(&client, &ns);
     let workload = Workload::start(&client, &ns, "c1").await;

@@ -23,17 +23,11 @@ async fn server_pods(client: &Client, ns: &str, cluster: &str) -> BTreeMap<Strin
 /// (the backup replica stays, the others leave Keeper, their PVCs are labelled and cleaned).
 #[tokio::test]
 async fn scale_out_then_in_keeps_data_and_leaves_no_trace() {
-    let client = client().await;
-    let ns = namespace(&client, "scale").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "scale",
         json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let first = backup_replica(&c);
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let s = sts.get(&first).await.unwrap();
@@ -168,17 +162,11 @@ async fn scale_out_then_in_keeps_data_and_leaves_no_trace() {
 /// backup replica last; the status is never `ready` while a pod is outdated.
 #[tokio::test]
 async fn image_change_rolls_out_one_at_a_time_backup_last() {
-    let client = client().await;
-    let ns = namespace(&client, "roll").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "roll",
         json!({"replicas": 3, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let backup = backup_replica(&c);
     let before = server_pods(&client, &ns, "c1").await;
     patch_spec(
@@ -218,17 +206,11 @@ async fn image_change_rolls_out_one_at_a_time_backup_last() {
 /// data; resume brings the cluster back to ready with its rows.
 #[tokio::test]
 async fn pause_and_resume_keep_the_data() {
-    let client = client().await;
-    let ns = namespace(&client, "pause").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "pause",
         json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let replica = backup_replica(&c);
     let ch = sql_client(&client, &ns, "c1", &format!("{replica}-0")).await;
     exec(
@@ -376,17 +358,11 @@ async fn users_secret_change_reloads_without_restart() {
 /// the status says why.
 #[tokio::test]
 async fn storage_grows_in_place_without_restart() {
-    let client = client().await;
-    let ns = namespace(&client, "grow").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "grow",
         json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let replica = backup_replica(&c);
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
@@ -443,17 +419,11 @@ async fn storage_grows_in_place_without_restart() {
 /// table sums both shards; servers reach each other as the cluster's own account.
 #[tokio::test]
 async fn distributed_query_sums_both_shards() {
-    let client = client().await;
-    let ns = namespace(&client, "dist").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "dist",
         json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let replicas: Vec<String> = c
         .status
         .unwrap()

@@ -107,17 +107,11 @@ fn writes_since(audit: &Path, from: usize, ns: &str) -> Vec<String> {
 /// Nothing is written while it runs.
 #[tokio::test]
 async fn plan_shows_what_a_change_to_the_running_cluster_would_do_and_writes_nothing() {
-    let client = client().await;
-    let ns = namespace(&client, "plan").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, ready) = Scenario::ready(
+        "plan",
         json!({"shards": 2, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let ready = wait_ready(&client, &ns, "c1", 1).await;
     drop(op); // nothing acts while plan runs
     let live: ClickHouseCluster = Api::namespaced(client.clone(), &ns)
         .get("c1")

@@ -46,17 +46,11 @@ fn is_ready(p: &Pod) -> bool {
 /// after 60 s and again on every restart.
 #[tokio::test]
 async fn a_keeper_member_waiting_for_its_quorum_beyond_the_probe_budget_is_not_restarted() {
-    let client = client().await;
-    let ns = namespace(&client, "kwait").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "kwait",
         json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let mut stopped = Vec::new();
     for i in [1, 2] {
         let pod = format!("c1-keeper-{i}");
@@ -160,9 +154,7 @@ async fn a_keeper_member_waiting_for_its_quorum_beyond_the_probe_budget_is_not_r
 #[tokio::test]
 async fn pods_run_under_the_ids_the_platform_assigns() {
     const UID: i64 = 1_000_650_000;
-    let client = client().await;
-    let ns = namespace(&client, "platform").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("platform").await;
     let assigned = json!({"spec": {"securityContext": {
         "runAsUser": UID, "runAsGroup": 0, "fsGroup": UID}}});
     create_cluster(

@@ -23,17 +23,11 @@ use crate::workload::*;
 #[tokio::test]
 async fn a_wiped_status_costs_no_distributed_query() {
     use kube::api::{Patch, PatchParams};
-    let client = client().await;
-    let ns = namespace(&client, "wiped").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, ready) = Scenario::ready(
+        "wiped",
         json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let ready = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&ready);
     let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
     exec(
@@ -179,9 +173,7 @@ async fn credentials(
 /// `reclaimPolicy: Delete` the Secret goes with the cluster and its volumes.
 #[tokio::test]
 async fn a_cluster_deleted_and_created_again_comes_back_with_every_row() {
-    let client = client().await;
-    let ns = namespace(&client, "recreate").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("recreate").await;
     let spec = json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
                       "storage": {"size": "1Gi"}});
     create_cluster(&client, &ns, "c1", spec.clone()).await;
@@ -353,17 +345,11 @@ async fn a_cluster_deleted_and_created_again_comes_back_with_every_row() {
 async fn hand_edits_of_owned_objects_are_repaired_once() {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use kube::api::{Patch, PatchParams};
-    let client = client().await;
-    let ns = namespace(&client, "drift").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, ready) = Scenario::ready(
+        "drift",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    let ready = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&ready);
     let server = replicas[0].clone();
     let workload = Workload::start(&client, &ns, "c1").await;
@@ -504,17 +490,11 @@ async fn hand_edits_of_owned_objects_are_repaired_once() {
 /// acknowledged row is on every replica.
 #[tokio::test]
 async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back() {
-    let client = client().await;
-    let ns = namespace(&client, "crash").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "crash",
         json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let workload = Workload::start(&client, &ns, "c1").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let crash = |s: &clickhouse_operator::api::ClickHouseClusterStatus| {
@@ -682,17 +662,11 @@ async fn a_server_hung_during_the_schema_copy_holds_the_pass_no_longer_than_its_
 /// every replica.
 #[tokio::test]
 async fn an_unschedulable_pod_is_named_with_the_schedulers_reason_and_an_error_after_two_minutes() {
-    let client = client().await;
-    let ns = namespace(&client, "unsched").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "unsched",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let workload = Workload::start(&client, &ns, "c1").await;
     patch_spec(
         &client,

@@ -186,9 +186,7 @@ async fn a_missing_users_secret_is_named_nothing_is_created_and_creating_it_heal
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{ListParams, PostParams};
-    let client = client().await;
-    let ns = namespace(&client, "nosecret").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("nosecret").await;
     create_cluster(
         &client,
         &ns,

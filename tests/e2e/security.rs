@@ -26,9 +26,7 @@ use crate::support::*;
 /// `ruok`, `srvr` and `mntr` are answered.
 #[tokio::test]
 async fn outside_the_cluster_no_part_is_fetched_and_no_keeper_node_touched() {
-    let client = client().await;
-    let ns = namespace(&client, "sec").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("sec").await;
     create_cluster(
         &client,
         &ns,

@@ -72,9 +72,7 @@ async fn object_versions(client: &Client, ns: &str) -> BTreeMap<String, String> 
 ///   no pod of the cluster is left; resume returns to `ready`.
 #[tokio::test]
 async fn the_status_says_a_load_balancers_address_an_annotation_starts_a_pass_and_stopping() {
-    let client = client().await;
-    let ns = namespace(&client, "status").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("status").await;
     create_cluster(
         &client,
         &ns,

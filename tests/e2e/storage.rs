@@ -42,18 +42,12 @@ fn storage(disks: &[&str]) -> serde_json::Value {
 /// grows in place with volume scaling, no Keeper pod restarted.
 #[tokio::test]
 async fn disks_and_a_log_volume_get_their_own_pvcs_and_a_disk_added_under_writes_loses_nothing() {
-    let client = client().await;
-    let ns = namespace(&client, "disks").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "disks",
         json!({"replicas": 2, "keeper": {"replicas": 1}, "storage": storage(&["cold"]),
             "storageScaling": {"enableVolumeScaling": true}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let servers: Vec<String> = replica_names(&c)
@@ -184,20 +178,14 @@ async fn disks_and_a_log_volume_get_their_own_pvcs_and_a_disk_added_under_writes
 /// condition left, the cluster is `ready`, and every acknowledged row is on every replica.
 #[tokio::test]
 async fn a_volume_whose_file_system_grows_at_mount_gets_one_careful_restart() {
-    let client = client().await;
-    let ns = namespace(&client, "fsgrow").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "fsgrow",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
                "storage": {"size": "1Gi",
                            "annotations": {"local-kubelet.clickhouse.com/expansion": "offline"}},
                "storageScaling": {"enableVolumeScaling": true}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let backup = backup_replica(&c);
     let workload = Workload::start(&client, &ns, "c1").await;
     let before = pod_ids(&client, &ns, "app.kubernetes.io/component=server").await;

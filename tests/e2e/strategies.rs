@@ -66,18 +66,12 @@ async fn state(client: &Client, ns: &str) -> (ClusterState, String) {
 /// S2-26) and, not changed, is not restarted. Every acknowledged row is on every replica after.
 #[tokio::test]
 async fn on_delete_waits_for_pods_deleted_by_hand_and_rolling_update_rolls_natively() {
-    let client = client().await;
-    let ns = namespace(&client, "strat").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "strat",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
                "storage": {"size": "1Gi"}, "updateStrategy": "OnDelete"}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&c);
     for (name, t) in strategies(&client, &ns).await {
         assert_eq!(t, "OnDelete", "{name} under OnDelete");
@@ -208,18 +202,12 @@ async fn on_delete_waits_for_pods_deleted_by_hand_and_rolling_update_rolls_nativ
 /// straight to a replica before the change are on both replicas after it.
 #[tokio::test]
 async fn smart_update_without_the_client_service_rolls_one_replica_at_a_time() {
-    let client = client().await;
-    let ns = namespace(&client, "noclient").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "noclient",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
                "storage": {"size": "1Gi"}, "clientService": {"enabled": false}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&c);
     let backup = backup_replica(&c);
     let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns);
@@ -283,18 +271,12 @@ fn https_ping(ca: &std::path::Path, name: &str, ip: &str) -> bool {
 /// (`ready`); with TLS off, 8443 serves nothing. The rows are on every replica throughout.
 #[tokio::test]
 async fn tls_switched_on_and_off_stops_and_starts_the_cluster_and_keeps_the_rows() {
-    let client = client().await;
-    let ns = namespace(&client, "tlsflip").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "tlsflip",
         json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1},
                "storage": {"size": "1Gi"}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let replicas = replica_names(&c);
     write_thousand_rows(&client, &ns, &replicas).await;
     // a CA and one server certificate for every replica's name in the headless Service

@@ -51,19 +51,13 @@ async fn markers(client: &kube::Client, ns: &str, pods: &[String]) -> Vec<String
 /// it heals the cluster.
 #[tokio::test]
 async fn a_pod_template_adds_init_containers_and_volumes_and_a_change_rolls_one_at_a_time() {
-    let client = client().await;
-    let ns = namespace(&client, "tmpl").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "tmpl",
         json!({"replicas": 2, "storage": {"size": "1Gi"}, "pod": {"template": template("one")},
             "keeper": {"replicas": 1, "pod": {"template":
                 {"spec": {"imagePullSecrets": [{"name": "registry"}]}}}}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let servers: Vec<String> = replica_names(&c)
         .into_iter()
@@ -200,18 +194,12 @@ async fn a_pod_template_adds_init_containers_and_volumes_and_a_change_rolls_one_
 #[tokio::test]
 async fn per_replica_services_reach_their_replica_and_go_when_switched_off() {
     use k8s_openapi::api::core::v1::Service;
-    let client = client().await;
-    let ns = namespace(&client, "svc").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "svc",
         json!({"replicas": 2, "storage": {"size": "1Gi"}, "keeper": {"replicas": 1},
             "clientService": {"perReplica": true, "labels": {"team": "db"}}}),
     )
     .await;
-    let c = wait_ready(&client, &ns, "c1", 1).await;
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let client_labels = services.get("c1").await.unwrap().metadata.labels.unwrap();
     assert_eq!(client_labels.get("team").map(String::as_str), Some("db"));
@@ -282,9 +270,7 @@ async fn per_replica_services_reach_their_replica_and_go_when_switched_off() {
 /// restarts only that shard's replicas.
 #[tokio::test]
 async fn shard_files_reach_one_shard_and_a_change_restarts_only_it() {
-    let client = client().await;
-    let ns = namespace(&client, "shardf").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("shardf").await;
     let file = |n: u32| {
         json!({"1": {"merge-tree.xml": format!(
             "<clickhouse><merge_tree><parts_to_throw_insert>{n}</parts_to_throw_insert></merge_tree></clickhouse>")}})

@@ -21,17 +21,11 @@ async fn pods(client: &Client, ns: &str) -> BTreeMap<String, (String, i32)> {
 /// headless Service edited by hand, are restored on the next pass, and no pod restarts.
 #[tokio::test]
 async fn objects_deleted_or_edited_by_hand_come_back() {
-    let client = client().await;
-    let ns = namespace(&client, "restore").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "restore",
         json!({"replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     let before = pods(&client, &ns).await;
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let configs: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -74,17 +68,11 @@ async fn objects_deleted_or_edited_by_hand_come_back() {
 /// annotations this version adds) are taken over by the new one without restarting a pod.
 #[tokio::test]
 async fn a_new_operator_version_restarts_no_pod() {
-    let client = client().await;
-    let ns = namespace(&client, "upgrade").await;
-    let op = start_operator(&client, &ns, false).await;
-    create_cluster(
-        &client,
-        &ns,
-        "c1",
+    let (Scenario { client, ns, op }, _) = Scenario::ready(
+        "upgrade",
         json!({"replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
     )
     .await;
-    wait_ready(&client, &ns, "c1", 1).await;
     drop(op);
     let before = pods(&client, &ns).await;
     // What the previous version left: the same objects without the hash annotations.
@@ -265,9 +253,7 @@ async fn swapping_the_operator_binary_for_the_next_version_restarts_no_pod() {
 #[tokio::test]
 async fn automatic_upgrades_write_the_new_image_once_and_roll_it_out() {
     use clickhouse_operator::api::{ClickHouseCluster, ClusterState};
-    let client = client().await;
-    let ns = namespace(&client, "autoup").await;
-    let op = start_operator(&client, &ns, false).await;
+    let Scenario { client, ns, op } = Scenario::start("autoup").await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let versions = |doc: &str| -> ConfigMap {
         serde_json::from_value(json!({"metadata": {"name": "versions"},

@@ -27,6 +27,7 @@ mod local_kubernetes;
 mod logs;
 mod operator;
 mod pods;
+mod scenario;
 mod sql;
 
 pub use clusters::*;
@@ -34,6 +35,7 @@ pub use local_kubernetes::*;
 pub use logs::*;
 pub use operator::*;
 pub use pods::*;
+pub use scenario::*;
 pub use sql::*;
 
 fn repo() -> &'static Path {
