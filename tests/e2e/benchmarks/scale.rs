@@ -15,14 +15,18 @@ use crate::support::*;
 /// The pod annotation of the local kubelet's light mode (`local-kubelet/src/hollow.rs`).
 const HOLLOW: &str = "local-kubelet.clickhouse.com/hollow";
 
-/// (resident MiB, CPU seconds) of a process.
-fn usage(pid: i32) -> (f64, f64) {
+/// (resident MiB, of them anonymous MiB, CPU seconds) of a process. The rest of its resident
+/// memory is file pages: the binary's code and data as far as they ran, shared and clean.
+fn usage(pid: i32) -> (f64, f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
+    let kib = |field: &str| -> f64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let (rss_kib, anon_kib) = (kib("VmRSS:"), kib("RssAnon:"));
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // the fields after the command, which is in parentheses
     let fields: Vec<&str> = stat
@@ -33,7 +37,7 @@ fn usage(pid: i32) -> (f64, f64) {
         + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (rss_kib / 1024.0, ticks / hz)
+    (rss_kib / 1024.0, anon_kib / 1024.0, ticks / hz)
 }
 
 /// The operator's `/metrics` at `addr`.
@@ -152,7 +156,7 @@ async fn status_lag(
 /// Benchmark (docs/internals.md, "Benchmarks"): for each N in `BENCH_CLUSTERS` (default "1 20"),
 /// the operator from its chart (one replica, watching every namespace) creates N single-replica
 /// clusters, each in a namespace of its own; printed: the operator's resident memory before any
-/// cluster (`RSS 0`), the time until all are `ready`, then over one idle minute the operator's
+/// cluster (`RSS 0`, and of it the anonymous memory, `anon 0`), the time until all are `ready`, then over one idle minute the operator's
 /// API requests (beyond its leader Lease) per minute and per cluster, its CPU seconds and
 /// resident memory, the idle passes (health checks) per cluster and minute, the share of them
 /// that ended at a glance (decision 60) and the operator's CPU per pass, the p50/p99 of the
@@ -196,7 +200,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         let user = format!("system:serviceaccount:{ns}:op-clickhouse-operator");
         // the operator's resident memory before it has any cluster (its watches started)
         tokio::time::sleep(Duration::from_secs(15)).await;
-        let (rss_empty, _) = usage(pid);
+        let (rss_empty, anon_empty, _) = usage(pid);
         let started = Instant::now();
         for (i, cns) in cluster_namespaces.iter().enumerate() {
             let mut spec = json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 0},
@@ -274,11 +278,11 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         let metrics_addr = format!("{op_ip}:8080");
         let m = metrics(&metrics_addr).await;
         let (before, glances_before) = (pass_buckets(&m), glances(&m));
-        let (_, cpu0) = usage(pid);
+        let (_, _, cpu0) = usage(pid);
         let since = k8s_openapi::jiff::Timestamp::now().to_string();
         tokio::time::sleep(idle).await;
         let until = k8s_openapi::jiff::Timestamp::now().to_string();
-        let (rss, cpu1) = usage(pid);
+        let (rss, anon, cpu1) = usage(pid);
         let m = metrics(&metrics_addr).await;
         let (after, glanced) = (pass_buckets(&m), glances(&m) - glances_before);
         let requests = audit(&user, &since, &until);
@@ -322,7 +326,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         // the idle health checks: how often a cluster was passed, and the CPU of one pass
         let idle_passes = passes(&before, &after);
         let row = format!(
-            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>9.1} {:>8} {:>8.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
+            "{n:>5} {real:>6} {:>9.1} {:>9.2} {:>9.2} {:>7} {:>8.2} {:>9.1} {:>8} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9} {:>9} {:>10} {:>10}",
             ready_after.as_secs_f64(),
             reads as f64 / minutes / n as f64,
             writes as f64 / minutes / n as f64,
@@ -341,6 +345,8 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
             },
             rss_empty,
             rss,
+            anon_empty,
+            anon,
             quantile(&before, &after, 0.5),
             quantile(&before, &after, 0.99),
             format!("{:.2} s", s_down.as_secs_f64() - p_down.as_secs_f64()),
@@ -383,7 +389,7 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         std::env::var("BENCH_CONCURRENCY").unwrap_or_else(|_| "1".into())
     );
     println!(
-        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+        "{:>5} {:>6} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
         "N",
         "hollow",
         "ready s",
@@ -396,6 +402,8 @@ async fn benchmark_idle_cost_and_status_lag_of_n_clusters() {
         "ms/pass",
         "RSS 0",
         "RSS MiB",
+        "anon 0",
+        "anon MiB",
         "pass p50",
         "pass p99",
         "lag unready",
