@@ -9,7 +9,7 @@
 //!
 //! Tests about nodes (drain, a node that stops, zones, NetworkPolicies across nodes) ask for
 //! [`multi_node_client`]: a second local Kubernetes of [`MULTI_NODES`] nodes (node-1..node-3 in
-//! zone-a..zone-c), started on first use beside the one-node cluster and stopped with it
+//! zone-a..zone-c), started on first use beside the main cluster and stopped with it
 //! (`CHOP_MULTI_NODE_DIR=DIR` uses one already started with
 //! `LOCAL_CLUSTER_NODES=3 hack/local-cluster.sh up DIR`). On it: [`node_stop`] and
 //! [`node_start`] stop and start a node's agent (its pods stop; the Node goes NotReady within
