@@ -98,6 +98,20 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The production files of `src/` in name order, each with its path relative to the crate.
+fn sources() -> Vec<(PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut all = Vec::new();
+    files(&root.join("src"), &mut all);
+    all.sort();
+    all.into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
+            (p, rel)
+        })
+        .collect()
+}
+
 /// The production lines of a file: up to its test module, without comments.
 fn production(text: &str) -> Vec<(usize, &str)> {
     let lines: Vec<&str> = text.lines().collect();
@@ -143,18 +157,9 @@ fn reached(line: &str) -> Vec<String> {
 /// The layers hold: no module of `src/` reaches one it must not.
 #[test]
 fn every_module_reaches_only_the_layers_below_it() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut all = Vec::new();
-    files(&root.join("src"), &mut all);
-    all.sort();
     let mut wrong = Vec::new();
     let mut known_seen = Vec::new();
-    for path in &all {
-        let rel = path
-            .strip_prefix(root)
-            .unwrap()
-            .to_string_lossy()
-            .to_string();
+    for (path, rel) in &sources() {
         let top = rel
             .trim_start_matches("src/")
             .split(['/', '.'])
@@ -309,18 +314,11 @@ fn paths_named(line: &str, module: &[String]) -> Vec<Vec<String>> {
 #[test]
 fn no_two_sibling_modules_reach_each_other() {
     use std::collections::{BTreeMap, BTreeSet};
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut all = Vec::new();
-    files(&root.join("src"), &mut all);
-    all.sort();
-    let rels: Vec<String> = all
-        .iter()
-        .map(|p| p.strip_prefix(root).unwrap().to_string_lossy().to_string())
-        .collect();
-    let modules: BTreeSet<Vec<String>> = rels.iter().map(|r| module_of(r)).collect();
+    let sources = sources();
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|(_, r)| module_of(r)).collect();
     // sibling → siblings it reaches, with one line that shows it
     let mut arrows: BTreeMap<Vec<String>, BTreeMap<Vec<String>, String>> = BTreeMap::new();
-    for (path, rel) in all.iter().zip(&rels) {
+    for (path, rel) in &sources {
         let module = module_of(rel);
         let text = std::fs::read_to_string(path).unwrap();
         for (n, line) in production(&text) {

@@ -211,7 +211,8 @@ pub fn is_api_default(observed: &Value, f: &Foreign) -> bool {
     if f.key.is_some() {
         return false;
     }
-    let Some(value) = observed.pointer(&f.pointer()) else {
+    let pointer = f.pointer();
+    let Some(value) = observed.pointer(&pointer) else {
         return false;
     };
     let pattern: Vec<String> = f
@@ -236,7 +237,7 @@ pub fn is_api_default(observed: &Value, f: &Foreign) -> bool {
         };
         if rest == "imagePullPolicy" {
             // the container's own image decides
-            let container = &f.pointer()[..f.pointer().len() - "/imagePullPolicy".len()];
+            let container = &pointer[..pointer.len() - "/imagePullPolicy".len()];
             let image = observed
                 .pointer(&format!("{container}/image"))
                 .and_then(Value::as_str)

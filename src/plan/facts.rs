@@ -467,13 +467,10 @@ impl Facts {
                     .collect();
                 let json = serde_json::to_value(k).expect("Kubernetes objects serialise");
                 let claims = claims(&json);
-                let pvcs = claims
-                    .keys()
-                    .flat_map(|t| {
-                        let sts = &keeper_name;
-                        (0..size.max(0)).map(move |i| (t, format!("{t}-{sts}-{i}")))
+                let pvcs = (0..size.max(0))
+                    .flat_map(|i| {
+                        pod_pvcs(obs, &claims, &format!("{keeper_name}-{i}")).collect::<Vec<_>>()
                     })
-                    .filter_map(|(t, pvc)| Some((t.clone(), pvc_facts(&pvc, obs.pvcs.get(&pvc)?))))
                     .collect();
                 KeeperFacts {
                     exists: true,
@@ -524,14 +521,7 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
     let pod = obs.pods.get(&names::replica_pod(replica));
     let json = sts.map(|s| serde_json::to_value(s).expect("Kubernetes objects serialise"));
     let claims = json.as_ref().map(claims).unwrap_or_default();
-    let pvcs = claims
-        .keys()
-        .filter_map(|template| {
-            let name = format!("{template}-{}", names::replica_pod(replica));
-            let p = obs.pvcs.get(&name)?;
-            Some((template.clone(), pvc_facts(&name, p)))
-        })
-        .collect();
+    let pvcs = pod_pvcs(obs, &claims, &names::replica_pod(replica)).collect();
     ServerFacts {
         scale: sts.and_then(|s| s.spec.replicas),
         deleting: sts.is_some_and(|s| s.metadata.deletion_timestamp.is_some()),
@@ -568,6 +558,18 @@ fn server(obs: &Observed, replica: &str, now: Timestamp) -> ServerFacts {
         },
         pvcs,
     }
+}
+
+/// The PVCs of pod `pod` that exist, by the claim template (of `claims`) each comes from.
+fn pod_pvcs<'a>(
+    obs: &'a Observed,
+    claims: &'a BTreeMap<String, Claim>,
+    pod: &'a str,
+) -> impl Iterator<Item = (String, PvcFacts)> + 'a {
+    claims.keys().filter_map(move |template| {
+        let name = format!("{template}-{pod}");
+        Some((template.clone(), pvc_facts(&name, obs.pvcs.get(&name)?)))
+    })
 }
 
 /// The facts of the PVC `name`.

@@ -15,8 +15,8 @@ pub fn plan(pass: &mut Pass) {
 /// Builds every object of the cluster for this pass: Keeper at `keeper_size`, servers for the
 /// non-condemned replicas of the persisted map (a condemned replica is left alone until it is
 /// removed), `remote_servers` listing a new replica once its pod has an address
-/// ([`model::Inputs::listed`]). False when the spec cannot be built (the pass halts).
-fn build_desired(pass: &mut Pass) -> bool {
+/// ([`model::Inputs::listed`]). A spec that cannot be built halts the pass.
+fn build_desired(pass: &mut Pass) {
     let live: Vec<ReplicaSpec> = pass
         .old
         .replica_state_map
@@ -57,11 +57,7 @@ fn build_desired(pass: &mut Pass) -> bool {
                 pass.template_current.insert(n, current);
             }
             pass.desired = Some(d);
-            true
         }
-        Err(e) => {
-            pass.fail_and_halt(FailureReason::InvalidSpec, e.to_string());
-            false
-        }
+        Err(e) => pass.fail_and_halt(FailureReason::InvalidSpec, e.to_string()),
     }
 }

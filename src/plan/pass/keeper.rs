@@ -8,8 +8,9 @@
 //! - shrinking `n → n-1`: first the member list goes to `n-1` while the `n` pods keep running;
 //!   the last pod goes only once every remaining member lists exactly the `n-1` members.
 //!
-//! The member count chosen for this pass decides the whole desired state (servers list the
-//! Keeper members of this step), which is built here; then the Keeper objects are applied.
+//! The member count chosen for this pass ([`size`]) decides the whole desired state (servers
+//! list the Keeper members of this step), which the Build phase makes from it; then the Keeper
+//! objects are applied ([`plan`]).
 
 use super::{Pass, json_of};
 use crate::model::names;
@@ -128,7 +129,7 @@ pub fn plan(pass: &mut Pass) {
     };
     // claim templates cannot change: the Storage phase recreates the StatefulSet instead
     let claims_differ =
-        pass.facts.keeper.statefulset.is_some() && pass.facts.keeper.claims != claims(&statefulset);
+        pass.facts.keeper.exists && pass.facts.keeper.claims != claims(&statefulset);
     let objects = [
         (Kind::ConfigMap, json_of(&k.config)),
         (Kind::Service, json_of(&k.headless_service)),

@@ -61,7 +61,7 @@ pub fn plan(pass: &mut Pass) {
         .collect();
     if let Some(k) = &pass.desired().keeper {
         let f = &pass.facts.keeper;
-        if f.statefulset.is_some() {
+        if f.exists {
             all.push(Volumes {
                 want: claims(&json_of(&k.statefulset)),
                 have: f.claims.clone(),
