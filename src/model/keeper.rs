@@ -95,7 +95,7 @@ pub fn statefulset(
             labels::common(c.name, Component::Keeper),
         ),
         spec: StatefulSetSpec {
-            replicas: Some(if c.spec.pause { 0 } else { c.keeper_members }),
+            replicas: Some(if c.spec.pause { 0 } else { c.keeper_pods }),
             service_name: Some(names::keeper_headless_service(c.name)),
             pod_management_policy: Some("Parallel".into()),
             selector: LabelSelector {

@@ -219,6 +219,9 @@ pub struct Cluster<'a> {
     /// Keeper members to build for: `spec.keeper.replicas`, or the size a pass steps the
     /// ensemble through on its way there ([`Cluster::with_keeper_members`]).
     pub keeper_members: i32,
+    /// Keeper pods to run: `keeper_members`, or one more while a leaving member's pod runs
+    /// until the others have let it go ([`Cluster::with_keeper_pods`]).
+    pub keeper_pods: i32,
 }
 
 impl<'a> Cluster<'a> {
@@ -227,6 +230,16 @@ impl<'a> Cluster<'a> {
     pub fn with_keeper_members(self, members: i32) -> Self {
         Cluster {
             keeper_members: members,
+            keeper_pods: members,
+            ..self
+        }
+    }
+
+    /// This cluster with `pods` Keeper pods for its members: one more than the members while
+    /// a leaving member's pod still runs.
+    pub fn with_keeper_pods(self, pods: i32) -> Self {
+        Cluster {
+            keeper_pods: pods,
             ..self
         }
     }
@@ -256,6 +269,7 @@ impl<'a> Cluster<'a> {
             owner,
             restart_at,
             keeper_members: c.spec.keeper.replicas,
+            keeper_pods: c.spec.keeper.replicas,
         })
     }
 

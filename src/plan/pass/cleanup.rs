@@ -12,26 +12,28 @@ use crate::plan::facts::Kind;
 use crate::plan::step::Step;
 
 pub fn plan(pass: &mut Pass) {
-    let keeper = names::keeper(&pass.name);
+    let keeper = names::keeper(&pass.input.name);
     let protected = |n: &str| {
-        n == names::operator_secret(&pass.name)
+        n == names::operator_secret(&pass.input.name)
             || pass
                 .map
                 .get(n)
                 .is_some_and(|r| r.state == ReplicaState::Condemned)
-            || (n != keeper && pass.facts.server(n).statefulset.is_some())
+            || (n != keeper && pass.input.facts.server(n).statefulset.is_some())
     };
     let mut unwanted: Vec<(Kind, String)> = pass
+        .input
         .obs
         .objects
         .keys()
         .filter(|(kind, n)| !pass.is_wanted(*kind, n) && !protected(n))
         .cloned()
         .collect();
-    if pass.facts.keeper.exists && !pass.is_wanted(Kind::StatefulSet, &keeper) {
+    if pass.input.facts.keeper.exists && !pass.is_wanted(Kind::StatefulSet, &keeper) {
         unwanted.push((Kind::StatefulSet, keeper.clone()));
     }
     let strays: Vec<String> = pass
+        .input
         .facts
         .servers
         .iter()

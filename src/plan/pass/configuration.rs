@@ -10,7 +10,7 @@ use crate::model::{self, Cluster, ReplicaSpec};
 use crate::plan::facts::Kind;
 
 pub fn plan(pass: &mut Pass) {
-    let d = pass.desired();
+    let d = &pass.built.desired;
     let objects: Vec<(Kind, Value)> = [
         (Kind::ConfigMap, json_of(&d.common_config)),
         (Kind::Secret, users_secret(pass)),
@@ -34,17 +34,17 @@ pub fn plan(pass: &mut Pass) {
 /// address either way; a pass that condemns replicas writes the Secret from the stored map
 /// (nothing changes for them before they are stored as condemned, S0-21).
 fn users_secret(pass: &Pass) -> Value {
-    let desired = json_of(&pass.desired().users_secret);
+    let desired = json_of(&pass.built.desired.users_secret);
     let adds_only = pass.gates.map_first
         && pass
             .map
             .values()
             .all(|r| r.state != ReplicaState::Condemned)
-        && pass.map.len() > pass.old.replica_state_map.len();
-    let Some(inputs) = pass.inputs.as_ref().filter(|_| adds_only) else {
+        && pass.map.len() > pass.input.old.replica_state_map.len();
+    if !adds_only {
         return desired;
-    };
-    let mut inputs = inputs.clone();
+    }
+    let mut inputs = pass.built.inputs.clone();
     inputs.replicas = pass
         .live_replicas()
         .map(|(n, r)| ReplicaSpec {
@@ -53,8 +53,8 @@ fn users_secret(pass: &Pass) -> Value {
             index: r.index,
         })
         .collect();
-    Cluster::new(pass.cluster)
-        .and_then(|c| model::users_secret(&c.with_keeper_members(pass.keeper_size), &inputs))
+    Cluster::new(pass.input.cluster)
+        .and_then(|c| model::users_secret(&c.with_keeper_members(pass.built.keeper_size), &inputs))
         .map_or(desired, |s| json_of(&s))
 }
 

@@ -2,17 +2,17 @@
 //! credentials Secret is created before anything that uses its password. ClickHouse's Keeper
 //! identity never changes once the servers have it (decision 27).
 
-use super::Pass;
+use super::Early;
 use crate::model::config::server::keeper_identity_text;
 use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::step::Step;
 
-pub fn plan(pass: &mut Pass) {
-    if let Some((field, secret)) = pass.obs.missing_secrets.first() {
+pub fn plan(pass: &mut Early) {
+    if let Some((field, secret)) = pass.input.obs.missing_secrets.first() {
         let message = format!(
             "Secret {secret} (named by {field}) does not exist in namespace {}",
-            pass.namespace
+            pass.input.namespace
         );
         pass.fail_and_halt(FailureReason::MissingSecret, message);
         return;
@@ -20,12 +20,14 @@ pub fn plan(pass: &mut Pass) {
     // a key a Secret does not have would keep the pods from starting (secretSettings,
     // secretFiles): said here, before anything is written
     let missing_key = pass
+        .input
         .cluster
         .spec
         .configuration
         .secret_keys()
         .find(|(_, k)| {
-            pass.obs
+            pass.input
+                .obs
                 .inputs
                 .secrets
                 .get(&k.name)
@@ -37,8 +39,9 @@ pub fn plan(pass: &mut Pass) {
         pass.fail_and_halt(FailureReason::MissingSecret, message);
         return;
     }
-    if let Some(in_use) = &pass.obs.keeper_identity_in_use {
+    if let Some(in_use) = &pass.input.obs.keeper_identity_in_use {
         let wanted = pass
+            .input
             .obs
             .inputs
             .keeper_password
@@ -50,29 +53,29 @@ pub fn plan(pass: &mut Pass) {
                  with an ACL for the previous identity and would lose access to them; put the \
                  previous value back (the servers' Secret {} still has it, in {})",
                 names::KEEPER_PASSWORD_KEY,
-                names::operator_secret(&pass.name),
-                names::users_secret(&pass.name),
+                names::operator_secret(&pass.input.name),
+                names::users_secret(&pass.input.name),
                 names::KEEPER_IDENTITY_FILE,
             );
             pass.fail_and_halt(FailureReason::CredentialChangeRefused, message);
             return;
         }
     }
-    if !pass.obs.operator_secret_present {
+    if !pass.input.obs.operator_secret_present {
         pass.emit(Step::CreateOperatorSecret);
         pass.again();
         pass.gates.halted = true;
-    } else if pass.obs.operator_secret_orphaned {
+    } else if pass.input.obs.operator_secret_orphaned {
         // the credentials the retained volumes were written with: the Keeper identity their
         // replicated tables' nodes were created for above all (decision 30)
         pass.emit(Step::AdoptOperatorSecret);
         pass.again();
-    } else if pass.obs.inputs.exporter_password.is_none() {
+    } else if pass.input.obs.inputs.exporter_password.is_none() {
         // the exporter's read-only account (decision 36): the users file, which the servers
         // reload, gets it at the next pass; no pod restarts for it
         pass.emit(Step::AddExporterPassword);
         pass.again();
-    } else if pass.obs.exporter_credentials_published == Some(false) {
+    } else if pass.input.obs.exporter_credentials_published == Some(false) {
         pass.emit(Step::PublishExporterCredentials);
     }
 }

@@ -12,7 +12,7 @@
 //! list the Keeper members of this step), which the Build phase makes from it; then the Keeper
 //! objects are applied ([`plan`]).
 
-use super::{Pass, json_of};
+use super::{Early, Pass, json_of};
 use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::facts::{KeeperMember, KeeperRole, Kind, MemberView, claims};
@@ -29,8 +29,8 @@ fn refused_reference(pass: &Pass, r: &crate::api::KeeperClusterRef, root: &str) 
     let owner_ns = r
         .namespace
         .clone()
-        .unwrap_or_else(|| pass.namespace.clone());
-    match pass.obs.keeper_owner {
+        .unwrap_or_else(|| pass.input.namespace.clone());
+    match pass.input.obs.keeper_owner {
         Some(KeeperOwner::Missing) => {
             return Some(format!(
                 "spec.keeper.external.clusterRef: ClickHouseCluster {owner_ns}/{} does not exist",
@@ -40,13 +40,13 @@ fn refused_reference(pass: &Pass, r: &crate::api::KeeperClusterRef, root: &str) 
         Some(KeeperOwner::Refuses) => {
             return Some(format!(
                 "spec.keeper.external.clusterRef: ClickHouseCluster {owner_ns}/{} does not let namespace {} use its Keeper: add {} to its spec.keeper.allowedNamespaces",
-                r.name, pass.namespace, pass.namespace
+                r.name, pass.input.namespace, pass.input.namespace
             ));
         }
         _ => {}
     }
-    let folder = crate::api::ExternalKeeper::namespace_folder(&pass.namespace);
-    let made = pass.old.keeper_root.as_deref() == Some(root);
+    let folder = crate::api::ExternalKeeper::namespace_folder(&pass.input.namespace);
+    let made = pass.input.old.keeper_root.as_deref() == Some(root);
     let below = root.strip_prefix(&folder).is_some_and(|rest| {
         !rest.is_empty()
             && !rest
@@ -64,35 +64,38 @@ fn refused_reference(pass: &Pass, r: &crate::api::KeeperClusterRef, root: &str) 
 /// ([`Capability::StartsBeforeKeeper`]): the lowest version known to run, else the image
 /// tag's. An unknown version waits for Keeper, as 18.16 must.
 pub fn servers_retry_keeper(pass: &Pass) -> bool {
-    pass.server_version
-        .or_else(|| image_version(&pass.spec.image).map(|(_, v)| v))
+    pass.input
+        .server_version
+        .or_else(|| image_version(&pass.input.spec.image).map(|(_, v)| v))
         .is_some_and(|v| v.supports(Capability::StartsBeforeKeeper))
 }
 
-/// The Keeper ensemble's size for this pass (one member more or less at a time, once the
-/// members agree on the last change): `pass.keeper_size` members, `pass.keeper_pods` pods (a
-/// leaving member's pod runs until the others have let it go).
-pub fn size(pass: &mut Pass) {
-    let (members, pods) = size_for_this_pass(pass);
-    pass.keeper_size = members;
-    pass.keeper_pods = pods;
+/// The Keeper ensemble's size for one pass.
+pub struct Size {
+    /// Members listed in the configuration: one step towards `spec.keeper.replicas`.
+    pub members: i32,
+    /// Pods: one more than `members` while a leaving member's pod runs until the others have
+    /// let it go.
+    pub pods: i32,
+    /// Members and pods are `spec.keeper.replicas` and every member agrees on them (decision
+    /// 25).
+    pub settled: bool,
 }
 
 pub fn plan(pass: &mut Pass) {
-    let (members, pods) = (pass.keeper_size, pass.keeper_pods);
-    let own = pass.desired().keeper.is_some();
-    let serving = !own || (pass.facts.keeper.size > 0 && pass.facts.keeper.all_ready());
+    let own = pass.built.desired.keeper.is_some();
+    let serving = !own || (pass.input.facts.keeper.size > 0 && pass.input.facts.keeper.all_ready());
     pass.gates.servers_may_start = serving || (own && servers_retry_keeper(pass));
-    if let Some(x) = &pass.spec.keeper.external {
+    if let Some(x) = &pass.input.spec.keeper.external {
         // an external ensemble: the servers start once their root exists in it
-        let root = x.root_of(&pass.namespace, &pass.name);
+        let root = x.root_of(&pass.input.namespace, &pass.input.name);
         if let Some(r) = &x.cluster_ref
             && let Some(why) = refused_reference(pass, r, &root)
         {
             pass.fail_and_halt(FailureReason::Keeper, why);
             return;
         }
-        if let Some(old) = pass.old.keeper_root.clone().filter(|r| *r != root) {
+        if let Some(old) = pass.input.old.keeper_root.clone().filter(|r| *r != root) {
             // the servers' replication metadata and DDL queue are under the old root
             pass.fail_and_halt(
                 FailureReason::InvalidSpec,
@@ -102,25 +105,21 @@ pub fn plan(pass: &mut Pass) {
             );
             return;
         }
-        let made = pass.old.keeper_root.as_deref() == Some(root.as_str());
+        let made = pass.input.old.keeper_root.as_deref() == Some(root.as_str());
         if !made {
             pass.emit(Step::EnsureKeeperRoot { root });
         }
         pass.gates.servers_may_start = made;
     }
-    let Some(k) = &pass.desired().keeper else {
+    let Some(k) = &pass.built.desired.keeper else {
         return;
     };
+    // shrinking, the StatefulSet keeps the leaving member's pod (built with `keeper_pods`)
     let mut statefulset = json_of(&k.statefulset);
-    if pods != members {
-        // shrinking: the leaving member's pod runs until the others have let it go
-        statefulset["spec"]["replicas"] = pods.into();
-        crate::model::hash::restamp(&mut statefulset);
-    }
     // a template that needs no restart is left as it is: the roll would restart the members
     // for a field a newer operator adds (invariant 9)
-    let name = names::keeper(&pass.name);
-    let template_current = match &pass.facts.keeper.statefulset {
+    let name = names::keeper(&pass.input.name);
+    let template_current = match &pass.input.facts.keeper.statefulset {
         Some(observed) if super::template_covers(observed, &statefulset) => {
             statefulset = super::with_template_of(&statefulset, observed);
             true
@@ -129,7 +128,7 @@ pub fn plan(pass: &mut Pass) {
     };
     // claim templates cannot change: the Storage phase recreates the StatefulSet instead
     let claims_differ =
-        pass.facts.keeper.exists && pass.facts.keeper.claims != claims(&statefulset);
+        pass.input.facts.keeper.exists && pass.input.facts.keeper.claims != claims(&statefulset);
     let objects = [
         (Kind::ConfigMap, json_of(&k.config)),
         (Kind::Service, json_of(&k.headless_service)),
@@ -159,12 +158,12 @@ pub fn plan(pass: &mut Pass) {
 /// deletes the pods, S2-34), not while paused, not while the membership changes.
 fn roll(pass: &mut Pass) {
     use crate::api::UpdateStrategy;
-    let k = &pass.facts.keeper;
+    let k = &pass.input.facts.keeper;
     if !k.exists
-        || pass.facts.mode.paused()
-        || pass.spec.update_strategy == UpdateStrategy::OnDelete
-        || k.size != pass.keeper_size
-        || k.size != pass.spec.keeper.replicas
+        || pass.input.facts.mode.paused()
+        || pass.input.spec.update_strategy == UpdateStrategy::OnDelete
+        || k.size != pass.built.keeper_size
+        || k.size != pass.input.spec.keeper.replicas
     {
         return;
     }
@@ -175,7 +174,7 @@ fn roll(pass: &mut Pass) {
     if left == 0 {
         return;
     }
-    let next = next_to_roll(k, pass.now);
+    let next = next_to_roll(k, pass.input.now);
     let why = match &next {
         Ok(m) => format!("{} restarts", m.pod),
         Err(why) => why.clone(),
@@ -197,7 +196,7 @@ fn roll(pass: &mut Pass) {
         ),
     );
     pass.emit(Step::RestartPod {
-        replica: names::keeper(&pass.name),
+        replica: names::keeper(&pass.input.name),
         pod: m.pod,
         uid: m.uid,
         // Keeper pods are in no client Service
@@ -301,8 +300,9 @@ pub(super) fn next_to_roll(
 /// Not one whose node stopped reporting: its pod cannot go until the node is back (decision
 /// 47).
 fn repair(pass: &mut Pass) {
-    let keeper = names::keeper(&pass.name);
+    let keeper = names::keeper(&pass.input.name);
     let broken: Vec<(String, Option<String>)> = pass
+        .input
         .facts
         .keeper
         .members
@@ -326,12 +326,17 @@ fn repair(pass: &mut Pass) {
 }
 
 /// The members (listed in the configuration) and pods of the ensemble for this pass: one
-/// member closer to `spec.keeper.replicas` when the members that stay are Ready and agree.
-fn size_for_this_pass(pass: &mut Pass) -> (i32, i32) {
-    let want = pass.spec.keeper.replicas;
-    let k = &pass.facts.keeper;
-    if !k.exists || pass.facts.mode.paused() || k.size == 0 {
-        return (want, want);
+/// member closer to `spec.keeper.replicas` when the members that stay are Ready and agree;
+/// why it waits, if it does, among the pass's waits.
+pub fn size(pass: &mut Early) -> Size {
+    let want = pass.input.spec.keeper.replicas;
+    let k = &pass.input.facts.keeper;
+    if !k.exists || pass.input.facts.mode.paused() || k.size == 0 {
+        return Size {
+            members: want,
+            pods: want,
+            settled: true,
+        };
     }
     let have = k.size;
     let (members, pods, waiting) = if have == want {
@@ -395,7 +400,7 @@ fn size_for_this_pass(pass: &mut Pass) -> (i32, i32) {
         }
     };
     let leaving = k.members.range(want..).next().map(|(_, m)| m.pod.clone());
-    pass.keeper_settled = waiting.is_none() && members == want && pods == want && leaving.is_none();
+    let settled = waiting.is_none() && members == want && pods == want && leaving.is_none();
     let waiting = waiting.or_else(|| {
         leaving
             .filter(|_| pods == want)
@@ -409,7 +414,11 @@ fn size_for_this_pass(pass: &mut Pass) -> (i32, i32) {
             "Keeper membership {want} reached one member at a time (now {members})"
         ));
     }
-    (members, pods)
+    Size {
+        members,
+        pods,
+        settled,
+    }
 }
 
 fn describe(view: &MemberView) -> String {

@@ -92,8 +92,9 @@ pub struct Gates {
     pub storage_busy: Vec<String>,
 }
 
-/// A pass being planned: the inputs every phase reads and what the phases emitted so far.
-pub struct Pass<'a> {
+/// What a pass reads and never changes: the cluster, the observation, and what is read from
+/// them once. The phases hold it by shared reference, so none can change it.
+pub struct Input<'a> {
     pub cluster: &'a ClickHouseCluster,
     pub spec: &'a ClickHouseClusterSpec,
     pub name: String,
@@ -101,11 +102,19 @@ pub struct Pass<'a> {
     pub now: Timestamp,
     pub obs: &'a Observed,
     pub facts: Facts,
-    /// The status the pass started from.
+    /// The status the pass started from (the ReplicaStateMap adopted from the servers or the
+    /// retained volumes when the status was lost).
     pub old: ClickHouseClusterStatus,
-    /// The ReplicaStateMap as this pass plans it.
-    pub map: BTreeMap<String, ReplicaStatus>,
-    pub next_index: i64,
+    /// The lowest version the servers report (see [`crate::plan::fleet::recorded_version`]).
+    pub recorded_version: Option<crate::version::Version>,
+    /// The version the generated configuration may rely on
+    /// ([`crate::plan::fleet::usable_version`]).
+    pub server_version: Option<crate::version::Version>,
+}
+
+/// What the Build phase made of the input: fixed for every phase after it, which hold it by
+/// shared reference.
+pub struct Built {
     /// Keeper members for this pass (one step towards `spec.keeper.replicas`).
     pub keeper_size: i32,
     /// Keeper pods for this pass: one more than `keeper_size` while a leaving member's pod
@@ -114,19 +123,24 @@ pub struct Pass<'a> {
     /// Keeper's members and pods are `spec.keeper.replicas` and every member agrees on them
     /// (decision 25); the cluster is not `ready` before.
     pub keeper_settled: bool,
-    /// Every object of the cluster, built for `keeper_size` (set by the Build phase).
-    pub desired: Option<Desired>,
-    /// What `desired` was built from (set with it).
-    pub inputs: Option<crate::model::Inputs>,
+    /// Every object of the cluster, built for `keeper_size`.
+    pub desired: Desired,
+    /// What `desired` was built from.
+    pub inputs: crate::model::Inputs,
     /// Hosts listed in `remote_servers`.
     pub listed: u64,
-    /// The lowest version the servers report (see [`crate::plan::fleet::recorded_version`]).
-    pub recorded_version: Option<crate::version::Version>,
-    /// The version the generated configuration may rely on
-    /// ([`crate::plan::fleet::usable_version`]).
-    pub server_version: Option<crate::version::Version>,
     /// Per server StatefulSet: its observed pod template covers the desired one.
     pub template_current: BTreeMap<String, bool>,
+}
+
+/// A pass being planned: its input, what the Build phase made of it (`B`: nothing before that
+/// phase, [`Built`] after it), and what the phases decided and emitted so far.
+pub struct Pass<'a, B = &'a Built> {
+    pub input: &'a Input<'a>,
+    pub built: B,
+    /// The ReplicaStateMap as this pass plans it.
+    pub map: BTreeMap<String, ReplicaStatus>,
+    pub next_index: i64,
     /// Server replicas whose StatefulSet exists (set by the Rollout phase).
     pub members: Vec<Member>,
     pub gates: Gates,
@@ -138,11 +152,24 @@ pub struct Pass<'a> {
     out: Plan,
 }
 
+/// A pass before the Build phase: the Credentials phase, and the Build phase itself.
+pub type Early<'a> = Pass<'a, ()>;
+
 /// Plans one pass over a cluster whose spec is valid.
 pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) -> Plan {
-    let mut pass = Pass::new(cluster, obs, now);
-    pass.run(Phase::Credentials, credentials::plan);
-    pass.run(Phase::Build, build::plan);
+    let input = Input::read(cluster, obs, now);
+    let mut early = Pass::new(&input);
+    early.run(Phase::Credentials, credentials::plan);
+    early.phase = Phase::Build;
+    let built = if early.gates.halted {
+        None
+    } else {
+        build::build(&mut early)
+    };
+    let Some(built) = built else {
+        return early.finish_halted();
+    };
+    let mut pass = early.with(&built);
     pass.run(Phase::Keeper, keeper::plan);
     pass.run(Phase::ReplicaMap, replica_map::plan);
     pass.run(Phase::Configuration, configuration::plan);
@@ -157,8 +184,8 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
     pass.finish()
 }
 
-impl<'a> Pass<'a> {
-    fn new(cluster: &'a ClickHouseCluster, obs: &'a Observed, now: Timestamp) -> Self {
+impl<'a> Input<'a> {
+    fn read(cluster: &'a ClickHouseCluster, obs: &'a Observed, now: Timestamp) -> Self {
         let mut old = cluster.status.clone().unwrap_or_default();
         if old.replica_state_map.is_empty() {
             // a lost status: the map is taken back from the servers that exist before anything
@@ -185,7 +212,7 @@ impl<'a> Pass<'a> {
         );
         let server_version =
             crate::plan::fleet::usable_version(recorded_version, &cluster.spec.image);
-        Pass {
+        Input {
             recorded_version,
             server_version,
             cluster,
@@ -195,16 +222,18 @@ impl<'a> Pass<'a> {
             now,
             obs,
             facts: Facts::read(cluster, obs, now),
-            map: old.replica_state_map.clone(),
-            next_index: old.next_replica_index,
             old,
-            keeper_size: cluster.spec.keeper.replicas,
-            keeper_pods: cluster.spec.keeper.replicas,
-            keeper_settled: true,
-            desired: None,
-            inputs: None,
-            listed: 0,
-            template_current: BTreeMap::new(),
+        }
+    }
+}
+
+impl<'a> Early<'a> {
+    fn new(input: &'a Input<'a>) -> Self {
+        Pass {
+            input,
+            built: (),
+            map: input.old.replica_state_map.clone(),
+            next_index: input.old.next_replica_index,
             members: Vec::new(),
             gates: Gates::default(),
             waits: Vec::new(),
@@ -217,13 +246,31 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn run(&mut self, phase: Phase, plan: fn(&mut Pass)) {
-        if !self.gates.halted {
-            self.phase = phase;
-            plan(self);
+    /// The pass from the Keeper phase on, with what the Build phase built.
+    fn with(self, built: &'a Built) -> Pass<'a> {
+        Pass {
+            input: self.input,
+            built,
+            map: self.map,
+            next_index: self.next_index,
+            members: self.members,
+            gates: self.gates,
+            waits: self.waits,
+            wanted: self.wanted,
+            phase: self.phase,
+            out: self.out,
         }
     }
 
+    /// The plan of a pass halted before anything was built.
+    fn finish_halted(mut self) -> Plan {
+        self.out.status = report::halted_status(self.input, self.out.failure.as_ref());
+        self.out.again |= self.gates.map_first && self.out.failure.is_none();
+        self.out
+    }
+}
+
+impl<'a> Pass<'a> {
     fn finish(mut self) -> Plan {
         self.out.status = report::pass_status(&self);
         self.out.members = self.members.clone();
@@ -232,11 +279,26 @@ impl<'a> Pass<'a> {
         self.out
     }
 
-    /// The desired state (built by the Build phase, which runs before every phase using it).
-    pub fn desired(&self) -> &Desired {
-        self.desired
-            .as_ref()
-            .expect("the Build phase builds the desired state before later phases run")
+    /// The replica's pod is Ready, on its StatefulSet's current revision and template.
+    pub fn ready_and_current(&self, replica: &str) -> bool {
+        let f = self.input.facts.server(replica);
+        f.pod.ready
+            && f.pod.current
+            && self
+                .built
+                .template_current
+                .get(replica)
+                .copied()
+                .unwrap_or(false)
+    }
+}
+
+impl<'a, B> Pass<'a, B> {
+    fn run(&mut self, phase: Phase, plan: fn(&mut Pass<'a, B>)) {
+        if !self.gates.halted {
+            self.phase = phase;
+            plan(self);
+        }
     }
 
     /// Emits a step.
@@ -302,10 +364,11 @@ impl<'a> Pass<'a> {
             .unwrap_or_default()
             .to_string();
         self.want(kind, &name);
+        let obs = self.input.obs;
         let observed = if kind == Kind::StatefulSet {
-            self.obs.statefulsets.get(&name).map(json_of)
+            obs.statefulsets.get(&name).map(json_of)
         } else {
-            self.obs.objects.get(&(kind, name.clone())).cloned()
+            obs.objects.get(&(kind, name.clone())).cloned()
         };
         if !observed
             .as_ref()
@@ -325,12 +388,6 @@ impl<'a> Pass<'a> {
         self.map
             .iter()
             .filter(|(_, r)| r.state != ReplicaState::Condemned)
-    }
-
-    /// The replica's pod is Ready, on its StatefulSet's current revision and template.
-    pub fn ready_and_current(&self, replica: &str) -> bool {
-        let f = self.facts.server(replica);
-        f.pod.ready && f.pod.current && self.template_current.get(replica).copied().unwrap_or(false)
     }
 }
 
@@ -355,6 +412,13 @@ pub fn with_template_of(desired: &Value, observed: &Value) -> Value {
             }
         }
     }
+    object
+}
+
+/// A StatefulSet (as JSON) with the claim templates the observed one has, which cannot
+/// change: taken as the API server returned them, so that no field is lost.
+pub fn with_claims_of(mut object: Value, observed: &Value) -> Value {
+    object["spec"]["volumeClaimTemplates"] = observed["spec"]["volumeClaimTemplates"].clone();
     object
 }
 

@@ -9,6 +9,7 @@ use crate::plan::replicas::{self, ReplicaFacts, Topology};
 
 pub fn plan(pass: &mut Pass) {
     let allow_loss = pass
+        .input
         .cluster
         .metadata
         .annotations
@@ -16,7 +17,7 @@ pub fn plan(pass: &mut Pass) {
         .and_then(|a| a.get(ALLOW_DATA_LOSS))
         .is_some_and(|v| v == "true");
     let facts = |replica: &str| {
-        let f = pass.facts.server(replica);
+        let f = pass.input.facts.server(replica);
         ReplicaFacts {
             sts_exists: f.statefulset.is_some(),
             pod_exists: f.pod.exists,
@@ -25,6 +26,7 @@ pub fn plan(pass: &mut Pass) {
         }
     };
     let replace: Vec<String> = pass
+        .input
         .cluster
         .metadata
         .annotations
@@ -40,15 +42,15 @@ pub fn plan(pass: &mut Pass) {
         .unwrap_or_default();
     let change = replicas::plan_map(
         &Topology {
-            cluster: &pass.name,
-            shards: pass.spec.shards,
-            replicas: pass.spec.replicas,
-            paused: pass.facts.mode.paused(),
+            cluster: &pass.input.name,
+            shards: pass.input.spec.shards,
+            replicas: pass.input.spec.replicas,
+            paused: pass.input.facts.mode.paused(),
             allow_shard_removal: allow_loss,
             replace: &replace,
         },
-        &pass.old.replica_state_map,
-        pass.old.next_replica_index,
+        &pass.input.old.replica_state_map,
+        pass.input.old.next_replica_index,
         facts,
     );
     pass.map = change.map;
@@ -56,7 +58,7 @@ pub fn plan(pass: &mut Pass) {
     if !change.refused_shards.is_empty() {
         let message = format!(
             "spec.shards is {} but shard(s) {:?} still hold replicas: removing a shard loses its data; to allow it, annotate the ClickHouseCluster {ALLOW_DATA_LOSS}=true",
-            pass.spec.shards, change.refused_shards
+            pass.input.spec.shards, change.refused_shards
         );
         pass.fail(FailureReason::ShardRemovalRefused, message);
     }
@@ -71,7 +73,7 @@ pub fn plan(pass: &mut Pass) {
         );
     }
     for n in &change.replaced {
-        let pod = &pass.facts.server(n).pod;
+        let pod = &pass.input.facts.server(n).pod;
         let state = if pod.ready { "Ready" } else { "not Ready" };
         pass.event(
             "ReplicaReplaced",

@@ -3,38 +3,36 @@
 //! `error`, with the reason in the message). What the executor did is added by
 //! [`crate::plan::report::report`].
 
-use super::Pass;
+use super::{Input, Pass};
 use crate::api::{
     ClickHouseClusterStatus, ClientServiceType, ClusterState, ComponentStatus, ReplicaState,
 };
 use crate::model::names;
+use crate::plan::Failure;
 use crate::plan::facts::Mode;
 use crate::plan::status::{self, set_condition};
 
 /// The status after a planned pass, before anything was executed.
 pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
-    let generation = pass.cluster.metadata.generation;
+    let generation = pass.input.cluster.metadata.generation;
     if pass.gates.halted {
-        return match pass.failure() {
-            Some(f) => status::failed(&pass.old, generation, f, pass.now),
-            None => pass.old.clone(),
-        };
+        return halted_status(pass.input, pass.failure());
     }
-    let mut status = pass.old.clone();
+    let mut status = pass.input.old.clone();
     status.replica_state_map = pass.map.clone();
     status.next_replica_index = pass.next_index;
     status.observed_generation = generation;
-    let spec = pass.spec;
+    let spec = pass.input.spec;
     let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
     let serving = wanted
         .iter()
-        .filter(|n| pass.facts.server(n).pod.ready)
+        .filter(|n| pass.input.facts.server(n).pod.ready)
         .count() as i32;
     let ready_servers = wanted.iter().filter(|n| pass.ready_and_current(n)).count() as i32;
     status.clickhouse = ComponentStatus::new(spec.shards * spec.replicas, serving, ready_servers);
     let keeper_size = spec.keeper.replicas;
-    let (keeper_serving, keeper_ready) = if pass.desired().keeper.is_some() {
-        let k = &pass.facts.keeper;
+    let (keeper_serving, keeper_ready) = if pass.built.desired.keeper.is_some() {
+        let k = &pass.input.facts.keeper;
         // every Keeper pod, also one joining or leaving the ensemble during a resize
         let serving = k.members.values().filter(|m| m.ready).count() as i32;
         let ready = k.members.values().filter(|m| m.ready && m.current).count() as i32;
@@ -44,7 +42,7 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     };
     status.keeper = ComponentStatus::new(keeper_size, keeper_serving, keeper_ready);
     status.host = client_host(pass);
-    status.version = pass.recorded_version.map(|v| v.to_string());
+    status.version = pass.input.recorded_version.map(|v| v.to_string());
     let (state, mut message) = state(pass, &status, ready_servers, keeper_ready);
     let (crash_reason, crash) = full_crash(pass, &status, serving, keeper_serving);
     if let (Some(crash), ClusterState::Initializing) = (&crash, state) {
@@ -57,7 +55,7 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     status.message = message;
     // Whether the pass succeeded is known once the executor ran it: see [`report`].
     if let Some(f) = pass.failure() {
-        status = status::failed(&status, generation, f, pass.now);
+        status = status::failed(&status, generation, f, pass.input.now);
     }
     set_condition(
         &mut status.conditions,
@@ -66,7 +64,7 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
         crash_reason,
         crash.as_deref().unwrap_or(""),
         generation,
-        pass.now,
+        pass.input.now,
     );
     let ready = state == ClusterState::Ready;
     set_condition(
@@ -76,9 +74,18 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
         if ready { "Ready" } else { "NotReady" },
         status.message.as_deref().unwrap_or(""),
         generation,
-        pass.now,
+        pass.input.now,
     );
     status
+}
+
+/// The status after a halted pass: the one it started from, with the failure if there is one.
+pub fn halted_status(input: &Input, failure: Option<&Failure>) -> ClickHouseClusterStatus {
+    let generation = input.cluster.metadata.generation;
+    match failure {
+        Some(f) => status::failed(&input.old, generation, f, input.now),
+        None => input.old.clone(),
+    }
 }
 
 /// S2-12, the full-crash check: a cluster whose replicas ran (one of its map is `Ready`), not
@@ -94,7 +101,7 @@ fn full_crash(
     serving: i32,
     keeper_serving: i32,
 ) -> (&'static str, Option<String>) {
-    let before = pass.cluster.status.as_ref();
+    let before = pass.input.cluster.status.as_ref();
     let resuming = before.is_some_and(|s| {
         matches!(s.state, ClusterState::Paused | ClusterState::Stopping)
             || s.conditions
@@ -105,20 +112,20 @@ fn full_crash(
         .replica_state_map
         .values()
         .any(|r| r.state == ReplicaState::Ready);
-    if !ran || pass.facts.mode != Mode::Running {
+    if !ran || pass.input.facts.mode != Mode::Running {
         return ("Serving", None);
     }
     if resuming && serving == 0 {
         return ("Resuming", None);
     }
     let servers = pass.live_replicas().count();
-    let keeper = pass.desired().keeper.is_some() && pass.spec.keeper.replicas > 0;
+    let keeper = pass.built.desired.keeper.is_some() && pass.input.spec.keeper.replicas > 0;
     let parts: Vec<String> = [
         (servers > 0 && serving == 0).then(|| format!("every server is down (0/{servers} Ready)")),
         (keeper && keeper_serving == 0).then(|| {
             format!(
                 "Keeper has no serving member (0/{})",
-                pass.spec.keeper.replicas
+                pass.input.spec.keeper.replicas
             )
         }),
     ]
@@ -139,12 +146,12 @@ fn full_crash(
 
 /// The address clients use: the LoadBalancer's, or the client Service's DNS name.
 fn client_host(pass: &Pass) -> Option<String> {
-    let svc = pass.desired().client_service.as_ref()?;
-    let observed = pass.obs.objects.get(&(
+    let svc = pass.built.desired.client_service.as_ref()?;
+    let observed = pass.input.obs.objects.get(&(
         crate::plan::facts::Kind::Service,
         svc.metadata.name.clone()?,
     ))?;
-    match pass.spec.client_service.r#type {
+    match pass.input.spec.client_service.r#type {
         ClientServiceType::LoadBalancer => {
             let ing = &observed["status"]["loadBalancer"]["ingress"][0];
             ing["ip"]
@@ -153,9 +160,9 @@ fn client_host(pass: &Pass) -> Option<String> {
                 .map(str::to_string)
         }
         _ => Some(names::client_host(
-            &pass.name,
-            &pass.namespace,
-            pass.spec.cluster_domain(),
+            &pass.input.name,
+            &pass.input.namespace,
+            pass.input.spec.cluster_domain(),
         )),
     }
 }
@@ -165,12 +172,13 @@ fn client_host(pass: &Pass) -> Option<String> {
 fn lagging_hosts<'a>(pass: &Pass, wanted: &[&'a String]) -> Vec<&'a str> {
     wanted
         .iter()
-        .filter(|n| pass.facts.server(n).pod.ready)
+        .filter(|n| pass.input.facts.server(n).pod.ready)
         .filter(|n| {
-            pass.obs
+            pass.input
+                .obs
                 .cluster_hosts
                 .get(n.as_str())
-                .is_some_and(|seen| *seen != Some(pass.listed))
+                .is_some_and(|seen| *seen != Some(pass.built.listed))
         })
         .map(|n| n.as_str())
         .collect()
@@ -182,7 +190,7 @@ fn unreachable_shards(pass: &Pass, wanted: &[&String]) -> Vec<String> {
     wanted
         .iter()
         .filter_map(|n| {
-            let e = pass.obs.distributed.get(n.as_str())?.as_ref()?;
+            let e = pass.input.obs.distributed.get(n.as_str())?.as_ref()?;
             Some(format!("{n} ({e})"))
         })
         .collect()
@@ -204,7 +212,7 @@ fn state(
     ready_servers: i32,
     keeper_ready: i32,
 ) -> (ClusterState, Option<String>) {
-    let spec = pass.spec;
+    let spec = pass.input.spec;
     let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
     let condemned: Vec<&str> = pass
         .map
@@ -218,7 +226,7 @@ fn state(
         waits.push(format!(
             "waiting for {} to load the cluster's {} hosts",
             lagging.join(", "),
-            pass.listed
+            pass.built.listed
         ));
     }
     let unreachable = unreachable_shards(pass, &wanted);
@@ -235,7 +243,7 @@ fn state(
             .iter()
             .all(|n| status.replica_state_map[*n].state == ReplicaState::Ready)
         && keeper_ready == spec.keeper.replicas
-        && pass.keeper_settled
+        && pass.built.keeper_settled
         && condemned.is_empty()
         && pass.gates.storage_busy.is_empty()
         && (status.host.is_some() || !spec.serves_clients())
@@ -243,20 +251,20 @@ fn state(
             .members
             .iter()
             .any(|m| m.template_outdated || m.pod_outdated);
-    waits.extend(pass.facts.unschedulable.iter().cloned());
-    if pass.facts.mode == Mode::SwitchingTls && !pass.failed() {
+    waits.extend(pass.input.facts.unschedulable.iter().cloned());
+    if pass.input.facts.mode == Mode::SwitchingTls && !pass.failed() {
         return (ClusterState::Stopping, Some(waits.join("; ")));
     }
     if let Some(f) = pass.failure() {
         return (ClusterState::Error, Some(f.message.clone()));
     }
-    match pass.facts.mode {
+    match pass.input.facts.mode {
         Mode::Pausing => {
             return (
                 ClusterState::Stopping,
                 Some(format!(
                     "stopping: {} pod(s) still running",
-                    pass.facts.pods
+                    pass.input.facts.pods
                 )),
             );
         }
@@ -306,11 +314,12 @@ fn state(
     // why pods are not Ready, where they say (decision 30: a crash loop names its last error)
     let failing = wanted
         .iter()
-        .map(|n| pass.facts.server(n))
+        .map(|n| pass.input.facts.server(n))
         .filter(|f| !f.pod.ready)
         .filter_map(|f| f.pod.failing.clone().or_else(|| f.pod.node_lost.clone()))
         .chain(
-            pass.facts
+            pass.input
+                .facts
                 .keeper
                 .members
                 .values()

@@ -78,7 +78,7 @@ pub fn plan(pass: &mut Pass) {
     }
     for n in &decision.restart_pods {
         let pod = names::replica_pod(n);
-        if pass.facts.server(n).pod.terminating {
+        if pass.input.facts.server(n).pod.terminating {
             // deleted by an earlier pass and still stopping: not deleted (nor announced) again
             pass.waits
                 .push(format!("{pod} is stopping for its restart"));
@@ -87,9 +87,9 @@ pub fn plan(pass: &mut Pass) {
         pass.emit(Step::RestartPod {
             replica: n.clone(),
             pod: pod.clone(),
-            uid: pass.facts.server(n).pod.uid.clone(),
+            uid: pass.input.facts.server(n).pod.uid.clone(),
             // out of traffic already, or taken out just before by this pass
-            serving: pass.facts.server(n).pod.serving && !decision.exclude_pods.contains(n),
+            serving: pass.input.facts.server(n).pod.serving && !decision.exclude_pods.contains(n),
         });
         pass.event(
             "RestartPod",
@@ -105,7 +105,7 @@ pub fn plan(pass: &mut Pass) {
             .members
             .iter()
             .filter(|m| m.failing.is_some())
-            .all(|m| pass.facts.server(&m.name).pod.failing.is_none());
+            .all(|m| pass.input.facts.server(&m.name).pod.failing.is_none());
         let reason = if lagging_only {
             FailureReason::CatchUpTimeout
         } else {
@@ -131,12 +131,13 @@ pub fn plan(pass: &mut Pass) {
 /// The server StatefulSets this phase looks after: those that exist, are not being deleted
 /// and whose storage is not being grown.
 fn existing(pass: &Pass) -> Vec<Existing> {
-    pass.desired()
+    pass.built
+        .desired
         .server_statefulsets
         .iter()
         .filter_map(|d| {
             let name = d.metadata.name.clone()?;
-            let f = pass.facts.server(&name);
+            let f = pass.input.facts.server(&name);
             if f.deleting || pass.gates.storage_busy.contains(&name) {
                 return None;
             }
@@ -155,12 +156,12 @@ fn existing(pass: &Pass) -> Vec<Existing> {
 
 fn member(pass: &Pass, e: &Existing) -> Member {
     let entry = pass.map.get(&e.name);
-    let pod = &pass.facts.server(&e.name).pod;
-    let caught_up = pass.obs.caught_up.get(&e.name).copied();
-    let deadline = catch_up_deadline(pass.spec.catch_up_seconds);
+    let pod = &pass.input.facts.server(&e.name).pod;
+    let caught_up = pass.input.obs.caught_up.get(&e.name).copied();
+    let deadline = catch_up_deadline(pass.input.spec.catch_up_seconds);
     let failing = pod.failing.clone().or_else(|| {
         let since = pod.ready_since?;
-        (caught_up == Some(false) && pass.now.duration_since(since) > deadline).then(|| {
+        (caught_up == Some(false) && pass.input.now.duration_since(since) > deadline).then(|| {
             format!(
                 "replica {} did not catch up with replication within {}; the rollout stops \
                  until it does (see its system.replicas and system.replication_queue)",
@@ -179,15 +180,21 @@ fn member(pass: &Pass, e: &Existing) -> Member {
         // yet (just created, just written) is not restarted on a guess; or a pod whose grown
         // volume waits for it to start again (decision 44), restarted as carefully
         pod_outdated: pod.exists
-            && (pod.outdated || pass.facts.server(&e.name).file_system_waits_for_restart()),
+            && (pod.outdated
+                || pass
+                    .input
+                    .facts
+                    .server(&e.name)
+                    .file_system_waits_for_restart()),
         settled: !pod.exists || pod.current || pod.outdated,
         // Only a Smart Update waits for a restarted replica to catch up (S2-29, S2-33).
         available: pod.ready
-            && (pass.spec.update_strategy != UpdateStrategy::SmartUpdate
+            && (pass.input.spec.update_strategy != UpdateStrategy::SmartUpdate
                 || caught_up != Some(false)),
         ready: pod.ready,
         serving: pod.serving,
         drained: pass
+            .input
             .obs
             .pending_fetches
             .get(&e.name)
@@ -204,20 +211,21 @@ fn decide(pass: &mut Pass) -> RolloutPlan {
     // member until it exists again: the rollout waits for it, so that its replica is ordered
     // with the others of its shard (the backup replica last) and not left out
     let recreating: Vec<String> = pass
-        .desired()
+        .built
+        .desired
         .server_statefulsets
         .iter()
         .filter_map(|d| d.metadata.name.clone())
         .filter(|n| {
-            let f = pass.facts.server(n);
+            let f = pass.input.facts.server(n);
             f.statefulset.is_none() && f.pod.exists
         })
         .collect();
-    let active = pass.facts.mode == Mode::Running
+    let active = pass.input.facts.mode == Mode::Running
         && pass.gates.storage_busy.is_empty()
         && recreating.is_empty()
         && pass.members.iter().any(outdated);
-    let smart = pass.spec.update_strategy == UpdateStrategy::SmartUpdate;
+    let smart = pass.input.spec.update_strategy == UpdateStrategy::SmartUpdate;
     if !active {
         return RolloutPlan::default();
     }
@@ -231,21 +239,22 @@ fn decide(pass: &mut Pass) -> RolloutPlan {
         .members
         .iter()
         .filter(|m| {
-            shards.contains(&m.shard) && m.ready && !pass.obs.caught_up.contains_key(&m.name)
+            shards.contains(&m.shard) && m.ready && !pass.input.obs.caught_up.contains_key(&m.name)
         })
         .map(|m| m.name.clone())
         .collect();
     if smart && !unknown.is_empty() {
         pass.check_lag(unknown);
     }
-    let spec = pass.spec;
+    let spec = pass.input.spec;
     let gates = RolloutGates {
-        backup_in_flight: pass.obs.backup_in_flight.clone(),
+        backup_in_flight: pass.input.obs.backup_in_flight.clone(),
         client_service_ready: !spec.client_service.enabled
             || pass
+                .input
                 .obs
                 .objects
-                .contains_key(&(Kind::Service, names::client_service(&pass.name))),
+                .contains_key(&(Kind::Service, names::client_service(&pass.input.name))),
     };
     rollout::plan_rollout(
         &pass.members,
@@ -259,9 +268,9 @@ fn decide(pass: &mut Pass) -> RolloutPlan {
 /// when fields other than the template differ, those (with the new template too when it runs
 /// no pod, so nothing restarts).
 fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
-    let f = pass.facts.server(&e.name);
-    let stopped = pass.facts.mode.paused() || f.scale == Some(0);
-    if pass.facts.mode == Mode::SwitchingTls && !stopped {
+    let f = pass.input.facts.server(&e.name);
+    let stopped = pass.input.facts.mode.paused() || f.scale == Some(0);
+    if pass.input.facts.mode == Mode::SwitchingTls && !stopped {
         return; // the Tls phase stops it
     }
     let starts = f.scale == Some(0) && e.desired["spec"]["replicas"].as_i64().unwrap_or(1) > 0;

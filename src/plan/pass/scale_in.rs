@@ -6,16 +6,16 @@ use crate::plan::scale_in::plan_scale_in;
 use crate::plan::step::Step;
 
 pub fn plan(pass: &mut Pass) {
-    if pass.gates.map_first || pass.facts.mode.paused() {
+    if pass.gates.map_first || pass.input.facts.mode.paused() {
         return;
     }
     let p = plan_scale_in(
         &pass.map,
-        |n| pass.facts.server(n).pod.ready,
-        |n| pass.facts.server(n).statefulset.is_some(),
+        |n| pass.input.facts.server(n).pod.ready,
+        |n| pass.input.facts.server(n).statefulset.is_some(),
         // never started on a node, and no volume of it ever bound: it holds no data
         |n| {
-            let f = pass.facts.server(n);
+            let f = pass.input.facts.server(n);
             f.pod.started.is_none() && !f.pvcs.is_empty() && f.pvcs.values().all(|v| !v.bound)
         },
     );

@@ -18,7 +18,7 @@ pub fn plan(pass: &mut Pass) {
         .iter()
         .filter(|(_, r)| r.state == ReplicaState::Ready)
         .filter(|(n, _)| {
-            let pod = &pass.facts.server(n).pod;
+            let pod = &pass.input.facts.server(n).pod;
             !pod.ready || pod.address.is_none()
         })
         .map(|(n, _)| n.clone())

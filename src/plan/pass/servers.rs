@@ -10,7 +10,8 @@ use crate::plan::facts::Kind;
 
 pub fn plan(pass: &mut Pass) {
     let all: Vec<String> = pass
-        .desired()
+        .built
+        .desired
         .server_statefulsets
         .iter()
         .map(|d| d.metadata.name.clone().unwrap_or_default())
@@ -19,12 +20,13 @@ pub fn plan(pass: &mut Pass) {
         pass.want(Kind::StatefulSet, n);
     }
     let missing: Vec<serde_json::Value> = pass
-        .desired()
+        .built
+        .desired
         .server_statefulsets
         .iter()
         .filter(|d| {
             let n = d.metadata.name.as_deref().unwrap_or_default();
-            pass.facts.server(n).statefulset.is_none()
+            pass.input.facts.server(n).statefulset.is_none()
         })
         .map(json_of)
         .collect();
@@ -40,7 +42,7 @@ pub fn plan(pass: &mut Pass) {
         pass.waits
             .push("waiting for Keeper to be Ready before starting new server replicas".into());
     }
-    let pdbs: Vec<serde_json::Value> = pass.desired().shard_pdbs.iter().map(json_of).collect();
+    let pdbs: Vec<serde_json::Value> = pass.built.desired.shard_pdbs.iter().map(json_of).collect();
     for pdb in pdbs {
         pass.apply(Kind::PodDisruptionBudget, pdb);
     }

@@ -15,7 +15,7 @@ use crate::plan::step::Step;
 const DNS_SETTLE: SignedDuration = SignedDuration::from_secs(30);
 
 pub fn plan(pass: &mut Pass) {
-    let d = pass.desired();
+    let d = &pass.built.desired;
     let services: Vec<serde_json::Value> = std::iter::once(json_of(&d.headless_service))
         .chain(d.client_service.iter().map(json_of))
         .chain(d.replica_services.iter().map(json_of))
@@ -25,7 +25,8 @@ pub fn plan(pass: &mut Pass) {
         pass.apply(Kind::Service, s);
     }
     let policies: Vec<serde_json::Value> = pass
-        .desired()
+        .built
+        .desired
         .network_policies
         .iter()
         .map(json_of)
@@ -38,17 +39,18 @@ pub fn plan(pass: &mut Pass) {
     // again: a server that cached a pod's old address would neither fetch parts from it nor
     // reach it from a Distributed table (decisions 17 and 23).
     let recent = pass.live_replicas().any(|(n, _)| {
-        pass.facts
+        pass.input
+            .facts
             .server(n)
             .pod
             .ready_since
-            .is_some_and(|t| pass.now.duration_since(t) < DNS_SETTLE)
+            .is_some_and(|t| pass.input.now.duration_since(t) < DNS_SETTLE)
     });
-    if pass.old.state != ClusterState::Ready || recent {
+    if pass.input.old.state != ClusterState::Ready || recent {
         let serving: Vec<String> = pass
             .live_replicas()
             .map(|(n, _)| n.clone())
-            .filter(|n| pass.facts.server(n).pod.ready)
+            .filter(|n| pass.input.facts.server(n).pod.ready)
             .collect();
         for replica in serving {
             pass.emit(Step::DropDnsCache { replica });
@@ -65,14 +67,14 @@ pub fn plan(pass: &mut Pass) {
 /// stops: a table that is read-only for any other reason (Keeper refuses the server, or its
 /// nodes are gone) is left as it is, and named in the status.
 fn reopen_keeper_sessions(pass: &mut Pass) {
-    if pass.facts.mode != crate::plan::facts::Mode::Running {
+    if pass.input.facts.mode != crate::plan::facts::Mode::Running {
         return;
     }
     let stalled: Vec<(String, Vec<(String, String)>)> = pass
         .live_replicas()
-        .filter(|(n, _)| pass.facts.server(n).pod.ready)
+        .filter(|(n, _)| pass.input.facts.server(n).pod.ready)
         .filter_map(|(n, _)| {
-            let tables = pass.obs.stalled_tables.get(n.as_str())?;
+            let tables = pass.input.obs.stalled_tables.get(n.as_str())?;
             (!tables.is_empty()).then(|| (n.clone(), tables.clone()))
         })
         .collect();

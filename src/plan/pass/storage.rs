@@ -43,12 +43,13 @@ struct Volumes {
 
 pub fn plan(pass: &mut Pass) {
     let mut all: Vec<Volumes> = pass
-        .desired()
+        .built
+        .desired
         .server_statefulsets
         .iter()
         .filter_map(|s| {
             let sts = s.metadata.name.clone().unwrap_or_default();
-            let f = pass.facts.server(&sts);
+            let f = pass.input.facts.server(&sts);
             f.statefulset.is_some().then(|| Volumes {
                 want: claims(&json_of(s)),
                 have: f.claims.clone(),
@@ -59,8 +60,8 @@ pub fn plan(pass: &mut Pass) {
             })
         })
         .collect();
-    if let Some(k) = &pass.desired().keeper {
-        let f = &pass.facts.keeper;
+    if let Some(k) = &pass.built.desired.keeper {
+        let f = &pass.input.facts.keeper;
         if f.exists {
             all.push(Volumes {
                 want: claims(&json_of(&k.statefulset)),
@@ -92,13 +93,13 @@ fn statefulset(pass: &mut Pass, v: Volumes) {
         ..
     } = v;
     let storage = if at == "spec.storage" {
-        &pass.spec.storage.data
+        &pass.input.spec.storage.data
     } else {
-        &pass.spec.keeper.storage
+        &pass.input.spec.keeper.storage
     };
     let user_labels = storage.labels.clone();
     let user_annotations = storage.annotations.clone();
-    let scaling = pass.spec.storage_scaling.enable_volume_scaling;
+    let scaling = pass.input.spec.storage_scaling.enable_volume_scaling;
     let field = |claim: &str| field(at, claim);
     if let Some((_, pvc)) = pvcs.iter().find(|(_, p)| p.resizing) {
         pass.waits

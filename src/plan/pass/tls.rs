@@ -2,27 +2,30 @@
 //! goes to 0 with the template it has; once none runs, the Rollout phase writes them all at
 //! once on the new template.
 
-use serde_json::json;
-
-use super::{Pass, json_of, with_template_of};
+use super::{Pass, json_of, with_claims_of, with_template_of};
 use crate::plan::facts::Mode;
 
 pub fn plan(pass: &mut Pass) {
-    if pass.facts.mode != Mode::SwitchingTls {
+    if pass.input.facts.mode != Mode::SwitchingTls {
         return;
     }
     let stops: Vec<serde_json::Value> = pass
-        .desired()
+        .built
+        .desired
         .server_statefulsets
         .iter()
         .filter_map(|d| {
             let n = d.metadata.name.as_deref()?;
-            let f = pass.facts.server(n);
+            let f = pass.input.facts.server(n);
             let observed = f.statefulset.as_ref().filter(|_| f.scale != Some(0))?;
-            let mut stop = with_template_of(&json_of(d), observed);
-            stop["spec"]["volumeClaimTemplates"] = observed["spec"]["volumeClaimTemplates"].clone();
-            stop["spec"]["replicas"] = json!(0);
-            Some(stop)
+            let mut stop = d.clone();
+            stop.spec.replicas = Some(0);
+            // the pod and claim templates it has: stopping restarts nothing of its own accord,
+            // and claim templates cannot change
+            Some(with_claims_of(
+                with_template_of(&json_of(&stop), observed),
+                observed,
+            ))
         })
         .collect();
     for stop in stops {
@@ -30,6 +33,10 @@ pub fn plan(pass: &mut Pass) {
     }
     pass.waits.push(format!(
         "turning TLS {}: stopping every server before starting them again",
-        if pass.spec.tls.enabled { "on" } else { "off" }
+        if pass.input.spec.tls.enabled {
+            "on"
+        } else {
+            "off"
+        }
     ));
 }
