@@ -405,7 +405,7 @@ pub fn expected_hosts(c: &ClickHouseCluster) -> Vec<(bool, Host)> {
                     namespace: ns.clone(),
                     cluster: name.clone(),
                     shard: r.shard.to_string(),
-                    replica: replica.clone(),
+                    replica: replica.to_string(),
                     pod: names::replica_pod(replica),
                 },
             )
@@ -1070,7 +1070,7 @@ mod tests {
             "no status yet: nothing known"
         );
         let replica = |shard, state| ReplicaStatus {
-            shard,
+            shard: crate::api::ShardIndex(shard),
             state,
             is_backup_pod: false,
             index: 0,

@@ -44,7 +44,8 @@ pub fn now() -> Timestamp {
 pub fn replicas(shards: i32, per_shard: i64) -> Vec<ReplicaSpec> {
     (0..shards)
         .flat_map(|s| {
-            (0..per_shard).map(move |i| ReplicaSpec::new("c1", s, i64::from(s) * per_shard + i))
+            (0..per_shard)
+                .map(move |i| ReplicaSpec::new("c1", s.into(), i64::from(s) * per_shard + i))
         })
         .collect()
 }

@@ -16,6 +16,7 @@
 //! resolves every `remote_servers` host when the cluster config is loaded, and refuses the whole
 //! main-config reload while one does not resolve (users reload separately and are not affected).
 
+use clickhouse_operator::api::ShardIndex;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -131,7 +132,10 @@ fn cluster() -> ClickHouseCluster {
 
 fn inputs() -> Inputs {
     Inputs {
-        replicas: vec![ReplicaSpec::new("c1", 0, 0), ReplicaSpec::new("c1", 1, 3)],
+        replicas: vec![
+            ReplicaSpec::new("c1", ShardIndex(0), 0),
+            ReplicaSpec::new("c1", ShardIndex(1), 3),
+        ],
         listed: None,
         secrets: BTreeMap::new(),
         user_passwords: BTreeMap::from([("alice".into(), Password("alice pw & <x>".into()))]),

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::replica::{ReplicaName, ShardIndex};
 use k8s_openapi::api::core::v1::{Affinity, Container, EnvVar, ResourceRequirements, Toleration};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -1482,7 +1483,7 @@ pub struct ClickHouseClusterStatus {
     /// Internal state of every replica StatefulSet, keyed by its name. For the operator's own
     /// use only: other components must not read it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub replica_state_map: BTreeMap<String, ReplicaStatus>,
+    pub replica_state_map: BTreeMap<ReplicaName, ReplicaStatus>,
     /// Creation index the next new replica gets; replica names are never reused.
     #[serde(default)]
     pub next_replica_index: i64,
@@ -1591,7 +1592,7 @@ pub struct Condition {
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaStatus {
     /// The shard's index.
-    pub shard: i32,
+    pub shard: ShardIndex,
     /// `Pending`, `Ready`, `Stopped` or `Condemned` (being removed).
     pub state: ReplicaState,
     /// The shard's backup replica: backups run on it, and a rollout restarts it last.

@@ -607,7 +607,7 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
     let replicas = (0..spec.shards)
         .flat_map(|s| {
             (0..spec.replicas)
-                .map(move |i| ReplicaSpec::new("c", s, i64::from(s) * 1000 + i64::from(i)))
+                .map(move |i| ReplicaSpec::new("c", s.into(), i64::from(s) * 1000 + i64::from(i)))
         })
         .collect();
     let inputs = Inputs {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::ReplicaSpec;
+use crate::api::ShardIndex;
 
 /// `app.kubernetes.io/name`: [`APP_SERVER`] or [`APP_KEEPER`].
 pub const NAME: &str = "app.kubernetes.io/name";
@@ -140,7 +141,7 @@ pub const DELETE_PVC: &str = "clickhouse.com/delete-pvc";
 pub fn replica(cluster: &str, r: &ReplicaSpec) -> BTreeMap<String, String> {
     let mut l = common(cluster, Component::Server);
     l.insert(SHARD.into(), r.shard.to_string());
-    l.insert(REPLICA.into(), r.name.clone());
+    l.insert(REPLICA.into(), r.name.to_string());
     l
 }
 
@@ -169,7 +170,7 @@ pub fn component_selector(cluster: &str, component: Component) -> BTreeMap<Strin
 }
 
 /// Selector of the server pods of one shard (its PodDisruptionBudget).
-pub fn shard_selector(cluster: &str, shard: i32) -> BTreeMap<String, String> {
+pub fn shard_selector(cluster: &str, shard: ShardIndex) -> BTreeMap<String, String> {
     let mut l = component_selector(cluster, Component::Server);
     l.insert(SHARD.into(), shard.to_string());
     l
@@ -190,7 +191,7 @@ pub fn spread_selector(cluster: &str) -> BTreeMap<String, String> {
 }
 
 /// Label selector of the per-shard topology spread: the shard's pods that still count in it.
-pub fn shard_spread_selector(cluster: &str, shard: i32) -> BTreeMap<String, String> {
+pub fn shard_spread_selector(cluster: &str, shard: ShardIndex) -> BTreeMap<String, String> {
     let mut l = shard_selector(cluster, shard);
     l.insert(SPREAD.into(), TRUE.into());
     l

@@ -33,15 +33,15 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
-use crate::api::{ClickHouseCluster, ClickHouseClusterSpec};
+use crate::api::{ClickHouseCluster, ClickHouseClusterSpec, ReplicaName, ShardIndex};
 
 /// One server replica, as `status.replicaStateMap` records it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ReplicaSpec {
     /// The StatefulSet name, `<cluster>-<shard>-<index>` (see [`names::replica_name`]).
-    pub name: String,
+    pub name: ReplicaName,
     /// The shard, from 0.
-    pub shard: i32,
+    pub shard: ShardIndex,
     /// Global creation index: orders replicas by age, never reused.
     pub index: i64,
 }
@@ -49,7 +49,7 @@ pub struct ReplicaSpec {
 impl ReplicaSpec {
     /// The replica with creation index `index` in `shard` of `cluster`, named by
     /// [`names::replica_name`].
-    pub fn new(cluster: &str, shard: i32, index: i64) -> Self {
+    pub fn new(cluster: &str, shard: ShardIndex, index: i64) -> Self {
         ReplicaSpec {
             name: names::replica_name(cluster, shard, index),
             shard,

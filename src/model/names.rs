@@ -5,6 +5,8 @@
 /// PVC is [`data_pvc`]).
 pub const DATA_VOLUME: &str = "data";
 
+use crate::api::{ReplicaName, ShardIndex};
+
 pub use crate::conventions::{
     DEFAULT_CLUSTER_DOMAIN, GRPC_PORT, HTTP_PORT, HTTPS_PORT, INTERSERVER_HTTP_PORT,
     INTERSERVER_HTTPS_PORT, MYSQL_PORT, POSTGRESQL_PORT, SECRET_SETTING_ENV_PREFIX, TCP_PORT,
@@ -114,8 +116,8 @@ pub const KEEPER_LOG_PATH: &str = "/var/log/clickhouse-keeper";
 /// Name of the StatefulSet of one server replica: `<cluster>-<shard>-<index>`, where `index` is
 /// the replica's global creation index (`status.nextReplicaIndex`), never reused, so a replica
 /// added later never collides with the Keeper metadata of a deleted one (invariant 8).
-pub fn replica_name(cluster: &str, shard: i32, index: i64) -> String {
-    format!("{cluster}-{shard}-{index}")
+pub fn replica_name(cluster: &str, shard: ShardIndex, index: i64) -> ReplicaName {
+    format!("{cluster}-{shard}-{index}").into()
 }
 
 /// The only pod of a replica StatefulSet, the headless Service of every server pod (every server
@@ -167,7 +169,7 @@ pub fn replica_config(replica: &str) -> String {
 pub use crate::util::names::{operator_secret, users_secret};
 
 /// PodDisruptionBudget of the server pods of one shard.
-pub fn shard_pdb(cluster: &str, shard: i32) -> String {
+pub fn shard_pdb(cluster: &str, shard: ShardIndex) -> String {
     format!("{cluster}-shard-{shard}")
 }
 
@@ -221,7 +223,7 @@ mod tests {
 
     #[test]
     fn names_follow_the_documented_patterns() {
-        assert_eq!(replica_name("c1", 1, 2), "c1-1-2");
+        assert_eq!(replica_name("c1", ShardIndex(1), 2), "c1-1-2");
         assert_eq!(replica_pod("c1-1-2"), "c1-1-2-0");
         assert_eq!(
             replica_host("c1", "t1", DEFAULT_CLUSTER_DOMAIN, "c1-0-0"),
@@ -239,7 +241,7 @@ mod tests {
             replica_host("c1", "t1", "corp.example", "c1-0-0"),
             "c1-0-0-0.c1-headless.t1.svc.corp.example"
         );
-        assert_eq!(shard_pdb("c1", 0), "c1-shard-0");
+        assert_eq!(shard_pdb("c1", ShardIndex(0)), "c1-shard-0");
         assert_eq!(data_pvc("c1-1-2"), "data-c1-1-2-0");
     }
 
@@ -247,7 +249,9 @@ mod tests {
     #[test]
     fn distinct_indexes_give_distinct_names() {
         let names: std::collections::BTreeSet<_> = (0..3)
-            .flat_map(|s| (0..50).map(move |i| replica_name("c1", s, i64::from(s) * 50 + i)))
+            .flat_map(|s| {
+                (0..50).map(move |i| replica_name("c1", ShardIndex(s), i64::from(s) * 50 + i))
+            })
             .collect();
         assert_eq!(names.len(), 150);
     }
@@ -257,9 +261,9 @@ mod tests {
     fn names_of_the_longest_cluster_stay_dns_labels() {
         let c = "a".repeat(crate::api::validate::MAX_CLUSTER_NAME_LEN);
         for n in [
-            replica_pod(&replica_name(&c, 99, 9_999_999)),
+            replica_pod(&replica_name(&c, ShardIndex(99), 9_999_999)),
             keeper_headless_service(&c),
-            shard_pdb(&c, 99),
+            shard_pdb(&c, ShardIndex(99)),
             format!("{}-99", keeper(&c)),
         ] {
             assert!(crate::util::names::is_dns_label(&n), "{n}");

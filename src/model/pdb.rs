@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::labels::{self, Component};
 use super::{Cluster, ReplicaSpec, names};
+use crate::api::ShardIndex;
 
 pub(crate) fn budget(
     c: &Cluster<'_>,
@@ -34,7 +35,7 @@ pub(crate) fn budget(
 /// `<cluster>-shard-<n>` for every shard of the spec and every shard that still has a replica
 /// (a shard being removed keeps its budget until its last replica is gone).
 pub fn shards(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Vec<PodDisruptionBudget> {
-    let shards: BTreeSet<i32> = (0..c.spec.shards)
+    let shards: BTreeSet<ShardIndex> = ShardIndex::all(c.spec.shards)
         .chain(replicas.iter().map(|r| r.shard))
         .collect();
     shards

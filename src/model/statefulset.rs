@@ -360,7 +360,7 @@ pub fn server(
 ) -> Result<StatefulSet, BuildError> {
     let spec = c.spec;
     Ok(StatefulSet {
-        metadata: c.meta(r.name.clone(), labels::replica(c.name, r)),
+        metadata: c.meta(r.name.to_string(), labels::replica(c.name, r)),
         spec: StatefulSetSpec {
             replicas: Some(if spec.pause { 0 } else { 1 }),
             service_name: Some(names::headless_service(c.name)),

@@ -426,10 +426,11 @@ impl Facts {
         for n in obs
             .statefulsets
             .keys()
-            .filter(|n| **n != keeper_name)
-            .chain(map.keys())
+            .map(String::as_str)
+            .filter(|n| *n != keeper_name)
+            .chain(map.keys().map(|n| n.as_str()))
         {
-            servers.insert(n.clone(), server(obs, n, now));
+            servers.insert(n.to_string(), server(obs, n, now));
         }
         let keeper = match obs.statefulsets.get(&keeper_name) {
             None => KeeperFacts::default(),
@@ -492,7 +493,7 @@ impl Facts {
                 Mode::Pausing
             }
         } else if servers.iter().any(|(n, s)| {
-            map.contains_key(n)
+            map.contains_key(n.as_str())
                 && s.statefulset.is_some()
                 && s.scale != Some(0)
                 && s.serves_tls != spec.tls.enabled

@@ -25,11 +25,11 @@ use crate::version::Version;
 pub fn recorded_version(
     recorded: Option<&str>,
     reported: &BTreeMap<String, String>,
-    live: &[&String],
+    live: &[&crate::api::ReplicaName],
 ) -> Option<Version> {
     let versions: Vec<Version> = live
         .iter()
-        .filter_map(|r| reported.get(*r)?.parse().ok())
+        .filter_map(|r| reported.get(r.as_str())?.parse().ok())
         .collect();
     let lowest = versions.iter().min().copied();
     if !live.is_empty() && versions.len() == live.len() {
@@ -68,7 +68,10 @@ mod tests {
     /// Decision 33: the version is taken from what every server reports, the lowest one.
     #[test]
     fn the_recorded_version_is_the_lowest_every_server_reports() {
-        let (a, b) = ("a".to_string(), "b".to_string());
+        let (a, b) = (
+            crate::api::ReplicaName::from("a"),
+            crate::api::ReplicaName::from("b"),
+        );
         let live = [&a, &b];
         let both = reported(&[("a", "24.8.4.13"), ("b", "23.3.1.2823-lts")]);
         assert_eq!(

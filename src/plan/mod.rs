@@ -134,7 +134,7 @@ pub struct Plan {
     /// The phase that planned each action.
     pub phases: Vec<pass::Phase>,
     /// Replicas whose replication lag must be read before deciding again.
-    pub lag_checks: Vec<String>,
+    pub lag_checks: Vec<crate::api::ReplicaName>,
     /// Observe and decide again right after acting.
     pub again: bool,
     /// Set when the pass failed: the operator retries with backoff.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{ReplicaState, ReplicaStatus};
+use crate::api::{ReplicaName, ReplicaState, ReplicaStatus, ShardIndex};
 use crate::model::names::replica_name;
 
 /// Is `from → to` a transition the state machine allows (S0-06)? `Stopped → Pending` is the
@@ -33,8 +33,8 @@ pub fn transition_allowed(from: ReplicaState, to: ReplicaState) -> bool {
 /// Every status write is checked against the status it replaces; a refused one is a bug,
 /// reported instead.
 pub fn map_change_refused(
-    old: &BTreeMap<String, ReplicaStatus>,
-    new: &BTreeMap<String, ReplicaStatus>,
+    old: &BTreeMap<ReplicaName, ReplicaStatus>,
+    new: &BTreeMap<ReplicaName, ReplicaStatus>,
 ) -> Option<String> {
     for (name, after) in new {
         match old.get(name) {
@@ -77,18 +77,18 @@ pub struct ReplicaFacts {
 /// The outcome of planning the map.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MapChange {
-    pub map: BTreeMap<String, ReplicaStatus>,
+    pub map: BTreeMap<ReplicaName, ReplicaStatus>,
     pub next_index: i64,
     /// Names added as Pending in this pass (their StatefulSets are created in a later pass,
     /// after the map is persisted: S0-19).
-    pub added: Vec<String>,
+    pub added: Vec<ReplicaName>,
     /// Names condemned in this pass.
-    pub condemned: Vec<String>,
+    pub condemned: Vec<ReplicaName>,
     /// Shards beyond `spec.shards` that still have replicas while removal is not allowed.
-    pub refused_shards: Vec<i32>,
+    pub refused_shards: Vec<ShardIndex>,
     /// Replicas condemned in this pass because the user asked to replace them (decision 54;
     /// not in `condemned`); their replacements are in `added`.
-    pub replaced: Vec<String>,
+    pub replaced: Vec<ReplicaName>,
     /// Replicas the user asked to replace that are not replaced, with why.
     pub refused_replacements: Vec<(String, String)>,
 }
@@ -109,7 +109,7 @@ pub struct Topology<'a> {
 /// Plans the map for the topology. `facts` answers for each replica name.
 pub fn plan_map(
     t: &Topology,
-    old: &BTreeMap<String, ReplicaStatus>,
+    old: &BTreeMap<ReplicaName, ReplicaStatus>,
     next_index: i64,
     facts: impl Fn(&str) -> ReplicaFacts,
 ) -> MapChange {
@@ -138,11 +138,11 @@ pub fn plan_map(
     }
 
     // Scale-in of shards that no longer exist.
-    let mut shard_ids: Vec<i32> = map.values().map(|r| r.shard).collect();
+    let mut shard_ids: Vec<ShardIndex> = map.values().map(|r| r.shard).collect();
     shard_ids.sort();
     shard_ids.dedup();
-    for shard in shard_ids.iter().copied().filter(|s| *s >= shards) {
-        let active: Vec<String> = map
+    for shard in shard_ids.iter().copied().filter(|s| s.get() >= shards) {
+        let active: Vec<ReplicaName> = map
             .iter()
             .filter(|(_, r)| r.shard == shard && r.state != ReplicaState::Condemned)
             .map(|(n, _)| n.clone())
@@ -170,8 +170,8 @@ pub fn plan_map(
     };
 
     if !paused {
-        for shard in 0..shards {
-            let mut active: Vec<(String, ReplicaStatus)> = map
+        for shard in ShardIndex::all(shards) {
+            let mut active: Vec<(ReplicaName, ReplicaStatus)> = map
                 .iter()
                 .filter(|(_, r)| r.shard == shard && r.state != ReplicaState::Condemned)
                 .map(|(n, r)| (n.clone(), r.clone()))
@@ -198,7 +198,7 @@ pub fn plan_map(
             } else if count > replicas {
                 // Scale-in: newest first, never the backup replica (S0-14, S0-21).
                 active.sort_by_key(|(_, r)| std::cmp::Reverse(r.index));
-                let victims: Vec<String> = active
+                let victims: Vec<ReplicaName> = active
                     .iter()
                     .filter(|(_, r)| !r.is_backup_pod)
                     .take((count - replicas) as usize)
@@ -233,20 +233,22 @@ pub fn plan_map(
 /// say. Returns the replicas condemned, and the names refused with why.
 fn release(
     cluster: &str,
-    map: &mut BTreeMap<String, ReplicaStatus>,
+    map: &mut BTreeMap<ReplicaName, ReplicaStatus>,
     next_index: i64,
     replace: &[String],
     facts: &impl Fn(&str) -> ReplicaFacts,
-) -> (Vec<String>, Vec<(String, String)>) {
+) -> (Vec<ReplicaName>, Vec<(String, String)>) {
     let mut replaced = Vec::new();
     let mut refused = Vec::new();
     for name in replace {
-        let Some(r) = map.get(name) else {
+        let Some(r) = map.get(name.as_str()) else {
             let was_one = name
                 .strip_prefix(&format!("{cluster}-"))
                 .and_then(|rest| rest.split_once('-'))
                 .and_then(|(s, i)| Some((s.parse::<i32>().ok()?, i.parse::<i64>().ok()?)))
-                .is_some_and(|(s, i)| replica_name(cluster, s, i) == *name && i < next_index);
+                .is_some_and(|(s, i)| {
+                    replica_name(cluster, ShardIndex(s), i) == *name && i < next_index
+                });
             if !was_one {
                 refused.push((name.clone(), "not a replica of this cluster".to_string()));
             }
@@ -268,12 +270,12 @@ fn release(
             ));
             continue;
         }
-        let r = map.get_mut(name).expect("found above");
+        let r = map.get_mut(name.as_str()).expect("found above");
         r.state = ReplicaState::Condemned;
         r.is_backup_pod = false;
         r.scale_in_step = None;
         r.released = true;
-        replaced.push(name.clone());
+        replaced.push(name.into());
     }
     (replaced, refused)
 }
@@ -287,7 +289,7 @@ fn release(
 pub fn adopt_observed(
     cluster: &str,
     statefulsets: &BTreeMap<String, k8s_openapi::api::apps::v1::StatefulSet>,
-) -> BTreeMap<String, ReplicaStatus> {
+) -> BTreeMap<ReplicaName, ReplicaStatus> {
     statefulsets
         .iter()
         .filter(|(_, s)| s.metadata.deletion_timestamp.is_none())
@@ -303,7 +305,7 @@ pub fn adopt_observed(
 pub fn adopt_retained(
     cluster: &str,
     pvcs: &BTreeMap<String, k8s_openapi::api::core::v1::PersistentVolumeClaim>,
-) -> BTreeMap<String, ReplicaStatus> {
+) -> BTreeMap<ReplicaName, ReplicaStatus> {
     let prefix = format!("{}-", crate::model::statefulset::DATA_VOLUME);
     pvcs.iter()
         .filter(|(_, p)| p.metadata.deletion_timestamp.is_none())
@@ -331,7 +333,7 @@ fn adopted(
     cluster: &str,
     name: &str,
     labels: &BTreeMap<String, String>,
-) -> Option<(String, ReplicaStatus)> {
+) -> Option<(ReplicaName, ReplicaStatus)> {
     use crate::model::labels as l;
     if labels.get(l::COMPONENT).map(String::as_str) != Some(l::Component::Server.as_str())
         || labels.get(l::CLUSTER).map(String::as_str) != Some(cluster)
@@ -341,14 +343,14 @@ fn adopted(
     let (shard, index) = name
         .strip_prefix(&format!("{cluster}-"))
         .and_then(|rest| rest.split_once('-'))
-        .and_then(|(s, i)| Some((s.parse::<i32>().ok()?, i.parse::<i64>().ok()?)))?;
+        .and_then(|(s, i)| Some((ShardIndex(s.parse::<i32>().ok()?), i.parse::<i64>().ok()?)))?;
     if replica_name(cluster, shard, index) != name
         || labels.get(l::SHARD) != Some(&shard.to_string())
     {
         return None;
     }
     Some((
-        name.to_string(),
+        name.into(),
         ReplicaStatus {
             shard,
             state: ReplicaState::Pending,
@@ -364,17 +366,17 @@ fn adopted(
 /// the current one stays while it is not condemned; otherwise the oldest Ready replica (by
 /// creation index) takes over, else the oldest remaining one (S0-15).
 pub fn assign_backup_replicas(
-    map: &mut BTreeMap<String, ReplicaStatus>,
+    map: &mut BTreeMap<ReplicaName, ReplicaStatus>,
     facts: &impl Fn(&str) -> ReplicaFacts,
 ) {
-    let shards: Vec<i32> = {
-        let mut s: Vec<i32> = map.values().map(|r| r.shard).collect();
+    let shards: Vec<ShardIndex> = {
+        let mut s: Vec<ShardIndex> = map.values().map(|r| r.shard).collect();
         s.sort();
         s.dedup();
         s
     };
     for shard in shards {
-        let mut members: Vec<(String, ReplicaStatus)> = map
+        let mut members: Vec<(ReplicaName, ReplicaStatus)> = map
             .iter()
             .filter(|(_, r)| r.shard == shard)
             .map(|(n, r)| (n.clone(), r.clone()))
@@ -413,10 +415,13 @@ pub fn assign_backup_replicas(
 }
 
 /// The backup replica of `shard`.
-pub fn backup_replica(map: &BTreeMap<String, ReplicaStatus>, shard: i32) -> Option<&str> {
+pub fn backup_replica(
+    map: &BTreeMap<ReplicaName, ReplicaStatus>,
+    shard: ShardIndex,
+) -> Option<&ReplicaName> {
     map.iter()
         .find(|(_, r)| r.shard == shard && r.is_backup_pod)
-        .map(|(n, _)| n.as_str())
+        .map(|(n, _)| n)
 }
 
 #[cfg(test)]
@@ -426,7 +431,7 @@ mod tests {
 
     fn entry(shard: i32, state: ReplicaState, index: i64, backup: bool) -> ReplicaStatus {
         ReplicaStatus {
-            shard,
+            shard: ShardIndex(shard),
             state,
             is_backup_pod: backup,
             index,
@@ -460,14 +465,14 @@ mod tests {
     #[test]
     fn a_map_change_outside_the_state_machine_is_refused() {
         use ReplicaState::*;
-        let map = |entries: &[(&str, ReplicaState)]| -> BTreeMap<String, ReplicaStatus> {
+        let map = |entries: &[(&str, ReplicaState)]| -> BTreeMap<ReplicaName, ReplicaStatus> {
             entries
                 .iter()
                 .map(|(n, s)| {
                     (
-                        n.to_string(),
+                        ReplicaName::from(*n),
                         ReplicaStatus {
-                            shard: 0,
+                            shard: ShardIndex(0),
                             state: *s,
                             is_backup_pod: false,
                             index: 0,
@@ -627,7 +632,7 @@ mod tests {
         m.insert("c1-0-2".into(), entry(0, ReplicaState::Ready, 2, true));
         let c = plan_map(&topo(1, 1, false, false), &m, 3, ready_facts);
         assert_eq!(c.condemned.len(), 2);
-        assert!(!c.condemned.contains(&"c1-0-2".to_string()));
+        assert!(!c.condemned.iter().any(|n| n == "c1-0-2"));
         assert_eq!(c.map["c1-0-2"].state, ReplicaState::Ready);
         assert!(c.map["c1-0-2"].is_backup_pod);
         assert_eq!(c.map["c1-0-1"].state, ReplicaState::Condemned);
@@ -635,7 +640,7 @@ mod tests {
         let mut m = BTreeMap::new();
         for i in 0..4 {
             m.insert(
-                replica_name("c1", 0, i),
+                replica_name("c1", ShardIndex(0), i),
                 entry(0, ReplicaState::Ready, i, i == 0),
             );
         }
@@ -656,7 +661,10 @@ mod tests {
             c.map["c1-0-2"].is_backup_pod,
             "the Ready one, not the older Pending one"
         );
-        assert_eq!(backup_replica(&c.map, 0), Some("c1-0-2"));
+        assert_eq!(
+            backup_replica(&c.map, ShardIndex(0)).map(|n| n.as_str()),
+            Some("c1-0-2")
+        );
     }
 
     /// Removing shards loses data: refused unless allowed; allowed condemns all their replicas.
@@ -666,7 +674,7 @@ mod tests {
         m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
         m.insert("c1-1-1".into(), entry(1, ReplicaState::Ready, 1, true));
         let c = plan_map(&topo(1, 1, false, false), &m, 2, ready_facts);
-        assert_eq!(c.refused_shards, [1]);
+        assert_eq!(c.refused_shards, [ShardIndex(1)]);
         assert!(c.condemned.is_empty());
         let c = plan_map(&topo(1, 1, false, true), &m, 2, ready_facts);
         assert_eq!(c.condemned, ["c1-1-1"]);
@@ -719,7 +727,7 @@ mod tests {
         fn one_backup_per_shard_through_any_sequence(
             ops in proptest::collection::vec((1i32..4, 1i32..5, any::<bool>(), any::<bool>()), 1..16)
         ) {
-            let mut map: BTreeMap<String, ReplicaStatus> = BTreeMap::new();
+            let mut map: BTreeMap<ReplicaName, ReplicaStatus> = BTreeMap::new();
             let mut next = 0;
             let mut seen = std::collections::BTreeSet::new();
             for (shards, replicas, ready, paused) in ops {
@@ -750,7 +758,7 @@ mod tests {
                 }
                 next = c.next_index;
                 for shard in 0..shards {
-                    let members: Vec<_> = map.values().filter(|r| r.shard == shard).collect();
+                    let members: Vec<_> = map.values().filter(|r| r.shard == ShardIndex(shard)).collect();
                     if !paused {
                         prop_assert_eq!(members.len() as i32, replicas);
                     }

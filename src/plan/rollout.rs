@@ -11,13 +11,13 @@
 //! before its pod is deleted (decision 21). A StatefulSet's template is written only when
 //! it is that replica's turn, so the new configuration never reaches a pod before its turn.
 
-use crate::api::UpdateStrategy;
+use crate::api::{ReplicaName, ShardIndex, UpdateStrategy};
 
 /// One non-condemned replica whose StatefulSet exists.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
-    pub name: String,
-    pub shard: i32,
+    pub name: ReplicaName,
+    pub shard: ShardIndex,
     pub index: i64,
     pub is_backup: bool,
     /// The StatefulSet's pod template differs from the desired one.
@@ -61,11 +61,13 @@ impl Member {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RolloutPlan {
     /// StatefulSets whose template is written now.
-    pub write_templates: Vec<String>,
-    /// Pods taken out of traffic now, to be restarted once their shard fetched their parts.
-    pub exclude_pods: Vec<String>,
-    /// Pods deleted now so that they come back on the new revision (SmartUpdate).
-    pub restart_pods: Vec<String>,
+    pub write_templates: Vec<ReplicaName>,
+    /// Replicas whose pods are taken out of traffic now, to be restarted once their shard
+    /// fetched their parts.
+    pub exclude_pods: Vec<ReplicaName>,
+    /// Replicas whose pods are deleted now so that they come back on the new revision
+    /// (SmartUpdate).
+    pub restart_pods: Vec<ReplicaName>,
     /// Why the rollout waits, if it does.
     pub waiting: Vec<String>,
     /// Set when the rollout must stop: a restarted pod cannot start.
@@ -133,7 +135,7 @@ pub fn plan_rollout(
             .collect();
         return plan;
     }
-    let mut shards: Vec<i32> = members.iter().map(|m| m.shard).collect();
+    let mut shards: Vec<ShardIndex> = members.iter().map(|m| m.shard).collect();
     shards.sort();
     shards.dedup();
     let mut canary = Canary {
@@ -166,7 +168,7 @@ fn others_available(group: &[&Member], m: &Member) -> bool {
 
 fn plan_shard(
     plan: &mut RolloutPlan,
-    shard: i32,
+    shard: ShardIndex,
     group: &[&Member],
     strategy: UpdateStrategy,
     max_unavailable: i32,
@@ -225,7 +227,7 @@ fn plan_shard(
 
 /// The rollout of one shard: its replicas in the order they roll, and what the rollout may do.
 struct ShardRollout<'a> {
-    shard: i32,
+    shard: ShardIndex,
     group: &'a [&'a Member],
     /// A Smart Update.
     smart: bool,
@@ -400,7 +402,7 @@ pub fn waves(
     members: &[Member],
     strategy: UpdateStrategy,
     max_unavailable: i32,
-) -> Vec<Vec<String>> {
+) -> Vec<Vec<ReplicaName>> {
     let gates = RolloutGates {
         backup_in_flight: None,
         client_service_ready: true,
@@ -457,7 +459,7 @@ mod tests {
     fn member(name: &str, shard: i32, index: i64, backup: bool) -> Member {
         Member {
             name: name.into(),
-            shard,
+            shard: ShardIndex(shard),
             index,
             is_backup: backup,
             template_outdated: true,

@@ -7,31 +7,31 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{ReplicaState, ReplicaStatus, ScaleInStep};
+use crate::api::{ReplicaName, ReplicaState, ReplicaStatus, ScaleInStep, ShardIndex};
 
 /// One step of removing a replica, as the executor runs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ScaleInAction {
     /// Remove the client-Service and topology-spread labels from its pod (no restart).
-    LeaveTraffic { replica: String },
+    LeaveTraffic { replica: ReplicaName },
     /// `SYSTEM SYNC REPLICA` for the shard's replicated tables on the backup replica; `None`
     /// when the whole shard is removed (nothing to sync to).
     SyncShard {
-        replica: String,
-        backup: Option<String>,
+        replica: ReplicaName,
+        backup: Option<ReplicaName>,
     },
     /// `DROP … SYNC` of its replicated tables, views and dictionaries, on itself.
-    DropObjects { replica: String },
+    DropObjects { replica: ReplicaName },
     /// Delete its StatefulSet and per-replica ConfigMap.
-    DeleteStatefulSet { replica: String },
+    DeleteStatefulSet { replica: ReplicaName },
     /// `SYSTEM DROP REPLICA` (and `DROP DATABASE REPLICA`) from surviving Ready replicas.
     DropKeeperMetadata {
-        replica: String,
-        shard: i32,
-        survivors: Vec<String>,
+        replica: ReplicaName,
+        shard: ShardIndex,
+        survivors: Vec<ReplicaName>,
     },
     /// Label its PVCs `clickhouse.com/delete-pvc` and remove its map entry.
-    LabelPvcsAndForget { replica: String },
+    LabelPvcsAndForget { replica: ReplicaName },
 }
 
 impl ScaleInAction {
@@ -73,13 +73,13 @@ pub struct ScaleInPlan {
 /// ever bound: such a condemned replica holds no data and no Keeper metadata, and its removal
 /// does not wait for it to be Ready, which it may never be (decision 48).
 pub fn plan_scale_in(
-    map: &BTreeMap<String, ReplicaStatus>,
+    map: &BTreeMap<ReplicaName, ReplicaStatus>,
     sts_ready: impl Fn(&str) -> bool,
     sts_exists: impl Fn(&str) -> bool,
     never_ran: impl Fn(&str) -> bool,
 ) -> ScaleInPlan {
     let mut plan = ScaleInPlan::default();
-    let condemned: Vec<(&String, &ReplicaStatus)> = map
+    let condemned: Vec<(&ReplicaName, &ReplicaStatus)> = map
         .iter()
         .filter(|(_, r)| r.state == ReplicaState::Condemned)
         .collect();
@@ -87,7 +87,7 @@ pub fn plan_scale_in(
         return plan;
     }
     // Step 2: every StatefulSet that still exists, survivors and condemned, must be Ready.
-    let unready: Vec<&String> = map
+    let unready: Vec<&ReplicaName> = map
         .keys()
         .filter(|n| {
             let r = &map[*n];
@@ -101,7 +101,7 @@ pub fn plan_scale_in(
     for (name, r) in condemned {
         let mut chain = Vec::new();
         let step = r.scale_in_step;
-        let survivors: Vec<String> = map
+        let survivors: Vec<ReplicaName> = map
             .iter()
             .filter(|(n, s)| {
                 s.shard == r.shard && s.state != ReplicaState::Condemned && sts_ready(n)
@@ -166,7 +166,7 @@ pub fn plan_scale_in(
 }
 
 /// Applies a completed action to the map (the executor calls this after each success).
-pub fn record(map: &mut BTreeMap<String, ReplicaStatus>, action: &ScaleInAction) {
+pub fn record(map: &mut BTreeMap<ReplicaName, ReplicaStatus>, action: &ScaleInAction) {
     match action.completes() {
         Some(step) => {
             if let Some(r) = map.get_mut(action.replica()) {
@@ -184,19 +184,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn map() -> BTreeMap<String, ReplicaStatus> {
+    fn map() -> BTreeMap<ReplicaName, ReplicaStatus> {
         let mut m = BTreeMap::new();
         let e = |state, index, backup| ReplicaStatus {
-            shard: 0,
+            shard: ShardIndex(0),
             state,
             is_backup_pod: backup,
             index,
             scale_in_step: None,
             released: false,
         };
-        m.insert("c1-0-0".to_string(), e(ReplicaState::Ready, 0, true));
-        m.insert("c1-0-1".to_string(), e(ReplicaState::Condemned, 1, false));
-        m.insert("c1-0-2".to_string(), e(ReplicaState::Condemned, 2, false));
+        m.insert("c1-0-0".into(), e(ReplicaState::Ready, 0, true));
+        m.insert("c1-0-1".into(), e(ReplicaState::Condemned, 1, false));
+        m.insert("c1-0-2".into(), e(ReplicaState::Condemned, 2, false));
         m
     }
 

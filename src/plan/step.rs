@@ -5,6 +5,7 @@ use serde_json::Value;
 use super::facts::Kind;
 use super::scale_in::ScaleInAction;
 use super::{Failure, PlannedEvent};
+use crate::api::{ReplicaName, ShardIndex};
 
 /// One step of the executor.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,32 +47,35 @@ pub enum Step {
     /// replicas can fetch its last parts while nothing new is written to it (`serving: false`);
     /// or put it back when it is not restarted after all, say a reverted change (`true`).
     SetServing {
-        replica: String,
+        replica: ReplicaName,
         pod: String,
         serving: bool,
     },
-    /// Take a replica's pod out of traffic (when it was observed `serving`) and delete it, only
-    /// if it is still the pod `uid` that was observed on an old revision; its StatefulSet
-    /// recreates it on the new one.
+    /// Take a pod out of traffic (when it was observed `serving`) and delete it, only if it is
+    /// still the pod `uid` that was observed on an old revision; its StatefulSet (a server
+    /// replica's or Keeper's) recreates it on the new one.
     RestartPod {
-        replica: String,
+        statefulset: String,
         pod: String,
         uid: Option<String>,
         serving: bool,
     },
     /// Copy the schema onto a new replica; once done, the replica is Ready.
-    MigrateSchema { replica: String, shard: i32 },
+    MigrateSchema {
+        replica: ReplicaName,
+        shard: ShardIndex,
+    },
     /// One step of removing a condemned replica.
     ScaleIn(ScaleInAction),
     /// Delete an owned object that is no longer wanted.
     Delete { kind: Kind, name: String },
     /// Make a server resolve the cluster's host names again (`SYSTEM DROP DNS CACHE`).
-    DropDnsCache { replica: String },
+    DropDnsCache { replica: ReplicaName },
     /// Make a server's replicated tables open their Keeper session again now (`SYSTEM
     /// RESTART REPLICA`, decision 45): tables (database, table) read-only only because the
     /// session they had expired, while Keeper answers.
     RestartReplicatedTables {
-        replica: String,
+        replica: ReplicaName,
         tables: Vec<(String, String)>,
     },
     /// Create the cluster's root path in its external Keeper (`spec.keeper.external`), each

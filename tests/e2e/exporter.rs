@@ -153,7 +153,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         .unwrap()
         .replica_state_map
         .iter()
-        .map(|(r, s)| (r.clone(), s.shard))
+        .map(|(r, s)| (r.to_string(), s.shard.get()))
         .collect();
     replicas.sort_by_key(|(r, s)| (*s, r.clone()));
     assert_eq!(replicas.len(), 4, "{replicas:?}");

@@ -17,7 +17,7 @@ fn pods_by_shard(c: &ClickHouseCluster) -> Vec<String> {
     let map = &c.status.as_ref().unwrap().replica_state_map;
     let mut v: Vec<(i32, String)> = map
         .iter()
-        .map(|(n, r)| (r.shard, format!("{n}-0")))
+        .map(|(n, r)| (r.shard.get(), format!("{n}-0")))
         .collect();
     v.sort();
     v.into_iter().map(|(_, p)| p).collect()

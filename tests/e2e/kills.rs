@@ -79,7 +79,7 @@ async fn drive(
             }
             let c = clusters.get("c1").await.unwrap();
             let s = c.status.clone().unwrap_or_default();
-            names.push(s.replica_state_map.keys().cloned().collect());
+            names.push(s.replica_state_map.keys().map(|k| k.to_string()).collect());
             let ready = s.state == want && s.observed_generation == Some(generation);
             match (ready, ready_since) {
                 (true, None) => ready_since = Some(Instant::now()),
@@ -105,8 +105,16 @@ async fn drive(
 }
 
 /// Every version of the cluster's replica map, from a watch.
-type MapVersions =
-    Arc<Mutex<Vec<std::collections::BTreeMap<String, clickhouse_operator::api::ReplicaStatus>>>>;
+type MapVersions = Arc<
+    Mutex<
+        Vec<
+            std::collections::BTreeMap<
+                clickhouse_operator::api::ReplicaName,
+                clickhouse_operator::api::ReplicaStatus,
+            >,
+        >,
+    >,
+>;
 
 /// Records every version of the cluster's replica map the API server holds until the task is
 /// aborted.
@@ -170,12 +178,12 @@ fn assert_no_name_reused(names: &[BTreeSet<String>]) {
 async fn assert_keeper_clean(client: &Client, ns: &str) {
     let c: ClickHouseCluster = Api::namespaced(client.clone(), ns).get("c1").await.unwrap();
     let map = c.status.unwrap().replica_state_map;
-    let shards: BTreeSet<i32> = map.values().map(|r| r.shard).collect();
+    let shards: BTreeSet<i32> = map.values().map(|r| r.shard.get()).collect();
     for shard in shards {
         let live: BTreeSet<String> = map
             .iter()
-            .filter(|(_, r)| r.shard == shard)
-            .map(|(n, _)| n.clone())
+            .filter(|(_, r)| r.shard.get() == shard)
+            .map(|(n, _)| n.to_string())
             .collect();
         let any = live.iter().next().unwrap();
         let ch = sql_client(client, ns, "c1", &format!("{any}-0")).await;
@@ -318,6 +326,6 @@ async fn a_cache_lagging_behind_the_operators_writes_loses_nothing() {
 fn map_names(c: &ClickHouseCluster) -> BTreeSet<String> {
     c.status
         .as_ref()
-        .map(|s| s.replica_state_map.keys().cloned().collect())
+        .map(|s| s.replica_state_map.keys().map(|k| k.to_string()).collect())
         .unwrap_or_default()
 }

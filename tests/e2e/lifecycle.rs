@@ -429,7 +429,7 @@ async fn distributed_query_sums_both_shards() {
         .unwrap()
         .replica_state_map
         .keys()
-        .cloned()
+        .map(|k| k.to_string())
         .collect();
     let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
     exec(&ch, "CREATE TABLE default.local ON CLUSTER c1 (id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/local', '{replica}') ORDER BY id").await;

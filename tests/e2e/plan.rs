@@ -226,7 +226,7 @@ async fn plan_shows_what_a_change_to_the_running_cluster_would_do_and_writes_not
             !backups.contains(&format!("{c}-0")),
             "{c} is a backup replica"
         );
-        assert!(map.contains_key(c));
+        assert!(map.contains_key(c.as_str()));
     }
     assert!(p["restarts"].as_array().unwrap().is_empty());
 

@@ -288,7 +288,7 @@ async fn shard_files_reach_one_shard_and_a_change_restarts_only_it() {
         let map = &c.status.as_ref().unwrap().replica_state_map;
         let mut v: Vec<(i32, String)> = map
             .iter()
-            .map(|(n, r)| (r.shard, format!("{n}-0")))
+            .map(|(n, r)| (r.shard.get(), format!("{n}-0")))
             .collect();
         v.sort();
         v

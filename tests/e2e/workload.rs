@@ -153,9 +153,9 @@ impl Workload {
             })
             .collect();
             shards
-                .entry(entry.shard)
+                .entry(entry.shard.get())
                 .or_default()
-                .push((replica.clone(), counts));
+                .push((replica.to_string(), counts));
         }
         let mut stored = BTreeSet::new();
         for (shard, replicas) in &shards {

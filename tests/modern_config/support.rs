@@ -394,7 +394,8 @@ fn cluster_from(name: &str, namespace: &str, spec: serde_json::Value) -> ClickHo
 pub fn replicas(cluster: &str, shards: i32, per_shard: i64) -> Vec<ReplicaSpec> {
     (0..shards)
         .flat_map(|s| {
-            (0..per_shard).map(move |i| ReplicaSpec::new(cluster, s, i64::from(s) * per_shard + i))
+            (0..per_shard)
+                .map(move |i| ReplicaSpec::new(cluster, s.into(), i64::from(s) * per_shard + i))
         })
         .collect()
 }

@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 use super::done::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
 use super::{Error, KIND, api, dynamic, noted, noted_deletion, scale_in};
-use crate::api::ClickHouseCluster;
+use crate::api::{ClickHouseCluster, ShardIndex};
 use crate::clickhouse::sql::{ClusterName, TableName};
 use crate::clickhouse::{self, replica as chreplica, schemer};
 use crate::controller::kube::{ignore_gone, ignore_not_found};
@@ -701,7 +701,7 @@ async fn migrate_schema(
     cluster: &ClickHouseCluster,
     world: &World,
     replica: &str,
-    shard: i32,
+    shard: ShardIndex,
     connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
     let target = ch_client(cluster, world, replica, connections)?;

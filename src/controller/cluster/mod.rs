@@ -766,9 +766,9 @@ mod tests {
         };
         for (n, state) in map {
             s.replica_state_map.insert(
-                n.to_string(),
+                (*n).into(),
                 crate::api::ReplicaStatus {
-                    shard: 0,
+                    shard: crate::api::ShardIndex(0),
                     state: *state,
                     is_backup_pod: false,
                     index: 0,

@@ -12,7 +12,9 @@ use serde::Serialize;
 use tracing::debug;
 
 use super::Error;
-use crate::api::{ClickHouseBackup, ClickHouseCluster, ClusterState, ReplicaState};
+use crate::api::{
+    ClickHouseBackup, ClickHouseCluster, ClusterState, ReplicaName, ReplicaState, ShardIndex,
+};
 use crate::clickhouse::{
     self, keeper as keeper_client, replica as chreplica,
     sql::{ClusterName, ReplicaMacro},
@@ -554,7 +556,7 @@ async fn read_cluster_hosts(
                 .get(&names::replica_pod(r))
                 .is_some_and(pod_ready)
         })
-        .cloned()
+        .map(|r| r.to_string())
         .collect();
     let name = ClusterName(cluster.name_any());
     let has_keeper = cluster.spec.keeper.replicas > 0 || cluster.spec.keeper.external.is_some();
@@ -708,7 +710,7 @@ async fn read_pending_fetches(
             .and_then(|p| p.metadata.labels.as_ref())
             .is_some_and(|l| l.contains_key(labels::SERVING))
     };
-    let excluded: Vec<(String, i32)> = map
+    let excluded: Vec<(ReplicaName, ShardIndex)> = map
         .iter()
         .filter(|(n, r)| {
             r.state != ReplicaState::Condemned
@@ -729,12 +731,12 @@ async fn read_pending_fetches(
             let client = ch_client(cluster, world, peer, connections);
             asks.push(async move {
                 let n = match client {
-                    Ok(c) => chreplica::fetches_from(&c, &ReplicaMacro(replica.clone()))
+                    Ok(c) => chreplica::fetches_from(&c, &ReplicaMacro(replica.to_string()))
                         .await
                         .ok(),
                     Err(_) => None,
                 };
-                (replica.clone(), n)
+                (replica.to_string(), n)
             });
         }
     }
@@ -742,9 +744,12 @@ async fn read_pending_fetches(
     for (replica, _) in excluded {
         let pending = answers
             .iter()
-            .filter(|(r, _)| *r == replica)
+            .filter(|(r, _)| replica == *r)
             .try_fold(0, |sum, (_, n)| n.map(|n| sum + n));
-        world.observed.pending_fetches.insert(replica, pending);
+        world
+            .observed
+            .pending_fetches
+            .insert(replica.into(), pending);
     }
 }
 
@@ -752,7 +757,7 @@ async fn read_pending_fetches(
 pub async fn read_lag(
     cluster: &ClickHouseCluster,
     world: &mut World,
-    replicas: &[String],
+    replicas: &[ReplicaName],
     connections: &clickhouse::Connections,
 ) {
     let asks = replicas.iter().map(|r| {
@@ -772,7 +777,7 @@ pub async fn read_lag(
         }
     });
     for (r, caught_up) in futures::future::join_all(asks).await {
-        world.observed.caught_up.insert(r, caught_up);
+        world.observed.caught_up.insert(r.into(), caught_up);
     }
 }
 

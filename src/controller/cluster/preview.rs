@@ -314,7 +314,7 @@ fn fill(
         .replica_state_map
         .iter()
         .filter(|(n, e)| e.state == ReplicaState::Condemned && !was_condemned(n))
-        .map(|(n, _)| n.clone())
+        .map(|(n, _)| n.to_string())
         .collect();
     out.exit_code = if !out.refused.is_empty() {
         1

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::done::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
 use super::{DELETE_PVC_LABEL, Error, api, noted, noted_deletion};
-use crate::api::ClickHouseCluster;
+use crate::api::{ClickHouseCluster, ReplicaName, ShardIndex};
 use crate::clickhouse::{self, replica as chreplica};
 use crate::controller::Context;
 use crate::controller::kube::ignore_not_found;
@@ -214,8 +214,8 @@ async fn drop_keeper_metadata(
     cluster: &ClickHouseCluster,
     world: &World,
     replica: &str,
-    shard: i32,
-    survivors: &[String],
+    shard: ShardIndex,
+    survivors: &[ReplicaName],
     connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
     let Some(survivor) = survivors.first() else {

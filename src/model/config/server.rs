@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::settings::needs_restart;
 use super::xml::{Element, ROOT};
+use crate::api::ShardIndex;
 pub use crate::conventions::OPERATOR_FILE_PREFIX;
 use crate::model::labels::{self, Component};
 use crate::model::{BuildError, Cluster, Password, ReplicaSpec, names};
@@ -512,7 +513,7 @@ pub fn remote_servers(
     (user, password): (&str, &Password),
     secret: Option<&Password>,
 ) -> Result<Element, BuildError> {
-    let mut by_shard: BTreeMap<i32, Vec<&ReplicaSpec>> = BTreeMap::new();
+    let mut by_shard: BTreeMap<ShardIndex, Vec<&ReplicaSpec>> = BTreeMap::new();
     for r in replicas {
         by_shard.entry(r.shard).or_default().push(r);
     }
@@ -675,7 +676,7 @@ pub fn replica_files<'a>(c: &'a Cluster<'_>, replica: &str) -> &'a BTreeMap<Stri
 }
 
 /// The user's files of shard `shard` (`spec.configuration.shardFiles`), empty when it has none.
-pub fn shard_files<'a>(c: &'a Cluster<'_>, shard: i32) -> &'a BTreeMap<String, String> {
+pub fn shard_files<'a>(c: &'a Cluster<'_>, shard: ShardIndex) -> &'a BTreeMap<String, String> {
     static NONE: BTreeMap<String, String> = BTreeMap::new();
     c.spec
         .configuration

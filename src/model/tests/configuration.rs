@@ -32,7 +32,7 @@ fn remote_servers_lists_every_replica_of_every_shard() {
     for (s, hosts) in shards.iter().enumerate() {
         let want: Vec<_> = replicas(3, 2)
             .into_iter()
-            .filter(|r| r.shard == s as i32)
+            .filter(|r| r.shard == ShardIndex(s as i32))
             .map(|r| format!("{}-0.c1-headless.t1.svc.cluster.local", r.name))
             .collect();
         assert_eq!(hosts, &want);

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::config::server::{REPLICA_FILE, RUNTIME_FILE, SERVER_FILE, SETTINGS_FILE};
 use super::*;
-use crate::api::ClickHouseCluster;
+use crate::api::{ClickHouseCluster, ShardIndex};
 use crate::testing::{cluster, inputs, replicas, uid};
 
 mod backup;

@@ -185,14 +185,14 @@ proptest::proptest! {
         picks in proptest::collection::btree_map(0i64..500, 0i32..5, 1..20)
     ) {
         let reps: Vec<ReplicaSpec> =
-            picks.iter().map(|(i, s)| ReplicaSpec::new("c1", *s, *i)).collect();
+            picks.iter().map(|(i, s)| ReplicaSpec::new("c1", ShardIndex(*s), *i)).collect();
         let c = cluster(json!({"shards": 2}));
         let d = build(&c, &inputs(reps.clone()));
         let remote = remote_file(&d);
         let doc = parse(&remote);
         for (r, (sts, cm)) in reps.iter().zip(d.server_statefulsets.iter().zip(&d.replica_configs)) {
-            proptest::prop_assert_eq!(sts.metadata.name.as_ref(), Some(&r.name));
-            proptest::prop_assert_eq!(cm.metadata.name.as_ref(), Some(&r.name));
+            proptest::prop_assert_eq!(sts.metadata.name.as_ref(), Some(&r.name.to_string()));
+            proptest::prop_assert_eq!(cm.metadata.name.as_ref(), Some(&r.name.to_string()));
             let host = names::replica_host("c1", "t1", names::DEFAULT_CLUSTER_DOMAIN, &r.name);
             let hits: Vec<_> = doc
                 .descendants()

@@ -78,7 +78,7 @@ fn adding_a_replica_leaves_the_others_untouched() {
     let c = cluster(json!({"replicas": 2}));
     let before = build(&c, &inputs(replicas(1, 2)));
     let mut more = replicas(1, 2);
-    more.push(ReplicaSpec::new("c1", 0, 2));
+    more.push(ReplicaSpec::new("c1", ShardIndex(0), 2));
     let after = build(&c, &inputs(more));
     assert_eq!(
         after.server_statefulsets[..2],

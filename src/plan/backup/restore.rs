@@ -249,9 +249,11 @@ fn follow(
                 let peers = map
                     .iter()
                     .filter(|(name, r)| {
-                        r.shard == n && **name != replica && r.state != ReplicaState::Condemned
+                        r.shard.get() == n
+                            && **name != replica
+                            && r.state != ReplicaState::Condemned
                     })
-                    .map(|(name, _)| name.clone())
+                    .map(|(name, _)| name.to_string())
                     .collect();
                 plan.steps.push(Step::CreateAgent(Box::new(AgentJob {
                     mode: Mode::Restore,

@@ -70,7 +70,7 @@ pub fn backup_replicas(
     if let Some(status) = &cluster.status {
         for (name, r) in &status.replica_state_map {
             if r.is_backup_pod && r.state == ReplicaState::Ready && ready(name) {
-                out.insert(r.shard, Some(name.clone()));
+                out.insert(r.shard.get(), Some(name.to_string()));
             }
         }
     }

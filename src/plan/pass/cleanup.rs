@@ -37,7 +37,7 @@ pub fn plan(pass: &mut Pass) {
         .facts
         .servers
         .iter()
-        .filter(|(n, f)| f.statefulset.is_some() && !pass.map.contains_key(*n))
+        .filter(|(n, f)| f.statefulset.is_some() && !pass.map.contains_key(n.as_str()))
         .map(|(n, _)| n.clone())
         .collect();
     for n in strays {

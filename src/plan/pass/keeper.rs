@@ -196,7 +196,7 @@ fn roll(pass: &mut Pass) {
         ),
     );
     pass.emit(Step::RestartPod {
-        replica: names::keeper(&pass.input.name),
+        statefulset: names::keeper(&pass.input.name),
         pod: m.pod,
         uid: m.uid,
         // Keeper pods are in no client Service
@@ -317,7 +317,7 @@ fn repair(pass: &mut Pass) {
             format!("replacing Keeper pod {pod}: not Ready on an old revision"),
         );
         pass.emit(Step::RestartPod {
-            replica: keeper.clone(),
+            statefulset: keeper.clone(),
             pod,
             uid,
             serving: false,

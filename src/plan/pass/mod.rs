@@ -30,7 +30,8 @@ use super::rollout::Member;
 use super::step::Step;
 use super::{EventType, Failure, FailureReason, Plan, PlannedEvent};
 use crate::api::{
-    ClickHouseCluster, ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaState, ReplicaStatus,
+    ClickHouseCluster, ClickHouseClusterSpec, ClickHouseClusterStatus, ReplicaName, ReplicaState,
+    ReplicaStatus,
 };
 use crate::model::Desired;
 use crate::model::changes::pod_template_changed;
@@ -139,7 +140,7 @@ pub struct Pass<'a, B = &'a Built> {
     pub input: &'a Input<'a>,
     pub built: B,
     /// The ReplicaStateMap as this pass plans it.
-    pub map: BTreeMap<String, ReplicaStatus>,
+    pub map: BTreeMap<ReplicaName, ReplicaStatus>,
     pub next_index: i64,
     /// Server replicas whose StatefulSet exists (set by the Rollout phase).
     pub members: Vec<Member>,
@@ -199,7 +200,7 @@ impl<'a> Input<'a> {
             let next = old.replica_state_map.values().map(|r| r.index + 1).max();
             old.next_replica_index = old.next_replica_index.max(next.unwrap_or(0));
         }
-        let live: Vec<&String> = old
+        let live: Vec<&ReplicaName> = old
             .replica_state_map
             .iter()
             .filter(|(_, r)| r.state != ReplicaState::Condemned)
@@ -339,7 +340,7 @@ impl<'a, B> Pass<'a, B> {
     }
 
     /// Asks for the lag of these replicas to be read before the pass is planned again.
-    pub fn check_lag(&mut self, replicas: Vec<String>) {
+    pub fn check_lag(&mut self, replicas: Vec<ReplicaName>) {
         self.out.lag_checks = replicas;
     }
 
@@ -384,7 +385,7 @@ impl<'a, B> Pass<'a, B> {
     }
 
     /// The non-condemned replicas of the map.
-    pub fn live_replicas(&self) -> impl Iterator<Item = (&String, &ReplicaStatus)> {
+    pub fn live_replicas(&self) -> impl Iterator<Item = (&ReplicaName, &ReplicaStatus)> {
         self.map
             .iter()
             .filter(|(_, r)| r.state != ReplicaState::Condemned)

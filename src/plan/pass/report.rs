@@ -5,7 +5,8 @@
 
 use super::{Input, Pass};
 use crate::api::{
-    ClickHouseClusterStatus, ClientServiceType, ClusterState, ComponentStatus, ReplicaState,
+    ClickHouseClusterStatus, ClientServiceType, ClusterState, ComponentStatus, ReplicaName,
+    ReplicaState,
 };
 use crate::model::names;
 use crate::plan::Failure;
@@ -23,7 +24,7 @@ pub fn pass_status(pass: &Pass) -> ClickHouseClusterStatus {
     status.next_replica_index = pass.next_index;
     status.observed_generation = generation;
     let spec = pass.input.spec;
-    let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
+    let wanted: Vec<&ReplicaName> = pass.live_replicas().map(|(n, _)| n).collect();
     let serving = wanted
         .iter()
         .filter(|n| pass.input.facts.server(n).pod.ready)
@@ -169,7 +170,7 @@ fn client_host(pass: &Pass) -> Option<String> {
 
 /// The wanted servers that are Ready but have not loaded the current remote_servers yet (it is
 /// reloaded, not restarted).
-fn lagging_hosts<'a>(pass: &Pass, wanted: &[&'a String]) -> Vec<&'a str> {
+fn lagging_hosts<'a>(pass: &Pass, wanted: &[&'a ReplicaName]) -> Vec<&'a str> {
     wanted
         .iter()
         .filter(|n| pass.input.facts.server(n).pod.ready)
@@ -186,7 +187,7 @@ fn lagging_hosts<'a>(pass: &Pass, wanted: &[&'a String]) -> Vec<&'a str> {
 
 /// The wanted servers through which a Distributed query does not reach every shard yet, with
 /// why.
-fn unreachable_shards(pass: &Pass, wanted: &[&String]) -> Vec<String> {
+fn unreachable_shards(pass: &Pass, wanted: &[&ReplicaName]) -> Vec<String> {
     wanted
         .iter()
         .filter_map(|n| {
@@ -201,7 +202,7 @@ fn unreachable_shards(pass: &Pass, wanted: &[&String]) -> Vec<String> {
 /// seconds), or Distributed queries reaching every shard. Such a wait is checked again soon,
 /// not at the idle re-check.
 pub fn waits_on_servers(pass: &Pass) -> bool {
-    let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
+    let wanted: Vec<&ReplicaName> = pass.live_replicas().map(|(n, _)| n).collect();
     !lagging_hosts(pass, &wanted).is_empty() || !unreachable_shards(pass, &wanted).is_empty()
 }
 
@@ -213,7 +214,7 @@ fn state(
     keeper_ready: i32,
 ) -> (ClusterState, Option<String>) {
     let spec = pass.input.spec;
-    let wanted: Vec<&String> = pass.live_replicas().map(|(n, _)| n).collect();
+    let wanted: Vec<&ReplicaName> = pass.live_replicas().map(|(n, _)| n).collect();
     let condemned: Vec<&str> = pass
         .map
         .iter()

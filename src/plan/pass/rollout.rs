@@ -10,7 +10,7 @@ use k8s_openapi::jiff::SignedDuration;
 use serde_json::Value;
 
 use super::{Pass, json_of, object_current, template_covers, with_template_of};
-use crate::api::UpdateStrategy;
+use crate::api::{ReplicaName, ShardIndex, UpdateStrategy};
 use crate::model::names;
 use crate::plan::FailureReason;
 use crate::plan::facts::{Kind, Mode};
@@ -42,7 +42,7 @@ fn human(d: SignedDuration) -> String {
 /// A server StatefulSet that exists: the desired object (with the claim templates it has,
 /// which cannot change in place) and the observed one.
 struct Existing {
-    name: String,
+    name: ReplicaName,
     desired: Value,
     observed: Value,
 }
@@ -63,7 +63,7 @@ pub fn plan(pass: &mut Pass) {
     }
     // A pod taken out of traffic for a restart that is not needed any more (the change was
     // reverted) goes back in.
-    let back: Vec<String> = pass
+    let back: Vec<ReplicaName> = pass
         .members
         .iter()
         .filter(|m| m.ready && !m.serving && !m.template_outdated && !m.pod_outdated && m.settled)
@@ -85,7 +85,7 @@ pub fn plan(pass: &mut Pass) {
             continue;
         }
         pass.emit(Step::RestartPod {
-            replica: n.clone(),
+            statefulset: n.to_string(),
             pod: pod.clone(),
             uid: pass.input.facts.server(n).pod.uid.clone(),
             // out of traffic already, or taken out just before by this pass
@@ -116,7 +116,7 @@ pub fn plan(pass: &mut Pass) {
         || !decision.restart_pods.is_empty()
         || !decision.exclude_pods.is_empty()
     {
-        let rolled: Vec<String> = decision
+        let rolled: Vec<ReplicaName> = decision
             .write_templates
             .iter()
             .chain(&decision.exclude_pods)
@@ -136,9 +136,9 @@ fn existing(pass: &Pass) -> Vec<Existing> {
         .server_statefulsets
         .iter()
         .filter_map(|d| {
-            let name = d.metadata.name.clone()?;
+            let name = ReplicaName::from(d.metadata.name.clone()?);
             let f = pass.input.facts.server(&name);
-            if f.deleting || pass.gates.storage_busy.contains(&name) {
+            if f.deleting || pass.gates.storage_busy.iter().any(|s| name == *s) {
                 return None;
             }
             let observed = f.statefulset.clone()?;
@@ -155,9 +155,9 @@ fn existing(pass: &Pass) -> Vec<Existing> {
 }
 
 fn member(pass: &Pass, e: &Existing) -> Member {
-    let entry = pass.map.get(&e.name);
+    let entry = pass.map.get(e.name.as_str());
     let pod = &pass.input.facts.server(&e.name).pod;
-    let caught_up = pass.input.obs.caught_up.get(&e.name).copied();
+    let caught_up = pass.input.obs.caught_up.get(e.name.as_str()).copied();
     let deadline = catch_up_deadline(pass.input.spec.catch_up_seconds);
     let failing = pod.failing.clone().or_else(|| {
         let since = pod.ready_since?;
@@ -172,7 +172,7 @@ fn member(pass: &Pass, e: &Existing) -> Member {
     });
     Member {
         name: e.name.clone(),
-        shard: entry.map_or(0, |r| r.shard),
+        shard: entry.map_or(ShardIndex(0), |r| r.shard),
         index: entry.map_or(0, |r| r.index),
         is_backup: entry.is_some_and(|r| r.is_backup_pod),
         template_outdated: !template_covers(&e.observed, &e.desired),
@@ -197,7 +197,7 @@ fn member(pass: &Pass, e: &Existing) -> Member {
             .input
             .obs
             .pending_fetches
-            .get(&e.name)
+            .get(e.name.as_str())
             .is_some_and(|n| *n == Some(0)),
         failing,
     }
@@ -229,17 +229,19 @@ fn decide(pass: &mut Pass) -> RolloutPlan {
     if !active {
         return RolloutPlan::default();
     }
-    let shards: BTreeSet<i32> = pass
+    let shards: BTreeSet<ShardIndex> = pass
         .members
         .iter()
         .filter(|m| outdated(m))
         .map(|m| m.shard)
         .collect();
-    let unknown: Vec<String> = pass
+    let unknown: Vec<ReplicaName> = pass
         .members
         .iter()
         .filter(|m| {
-            shards.contains(&m.shard) && m.ready && !pass.input.obs.caught_up.contains_key(&m.name)
+            shards.contains(&m.shard)
+                && m.ready
+                && !pass.input.obs.caught_up.contains_key(m.name.as_str())
         })
         .map(|m| m.name.clone())
         .collect();
@@ -289,7 +291,7 @@ fn write(pass: &mut Pass, e: &Existing, decision: &RolloutPlan) {
         let template_outdated = !template_covers(&e.observed, &e.desired);
         pass.emit(Step::Apply {
             kind: Kind::StatefulSet,
-            name: e.name.clone(),
+            name: e.name.to_string(),
             object: if template_outdated && stopped {
                 e.desired.clone()
             } else {

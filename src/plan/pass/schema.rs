@@ -4,7 +4,7 @@
 //! that changes the map's entries (they are persisted first).
 
 use super::Pass;
-use crate::api::ReplicaState;
+use crate::api::{ReplicaName, ReplicaState, ShardIndex};
 use crate::plan::step::Step;
 
 pub fn plan(pass: &mut Pass) {
@@ -13,7 +13,7 @@ pub fn plan(pass: &mut Pass) {
     }
     // The schema comes from the Ready replicas: every one must be reachable, or the new
     // replica could miss tables that only an unreachable peer would have shown.
-    let unreachable: Vec<String> = pass
+    let unreachable: Vec<ReplicaName> = pass
         .map
         .iter()
         .filter(|(_, r)| r.state == ReplicaState::Ready)
@@ -23,7 +23,7 @@ pub fn plan(pass: &mut Pass) {
         })
         .map(|(n, _)| n.clone())
         .collect();
-    let pending: Vec<(String, i32)> = pass
+    let pending: Vec<(ReplicaName, ShardIndex)> = pass
         .map
         .iter()
         .filter(|(n, r)| r.state == ReplicaState::Pending && pass.ready_and_current(n))
@@ -32,7 +32,11 @@ pub fn plan(pass: &mut Pass) {
     if !pending.is_empty() && !unreachable.is_empty() {
         pass.waits.push(format!(
             "copying the schema waits for {} to serve",
-            unreachable.join(", ")
+            unreachable
+                .iter()
+                .map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         return;
     }

@@ -7,7 +7,7 @@
 use k8s_openapi::jiff::SignedDuration;
 
 use super::{Pass, json_of};
-use crate::api::ClusterState;
+use crate::api::{ClusterState, ReplicaName};
 use crate::plan::facts::Kind;
 use crate::plan::step::Step;
 
@@ -47,7 +47,7 @@ pub fn plan(pass: &mut Pass) {
             .is_some_and(|t| pass.input.now.duration_since(t) < DNS_SETTLE)
     });
     if pass.input.old.state != ClusterState::Ready || recent {
-        let serving: Vec<String> = pass
+        let serving: Vec<ReplicaName> = pass
             .live_replicas()
             .map(|(n, _)| n.clone())
             .filter(|n| pass.input.facts.server(n).pod.ready)
@@ -70,7 +70,7 @@ fn reopen_keeper_sessions(pass: &mut Pass) {
     if pass.input.facts.mode != crate::plan::facts::Mode::Running {
         return;
     }
-    let stalled: Vec<(String, Vec<(String, String)>)> = pass
+    let stalled: Vec<(ReplicaName, Vec<(String, String)>)> = pass
         .live_replicas()
         .filter(|(n, _)| pass.input.facts.server(n).pod.ready)
         .filter_map(|(n, _)| {

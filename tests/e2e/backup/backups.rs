@@ -71,7 +71,7 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
     let backup_replicas: BTreeMap<i32, String> = map
         .iter()
         .filter(|(_, r)| r.is_backup_pod)
-        .map(|(n, r)| (r.shard, n.clone()))
+        .map(|(n, r)| (r.shard.get(), n.to_string()))
         .collect();
     let any = map.keys().next().unwrap().clone();
     let ch = sql_client(&client, &ns, "c1", &format!("{any}-0")).await;
@@ -277,7 +277,7 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
 async fn what_a_restore_could_change(
     client: &Client,
     ns: &str,
-    map: &BTreeMap<String, clickhouse_operator::api::ReplicaStatus>,
+    map: &BTreeMap<clickhouse_operator::api::ReplicaName, clickhouse_operator::api::ReplicaStatus>,
 ) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
     for (replica, r) in map {
@@ -298,7 +298,7 @@ async fn what_a_restore_could_change(
                 seen.push(format!("{dir}: {}", files.join(",")));
             }
         }
-        out.insert(replica.clone(), seen);
+        out.insert(replica.to_string(), seen);
     }
     out
 }
@@ -313,7 +313,7 @@ async fn what_a_restore_could_change(
 async fn restore_from_a_lying_bucket_changes_nothing(
     client: &Client,
     ns: &str,
-    map: &BTreeMap<String, clickhouse_operator::api::ReplicaStatus>,
+    map: &BTreeMap<clickhouse_operator::api::ReplicaName, clickhouse_operator::api::ReplicaStatus>,
     rows: &BTreeMap<String, u64>,
 ) {
     let before = what_a_restore_could_change(client, ns, map).await;

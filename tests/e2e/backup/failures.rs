@@ -86,7 +86,7 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
         killed_at.elapsed()
     );
     assert_eq!(s.state, BackupState::Failed, "{message}");
-    assert!(message.contains(&victim), "{message}");
+    assert!(message.contains(victim.as_str()), "{message}");
     assert!(message.contains("during the backup"), "{message}");
     assert!(s.manifest.is_none());
     assert!(
@@ -137,7 +137,7 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
         .status
         .unwrap();
     assert_eq!(r.state, RestoreState::Succeeded, "{:?}", r.message);
-    let replicas: Vec<String> = map.keys().cloned().collect();
+    let replicas: Vec<String> = map.keys().map(|k| k.to_string()).collect();
     wait_for(
         Duration::from_secs(120),
         "every row on both replicas",
@@ -310,6 +310,7 @@ async fn a_backup_and_its_restore_survive_the_operator_killed_after_every_step()
         .unwrap()
         .replica_state_map
         .into_keys()
+        .map(String::from)
         .collect();
     let ch = sql_client(&client, &ns, "c1", &format!("{}-0", replicas[0])).await;
     // the log trail: each write of the operator is a line naming the namespace, the cluster,

@@ -280,7 +280,7 @@ async fn rows_per_replica(client: &Client, ns: &str) -> BTreeMap<String, u64> {
     for replica in c.status.unwrap().replica_state_map.keys() {
         let ch = sql_client(client, ns, "c1", &format!("{replica}-0")).await;
         let n = query(&ch, "SELECT count() AS v FROM default.events").await;
-        out.insert(replica.clone(), n[0].parse().unwrap());
+        out.insert(replica.to_string(), n[0].parse().unwrap());
     }
     out
 }

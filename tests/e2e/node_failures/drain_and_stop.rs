@@ -364,7 +364,9 @@ async fn replicas_of_a_node_that_never_comes_back_are_replaced_when_asked() {
         |s| {
             s.state == ClusterState::Ready
                 && s.replica_state_map.len() == 4
-                && lost.iter().all(|r| !s.replica_state_map.contains_key(r))
+                && lost
+                    .iter()
+                    .all(|r| !s.replica_state_map.contains_key(r.as_str()))
         },
     )
     .await;

@@ -117,7 +117,7 @@ pub fn backup_replica(c: &ClickHouseCluster) -> String {
         .replica_state_map
         .iter()
         .find(|(_, r)| r.is_backup_pod)
-        .map(|(n, _)| n.clone())
+        .map(|(n, _)| n.to_string())
         .expect("a backup replica")
 }
 
@@ -179,6 +179,6 @@ pub fn replica_names(cluster: &ClickHouseCluster) -> Vec<String> {
     cluster
         .status
         .as_ref()
-        .map(|s| s.replica_state_map.keys().cloned().collect())
+        .map(|s| s.replica_state_map.keys().map(|k| k.to_string()).collect())
         .unwrap_or_default()
 }

@@ -113,7 +113,7 @@ impl Sim {
             .unwrap()
             .replica_state_map
             .keys()
-            .cloned()
+            .map(|k| k.to_string())
             .collect();
         Sim {
             now: Timestamp::from_second(1_800_000_000).unwrap(),

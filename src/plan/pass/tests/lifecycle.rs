@@ -167,7 +167,7 @@ fn scale_in_waits_for_every_statefulset() {
         .message
         .clone()
         .unwrap();
-    assert!(msg.contains(&backup), "{msg}");
+    assert!(msg.contains(backup.as_str()), "{msg}");
     sim.broken.clear();
     sim.obs.pods.remove(&pod);
     sim.settle();
@@ -237,7 +237,7 @@ fn a_stale_map_never_deletes_a_server_statefulset() {
         .map()
         .keys()
         .filter(|n| !stale.as_ref().unwrap().replica_state_map.contains_key(*n))
-        .cloned()
+        .map(|n| n.to_string())
         .collect();
     sim.cluster.status = stale;
     let p = sim.plan();

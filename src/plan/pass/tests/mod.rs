@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use super::{Phase, json_of};
-use crate::api::{ClickHouseCluster, ClusterState, ReplicaState, ReplicaStatus};
+use crate::api::{ClickHouseCluster, ClusterState, ReplicaName, ReplicaState, ReplicaStatus};
 use crate::model;
 use crate::plan::facts::{Kind, Observed, serves_tls};
 use crate::plan::report::report;
@@ -435,7 +435,7 @@ impl Sim {
                 | Step::EnsureKeeperRoot { .. } => {}
                 Step::ScaleIn(s) => {
                     if let ScaleInAction::DeleteStatefulSet { replica } = s {
-                        self.obs.statefulsets.remove(replica);
+                        self.obs.statefulsets.remove(replica.as_str());
                         self.obs.pods.remove(&format!("{replica}-0"));
                     }
                 }
@@ -516,7 +516,7 @@ impl Sim {
             return p;
         }
         for r in &p.lag_checks {
-            self.obs.caught_up.insert(r.clone(), true);
+            self.obs.caught_up.insert(r.to_string(), true);
         }
         self.plan()
     }
@@ -543,7 +543,7 @@ impl Sim {
         self.cluster.status.as_ref().unwrap().state
     }
 
-    fn map(&self) -> &BTreeMap<String, ReplicaStatus> {
+    fn map(&self) -> &BTreeMap<ReplicaName, ReplicaStatus> {
         &self.cluster.status.as_ref().unwrap().replica_state_map
     }
 }

@@ -18,7 +18,7 @@ fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
     sim.cluster.spec.replicas = 2;
     sim.converge(60);
     assert_eq!(sim.state(), ClusterState::Ready);
-    let replicas: Vec<String> = sim.map().keys().cloned().collect();
+    let replicas: Vec<String> = sim.map().keys().map(|k| k.to_string()).collect();
     assert_eq!(replicas.len(), 4, "{replicas:?}");
     let remote = users_secret_file(&sim, crate::model::names::REMOTE_SERVERS_FILE);
     sim.cluster.status = Some(Default::default());
@@ -64,7 +64,7 @@ fn a_wiped_status_is_rebuilt_from_the_servers_before_anything_is_written() {
         assert_eq!(
             sim.map()
                 .values()
-                .filter(|r| r.shard == shard && r.is_backup_pod)
+                .filter(|r| r.shard == crate::api::ShardIndex(shard) && r.is_backup_pod)
                 .count(),
             1
         );
@@ -88,7 +88,7 @@ fn a_cluster_created_again_on_retained_volumes_takes_back_its_replicas_and_crede
     sim.converge(30);
     sim.cluster.spec.replicas = 3;
     sim.converge(40);
-    let replicas: Vec<String> = sim.map().keys().cloned().collect();
+    let replicas: Vec<String> = sim.map().keys().map(|k| k.to_string()).collect();
     // a scale-out numbers replicas otherwise than a new cluster of 3 replicas would
     assert_eq!(
         replicas,
@@ -273,11 +273,12 @@ fn a_shard_whose_statefulset_is_being_created_again_restarts_its_backup_replica_
         );
     }
     // the other replica's StatefulSet is being created again: its pod is kept
-    assert!(sim.obs.statefulsets.remove(&other).is_some());
+    assert!(sim.obs.statefulsets.remove(other.as_str()).is_some());
     let first = sim.plan();
     assert!(
         !first.steps.iter().any(|s| matches!(s,
-            Step::RestartPod { replica, .. } | Step::SetServing { replica, .. } if *replica == backup)),
+            Step::RestartPod { statefulset: r, .. } if *r == backup)
+            || matches!(s, Step::SetServing { replica, .. } if *replica == backup)),
         "the backup replica is left alone while the shard's other StatefulSet is missing: {:?}",
         first.steps
     );
@@ -303,7 +304,7 @@ fn a_volume_waiting_for_its_pod_to_start_again_gets_one_careful_restart() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2,
         "storage": {"size": "2Gi"}, "storageScaling": {"enableVolumeScaling": true}}));
     sim.converge(20);
-    let replicas: Vec<String> = sim.map().keys().cloned().collect();
+    let replicas: Vec<String> = sim.map().keys().map(|k| k.to_string()).collect();
     let started: Timestamp = "2026-11-29T00:00:00Z".parse().unwrap();
     for (replica, since) in [
         (&replicas[0], "2026-11-29T01:00:00Z"),

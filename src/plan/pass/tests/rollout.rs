@@ -120,7 +120,11 @@ fn a_starting_pod_is_not_restarted_while_its_statefulsets_status_lags() {
     sim.converge(20);
     let replica = sim.map().keys().next().unwrap().clone();
     let pod = format!("{replica}-0");
-    sim.obs.statefulsets.get_mut(&replica).unwrap().status = Some(StatefulSetStatus::default());
+    sim.obs
+        .statefulsets
+        .get_mut(replica.as_str())
+        .unwrap()
+        .status = Some(StatefulSetStatus::default());
     sim.obs.pods.get_mut(&pod).unwrap().status = Some(PodStatus {
         conditions: Some(vec![PodCondition {
             type_: "Ready".into(),
@@ -210,7 +214,7 @@ fn rolling_update_does_not_wait_for_catch_up_but_smart_update_does() {
         for _ in 0..30 {
             // Every replica reports replication lag, always.
             for n in sim.map().keys().cloned().collect::<Vec<_>>() {
-                sim.obs.caught_up.insert(n, false);
+                sim.obs.caught_up.insert(n.into(), false);
             }
             let p = sim.plan();
             sim.act(&p);
@@ -249,7 +253,7 @@ fn a_replica_that_does_not_catch_up_stops_the_rollout_after_catch_up_seconds() {
                     (l.starts_with("restart pod ") || l.starts_with("controller replaces pod "))
                         && l.contains(&format!("{n}-0"))
                 });
-                sim.obs.caught_up.insert(n, !restarted);
+                sim.obs.caught_up.insert(n.into(), !restarted);
             }
             let p = sim.plan();
             message = p.status.message.clone().unwrap_or_default();

@@ -54,7 +54,7 @@ fn tables_waiting_only_for_a_new_keeper_session_are_made_to_open_it() {
     let tables = vec![("db1".to_string(), "events".to_string())];
     sim.obs
         .stalled_tables
-        .insert(replica.clone(), tables.clone());
+        .insert(replica.to_string(), tables.clone());
     let p = sim.plan();
     let restarts: Vec<&Step> = p
         .steps

@@ -106,7 +106,7 @@ fn claim_names(sim: &Sim, sts: &str) -> Vec<String> {
 fn an_added_disk_recreates_the_statefulsets_and_restarts_each_server_once() {
     let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
     sim.converge(20);
-    let replicas: Vec<String> = sim.map().keys().cloned().collect();
+    let replicas: Vec<String> = sim.map().keys().map(|k| k.to_string()).collect();
     sim.log.clear();
     sim.cluster.spec.storage = serde_json::from_value(serde_json::json!({
         "size": "10Gi",
@@ -193,7 +193,7 @@ fn pvc_labels_reach_existing_pvcs_without_a_restart() {
         m.annotations.as_ref().unwrap()["backup.example.com/skip"],
         "true"
     );
-    let template = &sim.obs.statefulsets[&replica]
+    let template = &sim.obs.statefulsets[replica.as_str()]
         .spec
         .volume_claim_templates
         .as_ref()
