@@ -139,7 +139,18 @@ node_count() { nodes | grep -c . || true; }
 
 agent_cleanup() {
   # removes what a (possibly crashed) agent left: pod processes, netns, veths, ClusterIPs, bridge,
-  # mount points it created. Only when this DIR owns its node network (or nobody does).
+  # mount points it created. Only when this DIR owns its node network (or nobody does). Under
+  # the lock an `up` picks its slot with: else a cluster coming up at the same moment could write
+  # its claim on the slot between our look and our removal of the claim, lose it, and share its
+  # bridge with the next cluster to come up.
+  exec 9<"$HERE/local-cluster.sh"
+  flock 9
+  agent_cleanup_locked
+  flock -u 9
+  exec 9<&-
+}
+
+agent_cleanup_locked() {
   local slot lock
   slot="$(dir_slot)"
   lock="$(lock_file "$slot")"
