@@ -56,6 +56,15 @@ impl ReplicaSpec {
             index,
         }
     }
+
+    /// The replica `name` as its entry of the ReplicaStateMap has it.
+    pub fn of(name: &ReplicaName, entry: &crate::api::ReplicaStatus) -> Self {
+        ReplicaSpec {
+            name: name.clone(),
+            shard: entry.shard,
+            index: entry.index,
+        }
+    }
 }
 
 /// A plain password. It reaches no built object except the operator's own Secret; its `Debug`

@@ -22,11 +22,7 @@ pub fn build(pass: &mut Early) -> Option<Built> {
         .replica_state_map
         .iter()
         .filter(|(_, r)| r.state != ReplicaState::Condemned)
-        .map(|(n, r)| ReplicaSpec {
-            name: n.clone(),
-            shard: r.shard,
-            index: r.index,
-        })
+        .map(|(n, r)| ReplicaSpec::of(n, r))
         .collect();
     let listed: Vec<ReplicaSpec> = live
         .iter()
@@ -70,7 +66,6 @@ pub fn build(pass: &mut Early) -> Option<Built> {
         .collect();
     Some(Built {
         keeper_size: keeper.members,
-        keeper_pods: keeper.pods,
         keeper_settled: keeper.settled,
         desired,
         inputs,

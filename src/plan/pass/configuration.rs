@@ -47,11 +47,7 @@ fn users_secret(pass: &Pass) -> Value {
     let mut inputs = pass.built.inputs.clone();
     inputs.replicas = pass
         .live_replicas()
-        .map(|(n, r)| ReplicaSpec {
-            name: n.clone(),
-            shard: r.shard,
-            index: r.index,
-        })
+        .map(|(n, r)| ReplicaSpec::of(n, r))
         .collect();
     Cluster::new(pass.input.cluster)
         .and_then(|c| model::users_secret(&c.with_keeper_members(pass.built.keeper_size), &inputs))

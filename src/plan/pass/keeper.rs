@@ -114,7 +114,7 @@ pub fn plan(pass: &mut Pass) {
     let Some(k) = &pass.built.desired.keeper else {
         return;
     };
-    // shrinking, the StatefulSet keeps the leaving member's pod (built with `keeper_pods`)
+    // shrinking, the StatefulSet keeps the leaving member's pod (built with the pass's pods)
     let mut statefulset = json_of(&k.statefulset);
     // a template that needs no restart is left as it is: the roll would restart the members
     // for a field a newer operator adds (invariant 9)

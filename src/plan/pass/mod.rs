@@ -118,13 +118,11 @@ pub struct Input<'a> {
 pub struct Built {
     /// Keeper members for this pass (one step towards `spec.keeper.replicas`).
     pub keeper_size: i32,
-    /// Keeper pods for this pass: one more than `keeper_size` while a leaving member's pod
-    /// still runs.
-    pub keeper_pods: i32,
     /// Keeper's members and pods are `spec.keeper.replicas` and every member agrees on them
     /// (decision 25); the cluster is not `ready` before.
     pub keeper_settled: bool,
-    /// Every object of the cluster, built for `keeper_size`.
+    /// Every object of the cluster, built for `keeper_size` (Keeper's StatefulSet with the
+    /// pods the pass keeps: one more while a leaving member's pod still runs).
     pub desired: Desired,
     /// What `desired` was built from.
     pub inputs: crate::model::Inputs,
@@ -266,7 +264,6 @@ impl<'a> Early<'a> {
     /// The plan of a pass halted before anything was built.
     fn finish_halted(mut self) -> Plan {
         self.out.status = report::halted_status(self.input, self.out.failure.as_ref());
-        self.out.again |= self.gates.map_first && self.out.failure.is_none();
         self.out
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::jiff::SignedDuration;
 use serde_json::Value;
 
-use super::{Pass, json_of, object_current, template_covers, with_template_of};
+use super::{Pass, json_of, object_current, template_covers, with_claims_of, with_template_of};
 use crate::api::{ReplicaName, ShardIndex, UpdateStrategy};
 use crate::model::names;
 use crate::plan::FailureReason;
@@ -142,9 +142,7 @@ fn existing(pass: &Pass) -> Vec<Existing> {
                 return None;
             }
             let observed = f.statefulset.clone()?;
-            let mut desired = json_of(d);
-            desired["spec"]["volumeClaimTemplates"] =
-                observed["spec"]["volumeClaimTemplates"].clone();
+            let desired = with_claims_of(json_of(d), &observed);
             Some(Existing {
                 name,
                 desired,
