@@ -265,8 +265,11 @@ ensure_packages() {
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
-      { apt-get update >&2 && apt-get install -y --no-install-recommends "${missing[@]}" >&2; }
+    # several clusters come up at once (the test suites): each waits for the others' apt-get
+    local wait=(-o DPkg::Lock::Timeout=300)
+    apt-get "${wait[@]}" install -y --no-install-recommends "${missing[@]}" >&2 ||
+      { apt-get "${wait[@]}" update >&2 &&
+        apt-get "${wait[@]}" install -y --no-install-recommends "${missing[@]}" >&2; }
   fi
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh machine, and builds what is missing:
-# Debian packages (ClickHouse server and client, ZooKeeper, openssl, iproute2), the Rust
+# Debian packages (ClickHouse server and client, ZooKeeper, openssl, iproute2, nftables), the Rust
 # components (rustfmt, clippy), the local control plane (Kubernetes and etcd built from Go
 # modules), the S3 server of the backup tests (SeaweedFS, from Go modules), chDB (a current
 # ClickHouse parser, from PyPI), helm and promtool (from Go modules), cached outside the
@@ -9,7 +9,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 need_pkgs=()
-for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux curl ca-certificates python3-venv; do
+for p in clickhouse-server clickhouse-client zookeeper openssl iproute2 util-linux nftables curl ca-certificates python3-venv; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
