@@ -3,7 +3,7 @@
 # Debian packages (ClickHouse server and client, ZooKeeper, openssl, iproute2; the aarch64 cross
 # linker and C library of the image's arm64 binary and qemu-user-static, which runs it in the image
 # tests), the Rust components (rustfmt, clippy) and targets (x86_64 and aarch64
-# linux-gnu), the local control plane (Kubernetes and etcd built from Go
+# linux-gnu), cargo-deny (hack/deny.sh, from crates.io), the local control plane (Kubernetes and etcd built from Go
 # modules), the S3 server of the backup tests (SeaweedFS, from Go modules), chDB (a current
 # ClickHouse parser, from PyPI), helm and promtool (from Go modules), cached outside the
 # repository. Safe to run again: it only does what is missing.
@@ -38,3 +38,4 @@ bash "$HERE/build-s3.sh" >/dev/null
 bash "$HERE/chdb.sh" >/dev/null
 bash "$HERE/helm.sh" >/dev/null
 bash "$HERE/promtool.sh" >/dev/null
+bash "$HERE/deny.sh" --install-only >/dev/null
