@@ -36,6 +36,8 @@ mod cluster_chart;
 mod metric_names;
 #[path = "helm/monitoring.rs"]
 mod monitoring;
+#[path = "helm/openshift.rs"]
+mod openshift;
 #[path = "helm/operator_chart.rs"]
 mod operator_chart;
 #[path = "helm/values.rs"]

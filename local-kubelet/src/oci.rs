@@ -1,14 +1,20 @@
 //! Images from an OCI image layout folder (`--image-store`, `LOCAL_KUBELET_IMAGE_STORE`): a pod
 //! whose image reference is in the store runs *from the image*, as a kubelet with a container
 //! runtime would: its layers unpacked into a root filesystem of its own, its `Entrypoint`, `Cmd`,
-//! `Env`, `User` and `WorkingDir` honoured with Kubernetes' rules, and `imageID` the manifest's
-//! digest. Every blob is checked against its digest before it is used; a reference not in the
-//! store falls back to the programs of this machine (`images.rs`).
+//! `Env`, `User` and `WorkingDir` honoured with Kubernetes' rules, and `imageID` the digest the
+//! reference resolves to (the image index's for a multi-platform image, as a runtime reports
+//! the repository digest). An image index is resolved as a runtime does: the manifest whose
+//! `platform` is the node's (`os`/`architecture`; an arm64 `variant` of `v8` or none), refused
+//! with the runtime's words when there is none ("no matching manifest for linux/amd64 in the
+//! manifest list entries"). Every blob is checked against its digest before it is used; a
+//! reference not in the store falls back to the programs of this machine (`images.rs`).
 //!
-//! Differences from a runtime, written down: one platform (linux/amd64) and no pulling (the
-//! store is filled by `hack/image.sh`); whiteout files in layers are refused rather than applied
-//! (the operator's image has one layer); no user namespace, seccomp or capability set beyond
-//! what `setuid` to a non-root user drops.
+//! Differences from a runtime, written down: the node's platform is this machine's (linux/amd64
+//! where the tests run), and no pulling (the store is filled by `hack/image.sh`); a reference
+//! by the digest of one platform's manifest inside an index is not resolved (by the index's
+//! digest or by tag it is); whiteout files in layers are refused rather than applied (the
+//! operator's image has one layer); no user namespace, seccomp or capability set beyond what
+//! `setuid` to a non-root user drops.
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -27,8 +33,11 @@ pub struct RunConfig {
 
 #[derive(Debug, Clone)]
 pub struct Image {
-    /// `sha256:<hex>` of the manifest
+    /// `sha256:<hex>` the reference resolves to: the image index's, or the manifest's for a
+    /// single-platform image (what `imageID` reports)
     pub digest: String,
+    /// `sha256:<hex>` of the manifest of the node's platform (what is unpacked)
+    pub manifest_digest: String,
     pub config: RunConfig,
     /// gzip-compressed layer blobs, lowest first, with their digests
     layers: Vec<(PathBuf, String)>,
@@ -87,8 +96,78 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The image of `reference` in the store, `Ok(None)` when the store does not hold it.
+/// The platform of this node as OCI names it (`os`, `architecture`): this machine's.
+pub fn node_platform() -> (&'static str, &'static str) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    ("linux", arch)
+}
+
+const INDEX_MEDIA_TYPES: [&str; 2] = [
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
+/// Whether a descriptor's platform is `platform`: the same os and architecture; arm64's
+/// variant, when given, `v8` (what a runtime on an arm64 node takes).
+fn platform_matches(p: &serde_json::Value, platform: (&str, &str)) -> bool {
+    let variant = p["variant"].as_str().unwrap_or_default();
+    p["os"] == platform.0
+        && p["architecture"] == platform.1
+        && (variant.is_empty() || (platform.1 == "arm64" && variant == "v8"))
+}
+
+/// The manifest a descriptor leads to on `platform`: itself, or for an image index (nested
+/// ones too, a few levels) the entry of that platform. Returns its digest and its JSON.
+fn resolve_manifest(
+    store: &Path,
+    descriptor: &serde_json::Value,
+    platform: (&str, &str),
+) -> Result<(String, serde_json::Value), String> {
+    let mut digest = descriptor["digest"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for _ in 0..4 {
+        let doc: serde_json::Value = serde_json::from_slice(&read_blob(store, &digest)?)
+            .map_err(|e| format!("manifest {digest}: {e}"))?;
+        let media = doc["mediaType"].as_str().unwrap_or_default();
+        let is_index =
+            INDEX_MEDIA_TYPES.contains(&media) || (media.is_empty() && doc["manifests"].is_array());
+        if !is_index {
+            return Ok((digest, doc));
+        }
+        let Some(entry) = doc["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| platform_matches(&m["platform"], platform))
+        else {
+            return Err(format!(
+                "no matching manifest for {}/{} in the manifest list entries",
+                platform.0, platform.1
+            ));
+        };
+        digest = entry["digest"].as_str().unwrap_or_default().to_string();
+    }
+    Err(format!("image index {digest}: nested too deeply"))
+}
+
+/// The image of `reference` in the store for this node's platform, `Ok(None)` when the store
+/// does not hold it.
 pub fn find(store: &Path, reference: &str) -> Result<Option<Image>, String> {
+    find_for(store, reference, node_platform())
+}
+
+/// The image of `reference` in the store for `platform` (`os`, `architecture`).
+pub fn find_for(
+    store: &Path,
+    reference: &str,
+    platform: (&str, &str),
+) -> Result<Option<Image>, String> {
     let index_path = store.join("index.json");
     let Ok(index) = std::fs::read(&index_path) else {
         return Ok(None);
@@ -117,15 +196,15 @@ pub fn find(store: &Path, reference: &str) -> Result<Option<Image>, String> {
         return Ok(None);
     };
     let digest = entry["digest"].as_str().unwrap_or_default().to_string();
-    let manifest: serde_json::Value = serde_json::from_slice(&read_blob(store, &digest)?)
-        .map_err(|e| format!("manifest {digest}: {e}"))?;
+    let (manifest_digest, manifest) =
+        resolve_manifest(store, entry, platform).map_err(|e| format!("image {reference}: {e}"))?;
     let config_digest = manifest["config"]["digest"].as_str().unwrap_or_default();
     let config: serde_json::Value = serde_json::from_slice(&read_blob(store, config_digest)?)
         .map_err(|e| format!("config {config_digest}: {e}"))?;
-    if config["os"] != "linux" || config["architecture"] != "amd64" {
+    if config["os"] != platform.0 || config["architecture"] != platform.1 {
         return Err(format!(
-            "image {reference}: platform {}/{} cannot run on this linux/amd64 node",
-            config["os"], config["architecture"]
+            "image {reference}: platform {}/{} cannot run on this {}/{} node",
+            config["os"], config["architecture"], platform.0, platform.1
         ));
     }
     let c = &config["config"];
@@ -153,6 +232,7 @@ pub fn find(store: &Path, reference: &str) -> Result<Option<Image>, String> {
     }
     Ok(Some(Image {
         digest,
+        manifest_digest,
         config: run,
         layers,
     }))
@@ -160,7 +240,7 @@ pub fn find(store: &Path, reference: &str) -> Result<Option<Image>, String> {
 
 /// The image's root filesystem, unpacked once under `data_dir/images/<digest>/rootfs`.
 pub fn unpack(image: &Image, data_dir: &Path) -> Result<PathBuf, String> {
-    let hex = image.digest.trim_start_matches("sha256:");
+    let hex = image.manifest_digest.trim_start_matches("sha256:");
     let dir = data_dir.join("images").join(hex);
     let rootfs = dir.join("rootfs");
     if rootfs.is_dir() {
@@ -453,6 +533,153 @@ mod tests {
         let err = read_blob(&dir, &format!("sha256:{good}")).unwrap_err();
         assert!(err.contains("has digest"), "{err}");
         assert!(read_blob(&dir, "sha256:../../etc/passwd").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A layout in a fresh folder: blobs written under their digests, index.json naming `top`
+    /// as `clickhouse-operator:0.1.0`. Returns the folder and the digest of each blob given.
+    fn layout(
+        name: &str,
+        blobs: &[Vec<u8>],
+        top: usize,
+        top_media: &str,
+    ) -> (PathBuf, Vec<String>) {
+        let dir = std::env::temp_dir().join(format!("lk-oci-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+        let digests: Vec<String> = blobs
+            .iter()
+            .map(|b| {
+                let hex = format!("{:x}", Sha256::digest(b));
+                std::fs::write(dir.join("blobs/sha256").join(&hex), b).unwrap();
+                format!("sha256:{hex}")
+            })
+            .collect();
+        let index = serde_json::json!({"schemaVersion": 2, "manifests": [{
+            "mediaType": top_media, "digest": digests[top], "size": blobs[top].len(),
+            "annotations": {"io.containerd.image.name": "clickhouse-operator:0.1.0"}}]});
+        std::fs::write(dir.join("index.json"), index.to_string()).unwrap();
+        (dir, digests)
+    }
+
+    fn config(arch: &str, user: &str) -> Vec<u8> {
+        serde_json::json!({"os": "linux", "architecture": arch,
+            "config": {"User": user, "Entrypoint": ["/clickhouse-operator"]}})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn manifest(config: &[u8]) -> Vec<u8> {
+        serde_json::json!({"schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"digest": format!("sha256:{:x}", Sha256::digest(config))},
+            "layers": []})
+        .to_string()
+        .into_bytes()
+    }
+
+    fn image_index(entries: &[(&[u8], &str, Option<&str>)]) -> Vec<u8> {
+        let manifests: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|(m, arch, variant)| {
+                let mut platform = serde_json::json!({"os": "linux", "architecture": arch});
+                if let Some(v) = variant {
+                    platform["variant"] = serde_json::json!(v);
+                }
+                serde_json::json!({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    "digest": format!("sha256:{:x}", Sha256::digest(m)), "size": m.len(),
+                    "platform": platform})
+            })
+            .collect();
+        serde_json::json!({"schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests})
+        .to_string()
+        .into_bytes()
+    }
+
+    const INDEX: &str = "application/vnd.oci.image.index.v1+json";
+
+    /// An image index of linux/amd64 and linux/arm64 (what `hack/image.sh` writes): an amd64
+    /// node runs the amd64 manifest, an arm64 node the arm64 one; both report the index's
+    /// digest as the image's, as a runtime reports the repository digest.
+    #[test]
+    fn an_image_index_resolves_to_the_manifest_of_the_nodes_platform() {
+        let (ca, cr) = (config("amd64", "65532:65532"), config("arm64", "1:1"));
+        let (ma, mr) = (manifest(&ca), manifest(&cr));
+        let idx = image_index(&[(&ma, "amd64", None), (&mr, "arm64", Some("v8"))]);
+        let (dir, d) = layout("index", &[ca, cr, ma, mr, idx], 4, INDEX);
+        let amd = find_for(&dir, "clickhouse-operator:0.1.0", ("linux", "amd64"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(amd.digest, d[4], "imageID: the index's digest");
+        assert_eq!(amd.manifest_digest, d[2], "the amd64 manifest");
+        assert_eq!(amd.config.user, "65532:65532");
+        let arm = find_for(&dir, "clickhouse-operator:0.1.0", ("linux", "arm64"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(arm.manifest_digest, d[3], "the arm64 manifest (variant v8)");
+        assert_eq!(arm.config.user, "1:1");
+        // by the index's digest too
+        let by_digest = format!("clickhouse-operator@{}", d[4]);
+        assert_eq!(
+            find_for(&dir, &by_digest, ("linux", "amd64"))
+                .unwrap()
+                .unwrap()
+                .manifest_digest,
+            d[2]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An index without the node's platform is refused with the runtime's words, as a kubelet
+    /// reports it (the pod does not start); so is a manifest whose config names another
+    /// platform than its index entry.
+    #[test]
+    fn an_image_index_without_the_nodes_platform_is_refused_as_a_runtime_refuses_it() {
+        let cr = config("arm64", "65532:65532");
+        let mr = manifest(&cr);
+        let idx = image_index(&[(&mr, "arm64", None)]);
+        let (dir, _) = layout("noamd64", &[cr.clone(), mr.clone(), idx], 2, INDEX);
+        let err = find_for(&dir, "clickhouse-operator:0.1.0", ("linux", "amd64")).unwrap_err();
+        assert!(
+            err.contains("no matching manifest for linux/amd64 in the manifest list entries"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        // an index entry that says amd64 for an arm64 image
+        let lying = image_index(&[(&mr, "amd64", None)]);
+        let (dir, _) = layout("lying", &[cr, mr, lying], 2, INDEX);
+        let err = find_for(&dir, "clickhouse-operator:0.1.0", ("linux", "amd64")).unwrap_err();
+        assert!(err.contains("cannot run on this linux/amd64 node"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A single-platform image (a manifest named directly by index.json) still runs, with the
+    /// manifest's digest as the image's.
+    #[test]
+    fn a_single_platform_manifest_is_read_as_before() {
+        let ca = config("amd64", "65532:65532");
+        let ma = manifest(&ca);
+        let (dir, d) = layout(
+            "single",
+            &[ca, ma],
+            1,
+            "application/vnd.oci.image.manifest.v1+json",
+        );
+        let img = find_for(&dir, "clickhouse-operator:0.1.0", ("linux", "amd64"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (img.digest.as_str(), img.manifest_digest.as_str()),
+            (d[1].as_str(), d[1].as_str())
+        );
+        assert!(
+            find_for(&dir, "other:0.1.0", ("linux", "amd64"))
+                .unwrap()
+                .is_none()
+        );
+        let err = find_for(&dir, "clickhouse-operator:0.1.0", ("linux", "arm64")).unwrap_err();
+        assert!(err.contains("cannot run on this linux/arm64 node"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
