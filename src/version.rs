@@ -138,6 +138,12 @@ pub enum Capability {
     /// its initialisation instead of giving up for the life of the process, and replicated
     /// tables reconnect. Such servers may start beside their Keeper rather than after it.
     StartsBeforeKeeper,
+    /// `DEFINER` and `SQL SECURITY` of views and materialized views: a view may run as its
+    /// definer rather than as whoever reads it, and the server settings
+    /// `default_materialized_view_sql_security`, `default_view_definer` and
+    /// `ignore_empty_sql_security_in_create_view_query` say what a view created without the
+    /// clause gets.
+    SqlSecurity,
 }
 
 /// The one table of version thresholds, from ClickHouse's changelog and the pull requests it
@@ -222,6 +228,13 @@ pub const CAPABILITIES: &[(Capability, Version)] = &[
     // release (21.1 or 21.2) is not pinned here, so 21.3. 18.16 gives its DDL queue up for
     // good when Keeper cannot be reached at start.
     (Capability::StartsBeforeKeeper, Version::new(21, 3)),
+    // PR #60439 "Add definers for views (Attempt 2)": `ParserSQLSecurity`, and the settings
+    // `default_view_definer`, `default_materialized_view_sql_security` and
+    // `default_normal_view_sql_security` listed under 24.2 in `SettingsChangesHistory.h`; the
+    // server setting `ignore_empty_sql_security_in_create_view_query` came with it (the fix
+    // #63136 was backported to 24.2). Before it a view's query ran with the rights of whoever
+    // read it, and a materialized view's with those of whoever inserted into its source.
+    (Capability::SqlSecurity, Version::new(24, 2)),
 ];
 
 impl Capability {
@@ -355,6 +368,7 @@ mod tests {
             Capability::PostgresqlProtocol,
             Capability::GrpcProtocol,
             Capability::StartsBeforeKeeper,
+            Capability::SqlSecurity,
         ];
         assert_eq!(all.len(), CAPABILITIES.len());
         for c in all {

@@ -40,7 +40,8 @@
 //! `accounts.rs` (the cluster secret, the operator's and the exporter's grants, hashed passwords,
 //! users managed with SQL), `backups.rs` (named collections), `logging.rs` (the server log and
 //! the system log tables) and `ports_and_disks.rs` (the servers' own Prometheus endpoint, client
-//! protocols, disks and storage policies).
+//! protocols, disks and storage policies) and `restores.rs` (what a restore creates for views
+//! and replicated tables).
 
 mod chdb;
 #[path = "modern_config/support.rs"]
@@ -56,6 +57,8 @@ mod clusters;
 mod logging;
 #[path = "modern_config/ports_and_disks.rs"]
 mod ports_and_disks;
+#[path = "modern_config/restores.rs"]
+mod restores;
 #[path = "modern_config/settings.rs"]
 mod settings;
 #[path = "modern_config/tls.rs"]

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use super::checks;
 use super::store::Bucket;
 use crate::clickhouse::backup as sql;
-use crate::clickhouse::{Client, QueryOptions};
+use crate::clickhouse::{Capability, Client, QueryOptions};
 use crate::model::manifest::{self, Part, PartSource, ShardManifest, Table};
 
 /// Files uploaded or downloaded at once.
@@ -482,11 +482,47 @@ impl RestoreJob {
             })?;
         self.verify_bucket(&checked).await?;
         let backup_replica = self.servers.first().ok_or("no replica to restore into")?;
+        // decision 64: a view's statement depends on the server it goes to; every server's
+        // are known to be writable before the first is sent
+        let mut facts = Vec::new();
+        for server in &self.servers {
+            let f = server_facts(server).await?;
+            checked.statements_for(&f).map_err(|r| {
+                format!(
+                    "shard {} cannot be restored into {}, nothing was restored: {r}",
+                    self.shard,
+                    server.endpoint()
+                )
+            })?;
+            facts.push(f);
+        }
+        if checked.tables.iter().any(|t| t.keeper_path.is_some()) {
+            let replicas = replicas(backup_replica).await?;
+            checked
+                .check_keeper_paths(self.shard, &replicas)
+                .map_err(|r| {
+                    format!(
+                        "the manifest of shard {} cannot be restored here, nothing was restored: {r}",
+                        self.shard
+                    )
+                })?;
+        }
         if !self.into_non_empty {
             self.refuse_non_empty(backup_replica, &checked).await?;
         }
         let mut report = Report::default();
-        for server in &self.servers {
+        for (server, f) in self.servers.iter().zip(&facts) {
+            // what existed before is not the restore's to check (nor to drop)
+            let before: Vec<(String, String)> = if f.version.supports(Capability::SqlSecurity) {
+                sql::tables(server)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|t| (t.database, t.name))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             for d in &checked.databases {
                 server
                     .exec(&d.statement, &QueryOptions::new().retry(true))
@@ -494,10 +530,15 @@ impl RestoreJob {
                     .map_err(|e| format!("creating database {}: {e}", d.name))?;
             }
             for t in &checked.tables {
+                let statement = t.statement_for(f).map_err(|r| r.to_string())?;
                 server
-                    .exec(&t.statement, &QueryOptions::new().retry(true))
+                    .exec(statement, &QueryOptions::new().retry(true))
                     .await
                     .map_err(|e| format!("creating {}: {e}", t.object()))?;
+            }
+            if f.version.supports(Capability::SqlSecurity) {
+                self.check_created_views(server, f, &checked, &before)
+                    .await?;
             }
         }
         if let Some(dir) = &checked.native {
@@ -508,6 +549,51 @@ impl RestoreJob {
         }
         report.ok = true;
         Ok(report)
+    }
+
+    /// Each view the restore created on `server` runs as the restore meant (decision 64): a
+    /// view `SQL SECURITY INVOKER`, a materialized view with no clause. One the server gave a
+    /// definer after all is dropped again and fails the restore.
+    async fn check_created_views(
+        &self,
+        server: &Client,
+        facts: &checks::Server,
+        shard: &checks::CheckedShard,
+        before: &[(String, String)],
+    ) -> Result<(), String> {
+        let now = sql::tables(server).await.map_err(|e| e.to_string())?;
+        for t in shard.tables.iter().filter(|t| {
+            matches!(t.kind, checks::Kind::View | checks::Kind::MaterializedView)
+                && !before
+                    .iter()
+                    .any(|(db, name)| *db == t.database && *name == t.name)
+        }) {
+            let Some(live) = now
+                .iter()
+                .find(|e| e.database == t.database && e.name == t.name)
+            else {
+                return Err(format!(
+                    "{} was not created on {}",
+                    t.object(),
+                    server.endpoint()
+                ));
+            };
+            if let Err(refused) = t.check_created(facts, &live.create) {
+                let drop = crate::clickhouse::sql::drop_table(
+                    facts.version,
+                    &crate::clickhouse::sql::TableName::new(&t.database, &t.name),
+                );
+                let dropped = server.exec(&drop, &QueryOptions::new().retry(true)).await;
+                return Err(match dropped {
+                    Ok(()) => format!("on {}: {refused}", server.endpoint()),
+                    Err(e) => format!(
+                        "on {}: {refused} (but dropping it failed: {e}; drop it by hand)",
+                        server.endpoint()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every file the manifest lists is in the bucket with its size, and every part's
@@ -680,6 +766,48 @@ impl RestoreJob {
         })
         .await
     }
+}
+
+/// What the restore must know of `server` to write its views' statements (decision 64): its
+/// version and, from 24.2, whether it keeps a view created without `SQL SECURITY` without one
+/// (a setting it does not report counts as off).
+async fn server_facts(server: &Client) -> Result<checks::Server, String> {
+    let at = |e: crate::clickhouse::client::Error| format!("{}: {e}", server.endpoint());
+    let version = server.version().await.map_err(at)?;
+    let mut facts = checks::Server::of_version(version);
+    if version.supports(Capability::SqlSecurity) {
+        let rows = server
+            .query(
+                checks::KEEPS_EMPTY_SQL_SECURITY,
+                &QueryOptions::new().retry(true),
+            )
+            .await
+            .map_err(at)?;
+        let values = rows
+            .decode(server.endpoint(), "system.server_settings", |r| {
+                Ok(r.str("value")?.to_string())
+            })
+            .map_err(at)?;
+        facts.keeps_empty_sql_security = values.first().is_some_and(|v| v == "1");
+    }
+    Ok(facts)
+}
+
+/// Database, table and Keeper path of every replicated table of `server`.
+async fn replicas(server: &Client) -> Result<Vec<(String, String, String)>, String> {
+    let at = |e: crate::clickhouse::client::Error| format!("{}: {e}", server.endpoint());
+    server
+        .query(checks::REPLICAS, &QueryOptions::new().retry(true))
+        .await
+        .map_err(at)?
+        .decode(server.endpoint(), "system.replicas", |r| {
+            Ok((
+                r.str("database")?.to_string(),
+                r.str("table")?.to_string(),
+                r.str("zookeeper_path")?.to_string(),
+            ))
+        })
+        .map_err(at)
 }
 
 /// Where the report goes (the container's termination message).

@@ -7,7 +7,15 @@
 //!   object the manifest lists it for, and rebuilt from its tokens in the operator's own quoting;
 //!   engines outside the cluster (`URL`, `S3`, `MySQL`, `Kafka`, …), table functions and
 //!   dictionaries are refused unless the restore allows external sources; `AS SELECT` is allowed
-//!   only as a view's own query, and a definer may not be one of the operator's accounts;
+//!   only as a view's own query;
+//! - a view or materialized view is rebuilt from its parts ([`views`], decision 64): no
+//!   `DEFINER` or `SQL SECURITY` of the bucket is kept, a view gets `SQL SECURITY INVOKER` on
+//!   servers that have the clause, a materialized view runs as whoever inserts into its source
+//!   or is refused ([`CheckedTable::statement_for`]), every `TO` target is a table of the backup;
+//! - a replicated table or database gets the cluster's own Keeper path for its name, and a
+//!   `Buffer` flushes only into a table of the backup ([`engines`]);
+//! - a statement holding `'[HIDDEN]'` (a credential the server masked when the backup read it)
+//!   is refused;
 //! - part names, file names and object keys must match strict patterns (relative, no `..`, no
 //!   separator where none belongs, the key of the part's own table), sizes and counts are
 //!   bounded;
@@ -20,7 +28,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::clickhouse::lexer::{LexError, Token, quote_name, render, tokenize};
 use crate::clickhouse::sql::SYSTEM_DATABASES;
+use crate::clickhouse::{Capability, Version};
 use crate::model::manifest::{self, FORMAT, Manifest, Part, ShardManifest};
+
+pub mod engines;
+pub mod views;
 
 /// Bounds on what a manifest may hold.
 pub mod limits {
@@ -53,12 +65,39 @@ pub struct Allow {
     pub external: bool,
 }
 
-/// The accounts a restored view may not run as (the operator's and the cluster's own).
-pub const RESERVED_DEFINERS: &[&str] = &[
-    crate::model::names::OPERATOR_USER,
-    crate::model::names::CLUSTER_USER,
-    crate::model::names::INTERSERVER_USER,
-];
+/// What a restore must know of a server to write its views' statements (decision 64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Server {
+    pub version: Version,
+    /// The server setting `ignore_empty_sql_security_in_create_view_query` (24.2 and later,
+    /// default on): a view created without a `SQL SECURITY` clause is kept without one, so a
+    /// materialized view runs as before 24.2 (its query with the rights of whoever inserts into
+    /// its source, its target not checked) instead of as its creator.
+    pub keeps_empty_sql_security: bool,
+}
+
+/// What [`Server::keeps_empty_sql_security`] is read from on a server with `SQL SECURITY`
+/// (`1`: on; a server that does not report it counts as off).
+pub const KEEPS_EMPTY_SQL_SECURITY: &str = "SELECT value FROM system.server_settings \
+     WHERE name = 'ignore_empty_sql_security_in_create_view_query'";
+
+/// The replicated tables of a server and their Keeper paths, for
+/// [`CheckedShard::check_keeper_paths`].
+pub const REPLICAS: &str = "SELECT database, table, zookeeper_path FROM system.replicas";
+
+impl Server {
+    /// A server without `SQL SECURITY` (below 24.2).
+    pub fn of_version(version: Version) -> Server {
+        Server {
+            version,
+            keeps_empty_sql_security: false,
+        }
+    }
+
+    fn sql_security(&self) -> bool {
+        self.version.supports(Capability::SqlSecurity)
+    }
+}
 
 /// Why a manifest is refused: the rule it breaks.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +190,26 @@ pub enum Refusal {
     },
     #[error("{object}: part {part}'s checksums.txt in the bucket does not match its checksum")]
     ChecksumMismatch { object: String, part: String },
+    #[error(
+        "{object}: a materialized view created by a restore on a {version} server whose ignore_empty_sql_security_in_create_view_query is off would run as its creator, the operator's account: create it by hand with the definer you choose"
+    )]
+    MaterializedViewDefiner { object: String, version: String },
+    #[error(
+        "{object}: a refreshable materialized view runs its query on a schedule as its definer, which a restore would make the operator's account: create it by hand with the definer you choose"
+    )]
+    Refresh { object: String },
+    #[error(
+        "{object}: the server created it with {found:?}, not what the restore wrote; it was dropped again"
+    )]
+    CreatedWith { object: String, found: String },
+    #[error(
+        "{object}: its Keeper path {path} is the path of {other} on this shard: drop that table or restore into a cluster without it"
+    )]
+    KeeperPathInUse {
+        object: String,
+        path: String,
+        other: String,
+    },
 }
 
 /// What a statement breaks.
@@ -168,14 +227,18 @@ pub enum StatementRule {
     OtherObject { found: String },
     #[error("its statement has {0}, which a restore never runs")]
     Clause(&'static str),
-    #[error(
-        "its statement names definer {0:?}: the operator's own accounts (and CURRENT_USER, which is the operator when it restores) never define a restored view"
-    )]
-    Definer(String),
     #[error("it writes to {target}, which is not a table of the backup")]
     Target { target: String },
     #[error("it has no ENGINE")]
     NoEngine,
+    #[error(
+        "its Keeper path {0}; a restore gives a replicated table or database the cluster's own path for its name"
+    )]
+    KeeperPath(&'static str),
+    #[error(
+        "its statement holds '[HIDDEN]' where the server masked a credential when the backup read it: create it by hand"
+    )]
+    Hidden,
 }
 
 /// One database to create.
@@ -224,12 +287,73 @@ pub struct CheckedTable {
     /// The table's engine (`ReplicatedMergeTree`, …); `View`/`MaterializedView`/`Dictionary`
     /// for the others.
     pub engine: String,
-    /// `CREATE … IF NOT EXISTS …`, rebuilt from checked tokens.
+    /// `CREATE … IF NOT EXISTS …`, rebuilt from checked tokens; a view's and a materialized
+    /// view's without `DEFINER` and `SQL SECURITY` (see [`CheckedTable::statement_for`]).
     pub statement: String,
+    /// A view's statement with `SQL SECURITY INVOKER`, for servers that have the clause.
+    pub invoker: Option<String>,
+    /// A materialized view with `REFRESH`.
+    pub refresh: bool,
+    /// The Keeper path the restore gave a replicated table (macros unexpanded), see
+    /// [`engines::table_path`].
+    pub keeper_path: Option<String>,
     pub parts: Vec<Part>,
 }
 
 impl CheckedTable {
+    /// The statement that creates this object on `server` (decision 64). Below 24.2 a view
+    /// runs as whoever reads it and a materialized view as whoever inserts into its source,
+    /// so the statement carries no clause. From 24.2 a view gets `SQL SECURITY INVOKER`; a
+    /// materialized view cannot be `INVOKER`, `NONE` skips every check, and any definer would
+    /// be one the bucket chose or the operator itself, so it is created without a clause only
+    /// where the server then keeps it without one (`keeps_empty_sql_security`) and refused
+    /// elsewhere. A refreshable one is refused everywhere.
+    pub fn statement_for(&self, server: &Server) -> Result<&str, Refusal> {
+        match self.kind {
+            Kind::Table | Kind::Dictionary => Ok(&self.statement),
+            Kind::View if server.sql_security() => {
+                Ok(self.invoker.as_deref().unwrap_or(&self.statement))
+            }
+            Kind::View => Ok(&self.statement),
+            Kind::MaterializedView if self.refresh => Err(Refusal::Refresh {
+                object: self.object(),
+            }),
+            Kind::MaterializedView if server.sql_security() && !server.keeps_empty_sql_security => {
+                Err(Refusal::MaterializedViewDefiner {
+                    object: self.object(),
+                    version: server.version.to_string(),
+                })
+            }
+            Kind::MaterializedView => Ok(&self.statement),
+        }
+    }
+
+    /// Checks the statement a server keeps for this object after the restore created it
+    /// (`system.tables.create_table_query`): a view has the clause the restore wrote
+    /// (`SQL SECURITY INVOKER` from 24.2, none below), a materialized view none. Anything else
+    /// (a server that filled in a definer after all) is refused.
+    pub fn check_created(&self, server: &Server, create_table_query: &str) -> Result<(), Refusal> {
+        if !matches!(self.kind, Kind::View | Kind::MaterializedView) {
+            return Ok(());
+        }
+        let found = views::security_of(create_table_query).map_err(|rule| Refusal::Statement {
+            object: self.object(),
+            rule,
+        })?;
+        let invoker = self.kind == Kind::View && server.sql_security();
+        let meant = found.as_ref().is_some_and(|s| {
+            invoker && s.definer.is_none() && s.kind.as_deref() == Some("INVOKER")
+        }) || (found.is_none() && !invoker);
+        if meant {
+            Ok(())
+        } else {
+            Err(Refusal::CreatedWith {
+                object: self.object(),
+                found: found.map(|s| s.describe()).unwrap_or_default(),
+            })
+        }
+    }
+
     /// Order of creation: tables holding data, the tables over them, views, materialized views.
     pub fn rank(&self) -> u8 {
         crate::clickhouse::backup::create_rank(&self.engine)
@@ -251,6 +375,51 @@ pub struct CheckedShard {
 }
 
 impl CheckedShard {
+    /// Every statement of this shard for `server`, databases first, in order of creation; a
+    /// refusal if one object cannot be created there (see [`CheckedTable::statement_for`]).
+    pub fn statements_for(&self, server: &Server) -> Result<Vec<&str>, Refusal> {
+        let mut out: Vec<&str> = self
+            .databases
+            .iter()
+            .map(|d| d.statement.as_str())
+            .collect();
+        for t in &self.tables {
+            out.push(t.statement_for(server)?);
+        }
+        Ok(out)
+    }
+
+    /// Refuses a replicated table whose Keeper path ([`engines::table_path`], `{shard}` being
+    /// shard `shard`'s macro) is the path of another table of the server already
+    /// (`replicas`: database, table and `zookeeper_path` of `system.replicas`): creating it would
+    /// join that table's replication group. A table that exists already is not created again.
+    pub fn check_keeper_paths(
+        &self,
+        shard: i32,
+        replicas: &[(String, String, String)],
+    ) -> Result<(), Refusal> {
+        for t in &self.tables {
+            let Some(path) = &t.keeper_path else {
+                continue;
+            };
+            if replicas
+                .iter()
+                .any(|(db, name, _)| *db == t.database && *name == t.name)
+            {
+                continue;
+            }
+            let expanded = path.replace("{shard}", &shard.to_string());
+            if let Some((db, name, _)) = replicas.iter().find(|(_, _, p)| *p == expanded) {
+                return Err(Refusal::KeeperPathInUse {
+                    object: t.object(),
+                    path: expanded,
+                    other: object(db, name),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The part folders of this shard by the backup folder they are in
     /// (`backups/<backup>/shard-<n>/`), so that each folder is listed once.
     pub fn parts_by_folder(&self) -> BTreeMap<String, Vec<(&CheckedTable, &Part)>> {
@@ -448,6 +617,9 @@ pub fn check_shard(
             kind: created.kind,
             engine,
             statement: created.statement,
+            invoker: created.invoker,
+            refresh: created.refresh,
+            keeper_path: created.keeper_path,
             parts: t.parts.clone(),
         });
     }
@@ -700,7 +872,37 @@ fn lex(statement: &str) -> Result<Vec<Token>, StatementRule> {
     if tokens.iter().any(|t| t.is(";")) {
         return Err(StatementRule::Several);
     }
+    if tokens
+        .iter()
+        .any(|t| matches!(t, Token::Str(s) if s == "[HIDDEN]"))
+    {
+        return Err(StatementRule::Hidden);
+    }
     Ok(tokens)
+}
+
+/// For each token, whether it stands at bracket depth 0 (a bracket itself counts as outside);
+/// unbalanced brackets are refused.
+fn depth0(tokens: &[Token]) -> Result<Vec<bool>, StatementRule> {
+    let unbalanced = || StatementRule::Lex(LexError::Unterminated("bracket", 0));
+    let mut depth = 0i32;
+    let mut out = Vec::with_capacity(tokens.len());
+    for t in tokens {
+        if t.is(")") || t.is("]") {
+            depth -= 1;
+            if depth < 0 {
+                return Err(unbalanced());
+            }
+        }
+        out.push(depth == 0);
+        if t.is("(") || t.is("[") {
+            depth += 1;
+        }
+    }
+    if depth != 0 {
+        return Err(unbalanced());
+    }
+    Ok(out)
 }
 
 /// Reads `IF NOT EXISTS` at `i`, if there.
@@ -740,20 +942,21 @@ fn check_database(name: &str, statement: &str, allow: Allow) -> Result<String, C
         }
         .into());
     }
-    let rest = &tokens[i + 1..];
-    clauses(rest, Kind::Table)?;
+    let mut rest = tokens[i + 1..].to_vec();
+    clauses(&rest, Kind::Table)?;
     let object = format!("database {}", quote_name(name));
-    if let Some(engine) = engine_of(rest)
+    if let Some(engine) = engine_of(&rest)
         && !allow.external
         && !local_database_engine(&engine)
     {
         return Err(Checked::Refusal(Refusal::Engine { object, engine }));
     }
-    check_functions(rest, &object, allow)?;
+    check_functions(&rest, &object, allow)?;
+    engines::database(&mut rest, name)?;
     let mut out = format!("CREATE DATABASE IF NOT EXISTS {}", quote_name(name));
     if !rest.is_empty() {
         out.push(' ');
-        out.push_str(&render(rest));
+        out.push_str(&render(&rest));
     }
     Ok(out)
 }
@@ -815,6 +1018,9 @@ struct Created {
     kind: Kind,
     engine: Option<String>,
     statement: String,
+    invoker: Option<String>,
+    refresh: bool,
+    keeper_path: Option<String>,
 }
 
 fn check_create(
@@ -860,18 +1066,46 @@ fn check_create(
     clauses(body, kind)?;
     let object = object(database, name);
     let engine = engine_of(body);
+    let mut created = Created {
+        kind,
+        engine: engine.clone(),
+        statement: String::new(),
+        invoker: None,
+        refresh: false,
+        keeper_path: None,
+    };
+    let head = kind.words().join(" ");
+    match kind {
+        Kind::Table | Kind::Dictionary => {
+            let d0 = depth0(body)?;
+            if (0..body.len()).any(|n| {
+                d0[n]
+                    && (body[n].is_word("DEFINER")
+                        || (body[n].is_word("SQL")
+                            && body.get(n + 1).is_some_and(|t| t.is_word("SECURITY"))))
+            }) {
+                return Err(StatementRule::Clause("DEFINER or SQL SECURITY").into());
+            }
+        }
+        Kind::View | Kind::MaterializedView => {}
+    }
     match kind {
         Kind::Table => {
             if !body.first().is_some_and(|t| t.is("(")) {
                 return Err(StatementRule::Clause("no column list").into());
             }
-            let engine = engine.clone().ok_or(StatementRule::NoEngine)?;
+            let engine = engine.ok_or(StatementRule::NoEngine)?;
             if !allow.external && !local_engine(&engine) {
                 return Err(Checked::Refusal(Refusal::Engine { object, engine }));
             }
+            let mut body = body.to_vec();
+            created.keeper_path = engines::table(&mut body, database, name, known)?;
+            created.statement = format!("CREATE {head} IF NOT EXISTS {object} {}", render(&body));
         }
-        Kind::MaterializedView => {
+        Kind::View | Kind::MaterializedView => {
+            let materialized = kind == Kind::MaterializedView;
             if let Some(engine) = &engine
+                && materialized
                 && !allow.external
                 && !local_engine(engine)
             {
@@ -880,19 +1114,12 @@ fn check_create(
                     engine: engine.clone(),
                 }));
             }
-            if body.first().is_some_and(|t| t.is_word("TO")) {
-                let (db, target, _) =
-                    qualified(body, 1).ok_or(StatementRule::NotCreate(kind.name()))?;
-                let db = db.as_deref().unwrap_or(database);
-                if !known.contains(&(db, target.as_str())) {
-                    return Err(StatementRule::Target {
-                        target: self::object(db, &target),
-                    }
-                    .into());
-                }
-            }
+            let view = views::check(materialized, body, database, name, known)?;
+            created.statement = view.plain;
+            created.invoker = view.invoker;
+            created.refresh = view.refresh;
+            created.keeper_path = view.keeper_path;
         }
-        Kind::View => {}
         Kind::Dictionary => {
             if !allow.external {
                 return Err(Checked::Refusal(Refusal::Engine {
@@ -900,30 +1127,12 @@ fn check_create(
                     engine: "Dictionary (its SOURCE)".into(),
                 }));
             }
-        }
-    }
-    for (n, t) in body.iter().enumerate() {
-        if t.is_word("DEFINER")
-            && body.get(n + 1).is_some_and(|t| t.is("="))
-            && let Some(user) = body.get(n + 2).and_then(Token::name)
-            && (RESERVED_DEFINERS.contains(&user) || user.eq_ignore_ascii_case("CURRENT_USER"))
-        {
-            return Err(StatementRule::Definer(user.into()).into());
+            created.statement = format!("CREATE {head} IF NOT EXISTS {object} {}", render(body));
         }
     }
     check_functions(body, &object, allow)?;
-    let head = kind.words().join(" ");
-    Ok(Created {
-        kind,
-        engine,
-        statement: format!(
-            "CREATE {head} IF NOT EXISTS {} {}",
-            self::object(database, name),
-            render(body)
-        )
-        .trim_end()
-        .to_string(),
-    })
+    created.statement = created.statement.trim_end().to_string();
+    Ok(created)
 }
 
 #[cfg(test)]

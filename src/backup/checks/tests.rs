@@ -130,7 +130,7 @@ fn a_manifest_of_a_real_backup_passes_with_every_statement_rebuilt() {
             ),
             (
                 "mv",
-                "CREATE MATERIALIZED VIEW IF NOT EXISTS `default`.`mv` TO default.events (batch UInt64) AS SELECT batch FROM default.events"
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS `default`.`mv` TO `default`.`events` (batch UInt64) AS SELECT batch FROM default.events"
             ),
         ]
     );
@@ -290,22 +290,6 @@ fn queries_run_only_as_the_views_they_define() {
         rule(check(&elsewhere)),
         StatementRule::Target { target } if target == "`prod`.`exfil`"
     ));
-    for definer in [
-        "clickhouse_operator",
-        "`clickhouse_cluster`",
-        "CURRENT_USER",
-    ] {
-        let v = with_create(
-            "v",
-            &format!(
-                "CREATE VIEW default.v DEFINER = {definer} SQL SECURITY DEFINER AS SELECT * FROM system.users"
-            ),
-        );
-        assert!(
-            matches!(rule(check(&v)), StatementRule::Definer(_)),
-            "{definer}"
-        );
-    }
 }
 
 /// Part names become folders on the backup replica's volume: `..`, separators and absolute
@@ -567,4 +551,473 @@ fn a_backups_manifest_names_itself_and_shards_zero_to_n() {
             "{shards:?}"
         );
     }
+}
+
+/// A server below 24.2 (no `SQL SECURITY`), and one after it with the setting
+/// `ignore_empty_sql_security_in_create_view_query` on (its default) or off.
+const OLD: Server = Server {
+    version: crate::clickhouse::Version::new(18, 16),
+    keeps_empty_sql_security: false,
+};
+
+fn modern(keeps_empty_sql_security: bool) -> Server {
+    Server {
+        version: crate::clickhouse::Version::new(24, 8),
+        keeps_empty_sql_security,
+    }
+}
+
+fn table_of<'a>(c: &'a CheckedShard, name: &str) -> &'a CheckedTable {
+    c.tables.iter().find(|t| t.name == name).unwrap()
+}
+
+/// Decision 61 (review H-1): every form of `DEFINER`/`SQL SECURITY` ClickHouse's parser takes
+/// (`=` or not, a bare, quoted or string name, `CURRENT_USER`, a host, `SQL SECURITY DEFINER`
+/// alone, which means the creator, either order, `NONE`), naming the operator's account or
+/// the all-privileged `default`, is dropped: a view is created without a clause below 24.2 and
+/// with exactly `SQL SECURITY INVOKER` from 24.2, so it reads with its reader's rights.
+#[test]
+fn no_definer_of_the_bucket_reaches_a_server_in_any_form_the_parser_takes() {
+    for clause in [
+        "DEFINER = clickhouse_operator SQL SECURITY DEFINER",
+        "DEFINER 'clickhouse_operator' SQL SECURITY DEFINER",
+        "DEFINER clickhouse_operator SQL SECURITY DEFINER",
+        "DEFINER `clickhouse_operator`",
+        "DEFINER CURRENT_USER SQL SECURITY DEFINER",
+        "DEFINER = default SQL SECURITY DEFINER",
+        "DEFINER = 'default'@'%' SQL SECURITY DEFINER",
+        "SQL SECURITY DEFINER",
+        "SQL SECURITY DEFINER DEFINER = default",
+        "SQL SECURITY NONE",
+        "SQL SECURITY INVOKER",
+    ] {
+        let m = with_create(
+            "v",
+            &format!(
+                "CREATE VIEW default.v (n UInt64) {clause} COMMENT 'counts' AS SELECT count() AS n FROM default.events"
+            ),
+        );
+        let c = check(&m).unwrap_or_else(|e| panic!("{clause}: {e}"));
+        let v = table_of(&c, "v");
+        assert_eq!(
+            v.statement_for(&OLD).unwrap(),
+            "CREATE VIEW IF NOT EXISTS `default`.`v` (n UInt64) COMMENT 'counts' AS SELECT count () AS n FROM default.events",
+            "{clause}"
+        );
+        for server in [modern(true), modern(false)] {
+            assert_eq!(
+                v.statement_for(&server).unwrap(),
+                "CREATE VIEW IF NOT EXISTS `default`.`v` (n UInt64) SQL SECURITY INVOKER COMMENT 'counts' AS SELECT count () AS n FROM default.events",
+                "{clause}"
+            );
+        }
+        let mv = with_create(
+            "mv",
+            &format!(
+                "CREATE MATERIALIZED VIEW default.mv TO default.events (batch UInt64) {clause} AS SELECT batch FROM default.events"
+            ),
+        );
+        let c = check(&mv).unwrap_or_else(|e| panic!("{clause}: {e}"));
+        assert_eq!(
+            table_of(&c, "mv").statement,
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS `default`.`mv` TO `default`.`events` (batch UInt64) AS SELECT batch FROM default.events",
+            "{clause}"
+        );
+    }
+    // what the parser does not take as the clause is not passed on either
+    for (statement, expected) in [
+        (
+            "CREATE VIEW default.v DEFINER = a SQL SECURITY DEFINER DEFINER = b AS SELECT 1",
+            StatementRule::Clause("two DEFINER or SQL SECURITY clauses"),
+        ),
+        (
+            "CREATE VIEW default.v DEFINER = SQL SECURITY DEFINER AS SELECT 1",
+            StatementRule::Clause("a DEFINER or SQL SECURITY clause that does not parse"),
+        ),
+        (
+            "CREATE VIEW default.v SQL SECURITY ROOT AS SELECT 1",
+            StatementRule::Clause("a DEFINER or SQL SECURITY clause that does not parse"),
+        ),
+        (
+            "CREATE VIEW default.v ENGINE = Log AS SELECT 1",
+            StatementRule::Clause("clauses a view does not take before AS"),
+        ),
+        (
+            "CREATE VIEW default.v TO default.events AS SELECT 1",
+            StatementRule::Clause("TO on a view"),
+        ),
+        (
+            "CREATE VIEW default.v (n UInt64)",
+            StatementRule::Clause("no AS SELECT"),
+        ),
+    ] {
+        assert_eq!(
+            rule(check(&with_create("v", statement))),
+            expected,
+            "{statement}"
+        );
+    }
+    // a clause before VIEW is not a statement a restore reads
+    assert_eq!(
+        rule(check(&with_create(
+            "v",
+            "CREATE DEFINER = default SQL SECURITY DEFINER VIEW default.v AS SELECT 1"
+        ))),
+        StatementRule::NotCreate("table, view or dictionary")
+    );
+}
+
+/// Decision 61: a materialized view cannot be `INVOKER`, `NONE` skips every check, and a
+/// definer would be the bucket's choice or the operator. Without any clause it runs as before
+/// 24.2 (its query with the rights of whoever inserts into its source, into a target the
+/// backup holds) on servers below 24.2 and on servers that keep the clause empty
+/// (`ignore_empty_sql_security_in_create_view_query`, on by default); on a server with that
+/// setting off it would run as its creator, the operator, and the restore refuses it, naming
+/// the view, before anything is written.
+#[test]
+fn a_materialized_view_runs_as_whoever_inserts_or_is_refused() {
+    let c = check(&good()).unwrap();
+    let mv = table_of(&c, "mv");
+    for server in [OLD, modern(true)] {
+        assert_eq!(mv.statement_for(&server).unwrap(), mv.statement);
+        assert!(c.statements_for(&server).is_ok());
+    }
+    let refused = mv.statement_for(&modern(false)).unwrap_err();
+    assert!(
+        matches!(&refused, Refusal::MaterializedViewDefiner { object, .. } if object == "`default`.`mv`"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("24.8.0.0"), "{refused}");
+    assert_eq!(c.statements_for(&modern(false)), Err(refused));
+    // an inner table's engine is checked like a table's
+    let inner = with_create(
+        "mv",
+        "CREATE MATERIALIZED VIEW default.mv (batch UInt64) ENGINE = URL('http://evil/', CSV) AS SELECT batch FROM default.events",
+    );
+    assert!(matches!(check(&inner), Err(Refusal::Engine { .. })));
+}
+
+/// Review H-1, 4: `REFRESH …` comes before `TO` in ClickHouse's grammar, so every `TO` before
+/// `AS` is a target, whatever stands before it (`REFRESH EVERY 1 SECOND TO`, `… APPEND TO`,
+/// `… DEPENDS ON … SETTINGS …`). A target outside the backup is refused; a target is always
+/// named with its database (an unqualified one would be the restoring session's), and a `UUID`
+/// after it, which would name a table by itself, is dropped. A refreshable view, which runs its
+/// query on a schedule as a definer, is refused on every server even into the backup's tables.
+#[test]
+fn refresh_targets_and_every_other_to_are_tables_of_the_backup() {
+    for statement in [
+        "CREATE MATERIALIZED VIEW default.mv REFRESH EVERY 1 SECOND TO prod.orders AS SELECT * FROM numbers(10)",
+        "CREATE MATERIALIZED VIEW default.mv REFRESH EVERY 1 HOUR APPEND TO prod.orders (x UInt64) AS SELECT 1 AS x",
+        "CREATE MATERIALIZED VIEW default.mv REFRESH AFTER 1 SECOND DEPENDS ON default.events SETTINGS refresh_retries = 1 APPEND TO `prod`.orders AS SELECT 1",
+        "CREATE MATERIALIZED VIEW default.mv TO prod.orders AS SELECT 1",
+        "CREATE MATERIALIZED VIEW default.mv DEFINER = default SQL SECURITY DEFINER TO prod.orders AS SELECT 1",
+    ] {
+        assert!(
+            matches!(
+                rule(check(&with_create("mv", statement))),
+                StatementRule::Target { target } if target == "`prod`.`orders`"
+            ),
+            "{statement}"
+        );
+    }
+    let unqualified = check(&with_create(
+        "mv",
+        "CREATE MATERIALIZED VIEW default.mv TO events UUID '00000000-0000-4000-8000-000000000001' AS SELECT batch FROM default.events",
+    ))
+    .unwrap();
+    assert_eq!(
+        table_of(&unqualified, "mv").statement,
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS `default`.`mv` TO `default`.`events` AS SELECT batch FROM default.events"
+    );
+    let twice = with_create(
+        "mv",
+        "CREATE MATERIALIZED VIEW default.mv TO default.events ENGINE = Log TO default.events AS SELECT 1",
+    );
+    assert_eq!(rule(check(&twice)), StatementRule::Clause("two TO targets"));
+    let refreshing = check(&with_create(
+        "mv",
+        "CREATE MATERIALIZED VIEW default.mv REFRESH EVERY 1 SECOND APPEND TO default.events AS SELECT 1 AS batch",
+    ))
+    .unwrap();
+    let mv = table_of(&refreshing, "mv");
+    for server in [OLD, modern(true), modern(false)] {
+        assert!(
+            matches!(mv.statement_for(&server), Err(Refusal::Refresh { .. })),
+            "{server:?}"
+        );
+    }
+    let on_a_view = with_create(
+        "v",
+        "CREATE VIEW default.v REFRESH EVERY 1 SECOND AS SELECT 1",
+    );
+    assert_eq!(
+        rule(check(&on_a_view)),
+        StatementRule::Clause("REFRESH on a view")
+    );
+}
+
+/// Review H-1, 5: a replicated table's Keeper path and replica name come from the restore,
+/// never from the bucket: whatever path the bucket wrote (another table's replication group,
+/// a replica folder inside one, the distributed DDL queue, Keeper's root), the table gets
+/// `/clickhouse/tables/{shard}/<database>/<table>` and `{replica}`, its names escaped into one
+/// segment each (under an external Keeper's root, which the servers' configuration applies, or
+/// on the cluster's own Keeper). Arguments ClickHouse would evaluate into a path are refused;
+/// a table without them keeps the server's default (its own UUID).
+#[test]
+fn replicated_tables_and_databases_get_the_clusters_own_keeper_path() {
+    let own = "ENGINE = ReplicatedMergeTree ('/clickhouse/tables/{shard}/default/events', '{replica}') PARTITION BY batch ORDER BY (batch, id)";
+    for path in [
+        "/clickhouse/tables/{shard}/prod/orders",
+        "/clickhouse/tables/0/default/events/replicas",
+        "/clickhouse/task_queue/ddl",
+        "/clickhouse/access",
+        "/",
+        "../other-root",
+    ] {
+        let m = with_create(
+            "events",
+            &format!(
+                "CREATE TABLE default.events (batch UInt64, id UInt64) ENGINE = ReplicatedMergeTree('{path}', 'evil') PARTITION BY batch ORDER BY (batch, id)"
+            ),
+        );
+        let c = check(&m).unwrap();
+        let t = table_of(&c, "events");
+        assert!(t.statement.ends_with(own), "{path}: {}", t.statement);
+        assert_eq!(
+            t.keeper_path.as_deref(),
+            Some("/clickhouse/tables/{shard}/default/events")
+        );
+    }
+    for (engine, expected) in [
+        (
+            "ReplicatedReplacingMergeTree('/x', 'r', version) ORDER BY id",
+            "ReplicatedReplacingMergeTree ('/clickhouse/tables/{shard}/default/events', '{replica}', version)",
+        ),
+        // the old syntax: path, replica, date column, key, granularity
+        (
+            "ReplicatedMergeTree('/x', 'r', d, (id), 8192)",
+            "ReplicatedMergeTree ('/clickhouse/tables/{shard}/default/events', '{replica}', d, (id), 8192)",
+        ),
+        // the server's default path and replica name
+        (
+            "ReplicatedReplacingMergeTree(version) ORDER BY id",
+            "ReplicatedReplacingMergeTree (version) ORDER BY id",
+        ),
+        (
+            "ReplicatedMergeTree ORDER BY id",
+            "ReplicatedMergeTree ORDER BY id",
+        ),
+        (
+            "ReplicatedMergeTree() ORDER BY id",
+            "ReplicatedMergeTree () ORDER BY id",
+        ),
+    ] {
+        let m = with_table(|t| {
+            t.engine = engine.split(['(', ' ']).next().unwrap().into();
+            t.create = format!("CREATE TABLE default.events (id UInt64) ENGINE = {engine}");
+        });
+        let c = check(&m).unwrap_or_else(|e| panic!("{engine}: {e}"));
+        assert!(
+            table_of(&c, "events").statement.contains(expected),
+            "{engine}: {}",
+            table_of(&c, "events").statement
+        );
+    }
+    for engine in [
+        "ReplicatedMergeTree(concat('/clickhouse/tables/0/prod/', 'orders'), 'r') ORDER BY id",
+        "ReplicatedMergeTree('/x' || '/y', 'r') ORDER BY id",
+        "ReplicatedMergeTree(1, 2) ORDER BY id",
+    ] {
+        let m = with_create(
+            "events",
+            &format!("CREATE TABLE default.events (id UInt64) ENGINE = {engine}"),
+        );
+        assert!(
+            matches!(rule(check(&m)), StatementRule::KeeperPath(_)),
+            "{engine}"
+        );
+    }
+    // names that are not path segments stay one segment, macros included
+    let mut odd = good();
+    odd.databases
+        .insert("a/{shard}".into(), "CREATE DATABASE `a/{shard}`".into());
+    odd.tables.push(Table {
+        database: "a/{shard}".into(),
+        name: "..".into(),
+        engine: "ReplicatedMergeTree".into(),
+        create: "CREATE TABLE `a/{shard}`.`..` (id UInt64) ENGINE = ReplicatedMergeTree('/p', 'r') ORDER BY id".into(),
+        parts: vec![],
+    });
+    let c = check(&odd).unwrap();
+    assert_eq!(
+        table_of(&c, "..").keeper_path.as_deref(),
+        Some("/clickhouse/tables/{shard}/a%2F%7Bshard%7D/%2E%2E")
+    );
+    // a materialized view's inner table is named for the view
+    let inner = check(&with_create(
+        "mv",
+        "CREATE MATERIALIZED VIEW default.mv (batch UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/0/prod/orders', 'x') ORDER BY batch AS SELECT batch FROM default.events",
+    ))
+    .unwrap();
+    assert_eq!(
+        table_of(&inner, "mv").statement,
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS `default`.`mv` (batch UInt64) ENGINE = ReplicatedMergeTree ('/clickhouse/tables/{shard}/default/mv', '{replica}') ORDER BY batch AS SELECT batch FROM default.events"
+    );
+    // a Replicated database: its DDL log, shard and replica are the cluster's own
+    let mut db = good();
+    db.databases.insert(
+        "default".into(),
+        "CREATE DATABASE default ENGINE = Replicated('/clickhouse/databases/prod', 'x', 'y')"
+            .into(),
+    );
+    assert_eq!(
+        check(&db).unwrap().databases[0].statement,
+        "CREATE DATABASE IF NOT EXISTS `default` ENGINE = Replicated ('/clickhouse/databases/default', '{shard}', '{replica}')"
+    );
+    db.databases.insert(
+        "default".into(),
+        "CREATE DATABASE default ENGINE = Replicated(concat('/clickhouse/databases/', 'prod'), 's', 'r')".into(),
+    );
+    assert!(matches!(rule(check(&db)), StatementRule::KeeperPath(_)));
+}
+
+/// Review H-1, 5: a `Buffer` flushes into its destination with no access check, so the
+/// destination must be a table of the backup, named by a name or a string.
+#[test]
+fn a_buffer_flushes_only_into_a_table_of_the_backup() {
+    let buffer = |args: &str| {
+        let mut m = good();
+        m.tables.push(Table {
+            database: "default".into(),
+            name: "buf".into(),
+            engine: "Buffer".into(),
+            create: format!(
+                "CREATE TABLE default.buf (batch UInt64) ENGINE = Buffer({args}, 1, 10, 100, 10000, 1000000, 10000000, 100000000)"
+            ),
+            parts: vec![],
+        });
+        check(&m)
+    };
+    assert!(buffer("default, events").is_ok());
+    assert!(buffer("'default', 'events'").is_ok());
+    for (args, target) in [
+        ("prod, orders", "`prod`.`orders`"),
+        ("'prod', 'orders'", "`prod`.`orders`"),
+        (
+            "currentDatabase(), 'events'",
+            "a destination that is not a database and table name",
+        ),
+    ] {
+        assert!(
+            matches!(rule(buffer(args)), StatementRule::Target { target: t } if t == target),
+            "{args}"
+        );
+    }
+}
+
+/// Review L-10: on servers that mask credentials in `SHOW CREATE` (`[HIDDEN]`), a backup holds
+/// the mask where the password was; such a statement would create an object with the password
+/// `[HIDDEN]`, so it is refused with the reason named.
+#[test]
+fn statements_with_a_credential_the_server_masked_are_refused() {
+    let mut m = good();
+    m.tables.push(Table {
+        database: "default".into(),
+        name: "remote_orders".into(),
+        engine: "MySQL".into(),
+        create: "CREATE TABLE default.remote_orders (id UInt64) ENGINE = MySQL('db:3306', 'shop', 'orders', 'app', '[HIDDEN]')".into(),
+        parts: vec![],
+    });
+    assert_eq!(
+        rule(check_shard(&m, "b1", 0, Allow { external: true })),
+        StatementRule::Hidden
+    );
+    let mut db = good();
+    db.databases.insert(
+        "default".into(),
+        "CREATE DATABASE default ENGINE = MySQL('db:3306', 'shop', 'app', '[HIDDEN]')".into(),
+    );
+    assert_eq!(
+        rule(check_shard(&db, "b1", 0, Allow { external: true })),
+        StatementRule::Hidden
+    );
+}
+
+/// Decision 61: what a server kept of a restored view (`create_table_query`) is checked
+/// against what the restore meant; a server that filled in a definer after all (a setting
+/// off, a version that writes the defaults) has its view refused (the agent then drops it).
+#[test]
+fn what_a_server_kept_of_a_view_is_what_the_restore_meant() {
+    let c = check(&good()).unwrap();
+    let (v, mv, events) = (
+        table_of(&c, "v"),
+        table_of(&c, "mv"),
+        table_of(&c, "events"),
+    );
+    let view = |clause: &str| {
+        format!(
+            "CREATE VIEW default.v (`n` UInt64) {clause} AS SELECT count() AS n FROM default.events"
+        )
+    };
+    let server = modern(true);
+    assert_eq!(
+        v.check_created(&server, &view("SQL SECURITY INVOKER")),
+        Ok(())
+    );
+    assert_eq!(v.check_created(&OLD, &view("")), Ok(()));
+    for clause in [
+        "",
+        "DEFINER = clickhouse_operator SQL SECURITY DEFINER",
+        "SQL SECURITY NONE",
+    ] {
+        assert!(
+            matches!(
+                v.check_created(&server, &view(clause)),
+                Err(Refusal::CreatedWith { .. })
+            ),
+            "{clause}"
+        );
+    }
+    let kept = "CREATE MATERIALIZED VIEW default.mv TO default.events (`batch` UInt64) AS SELECT batch FROM default.events";
+    assert_eq!(mv.check_created(&server, kept), Ok(()));
+    let filled = "CREATE MATERIALIZED VIEW default.mv TO default.events (`batch` UInt64) DEFINER = clickhouse_operator SQL SECURITY DEFINER AS SELECT batch FROM default.events";
+    let refused = mv.check_created(&server, filled).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("DEFINER = clickhouse_operator SQL SECURITY DEFINER"),
+        "{refused}"
+    );
+    assert_eq!(events.check_created(&server, "anything"), Ok(()));
+}
+
+/// Review H-1, 5: the path the restore gives a table could still be taken by a table the
+/// cluster has under another name (a path chosen by hand); the agent reads `system.replicas`
+/// on the backup replica first and refuses such a table before anything is written. The table
+/// itself, existing already, is not created again and passes.
+#[test]
+fn a_keeper_path_another_table_holds_is_refused() {
+    let c = check(&good()).unwrap();
+    let row = |db: &str, t: &str, p: &str| (db.to_string(), t.to_string(), p.to_string());
+    assert_eq!(c.check_keeper_paths(0, &[]), Ok(()));
+    let taken = [row("prod", "orders", "/clickhouse/tables/0/default/events")];
+    assert_eq!(
+        c.check_keeper_paths(0, &taken),
+        Err(Refusal::KeeperPathInUse {
+            object: "`default`.`events`".into(),
+            path: "/clickhouse/tables/0/default/events".into(),
+            other: "`prod`.`orders`".into(),
+        })
+    );
+    assert_eq!(
+        c.check_keeper_paths(1, &taken),
+        Ok(()),
+        "another shard's path"
+    );
+    let itself = [row(
+        "default",
+        "events",
+        "/clickhouse/tables/0/default/events",
+    )];
+    assert_eq!(c.check_keeper_paths(0, &itself), Ok(()));
 }

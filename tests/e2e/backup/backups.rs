@@ -260,6 +260,8 @@ async fn backups_run_on_each_shards_backup_replica_and_build_on_each_other() {
         "nothing was added"
     );
     restore_from_a_lying_bucket_changes_nothing(&client, &ns, &map, &before).await;
+    a_restored_table_never_joins_another_tables_replication_group(&client, &ns, &map, &before)
+        .await;
     deleting_a_backup_removes_what_no_other_backup_references(&client, &ns).await;
     let _ = full.name_any();
     let mut secrets = vec![
@@ -433,6 +435,104 @@ async fn restore_from_a_lying_bucket_changes_nothing(
     )
     .await;
     assert_eq!(what_a_restore_could_change(client, ns, map).await, before);
+    assert_eq!(&rows_per_replica(client, ns).await, rows);
+}
+
+/// Decision 61 (review H-1, 5): a crafted backup lists a new table `default.joined` with the
+/// Keeper path of its shard's `default.events` and a replica name of its own, which would make
+/// it one more replica of that replication group (it would fetch every part of `events`, and a
+/// partition dropped from it would be dropped from `events`). The restore gives it the cluster's
+/// own path for its name instead: on every replica `joined` is empty in a group of its own
+/// (`/clickhouse/tables/<shard>/default/joined`, the shard's two replicas), and each shard's
+/// `events` still has its two replicas and every row.
+async fn a_restored_table_never_joins_another_tables_replication_group(
+    client: &Client,
+    ns: &str,
+    map: &BTreeMap<clickhouse_operator::api::ReplicaName, clickhouse_operator::api::ReplicaStatus>,
+    rows: &BTreeMap<String, u64>,
+) {
+    let b = bucket(&format!("{ns}/c1"));
+    for shard in [0, 1] {
+        let joined = format!(
+            "CREATE TABLE default.joined (batch UInt64, id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{{replica}}-joined') PARTITION BY batch ORDER BY (batch, id)"
+        );
+        let m = manifest::ShardManifest {
+            format: manifest::FORMAT,
+            backup: "joining".into(),
+            shard,
+            databases: BTreeMap::from([(
+                "default".into(),
+                "CREATE DATABASE IF NOT EXISTS `default`".into(),
+            )]),
+            tables: vec![manifest::Table {
+                database: "default".into(),
+                name: "joined".into(),
+                engine: "ReplicatedMergeTree".into(),
+                create: joined,
+                parts: vec![],
+            }],
+            ..manifest::ShardManifest::default()
+        };
+        b.put(
+            &manifest::shard_manifest_key("joining", shard),
+            serde_json::to_vec(&m).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let top = manifest::Manifest {
+        format: manifest::FORMAT,
+        backup: "joining".into(),
+        namespace: ns.into(),
+        cluster: "c1".into(),
+        shards: vec![0, 1],
+        base: None,
+        completed: "2026-12-03T00:00:00Z".into(),
+    };
+    b.put(
+        &manifest::manifest_key("joining"),
+        serde_json::to_vec(&top).unwrap(),
+    )
+    .await
+    .unwrap();
+    start_restore(
+        client,
+        ns,
+        "joining",
+        json!({"clusterName": "c1", "backupName": "joining"}),
+    )
+    .await;
+    let r = wait_restore_done(client, ns, "joining")
+        .await
+        .status
+        .unwrap();
+    assert_eq!(r.state, RestoreState::Succeeded, "{:?}", r.message);
+    for (replica, status) in map {
+        let ch = sql_client(client, ns, "c1", &format!("{replica}-0")).await;
+        let groups = query(
+            &ch,
+            "SELECT concat(table, ' ', zookeeper_path, ' ', toString(total_replicas)) AS v FROM system.replicas WHERE database = 'default' ORDER BY table",
+        )
+        .await;
+        let shard = status.shard.get();
+        println!("{replica}: {groups:?}");
+        assert_eq!(
+            groups,
+            [
+                format!("events /clickhouse/tables/{shard}/default/events 2"),
+                format!("joined /clickhouse/tables/{shard}/default/joined 2"),
+            ],
+            "{replica}"
+        );
+        assert_eq!(
+            query(&ch, "SELECT toString(count()) AS v FROM default.joined").await,
+            ["0"],
+            "{replica}"
+        );
+    }
+    let any = map.keys().next().unwrap();
+    let ch = sql_client(client, ns, "c1", &format!("{any}-0")).await;
+    exec(&ch, "DROP TABLE default.joined ON CLUSTER c1").await;
     assert_eq!(&rows_per_replica(client, ns).await, rows);
 }
 
