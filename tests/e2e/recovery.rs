@@ -1,6 +1,6 @@
 //! Recovery on the real local Kubernetes: a wiped status, a cluster deleted and created again, hand
-//! edits of owned objects, every server down at once, a server hung during the schema copy, a pod
-//! no node takes.
+//! edits of owned objects, every server down at once, every Keeper member down at once, a server
+//! hung during the schema copy, a pod no node takes.
 
 use std::time::{Duration, Instant};
 
@@ -548,6 +548,133 @@ async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back
     // for its tables only some seconds after it answers again, and the status does not see
     // that yet (`ready` comes first): the rows are checked once every replica syncs again.
     for r in &replicas {
+        let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        wait_for(Duration::from_secs(90), &format!("{r} syncs again"), || {
+            let ch = ch.clone();
+            async move {
+                ch.exec("SYSTEM SYNC REPLICA default.events", &Default::default())
+                    .await
+                    .ok()
+            }
+        })
+        .await;
+    }
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged and found on every replica");
+    finish(&client, &ns, op).await;
+}
+
+/// S2-12, Keeper's half (issue 54 item 4): every member of a three-member Keeper ensemble down
+/// at once, rows written throughout. Each member's process is stopped (SIGSTOP: a killed one
+/// is back within a second) until none serves: the status reports the full crash (condition
+/// `FullCrash` `True`, "Keeper has no serving member (0/3)"). A change of Keeper's pod template
+/// made while they are all down is the operator's recovery: one member at a time (the roll of
+/// decision 31) would wait for the first replaced member to serve, which it cannot without a
+/// quorum, so the operator replaces every member that does not serve at once (`repair`), and
+/// the StatefulSet (`Parallel`) starts them beside each other: every new pod is created before
+/// the first of them is Ready. Keeper serves again, the condition clears, and every
+/// acknowledged row is on every replica. Without the parallel replacement the ensemble stays
+/// down and the test times out.
+#[tokio::test]
+async fn every_keeper_member_down_is_reported_as_a_full_crash_and_replaced_at_once() {
+    use k8s_openapi::api::core::v1::Pod;
+    let (Scenario { client, ns, op }, ready) = Scenario::ready(
+        "kcrash",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let generation = ready.metadata.generation.unwrap_or(1);
+    let workload = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let crash = |s: &clickhouse_operator::api::ClickHouseClusterStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.r#type == "FullCrash")
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let members: Vec<String> = (0..3).map(|i| format!("c1-keeper-{i}")).collect();
+    let mut old_uids = Vec::new();
+    for pod in &members {
+        old_uids.push(pods.get(pod).await.unwrap().uid().unwrap());
+        let ip = pod_ip(&client, &ns, pod).await;
+        let pid = pid_of("QuorumPeerMain", pod, Some(&ip));
+        // SAFETY: a signal to a process of this machine
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    }
+    let reported = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(90),
+        "Keeper's full crash reported",
+        |s| crash(s).is_some_and(|c| c.0 == "True"),
+    )
+    .await
+    .status
+    .unwrap();
+    let (_, said) = crash(&reported).unwrap();
+    println!(
+        "FullCrash: {said}; state {:?}, message: {:?}",
+        reported.state, reported.message
+    );
+    assert!(
+        said.contains("Keeper has no serving member (0/3)"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("every server is down"),
+        "the servers still run: {said}"
+    );
+    // the recovery: a template change while no member serves
+    patch_spec(
+        &client,
+        &ns,
+        "c1",
+        json!({"keeper": {"pod": {"annotations": {"example.com/recovery": "1"}}}}),
+    )
+    .await;
+    let back = wait_status(
+        &client,
+        &ns,
+        "c1",
+        READY,
+        "ready again on the new template, the crash over",
+        |s| {
+            s.state == ClusterState::Ready
+                && s.observed_generation == Some(generation + 1)
+                && crash(s).is_some_and(|c| c.0 == "False")
+        },
+    )
+    .await;
+    // every member was replaced, and all of them were created before the first was Ready
+    let mut created = Vec::new();
+    let mut first_ready = None;
+    for (pod, old) in members.iter().zip(&old_uids) {
+        let p = pods.get(pod).await.unwrap();
+        assert_ne!(p.uid().as_ref(), Some(old), "{pod} was not replaced");
+        let at = p.metadata.creation_timestamp.clone().unwrap().0;
+        let ready_at = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+            .and_then(|c| c.last_transition_time.clone())
+            .map(|t| t.0)
+            .expect("a Ready member");
+        first_ready =
+            Some(first_ready.map_or(ready_at, |f: k8s_openapi::jiff::Timestamp| f.min(ready_at)));
+        created.push((pod.clone(), at, ready_at));
+    }
+    println!("replaced members (created, Ready): {created:?}");
+    let first_ready = first_ready.unwrap();
+    for (pod, at, _) in &created {
+        assert!(
+            *at <= first_ready,
+            "{pod} was created at {at}, after the first replaced member was Ready at {first_ready}: one at a time"
+        );
+    }
+    for r in replica_names(&back) {
         let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
         wait_for(Duration::from_secs(90), &format!("{r} syncs again"), || {
             let ch = ch.clone();
