@@ -117,7 +117,9 @@ fn env_secret(
 }
 
 /// Hashes of the server pod template: the common restart-relevant config, and the TLS, CA and
-/// environment Secrets the pods use.
+/// environment Secrets the pods use (S2-16: a renewed certificate rolls the servers, proven end
+/// to end by `tests/e2e/strategies.rs`
+/// `a_rotated_server_certificate_rolls_the_servers_one_at_a_time_and_is_served`).
 pub fn server_hashes(
     spec: &ClickHouseClusterSpec,
     common_files: &[ConfigFile],

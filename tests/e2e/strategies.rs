@@ -250,6 +250,132 @@ fn openssl(dir: &std::path::Path, args: &[&str]) {
     );
 }
 
+/// A CA (`ca.crt`, `ca.key`) in `pki`, made once.
+fn certificate_authority(pki: &std::path::Path) {
+    std::fs::create_dir_all(pki).unwrap();
+    if pki.join("ca.crt").exists() {
+        return;
+    }
+    openssl(
+        pki,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test-ca",
+        ],
+    );
+}
+
+/// A server certificate `<name>.crt` (key `<name>.key`) signed by the CA of `pki`, for every
+/// replica's name in the headless Service of cluster `c1` in `ns`; its serial number, as
+/// `openssl x509 -serial` prints it.
+fn server_certificate(pki: &std::path::Path, ns: &str, name: &str) -> String {
+    certificate_authority(pki);
+    let wildcard = format!("*.c1-headless.{ns}.svc.cluster.local");
+    let (key, csr, crt) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+    );
+    openssl(
+        pki,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+            "/CN=c1",
+        ],
+    );
+    std::fs::write(
+        pki.join("ext"),
+        format!("subjectAltName=DNS:{wildcard}\nextendedKeyUsage=serverAuth,clientAuth\n"),
+    )
+    .unwrap();
+    openssl(
+        pki,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ],
+    );
+    serial_of(&std::fs::read(pki.join(&crt)).unwrap()).expect("the new certificate's serial")
+}
+
+/// The serial number of the first PEM certificate in `pem`.
+fn serial_of(pem: &[u8]) -> Option<String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(pem).ok()?;
+    let out = child.wait_with_output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    (out.status.success())
+        .then(|| text.trim().strip_prefix("serial=").map(str::to_string))
+        .flatten()
+}
+
+/// The serial number of the certificate `ip` serves on 8443 under `name`.
+fn served_serial(name: &str, ip: &str) -> Option<String> {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("{ip}:8443"),
+            "-servername",
+            name,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    serial_of(&out.stdout)
+}
+
+/// The Secrets `c1-tls` (a server certificate `tls`, see [`server_certificate`]) and `c1-ca`
+/// in `ns`, from a CA made in `pki`; the certificate's serial.
+async fn tls_secrets(client: &Client, ns: &str, pki: &std::path::Path) -> String {
+    let serial = server_certificate(pki, ns, "tls");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    for s in [
+        json!({"metadata": {"name": "c1-tls"}, "type": "kubernetes.io/tls",
+               "stringData": {"tls.crt": read("tls.crt"), "tls.key": read("tls.key")}}),
+        json!({"metadata": {"name": "c1-ca"}, "stringData": {"ca.crt": read("ca.crt")}}),
+    ] {
+        secrets
+            .create(&Default::default(), &serde_json::from_value(s).unwrap())
+            .await
+            .unwrap();
+    }
+    serial
+}
+
 /// Whether `pod` answers `/ping` over HTTPS on 8443 with a certificate for `name` signed by
 /// the CA of `ca`.
 fn https_ping(ca: &std::path::Path, name: &str, ip: &str) -> bool {
@@ -281,70 +407,7 @@ async fn tls_switched_on_and_off_stops_and_starts_the_cluster_and_keeps_the_rows
     write_thousand_rows(&client, &ns, &replicas).await;
     // a CA and one server certificate for every replica's name in the headless Service
     let pki = std::env::temp_dir().join(format!("tlsflip-{}", std::process::id()));
-    std::fs::create_dir_all(&pki).unwrap();
-    let wildcard = format!("*.c1-headless.{ns}.svc.cluster.local");
-    openssl(
-        &pki,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tlsflip-ca",
-        ],
-    );
-    openssl(
-        &pki,
-        &[
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr",
-            "-subj", "/CN=c1",
-        ],
-    );
-    std::fs::write(
-        pki.join("ext"),
-        format!("subjectAltName=DNS:{wildcard}\nextendedKeyUsage=serverAuth,clientAuth\n"),
-    )
-    .unwrap();
-    openssl(
-        &pki,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "tls.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "tls.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext",
-        ],
-    );
-    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
-    for s in [
-        json!({"metadata": {"name": "c1-tls"}, "type": "kubernetes.io/tls",
-               "stringData": {"tls.crt": read("tls.crt"), "tls.key": read("tls.key")}}),
-        json!({"metadata": {"name": "c1-ca"}, "stringData": {"ca.crt": read("ca.crt")}}),
-    ] {
-        secrets
-            .create(&Default::default(), &serde_json::from_value(s).unwrap())
-            .await
-            .unwrap();
-    }
+    tls_secrets(&client, &ns, &pki).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let ca = pki.join("ca.crt");
     for (generation, on) in [(2, true), (3, false)] {
@@ -397,6 +460,118 @@ async fn tls_switched_on_and_off_stops_and_starts_the_cluster_and_keeps_the_rows
         }
         assert_thousand_rows(&client, &ns, &replicas, &format!("tls {on}")).await;
     }
+    let _ = std::fs::remove_dir_all(&pki);
+    finish(&client, &ns, op).await;
+}
+
+/// S2-16 (issue 54 item 3): the certificate of a running TLS cluster rotated, as cert-manager
+/// renews one: the `serverCertSecret` gets a new key and certificate from the same CA while rows
+/// are written. The operator rolls the servers the Smart Update way (the Secret's hash in the
+/// pod template, `clickhouse.com/tls-secret-hash`): each server pod replaced once, never more
+/// than one down at once, the backup replica last, the cluster `ready` again; afterwards every
+/// replica serves the new certificate (its serial, read with `openssl s_client`) verified
+/// against the CA, and every acknowledged row is on every replica. Without the hash the pods
+/// would keep serving the old certificate until something else restarted them.
+#[tokio::test]
+async fn a_rotated_server_certificate_rolls_the_servers_one_at_a_time_and_is_served() {
+    use kube::api::{Patch, PatchParams};
+    let Scenario { client, ns, op } = Scenario::start("tlsrot").await;
+    let pki = std::env::temp_dir().join(format!("tlsrot-{}", std::process::id()));
+    let first = tls_secrets(&client, &ns, &pki).await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "tls": {"enabled": true, "serverCertSecret": "c1-tls", "caSecret": "c1-ca"}}),
+    )
+    .await;
+    let c = wait_ready(&client, &ns, "c1", 1).await;
+    let replicas = replica_names(&c);
+    let servers: Vec<String> = replicas.iter().map(|r| format!("{r}-0")).collect();
+    let ca = pki.join("ca.crt");
+    let name_of = |pod: &str| format!("{pod}.c1-headless.{ns}.svc.cluster.local");
+    for pod in &servers {
+        let ip = pod_ip(&client, &ns, pod).await;
+        assert!(https_ping(&ca, &name_of(pod), &ip), "{pod} serves HTTPS");
+        assert_eq!(served_serial(&name_of(pod), &ip).as_ref(), Some(&first));
+    }
+    let workload = Workload::start(&client, &ns, "c1").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = pod_ids(&client, &ns, SERVERS).await;
+    // the renewal: a new key and certificate in the same Secret
+    let second = server_certificate(&pki, &ns, "renewed");
+    assert_ne!(first, second);
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+        .patch(
+            "c1-tls",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"tls.crt": read("renewed.crt"),
+                                                 "tls.key": read("renewed.key")}})),
+        )
+        .await
+        .unwrap();
+    let rotated = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    let mut order: Vec<String> = Vec::new();
+    let mut most_down = 0;
+    loop {
+        let list = pods
+            .list(&ListParams::default().labels(SERVERS))
+            .await
+            .unwrap()
+            .items;
+        let mut down = servers.len().saturating_sub(list.len());
+        for p in &list {
+            let name = p.name_any();
+            if !clickhouse_operator::plan::facts::pod_ready(p) {
+                down += 1;
+            }
+            if before.get(&name).map(|(uid, _)| uid) != p.uid().as_ref() && !order.contains(&name) {
+                order.push(name);
+            }
+        }
+        most_down = most_down.max(down);
+        let s = clusters.get("c1").await.unwrap().status.unwrap();
+        if order.len() == servers.len() && s.state == ClusterState::Ready && down == 0 {
+            break;
+        }
+        assert!(
+            rotated.elapsed() < READY,
+            "the rotation did not roll every server: replaced {order:?}, {:?}",
+            s.message
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "rolled {order:?} in {:?}, at most {most_down} down at once",
+        rotated.elapsed()
+    );
+    assert!(
+        most_down <= 1,
+        "one server at a time: {most_down} down at once"
+    );
+    let backup = format!("{}-0", backup_replica(&c));
+    assert_eq!(
+        order.last(),
+        Some(&backup),
+        "the backup replica last: {order:?}"
+    );
+    let after = pod_ids(&client, &ns, SERVERS).await;
+    for pod in &servers {
+        assert_eq!(after[pod].1, 0, "{pod}: its container restarted in place");
+        let ip = pod_ip(&client, &ns, pod).await;
+        assert!(https_ping(&ca, &name_of(pod), &ip), "{pod} serves HTTPS");
+        assert_eq!(
+            served_serial(&name_of(pod), &ip).as_ref(),
+            Some(&second),
+            "{pod} serves the renewed certificate"
+        );
+    }
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} batches acknowledged and found on every replica");
     let _ = std::fs::remove_dir_all(&pki);
     finish(&client, &ns, op).await;
 }
