@@ -63,6 +63,65 @@ pub fn map_change_refused(
         })
 }
 
+/// The map's guarantees a planned map must keep (checked by every pass on the map it planned,
+/// [`crate::plan::pass`]'s ReplicaMap phase, so that the end-to-end suites assert them at every
+/// pass, not only at rest): every shard with a replica that is not `Condemned` has exactly one
+/// backup replica, and that one is not `Condemned` (S0-13, S0-15); not paused, every shard of
+/// the spec has exactly `replicas` replicas that are not `Condemned`, so exactly the excess is
+/// condemned (S0-21). A broken one is a bug, reported instead of written.
+pub fn guarantees_broken(
+    t: &Topology,
+    map: &BTreeMap<ReplicaName, ReplicaStatus>,
+) -> Option<String> {
+    let mut shards: Vec<ShardIndex> = map.values().map(|r| r.shard).collect();
+    shards.sort();
+    shards.dedup();
+    for shard in shards {
+        let members: Vec<(&ReplicaName, &ReplicaStatus)> =
+            map.iter().filter(|(_, r)| r.shard == shard).collect();
+        if let Some((n, _)) = members
+            .iter()
+            .find(|(_, r)| r.is_backup_pod && r.state == ReplicaState::Condemned)
+        {
+            return Some(format!(
+                "shard {shard}: the condemned replica {n} is its backup replica (S0-15)"
+            ));
+        }
+        let live = members
+            .iter()
+            .filter(|(_, r)| r.state != ReplicaState::Condemned)
+            .count();
+        let backups: Vec<&str> = members
+            .iter()
+            .filter(|(_, r)| r.is_backup_pod)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        if live > 0 && backups.len() != 1 {
+            return Some(format!(
+                "shard {shard} has {} backup replicas ({}), not one (S0-13)",
+                backups.len(),
+                backups.join(", ")
+            ));
+        }
+    }
+    if t.paused {
+        return None;
+    }
+    for shard in ShardIndex::all(t.shards) {
+        let live = map
+            .values()
+            .filter(|r| r.shard == shard && r.state != ReplicaState::Condemned)
+            .count() as i32;
+        if live != t.replicas {
+            return Some(format!(
+                "shard {shard} has {live} replicas that stay, not the {} of the spec: the excess, and only it, is condemned (S0-21)",
+                t.replicas
+            ));
+        }
+    }
+    None
+}
+
 /// What the pass observed of one replica.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplicaFacts {
@@ -511,6 +570,92 @@ mod tests {
         assert!(why.contains("r2 would be removed while Ready"), "{why}");
     }
 
+    /// S0-13 / S0-15 / S0-21 at every pass: a planned map with two backup replicas in a shard,
+    /// none, a condemned one, or more or fewer replicas staying than the spec asks is named;
+    /// the maps the planner makes are not (the property test below checks every one).
+    #[test]
+    fn a_map_breaking_its_guarantees_is_named() {
+        use ReplicaState::*;
+        let map =
+            |entries: &[(&str, i32, ReplicaState, bool)]| -> BTreeMap<ReplicaName, ReplicaStatus> {
+                entries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (n, shard, state, backup))| {
+                        (
+                            ReplicaName::from(*n),
+                            ReplicaStatus {
+                                shard: ShardIndex(*shard),
+                                state: *state,
+                                is_backup_pod: *backup,
+                                index: i as i64,
+                                scale_in_step: None,
+                                released: false,
+                            },
+                        )
+                    })
+                    .collect()
+            };
+        let t = topo(1, 2, false, false);
+        assert_eq!(
+            guarantees_broken(&t, &map(&[("a", 0, Ready, true), ("b", 0, Pending, false)])),
+            None
+        );
+        // 3 → 2: the newest condemned, the backup kept
+        let three = map(&[
+            ("a", 0, Ready, true),
+            ("b", 0, Ready, false),
+            ("c", 0, Condemned, false),
+        ]);
+        assert_eq!(guarantees_broken(&t, &three), None);
+        let why =
+            guarantees_broken(&t, &map(&[("a", 0, Ready, true), ("b", 0, Ready, true)])).unwrap();
+        assert!(
+            why.contains("shard 0 has 2 backup replicas (a, b)"),
+            "{why}"
+        );
+        let why =
+            guarantees_broken(&t, &map(&[("a", 0, Ready, false), ("b", 0, Ready, false)])).unwrap();
+        assert!(why.contains("0 backup replicas"), "{why}");
+        let why = guarantees_broken(
+            &t,
+            &map(&[
+                ("a", 0, Condemned, true),
+                ("b", 0, Ready, false),
+                ("c", 0, Ready, false),
+            ]),
+        )
+        .unwrap();
+        assert!(why.contains("condemned replica a is its backup"), "{why}");
+        // too many condemned (3 → 1 condemned for a spec of 2), or too few
+        let why = guarantees_broken(
+            &t,
+            &map(&[
+                ("a", 0, Ready, true),
+                ("b", 0, Condemned, false),
+                ("c", 0, Condemned, false),
+            ]),
+        )
+        .unwrap();
+        assert!(
+            why.contains("shard 0 has 1 replicas that stay, not the 2"),
+            "{why}"
+        );
+        assert!(guarantees_broken(&t, &map(&[("a", 0, Ready, true)])).is_some());
+        // paused: the counts wait; a removed shard: every replica condemned, none a backup
+        assert_eq!(
+            guarantees_broken(&topo(1, 2, true, false), &map(&[("a", 0, Stopped, true)])),
+            None
+        );
+        assert_eq!(
+            guarantees_broken(
+                &topo(1, 1, false, true),
+                &map(&[("a", 0, Ready, true), ("x", 1, Condemned, false)])
+            ),
+            None
+        );
+    }
+
     /// S0-06: only the allowed transitions.
     #[test]
     fn only_allowed_state_transitions_are_accepted() {
@@ -739,6 +884,9 @@ mod tests {
                 for n in &c.condemned {
                     prop_assert!(!c.map[n].is_backup_pod);
                 }
+                // the guarantees every pass checks on the map it planned
+                let t = topo(shards, replicas, paused, true);
+                prop_assert_eq!(guarantees_broken(&t, &c.map), None);
                 // S0-06: every entry moves only along an allowed transition.
                 for (n, before) in &map {
                     if let Some(after) = c.map.get(n) {

@@ -40,19 +40,32 @@ pub fn plan(pass: &mut Pass) {
                 .collect()
         })
         .unwrap_or_default();
+    let topology = Topology {
+        cluster: &pass.input.name,
+        shards: pass.input.spec.shards,
+        replicas: pass.input.spec.replicas,
+        paused: pass.input.facts.mode.paused(),
+        allow_shard_removal: allow_loss,
+        replace: &replace,
+    };
     let change = replicas::plan_map(
-        &Topology {
-            cluster: &pass.input.name,
-            shards: pass.input.spec.shards,
-            replicas: pass.input.spec.replicas,
-            paused: pass.input.facts.mode.paused(),
-            allow_shard_removal: allow_loss,
-            replace: &replace,
-        },
+        &topology,
         &pass.input.old.replica_state_map,
         pass.input.old.next_replica_index,
         facts,
     );
+    // S0-13, S0-15, S0-21 at every pass: a shard whose removal is refused keeps its replicas,
+    // only the spec's shards are counted
+    if let Some(why) = replicas::guarantees_broken(&topology, &change.map) {
+        // a bug: the map stays as it was and the pass stops here
+        pass.fail_and_halt(
+            FailureReason::Internal,
+            format!(
+                "internal error: the planned replica map breaks a guarantee: {why}; the replica map was kept as it was and the pass stopped; please report this"
+            ),
+        );
+        return;
+    }
     pass.map = change.map;
     pass.next_index = change.next_index;
     if !change.refused_shards.is_empty() {

@@ -94,8 +94,10 @@ pub fn halted_status(input: &Input, failure: Option<&Failure>) -> ClickHouseClus
 /// serving member. A cluster resuming from a pause is not in a crash until a server served
 /// again (the condition's reason `Resuming` carries that from pass to pass); a new cluster has
 /// no `Ready` replica yet. The rollout restarts every replica of a shard without a Ready one at
-/// once, not one by one (`plan::rollout`), and servers start once Keeper serves.
-/// Returns the condition's reason and, in a crash, what is down.
+/// once, not one by one (`plan::rollout`), Keeper members that do not serve are replaced at
+/// once (`keeper::repair`), and servers start once Keeper serves. Proven end to end for both
+/// halves by `tests/e2e/recovery.rs` (`every_server_down_at_once_…`,
+/// `every_keeper_member_down_…`). Returns the condition's reason and, in a crash, what is down.
 fn full_crash(
     pass: &Pass,
     status: &ClickHouseClusterStatus,

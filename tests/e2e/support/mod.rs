@@ -23,6 +23,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod clusters;
+pub mod guarantees;
 mod local_kubernetes;
 mod logs;
 mod operator;

@@ -35,6 +35,7 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
     )
     .await
     .expect("create a namespace");
+    super::guarantees::watch(client, &name);
     name
 }
 
@@ -139,6 +140,7 @@ pub async fn finish(client: &Client, ns: &str, operator: Operator) {
 pub async fn finish_all(client: &Client, namespaces: &[&str], operator: Operator) {
     for ns in namespaces {
         clean_up(client, ns).await;
+        super::guarantees::assert_kept(ns);
     }
     drop(operator);
     let all: Api<Namespace> = Api::all(client.clone());
