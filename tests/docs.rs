@@ -560,3 +560,42 @@ fn anchors_follow_githubs_rules() {
     let l = links("see [a](docs/a.md#x) and `[b](c.md)` and [c](https://x)\n\n[d]: e.md\n");
     assert_eq!(l, ["docs/a.md#x", "https://x", "e.md"]);
 }
+
+/// Review L-12: every operator replica reports Ready on `/readyz` once it serves, a standby
+/// too (`src/main.rs` marks it ready before it waits for the Lease; the chart's rollout relies
+/// on it): no document says that only the Lease holder is Ready, and docs/monitoring.md says
+/// what is true.
+#[test]
+fn no_document_says_only_the_lease_holder_is_ready() {
+    let main = std::fs::read_to_string(repo().join("src/main.rs")).unwrap();
+    let marked = main
+        .find("A standby is healthy and ready too")
+        .expect("main.rs");
+    let waits = main.find("elector.acquire()").expect("main.rs");
+    assert!(
+        marked < waits,
+        "the standby is marked ready before it waits for the Lease"
+    );
+    let false_claims = [
+        "only the replica holding the lease reports ready",
+        "only the lease holder is ready",
+        "only the lease holder reports ready",
+        "only the leader is ready",
+        "only the leader reports ready",
+        "holding the lease acts and is ready",
+    ];
+    for file in markdown_files() {
+        let text = prose(&std::fs::read_to_string(&file).unwrap()).to_lowercase();
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for claim in false_claims {
+            assert!(!text.contains(claim), "{}: {claim:?}", file.display());
+        }
+    }
+    let monitoring = std::fs::read_to_string(repo().join("docs/monitoring.md")).unwrap();
+    let monitoring = monitoring.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        monitoring
+            .contains("every replica reports Ready on `/readyz` once it serves, a standby too"),
+        "docs/monitoring.md"
+    );
+}

@@ -19,7 +19,9 @@
 //! Where things are: `helm/support.rs` has what the tests share (helm and what it renders, the
 //! local cluster, the audit log); the tests are in `helm/`, by topic: `operator_chart.rs` (its
 //! CRDs, Deployment, RBAC and values as rendered), `access.rs` (RBAC rules, built-in roles,
-//! NetworkPolicies), `values.rs` (lint, refused values, the values schemas, the README's table),
+//! NetworkPolicies), `values.rs` (lint, refused values, the values schemas, the README's table), `renders.rs`
+//! (what is given rather than looked up: the operator's networks, the PVC key under GitOps, where
+//! pods' logs and ServiceAccount tokens are granted, the install notes),
 //! `cluster_chart.rs` (the one-cluster quota), `monitoring.rs` (the exporter, alerts, dashboards,
 //! promtool, runbooks), `metric_names.rs` (the naming options and what the dashboards and alerts
 //! read), and `in_cluster/` on the real local Kubernetes (`lifecycle.rs`: the whole story and the
@@ -40,6 +42,8 @@ mod monitoring;
 mod openshift;
 #[path = "helm/operator_chart.rs"]
 mod operator_chart;
+#[path = "helm/renders.rs"]
+mod renders;
 #[path = "helm/values.rs"]
 mod values;
 

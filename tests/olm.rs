@@ -104,13 +104,15 @@ fn helm_template(chart: &str, sets: &[String]) -> Vec<Value> {
 }
 
 /// The chart as the bundle is made from: its defaults, the image repository of
-/// CHOP_IMAGE_REPOSITORY when set (a bundle for one's own registry).
+/// CHOP_IMAGE_REPOSITORY when set (a bundle for one's own registry), and a placeholder for its
+/// required `operatorNetworks`, which the bundle leaves out (the installer's, in config.env).
 fn chart_docs() -> Vec<Value> {
-    let sets: Vec<String> = std::env::var("CHOP_IMAGE_REPOSITORY")
+    let mut sets: Vec<String> = std::env::var("CHOP_IMAGE_REPOSITORY")
         .ok()
         .filter(|r| !r.is_empty())
         .map(|r| vec![format!("image.repository={r}")])
         .unwrap_or_default();
+    sets.push("operatorNetworks={192.0.2.0/24}".into());
     helm_template("clickhouse-operator", &sets)
 }
 
@@ -192,6 +194,9 @@ fn csv_deployment_spec(dep: &Value) -> Value {
         let Some(env) = c.get_mut("env").and_then(Value::as_sequence_mut) else {
             continue;
         };
+        // the installer's pod network, set in the Subscription's config.env (decision 71): the
+        // operator does not start without it
+        env.retain(|e| text(e, "name") != "OPERATOR_NETWORKS");
         for e in env.iter_mut() {
             match text(e, "name").as_str() {
                 "WATCH_NAMESPACE" => {
@@ -264,8 +269,10 @@ admin roles.
 Before installing, create the Secret `clickhouse-operator-pvc-delete-key` (key `key`, at \
 least 16 random characters) in the operator's namespace: the operator signs the volumes it \
 hands to the PVC cleaner with it. Without it, no PVC is ever deleted (volumes of removed \
-replicas stay). Set `OPERATOR_NETWORKS` (the pod CIDRs) in the Subscription's `config.env`; \
-without it the operator takes its own pod address's /16. The chart's NetworkPolicies for the \
+replicas stay). Set `OPERATOR_NETWORKS` (the whole network pods get their addresses from) in \
+the Subscription's `config.env`: the operator does not start without it, nor on an address \
+outside it. The bundle's rights are cluster-wide, without pods' logs and ServiceAccount tokens \
+(backups with webIdentity need a Role of their own). The chart's NetworkPolicies for the \
 operator's pods are not part of the bundle. See docs/olm.md.";
 
 /// The bundle's files, relative to its folder, with their contents.
@@ -770,7 +777,7 @@ fn the_olm_bundle_follows_the_bundle_format_and_matches_the_chart() {
             .iter()
             .find(|c| name(c) == text(d, "name"))
             .unwrap();
-        // equal but for the two documented changes of the environment
+        // equal but for the three documented changes of the environment
         let strip_env = |spec: &Value| -> Value {
             let mut spec = spec.clone();
             for ct in spec["template"]["spec"]["containers"]
@@ -779,7 +786,8 @@ fn the_olm_bundle_follows_the_bundle_format_and_matches_the_chart() {
             {
                 if let Some(env) = ct.get_mut("env").and_then(Value::as_sequence_mut) {
                     env.retain(|e| {
-                        !["WATCH_NAMESPACE", "PVC_DELETE_KEY"].contains(&text(e, "name").as_str())
+                        !["WATCH_NAMESPACE", "PVC_DELETE_KEY", "OPERATOR_NETWORKS"]
+                            .contains(&text(e, "name").as_str())
                     });
                 }
             }

@@ -1071,8 +1071,8 @@ pub struct UsersSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
     /// Addresses or networks (CIDR) these users may connect from; `::/0` for anywhere.
-    /// Default: the networks the operator connects from (`OPERATOR_NETWORKS`, by default the
-    /// pod network around the operator's pod), plus the server pod itself.
+    /// Default: the networks the operator connects from (`OPERATOR_NETWORKS`, the chart's
+    /// `operatorNetworks`: the pod network), plus the server pod itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<String>,
     /// Per user of the Secret: networks, profile, quota and databases that replace the defaults

@@ -480,7 +480,17 @@ async fn open_web_identity_bucket(
         return refused("the destination has no webIdentity".into());
     };
     let accounts: Api<ServiceAccount> = api(ctx, ns);
-    let account = accounts.get_opt(&w.service_account_name).await?;
+    // the chart grants these only in the namespaces of rbac.webIdentityNamespaces (decision 72)
+    let account = match accounts.get_opt(&w.service_account_name).await {
+        Ok(a) => a,
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return refused(format!(
+                "the operator may not read ServiceAccount {} ({}): grant it get on serviceaccounts and create on serviceaccounts/token in namespace {ns} (the chart's rbac.webIdentityNamespaces)",
+                w.service_account_name, e.message
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     if let Err(e) = destination::web_identity(d, account.as_ref(), ns) {
         return refused(e.to_string());
     }
@@ -499,7 +509,7 @@ async fn open_web_identity_bucket(
         Ok(t) => t.status.and_then(|s| s.token).unwrap_or_default(),
         Err(kube::Error::Api(e)) if e.code == 403 => {
             return refused(format!(
-                "the operator may not request a token of ServiceAccount {} ({}): grant it create on serviceaccounts/token in namespace {ns}",
+                "the operator may not request a token of ServiceAccount {} ({}): grant it create on serviceaccounts/token in namespace {ns} (the chart's rbac.webIdentityNamespaces)",
                 w.service_account_name, e.message
             ));
         }

@@ -93,6 +93,11 @@ impl Context {
             .collect()
     }
 
+    /// Every cluster of the watched namespaces, as cached.
+    pub fn all_clusters(&self) -> Vec<Arc<ClickHouseCluster>> {
+        self.clusters.iter().flat_map(|s| s.state()).collect()
+    }
+
     pub fn cluster(&self, namespace: &str, name: &str) -> Option<Arc<ClickHouseCluster>> {
         let key = ObjectRef::<ClickHouseCluster>::new(name).within(namespace);
         self.clusters.iter().find_map(|s| s.get(&key))

@@ -111,6 +111,11 @@ pub struct Observed {
     /// For `keeper.external.clusterRef` to another namespace: what the referenced cluster says
     /// to this one; `None` without such a reference.
     pub keeper_owner: Option<KeeperOwner>,
+    /// For `keeper.external.nodes`: the ClickHouseCluster of another namespace (namespace,
+    /// name) whose Keeper a listed member is (its Keeper Service or one of its Keeper pods, by
+    /// name or address), which [`Observed::keeper_owner`] then answers for as for a
+    /// `clusterRef` (decision 71, review M-4); `None` when no member is one.
+    pub keeper_nodes_of: Option<(String, String)>,
     /// Whether the exporter's credentials as published for it (`EXPORTER_CREDENTIALS_SECRET`)
     /// are the current ones; `None` where none are published.
     pub exporter_credentials_published: Option<bool>,

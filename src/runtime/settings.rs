@@ -111,9 +111,9 @@ pub struct Settings {
     pub operator_image: String,
     /// Networks the operator, its backup agents and the exporter connect to ClickHouse from
     /// (`OPERATOR_NETWORKS`, comma-separated addresses or CIDRs): the only ones, with the
-    /// cluster's own server pods, from which the operator's account accepts a login. Unset: the
-    /// pod network guessed from the operator's pod address (`POD_IP`, its /16 or /64), or
-    /// outside a pod the networks of this machine's addresses.
+    /// cluster's own server pods, from which the operator's account accepts a login. Required
+    /// in a pod, and holding its address (`POD_IP`, decision 71); outside a pod, unset, the
+    /// networks of this machine's addresses.
     pub operator_networks: Vec<String>,
     /// The labels of the operator's pods (`OPERATOR_POD_SELECTOR`, `key=value,…`; the chart
     /// sets it, and the same labels select its exporter), in `lease_namespace`: the clusters'
@@ -217,26 +217,47 @@ pub fn operator_networks_from_env() -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// `OPERATOR_NETWORKS`, or its default from `POD_IP` or this machine's addresses.
+/// `OPERATOR_NETWORKS`; outside a pod (no `POD_IP`), by default this machine's addresses.
+///
+/// In a pod it is required, and must hold the pod's own address (decision 71, review M-3): the
+/// operator's account on every server accepts logins only from these networks, so a value that
+/// misses the pod (a Node's pod CIDR when the pod runs on another Node, a CNI that hands out
+/// addresses of its own pools) would lock the operator out of every server. Refusing to start
+/// says so at once, in the pod's log and its restarts, instead of a guess around the pod's
+/// address that other pods of the network (the exporter, the backup agents) may lie outside.
 fn operator_networks(explicit: Option<&str>, pod_ip: Option<&str>) -> Result<Vec<String>, String> {
     let explicit = explicit.map(str::trim).filter(|v| !v.is_empty());
+    let pod_ip = match pod_ip.map(str::trim).filter(|v| !v.is_empty()) {
+        Some(ip) => Some(
+            ip.parse::<std::net::IpAddr>()
+                .map_err(|_| format!("POD_IP: {ip:?} is not an address"))?,
+        ),
+        None => None,
+    };
     if let Some(v) = explicit {
         let list = crate::util::networks::parse_list(v, "OPERATOR_NETWORKS")?;
         if list.is_empty() {
             return Err("OPERATOR_NETWORKS: no network given".into());
         }
+        if let Some(ip) = pod_ip
+            && !list.iter().any(|n| crate::util::networks::contains(n, ip))
+        {
+            return Err(format!(
+                "OPERATOR_NETWORKS ({}) does not hold this pod's address {ip} (POD_IP): the operator's logins would be refused on every server; set it (the chart's operatorNetworks) to the whole network pods get their addresses from",
+                list.join(",")
+            ));
+        }
         return Ok(list);
     }
-    if let Some(ip) = pod_ip.map(str::trim).filter(|v| !v.is_empty()) {
-        let ip: std::net::IpAddr = ip
-            .parse()
-            .map_err(|_| format!("POD_IP: {ip:?} is not an address"))?;
-        return Ok(vec![crate::util::networks::pod_network_of(ip)]);
+    if let Some(ip) = pod_ip {
+        return Err(format!(
+            "OPERATOR_NETWORKS is not set: in a pod ({ip}) it must name the networks pods get their addresses from (the chart's operatorNetworks), which the operator's account on every server accepts logins from"
+        ));
     }
     let local = local_networks();
     if local.is_empty() {
         return Err(
-            "OPERATOR_NETWORKS is not set and neither POD_IP nor an address of this machine gives a network: set it"
+            "OPERATOR_NETWORKS is not set and no address of this machine gives a network: set it"
                 .into(),
         );
     }
@@ -351,11 +372,11 @@ pub const ENV: &[(&str, &str, &str)] = &[
     (
         "POD_IP",
         "none",
-        "the operator's address: OPERATOR_NETWORKS defaults to its /16 (IPv6: /64)",
+        "the operator's address (set in a pod): it must lie in OPERATOR_NETWORKS",
     ),
     (
         "OPERATOR_NETWORKS",
-        "around POD_IP, or this machine's addresses",
+        "required in a pod (POD_IP); outside one, this machine's addresses",
         "comma-separated addresses or CIDRs the operator connects to ClickHouse from",
     ),
     (
@@ -665,23 +686,36 @@ mod tests {
         }
     }
 
-    /// Decision 27: the operator's account accepts logins from `OPERATOR_NETWORKS`; unset, from
-    /// the pod network around `POD_IP`, or outside a pod around this machine's addresses (never
-    /// loopback alone, never everything); a bad value is refused with its variable.
+    /// Decision 27: the operator's account accepts logins from `OPERATOR_NETWORKS`; outside a
+    /// pod, unset, from this machine's addresses (never loopback alone, never everything); a bad
+    /// value is refused with its variable.
+    /// Decision 71 (review M-3): in a pod (`POD_IP`) it is required, and the operator refuses to
+    /// start when the pod's own address lies outside it, where it used to guess the /16 around
+    /// the pod's address or accept networks its own pod is not in.
     #[test]
-    fn operator_networks_come_from_the_setting_or_the_pods_address() {
+    fn operator_networks_come_from_the_setting_and_must_hold_the_pods_address() {
         assert_eq!(
             operator_networks(Some("10.0.0.0/8, 192.168.1.5"), Some("10.244.1.2")).unwrap(),
             ["10.0.0.0/8", "192.168.1.5/32"]
         );
         assert_eq!(
-            operator_networks(None, Some("10.244.1.2")).unwrap(),
-            ["10.244.0.0/16"]
+            operator_networks(Some("fd00:1::/32"), Some("fd00:1:2:3::9")).unwrap(),
+            ["fd00:1::/32"]
         );
-        assert_eq!(
-            operator_networks(Some(" "), Some("fd00:1:2:3::9")).unwrap(),
-            ["fd00:1:2:3::/64"]
-        );
+        for (networks, ip) in [
+            (None, "10.244.1.2"),
+            (Some(" "), "fd00:1:2:3::9"),
+            (Some("10.244.0.0/24"), "10.244.1.2"),
+            (Some("10.244.1.2/32,fd00::/8"), "10.244.1.3"),
+            (Some("fd00::/8"), "10.244.1.2"),
+        ] {
+            let why = operator_networks(networks, Some(ip)).unwrap_err();
+            assert!(
+                why.starts_with("OPERATOR_NETWORKS ") && why.contains(ip)
+                    || why.contains(&format!("in a pod ({ip})")),
+                "{networks:?} {ip}: {why}"
+            );
+        }
         let local = operator_networks(None, None).unwrap();
         assert!(!local.is_empty());
         assert!(
@@ -699,8 +733,15 @@ mod tests {
                 .unwrap_err()
                 .starts_with("POD_IP: ")
         );
-        let s =
-            Settings::from_lookup(|k| (k == "POD_IP").then(|| "198.18.1.7".to_string())).unwrap();
-        assert_eq!(s.operator_networks, ["198.18.0.0/16"]);
+        assert!(
+            Settings::from_lookup(|k| (k == "POD_IP").then(|| "198.18.1.7".to_string())).is_err()
+        );
+        let s = Settings::from_lookup(|k| match k {
+            "POD_IP" => Some("198.18.1.7".to_string()),
+            "OPERATOR_NETWORKS" => Some("198.18.0.0/15".to_string()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.operator_networks, ["198.18.0.0/15"]);
     }
 }

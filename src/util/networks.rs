@@ -55,6 +55,17 @@ pub fn pod_network_of(ip: IpAddr) -> String {
     format!("{}/{len}", network_of(ip, len))
 }
 
+/// Whether `ip` lies in `network` (a canonical `address/len`, as [`parse`] writes it).
+pub fn contains(network: &str, ip: IpAddr) -> bool {
+    let Some((addr, len)) = network.split_once('/') else {
+        return false;
+    };
+    match (addr.parse::<IpAddr>(), len.parse::<u8>()) {
+        (Ok(base), Ok(len)) => base.is_ipv4() == ip.is_ipv4() && network_of(ip, len) == base,
+        _ => false,
+    }
+}
+
 /// Parses a comma-separated list (blanks and empty items ignored, duplicates removed, order
 /// kept).
 pub fn parse_list(value: &str, field: &str) -> Result<Vec<String>, String> {

@@ -24,6 +24,14 @@ async fn count(client: &kube::Client, ns: &str, cluster: &str, pod: &str) -> u64
 /// `a`'s servers can list the roots but not read inside `b`'s. A third cluster on the same
 /// ensemble by its members' address can neither nest its root inside `b`'s nor take `b`'s root
 /// (refused with the reason, nothing created), and deleting it leaves `b`'s data as it was.
+/// Decision 71 (review M-4): that third cluster, in a namespace `a` does not allow, naming `a`'s
+/// Keeper by its members (the Keeper Service's address, then its DNS name) rather than by
+/// `clusterRef`, is refused as `clusterRef` would be: no server of it starts and nothing is
+/// created in `a`'s Keeper (its chosen root `/squat/c` is absent there). What this proves is
+/// the operator's side, the deputy every Keeper NetworkPolicy lets in: this cluster does not
+/// enforce NetworkPolicies, and the in-process operator reaches every pod from the machine
+/// anyway, so without the check the operator created the root and c's servers replicated
+/// through `a`'s Keeper. Once `a` allows c's namespace, c's root must lie in its own folder.
 #[tokio::test]
 async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     let client = client().await;
@@ -125,8 +133,10 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
     let a_paths = query(&a0, &under("/clickhouse/tables/0/t/replicas".into())).await;
     assert_eq!(a_paths.len(), 2, "a's two replicas: {a_paths:?}");
 
-    // decision 38: another cluster on the same ensemble (by its members' address) may
-    // neither nest its root inside b's nor take b's root: refused before anything is created
+    // decision 71 (review M-4): a cluster of a namespace a does not allow, naming a's Keeper
+    // by its members (the Service's address, or its DNS name) instead of clusterRef, is
+    // refused as a clusterRef would be: the operator, which a's Keeper NetworkPolicy lets in,
+    // creates nothing in a's Keeper for it (no `/squat`) and starts none of its servers
     let keeper_ip =
         kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns_a)
             .get("a-keeper")
@@ -136,42 +146,91 @@ async fn a_cluster_on_another_clusters_keeper_replicates_under_its_own_root() {
             .unwrap()
             .cluster_ip
             .unwrap();
-    for (c_root, says) in [
-        (
-            format!("{root}/nested"),
-            "lies inside another cluster's root",
-        ),
-        (root.clone(), "it is another cluster's root"),
+    let c_api =
+        kube::Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns_c);
+    let recreate_c = |root: String, host: String| {
+        let (client, c_api, ns_c) = (client.clone(), c_api.clone(), ns_c.clone());
+        async move {
+            let _ = c_api.delete("c", &Default::default()).await;
+            wait_for(std::time::Duration::from_secs(60), "c gone", || {
+                let c_api = c_api.clone();
+                async move { c_api.get_opt("c").await.ok()?.is_none().then_some(()) }
+            })
+            .await;
+            create_cluster(
+                &client,
+                &ns_c,
+                "c",
+                json!({"replicas": 1, "storage": {"size": "1Gi"},
+                    "keeper": {"replicas": 0, "external": {"root": root,
+                        "nodes": [{"host": host, "port": 9181}]}}}),
+            )
+            .await;
+        }
+    };
+    let statefulsets_c =
+        kube::Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns_c);
+    let no_statefulset_of_c = || {
+        let api = statefulsets_c.clone();
+        async move {
+            api.list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        }
+    };
+    let refusal = format!(
+        "spec.keeper.external.nodes: name the Keeper of ClickHouseCluster {ns_a}/a, which does not let namespace {ns_c} use its Keeper"
+    );
+    for host in [
+        keeper_ip.clone(),
+        format!("a-keeper.{ns_a}.svc.cluster.local"),
     ] {
-        let api = kube::Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(
-            client.clone(),
-            &ns_c,
-        );
-        let _ = api.delete("c", &Default::default()).await;
-        wait_for(std::time::Duration::from_secs(60), "c gone", || {
-            let api = api.clone();
-            async move { api.get_opt("c").await.ok()?.is_none().then_some(()) }
-        })
-        .await;
-        create_cluster(
-            &client,
-            &ns_c,
-            "c",
-            json!({"replicas": 1, "storage": {"size": "1Gi"},
-                "keeper": {"replicas": 0, "external": {"root": c_root,
-                    "nodes": [{"host": keeper_ip, "port": 9181}]}}}),
-        )
-        .await;
+        recreate_c("/squat/c".into(), host.clone()).await;
         let refused = wait_status(
             &client,
             &ns_c,
             "c",
             std::time::Duration::from_secs(120),
-            says,
-            |s| s.conditions.iter().any(|c| c.message.contains(says)),
+            &refusal,
+            |s| s.conditions.iter().any(|c| c.message.contains(&refusal)),
+        )
+        .await;
+        assert!(refused.status.unwrap().keeper_root.is_none(), "{host}");
+        assert!(
+            no_statefulset_of_c().await,
+            "no server of c started ({host})"
+        );
+        let top = query(&a0, &under("/".into())).await;
+        assert!(
+            !top.iter().any(|n| n == "squat"),
+            "nothing created in a's Keeper for c ({host}): {top:?}"
+        );
+    }
+    // allowed by a, c's members are held to c's own folder (decision 38): a root inside b's,
+    // or b's itself, is refused before anything is created
+    patch_spec(
+        &client,
+        &ns_a,
+        "a",
+        json!({"keeper": {"allowedNamespaces": [ns_b, ns_c]}}),
+    )
+    .await;
+    let folder = format!("must lie below /clickhouse-operator/{ns_c}/");
+    for c_root in [format!("{root}/nested"), root.clone()] {
+        recreate_c(c_root.clone(), keeper_ip.clone()).await;
+        let refused = wait_status(
+            &client,
+            &ns_c,
+            "c",
+            std::time::Duration::from_secs(120),
+            &folder,
+            |s| s.conditions.iter().any(|c| c.message.contains(&folder)),
         )
         .await;
         assert!(refused.status.unwrap().keeper_root.is_none(), "{c_root}");
+        assert!(no_statefulset_of_c().await, "no server of c started");
     }
     clean_up(&client, &ns_c).await;
     for p in &pods_b {

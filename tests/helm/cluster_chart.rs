@@ -64,3 +64,51 @@ fn onprem_chart_renders_the_one_cluster_quota_unless_disabled() {
     let readme = std::fs::read_to_string(cluster_chart().join("README.md")).unwrap();
     assert!(readme.contains("degraded cluster the operator cannot reconcile"));
 }
+
+/// Review L-7: the users Secret's keys are quoted, so that user names YAML would read as
+/// something else (`0123` a number, `true` a boolean, `on` a boolean to YAML 1.1 readers such as
+/// the API server's) stay the names given, and the Secret holds exactly those users.
+#[test]
+fn the_users_secret_keeps_user_names_that_look_like_other_yaml() {
+    let helm = helm_or_skip!();
+    let d = template(
+        helm,
+        &cluster_chart(),
+        "analytics",
+        &[
+            "usersSecret.create=true",
+            "usersSecret.users.0123=pw-digits",
+            "usersSecret.users.true=pw-true",
+            "usersSecret.users.on=pw-on",
+        ],
+        false,
+    );
+    let secret = one(&d, "Secret", "rel-user-passwords");
+    let data = s(secret, "stringData").and_then(Value::as_mapping).unwrap();
+    for (user, pw) in [("0123", "pw-digits"), ("true", "pw-true"), ("on", "pw-on")] {
+        assert_eq!(
+            data.get(Value::String(user.into())).and_then(Value::as_str),
+            Some(pw),
+            "{user} as a string key: {data:?}"
+        );
+    }
+    assert_eq!(data.len(), 3, "{data:?}");
+}
+
+/// Review L-9: the cluster chart's notes warn when `spec.networkPolicy.clients` is empty (the
+/// servers' client ports open to every pod), and not when clients are named or the policies
+/// are off.
+#[test]
+fn the_cluster_charts_notes_warn_when_every_pod_may_reach_the_servers() {
+    let helm = helm_or_skip!();
+    let warning = "WARNING: spec.networkPolicy.clients is empty";
+    let n = crate::support::notes(helm, &cluster_chart(), &[]);
+    assert!(n.contains(warning), "{n}");
+    for sets in [
+        &["spec.networkPolicy.clients[0].podSelector.matchLabels.role=app"][..],
+        &["spec.networkPolicy.enabled=false"][..],
+    ] {
+        let n = crate::support::notes(helm, &cluster_chart(), sets);
+        assert!(!n.contains(warning), "{sets:?}: {n}");
+    }
+}

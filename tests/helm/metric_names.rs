@@ -80,6 +80,8 @@ fn naming_options_reach_the_exporter_the_operator_and_the_server_podmonitor() {
         let mut c = helm_cmd(helm);
         c.args(["template", "rel"]).arg(operator_chart()).args([
             "--set",
+            crate::support::TEST_POD_NETWORK,
+            "--set",
             "exporter.enabled=true",
             "--set",
             bad,

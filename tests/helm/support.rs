@@ -100,13 +100,66 @@ fn run(mut cmd: Command) -> Output {
     out
 }
 
+/// The pod network the tests give the operator chart (its required `operatorNetworks`, decision
+/// 71) unless they set it themselves.
+pub const TEST_POD_NETWORK: &str = "operatorNetworks={10.244.0.0/16}";
+
+/// `sets` with [`TEST_POD_NETWORK`] first for the operator chart when they do not name
+/// `operatorNetworks`.
+pub fn with_required<'a>(chart: &Path, sets: &[&'a str]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    if chart.ends_with("clickhouse-operator")
+        && !sets.iter().any(|s| s.starts_with("operatorNetworks"))
+    {
+        out.push(TEST_POD_NETWORK);
+    }
+    out.extend_from_slice(sets);
+    out
+}
+
 pub fn lint(helm: &Path, chart: &Path, sets: &[&str]) {
     let mut c = helm_cmd(helm);
     c.arg("lint").arg("--strict").arg(chart);
-    for s in sets {
+    for s in with_required(chart, sets) {
         c.arg("--set").arg(s);
     }
     run(c);
+}
+
+/// `helm template` as it prints (stdout), or its failure (stderr), with exactly `sets`.
+pub fn template_text(helm: &Path, chart: &Path, sets: &[&str]) -> Result<String, String> {
+    let mut c = helm_cmd(helm);
+    c.arg("template")
+        .arg("rel")
+        .arg(chart)
+        .arg("--namespace")
+        .arg("ops");
+    for s in sets {
+        c.arg("--set").arg(s);
+    }
+    let out = c.output().expect("helm template");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The install notes (NOTES.txt) `helm install --dry-run=client` prints, with exactly `sets`:
+/// rendered without a cluster.
+pub fn notes(helm: &Path, chart: &Path, sets: &[&str]) -> String {
+    let mut c = helm_cmd(helm);
+    c.args(["install", "rel"])
+        .arg(chart)
+        .args(["--namespace", "ops", "--dry-run=client"]);
+    for s in sets {
+        c.arg("--set").arg(s);
+    }
+    let out = run(c);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_once("NOTES:")
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|| panic!("no NOTES in {text}"))
 }
 
 /// `helm template` → the rendered documents (CRDs included with `crds`).
@@ -126,7 +179,7 @@ pub fn template(
     if crds {
         c.arg("--include-crds");
     }
-    for s in sets {
+    for s in with_required(chart, sets) {
         c.arg("--set").arg(s);
     }
     let out = run(c);
@@ -242,6 +295,21 @@ pub fn rule_triples(role: &Value) -> BTreeSet<(String, String, String)> {
         }
     }
     out
+}
+
+/// The pod network of the local cluster the in-cluster tests use (its `network` file beside the
+/// kubeconfig), for the chart's required `operatorNetworks`; every local cluster's pods are in
+/// 198.18.0.0/15 where the file is missing.
+pub fn pod_network() -> String {
+    kubeconfig()
+        .parent()
+        .and_then(|d| std::fs::read_to_string(d.join("network")).ok())
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("POD_CIDR="))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "198.18.0.0/15".into())
 }
 
 /// A test whose tool is missing is skipped here and said so; in CI (`CI=true`, set by

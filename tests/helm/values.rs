@@ -50,7 +50,7 @@ fn charts_refuse_values_that_cannot_work() {
     let refused = |chart: PathBuf, sets: &[&str], message: &str| {
         let mut c = helm_cmd(helm);
         c.arg("template").arg("r").arg(&chart);
-        for s in sets {
+        for s in crate::support::with_required(&chart, sets) {
             c.arg("--set").arg(s);
         }
         let out = c.output().expect("helm template");
@@ -90,7 +90,7 @@ fn values_schemas_refuse_misspelled_keys_and_wrong_types() {
     let render = |chart: &Path, sets: &[&str]| {
         let mut c = helm_cmd(helm);
         c.arg("template").arg("r").arg(chart);
-        for s in sets {
+        for s in crate::support::with_required(chart, sets) {
             c.arg("--set").arg(s);
         }
         let out = c.output().expect("helm template");

@@ -64,6 +64,18 @@ Blanks and empty items are dropped and duplicates removed, as the operator parse
 {{- toJson $out }}
 {{- end }}
 
+{{/* rbac.webIdentityNamespaces as a list, as watchNamespaces. */}}
+{{- define "clickhouse-operator.webIdentityNamespaces" -}}
+{{- $out := list }}
+{{- range (.Values.rbac.webIdentityNamespaces | default list) }}
+{{- $ns := trim . }}
+{{- if and $ns (not (has $ns $out)) }}
+{{- $out = append $out $ns }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
 {{/*
 What the operator does to the objects of a ClickHouseCluster. Every rule is used; the comment says
 where. tests/helm/in_cluster/lifecycle.rs checks against the API server's audit log that no request
@@ -133,11 +145,6 @@ roll, pause and delete. No wildcard anywhere.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch", "patch", "delete"]
-# the previous run's log of a server or Keeper container in CrashLoopBackOff: its last error line,
-# credentials masked, is the status' reason for the crash loop (nothing else of a log is read)
-- apiGroups: [""]
-  resources: ["pods/log"]
-  verbs: ["get"]
 # PVCs: watched into the passes' cache (list, watch); grown in place (patch spec.resources) and
 # labelled clickhouse.com/delete-pvc for the PVC cleaner (patch). The operator itself never
 # deletes one.
@@ -150,10 +157,32 @@ roll, pause and delete. No wildcard anywhere.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
-# Backups with webIdentity (decision 43): the destination's ServiceAccount is read by name (does
-# it opt in with the label clickhouse.com/s3-credentials?) and a 10-minute token of it, with the
-# destination's audience, is requested to check the bucket and read and write manifests. The
-# operator can already run pods under any ServiceAccount of the namespace (the agent Jobs).
+# Events about a cluster (events.k8s.io/v1): created, and patched when the same event repeats.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+The previous run's log of a server or Keeper container in CrashLoopBackOff: its last error line,
+credentials masked, is the status' reason for the crash loop (nothing else of a log is read).
+In the watched namespaces' Roles; cluster-wide only with rbac.clusterWidePodLogs (decision 72).
+*/}}
+{{- define "clickhouse-operator.podLogRules" -}}
+# a crash-looping container's previous log: its last error line is the crash loop's reason
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+{{- end }}
+
+{{/*
+Backups with webIdentity (decision 43): the destination's ServiceAccount is read by name (does
+it opt in with the label clickhouse.com/s3-credentials?) and a 10-minute token of it, with the
+destination's audience, is requested to check the bucket and read and write manifests. Only in
+the namespaces of rbac.webIdentityNamespaces (decision 72): elsewhere no token is minted.
+*/}}
+{{- define "clickhouse-operator.webIdentityRules" -}}
+# the destination's ServiceAccount, read by name: does it opt in?
 - apiGroups: [""]
   resources: ["serviceaccounts"]
   verbs: ["get"]
@@ -161,10 +190,6 @@ roll, pause and delete. No wildcard anywhere.
 - apiGroups: [""]
   resources: ["serviceaccounts/token"]
   verbs: ["create"]
-# Events about a cluster (events.k8s.io/v1): created, and patched when the same event repeats.
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
 {{- end }}
 
 {{/* What the PVC cleaner does: nothing else. */}}
@@ -188,39 +213,31 @@ roll, pause and delete. No wildcard anywhere.
 {{- printf "%s-exporter-credentials" (include "clickhouse-operator.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* PVC_DELETE_KEY of the operator and the PVC cleaner, from the chart's Secret. */}}
+{{/*
+PVC_DELETE_KEY of the operator and the PVC cleaner: from pvcDeleteKey.existingSecret when set
+(made outside the chart, so that a GitOps render never changes it), else from the chart's Secret.
+*/}}
 {{- define "clickhouse-operator.pvcDeleteKeyEnv" -}}
 - name: PVC_DELETE_KEY
   valueFrom:
     secretKeyRef:
-      name: {{ include "clickhouse-operator.pvcDeleteKeyName" . }}
-      key: key
+      name: {{ .Values.pvcDeleteKey.existingSecret | default (include "clickhouse-operator.pvcDeleteKeyName" .) }}
+      key: {{ .Values.pvcDeleteKey.key | default "key" }}
 {{- end }}
 
 {{/*
-OPERATOR_NETWORKS: `operatorNetworks`, else the pod CIDRs the cluster's Nodes publish
-(`spec.podCIDRs`). Installing into a cluster whose Nodes publish none without setting
-`operatorNetworks` fails: the operator's account would otherwise accept a guessed network.
-Rendered without a cluster (`helm template`), nothing is derived and nothing is set.
+OPERATOR_NETWORKS: `operatorNetworks`, required (decision 71). Nothing is looked up in the
+cluster: the Nodes' pod CIDRs miss Nodes added later and the addresses CNIs with their own
+pools hand out, and a lookup renders differently with and without a cluster (`helm template`,
+Argo CD, Flux). Where the API allows, peers are chosen by selector instead (the clusters'
+NetworkPolicies let the operator's pods in by OPERATOR_POD_SELECTOR and namespace); a
+ClickHouse account's networks are addresses, so they must be given.
 */}}
 {{- define "clickhouse-operator.operatorNetworks" -}}
-{{- if .Values.operatorNetworks }}
+{{- if not .Values.operatorNetworks }}
+{{- fail "operatorNetworks is required: the CIDRs every pod of the cluster gets its address from (the whole pod network: kubeadm's podSubnet, the --cluster-cidr, Calico's or Cilium's IP pools, with the AWS VPC CNI the VPC's subnets), not the pod CIDR of one Node. The operator's, the exporter's and the backup agents' ClickHouse accounts accept logins only from these, and the operator refuses to start on an address outside them. Example: --set operatorNetworks={10.244.0.0/16}" }}
+{{- end }}
 {{- join "," .Values.operatorNetworks }}
-{{- else }}
-{{- $nodes := lookup "v1" "Node" "" "" }}
-{{- if hasKey $nodes "items" }}
-{{- $cidrs := list }}
-{{- range $nodes.items }}
-{{- range (default (list .spec.podCIDR) .spec.podCIDRs) }}
-{{- if . }}{{ $cidrs = append $cidrs . }}{{ end }}
-{{- end }}
-{{- end }}
-{{- if not $cidrs }}
-{{- fail "operatorNetworks is empty and no Node publishes a pod CIDR (spec.podCIDRs): set operatorNetworks to the CIDRs pods get their addresses from" }}
-{{- end }}
-{{- $cidrs | uniq | sortAlpha | join "," }}
-{{- end }}
-{{- end }}
 {{- end }}
 
 {{/* The label naming the ClickHouseCluster on the servers' series (exporter, PodMonitor). */}}

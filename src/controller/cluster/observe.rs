@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -23,6 +23,7 @@ use crate::controller::cache::{self, Caches};
 use crate::controller::kinds::cluster_kinds;
 use crate::controller::kube::namespaced;
 use crate::controller::{Context, api};
+use crate::model::labels::Component;
 use crate::model::{self, Password, labels, names};
 use crate::plan::facts::{KeeperRole, Kind, MemberView, Observed, pod_ready};
 use crate::plan::{FailureReason, Sibling, World};
@@ -88,6 +89,16 @@ pub async fn observe(
     let mut world = build(cluster, siblings, lists, operator, connections).await?;
     read_crash_logs(&ctx.client, &ns, &mut world.observed).await;
     world.observed.keeper_owner = keeper_owner(cluster, ctx).await;
+    if world.observed.keeper_owner.is_none()
+        && let Some((owner_ns, owner)) = keeper_nodes_of(cluster, ctx).await?
+    {
+        world.observed.keeper_owner = Some(if owner.spec.keeper.allowed_namespaces.contains(&ns) {
+            crate::plan::facts::KeeperOwner::Allows
+        } else {
+            crate::plan::facts::KeeperOwner::Refuses
+        });
+        world.observed.keeper_nodes_of = Some((owner_ns, owner.name_any()));
+    }
     world.observed.exporter_credentials_published = ctx.exporter_credentials.as_ref().map(|p| {
         let (password, ca) = exporter_credentials(cluster, &world);
         password.is_some_and(|password| {
@@ -134,6 +145,110 @@ async fn keeper_owner(
         Some(o) if o.spec.keeper.allowed_namespaces.contains(&ns) => KeeperOwner::Allows,
         Some(_) => KeeperOwner::Refuses,
     })
+}
+
+/// The ClickHouseCluster of another namespace whose Keeper `spec.keeper.external.nodes` names
+/// (decision 71, review M-4): a member whose host is that cluster's Keeper Service or one of its
+/// pods by DNS name (`<service>.<namespace>.svc…`, `<pod>.<headless>.<namespace>.svc…`), or
+/// whose address (the host itself, or what it resolves to) is that Service's or one of its
+/// Keeper pods' address. Only the clusters the operator watches count: those are the ones
+/// whose Keeper NetworkPolicies let the operator in. Read from the caches, or from the API
+/// server while they fill after a start.
+async fn keeper_nodes_of(
+    cluster: &ClickHouseCluster,
+    ctx: &Context,
+) -> Result<Option<(String, Arc<ClickHouseCluster>)>, Error> {
+    let Some(x) = cluster.spec.keeper.external.as_ref() else {
+        return Ok(None);
+    };
+    if x.cluster_ref.is_some() || x.nodes.is_empty() {
+        return Ok(None);
+    }
+    let ns = cluster.namespace().unwrap_or_default();
+    let mut addresses = std::collections::BTreeSet::new();
+    let mut services = std::collections::BTreeSet::new();
+    for n in &x.nodes {
+        let host = n.host.trim().trim_end_matches('.').to_ascii_lowercase();
+        if let Ok(ip) = host.trim_matches(['[', ']']).parse::<std::net::IpAddr>() {
+            addresses.insert(ip);
+            continue;
+        }
+        // <service>.<namespace>.svc[.<domain>] or <pod>.<service>.<namespace>.svc[.<domain>]
+        let labels: Vec<&str> = host.split('.').collect();
+        if let Some(i) = labels.iter().position(|l| *l == "svc")
+            && i >= 2
+        {
+            services.insert((labels[i - 1].to_string(), labels[i - 2].to_string()));
+        }
+        let lookup = tokio::net::lookup_host((host.as_str(), n.port as u16));
+        if let Ok(Ok(found)) = tokio::time::timeout(Duration::from_secs(2), lookup).await {
+            addresses.extend(found.map(|a| a.ip()));
+        }
+    }
+    for other in ctx.all_clusters() {
+        let other_ns = other.namespace().unwrap_or_default();
+        let name = other.name_any();
+        if other_ns == ns || other.spec.keeper.replicas == 0 {
+            continue;
+        }
+        let own_services = [names::keeper(&name), names::keeper_headless_service(&name)];
+        if own_services
+            .iter()
+            .any(|s| services.contains(&(other_ns.clone(), s.clone())))
+        {
+            return Ok(Some((other_ns, other)));
+        }
+        if addresses.is_empty() {
+            continue;
+        }
+        let (svcs, pods) = if ctx.caches.synced() {
+            (
+                cache::group(&ctx.caches.objects.services, &other_ns, &name),
+                cache::group(&ctx.caches.objects.pods, &other_ns, &name),
+            )
+        } else {
+            let by_label = ListParams::default().labels(&format!("{}={name}", labels::CLUSTER));
+            (
+                api::<Service>(ctx, &other_ns).list(&by_label).await?.items,
+                api::<Pod>(ctx, &other_ns).list(&by_label).await?.items,
+            )
+        };
+        let keeper_component = |m: &kube::api::ObjectMeta| {
+            m.labels.as_ref().and_then(|l| l.get(labels::COMPONENT))
+                == Some(&Component::Keeper.as_str().to_string())
+        };
+        let service_ips = svcs
+            .iter()
+            .filter(|s| own_services.contains(&s.name_any()))
+            .filter_map(|s| s.spec.as_ref())
+            .flat_map(|s| {
+                s.cluster_ips
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain(s.cluster_ip.clone())
+            });
+        let pod_ips = pods
+            .iter()
+            .filter(|p| keeper_component(&p.metadata))
+            .filter_map(|p| p.status.as_ref())
+            .flat_map(|s| {
+                s.pod_ips
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|i| i.ip)
+                    .chain(s.pod_ip.clone())
+            });
+        if service_ips
+            .chain(pod_ips)
+            .filter_map(|ip| ip.parse::<std::net::IpAddr>().ok())
+            .any(|ip| addresses.contains(&ip))
+        {
+            return Ok(Some((other_ns, other)));
+        }
+    }
+    Ok(None)
 }
 
 /// Names and resourceVersions of a list of objects.

@@ -71,7 +71,9 @@ fn changes_something(a: &Step) -> bool {
 }
 
 /// The fields of `desired` whose value `observed` does not have, as `path: old → new` (the
-/// object hashes the operator stamps are left out: they follow from the rest).
+/// object hashes the operator stamps are left out: they follow from the rest). A Secret's
+/// `data` and `stringData` are named, never shown (review L-7): `path: changed (Secret data
+/// not shown)`.
 pub fn changed_fields(observed: &Value, desired: &Value) -> Vec<String> {
     fn short(v: &Value) -> String {
         let s = match v {
@@ -129,6 +131,21 @@ pub fn changed_fields(observed: &Value, desired: &Value) -> Vec<String> {
     let mut d = desired.clone();
     if let Some(m) = d.get_mut("metadata").and_then(Value::as_object_mut) {
         m.retain(|k, _| matches!(k.as_str(), "labels" | "annotations"));
+    }
+    let secret = desired.get("kind").and_then(Value::as_str) == Some("Secret")
+        || observed.get("kind").and_then(Value::as_str) == Some("Secret");
+    if secret && let Some(m) = d.as_object_mut() {
+        for field in ["data", "stringData"] {
+            let Some(Value::Object(dm)) = m.remove(field) else {
+                continue;
+            };
+            let om = observed.get(field).and_then(Value::as_object);
+            for (k, v) in dm {
+                if om.and_then(|o| o.get(&k)) != Some(&v) {
+                    out.push(format!("{field}.{k}: changed (Secret data not shown)"));
+                }
+            }
+        }
     }
     walk("", observed, &d, &mut out);
     out
@@ -537,5 +554,37 @@ mod tests {
             changed_fields(&json!({"data": {"f": "a\nb"}}), &longer),
             ["data.f line 3: (none) → \"c\""]
         );
+    }
+
+    /// Review L-7: `plan` names the keys of a Secret's data that change and never shows their
+    /// values, old or new (base64 or plain), whole or in part.
+    #[test]
+    fn changed_fields_hide_the_data_of_secrets() {
+        let secret = |pw: &str, extra: bool| {
+            let mut s = json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "c1-users", "labels": {"a": "b"}},
+                "data": {"users.xml": format!("PHVzZXJzPjxwYXNzd29yZD57cHd9{pw}"), "same": "eA=="},
+                "stringData": {"operator": pw}});
+            if extra {
+                s["data"]["new"] = json!("bmV3LXNlY3JldA==");
+            }
+            s
+        };
+        let fields = changed_fields(
+            &secret("b2xkLXNlY3JldA", false),
+            &secret("bmV3LXNlY3JldA", true),
+        );
+        assert_eq!(
+            fields,
+            [
+                "data.new: changed (Secret data not shown)",
+                "data.users.xml: changed (Secret data not shown)",
+                "stringData.operator: changed (Secret data not shown)",
+            ]
+        );
+        for f in &fields {
+            assert!(!f.contains("LXNlY3JldA") && !f.contains("PHVz"), "{f}");
+        }
+        assert!(changed_fields(&secret("x", false), &secret("x", false)).is_empty());
     }
 }

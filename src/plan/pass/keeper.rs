@@ -24,23 +24,38 @@ use crate::version::{Capability, image_version};
 /// must lie in this namespace's folder of that Keeper (`/clickhouse-operator/<namespace>/…`),
 /// below which no other namespace's cluster can have its root. A root made before this rule
 /// stays where it is.
-fn refused_reference(pass: &Pass, r: &crate::api::KeeperClusterRef, root: &str) -> Option<String> {
+///
+/// `spec.keeper.external.nodes` that name such a cluster's Keeper (its Service or pods, by name
+/// or address) are held to the same rules (decision 71, review M-4): the operator, which every
+/// Keeper NetworkPolicy lets in, would otherwise reach that Keeper for a namespace it never
+/// allowed. `field` is the field that names it.
+fn refused_reference(
+    pass: &Pass,
+    field: &str,
+    r: &crate::api::KeeperClusterRef,
+    root: &str,
+) -> Option<String> {
     use crate::plan::facts::KeeperOwner;
     let owner_ns = r
         .namespace
         .clone()
         .unwrap_or_else(|| pass.input.namespace.clone());
+    let named = if field.ends_with("nodes") {
+        format!(
+            "{field}: name the Keeper of ClickHouseCluster {owner_ns}/{}, which",
+            r.name
+        )
+    } else {
+        format!("{field}: ClickHouseCluster {owner_ns}/{}", r.name)
+    };
     match pass.input.obs.keeper_owner {
         Some(KeeperOwner::Missing) => {
-            return Some(format!(
-                "spec.keeper.external.clusterRef: ClickHouseCluster {owner_ns}/{} does not exist",
-                r.name
-            ));
+            return Some(format!("{named} does not exist"));
         }
         Some(KeeperOwner::Refuses) => {
             return Some(format!(
-                "spec.keeper.external.clusterRef: ClickHouseCluster {owner_ns}/{} does not let namespace {} use its Keeper: add {} to its spec.keeper.allowedNamespaces",
-                r.name, pass.input.namespace, pass.input.namespace
+                "{named} does not let namespace {} use its Keeper: add {} to its spec.keeper.allowedNamespaces",
+                pass.input.namespace, pass.input.namespace
             ));
         }
         _ => {}
@@ -89,8 +104,23 @@ pub fn plan(pass: &mut Pass) {
     if let Some(x) = &pass.input.spec.keeper.external {
         // an external ensemble: the servers start once their root exists in it
         let root = x.root_of(&pass.input.namespace, &pass.input.name);
-        if let Some(r) = &x.cluster_ref
-            && let Some(why) = refused_reference(pass, r, &root)
+        // nodes that are another namespace's cluster's Keeper count as a reference to it
+        let by_nodes = pass
+            .input
+            .obs
+            .keeper_nodes_of
+            .clone()
+            .map(|(namespace, name)| crate::api::KeeperClusterRef {
+                name,
+                namespace: Some(namespace),
+            });
+        let reference = match (&x.cluster_ref, &by_nodes) {
+            (Some(r), _) => Some(("spec.keeper.external.clusterRef", r)),
+            (None, Some(r)) => Some(("spec.keeper.external.nodes", r)),
+            (None, None) => None,
+        };
+        if let Some((field, r)) = reference
+            && let Some(why) = refused_reference(pass, field, r, &root)
         {
             pass.fail_and_halt(FailureReason::Keeper, why);
             return;

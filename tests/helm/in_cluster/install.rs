@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use kube::api::Api;
 
-use crate::support::{client, docs, helm, helm_cmd, kubeconfig, kubectl, repo, skipped};
+use crate::support::{
+    client, docs, helm, helm_cmd, kubeconfig, kubectl, pod_network, repo, skipped,
+};
 
 /// CRD upgrades: Helm created the CRDs, so applying the new ones server-side conflicts on every
 /// changed field unless the fields are taken over (`--force-conflicts`), as charts/README.md
@@ -134,8 +136,8 @@ async fn crd_upgrade_with_server_side_apply_over_older_crds() {
 }
 
 /// "Install with Helm" runs as written: the marked shell block of README.md (once the section is
-/// there) or else of charts/README.md, with only its first two lines (namespaces and image)
-/// replaced to suit the local cluster. The charts it installs are the ones `hack/image.sh`
+/// there) or else of charts/README.md, with only its first two lines (namespaces, pod network and
+/// image) replaced to suit the local cluster. The charts it installs are the ones `hack/image.sh`
 /// packaged, and the image is the one it built: every operator pod seen while the block runs
 /// reports that image's digest as its `imageID` (the node agent runs it from the image's root
 /// filesystem, `local-kubelet/src/oci.rs`), so what users install is what ran here.
@@ -174,7 +176,10 @@ async fn install_with_helm_readme_runs_as_written() {
         format!("helm-readme-op-{id}"),
         format!("helm-readme-ch-{id}"),
     );
-    let first = format!("export OPERATOR_NS={op_ns} CLUSTER_NS={ch_ns}");
+    let first = format!(
+        "export OPERATOR_NS={op_ns} CLUSTER_NS={ch_ns} POD_NETWORK={}",
+        pod_network()
+    );
     lines[0] = &first;
     // the image `hack/image.sh` built, as its image.env names it
     let built = std::fs::read_to_string(repo().join("target/image/image.env"))

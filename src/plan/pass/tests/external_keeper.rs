@@ -149,3 +149,55 @@ fn another_namespaces_keeper_is_used_only_with_its_consent_and_in_our_folder() {
         .keeper_root = Some("/legacy/root".into());
     assert!(old.plan().failure.is_none());
 }
+
+/// Decision 71 (review M-4): `keeper.external.nodes` that name another namespace's cluster's
+/// Keeper (the observer found a member to be its Service or one of its pods) are held to
+/// decision 38 as a `clusterRef` is: refused, with nothing created and the field named, until
+/// that cluster lists this namespace in `spec.keeper.allowedNamespaces`, and then only with a
+/// root in this namespace's folder. Nodes that are no cluster's Keeper are used as before.
+#[test]
+fn nodes_that_are_another_namespaces_keeper_need_its_consent_and_our_folder() {
+    use crate::plan::facts::KeeperOwner;
+    let spec = |root: &str| {
+        serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 0, "external": {
+            "root": root, "nodes": [{"host": "10.96.0.12", "port": 2181}]}}})
+    };
+    let of = Some(("infra".to_string(), "shared".to_string()));
+    let mut sim = Sim::new(spec("/squat/c"));
+    sim.obs.keeper_nodes_of = of.clone();
+    sim.obs.keeper_owner = Some(KeeperOwner::Refuses);
+    let p = sim.plan();
+    assert!(p.steps.is_empty(), "nothing is created: {:?}", p.steps);
+    let f = p.failure.expect("refused");
+    assert_eq!(f.reason, crate::plan::FailureReason::Keeper);
+    assert!(
+        f.message.starts_with(
+            "spec.keeper.external.nodes: name the Keeper of ClickHouseCluster infra/shared"
+        ) && f
+            .message
+            .contains("add t1 to its spec.keeper.allowedNamespaces"),
+        "{}",
+        f.message
+    );
+    let mut sim = Sim::new(spec("/squat/c"));
+    sim.obs.keeper_nodes_of = of.clone();
+    sim.obs.keeper_owner = Some(KeeperOwner::Allows);
+    let f = sim.plan().failure.expect("outside the folder: refused");
+    assert!(
+        f.message
+            .contains("must lie below /clickhouse-operator/t1/"),
+        "{}",
+        f.message
+    );
+    let mut sim = Sim::new(spec("/clickhouse-operator/t1/c"));
+    sim.obs.keeper_nodes_of = of;
+    sim.obs.keeper_owner = Some(KeeperOwner::Allows);
+    assert!(sim.plan().steps.contains(&Step::EnsureKeeperRoot {
+        root: "/clickhouse-operator/t1/c".into()
+    }));
+    // members that are no cluster's Keeper: the root is the cluster's choice
+    let sim = Sim::new(spec("/squat/c"));
+    assert!(sim.plan().steps.contains(&Step::EnsureKeeperRoot {
+        root: "/squat/c".into()
+    }));
+}
