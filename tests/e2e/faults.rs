@@ -201,7 +201,9 @@ async fn revert_each(
 /// `ImagePullBackOff`, `CrashLoopBackOff`) and the cause (the image; the error line of the
 /// server's log, `Syntax error: Not a valid unsigned integer: not-a-number`);
 /// after the revert the condition is `True` again. The node agent reports a failed pull and a
-/// crash loop as a kubelet does (local-kubelet's `crash_loop_and_unknown_image`).
+/// crash loop as a kubelet does (local-kubelet's `crash_loop_and_unknown_image`). With those
+/// three reasons taken out of `plan::facts::pod_failing` the status stayed `initializing`
+/// ("waiting for c1-0-1 to be Ready on its new revision") and this test failed after 120 s.
 #[tokio::test]
 async fn reverting_bad_server_changes_heals_under_write_load() {
     revert_each(
