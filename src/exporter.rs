@@ -18,11 +18,12 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::api::{ClickHouseCluster, ClusterState, ReplicaState};
+use crate::api::{ClickHouseCluster, MEMBERS_VERSION, Members};
 use crate::clickhouse::{ClientConfig, Credentials, QueryOptions};
 use crate::model::{labels, names};
 use crate::runtime::metrics::ClusterLabel;
 use crate::runtime::settings::WatchNamespaces;
+use kube::api::{ApiResource, DynamicObject};
 
 /// Hosts asked at once.
 pub const CONCURRENCY: usize = 16;
@@ -249,6 +250,12 @@ pub enum Target {
         host: Host,
         ip: Option<String>,
     },
+    /// How the cluster's `status.members` was read.
+    Status {
+        namespace: String,
+        cluster: String,
+        read: MembersRead,
+    },
 }
 
 /// The Secret the operator publishes each cluster's exporter credentials in
@@ -276,9 +283,11 @@ pub async fn targets(
         ),
         None => None,
     };
-    let clusters: Vec<ClickHouseCluster> = match namespaces {
+    // every cluster as plain JSON, each read apart: what one holds cannot hide the others
+    let resource = ApiResource::erase::<ClickHouseCluster>(&());
+    let listed: Vec<DynamicObject> = match namespaces {
         WatchNamespaces::All => {
-            Api::all(client.clone())
+            Api::all_with(client.clone(), &resource)
                 .list(&ListParams::default())
                 .await?
                 .items
@@ -287,7 +296,7 @@ pub async fn targets(
             let mut all = Vec::new();
             for ns in list {
                 all.extend(
-                    Api::<ClickHouseCluster>::namespaced(client.clone(), ns)
+                    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource)
                         .list(&ListParams::default())
                         .await?
                         .items,
@@ -297,9 +306,16 @@ pub async fn targets(
         }
     };
     let mut out = Vec::new();
-    for c in clusters {
-        let ns = c.namespace().unwrap_or_default();
-        let name = c.name_any();
+    for object in listed {
+        let c = match WatchedCluster::read(object) {
+            Ok(c) => c,
+            Err((ns, name, e)) => {
+                tracing::warn!(namespace = %ns, cluster = %name, error = %e, "exporter: cannot read the cluster; its pods are scraped without it");
+                WatchedCluster::named(ns, name)
+            }
+        };
+        let ns = c.namespace.clone();
+        let name = c.name.clone();
         // its own read-only account, never the operator's (decision 36)
         let (password, ca) = match &published {
             Some(data) => crate::model::secret::read_exporter_credentials(data, &ns, &name),
@@ -310,7 +326,7 @@ pub async fn targets(
                     .await?
                     .and_then(|s| s.data?.get(names::EXPORTER_PASSWORD_KEY).cloned())
                     .map(|b| String::from_utf8_lossy(&b.0).into_owned());
-                let ca = match (&c.spec.tls.enabled, &c.spec.tls.ca_secret) {
+                let ca = match (c.tls_enabled, &c.ca_secret) {
                     (true, Some(ca)) => secrets
                         .get_opt(ca)
                         .await?
@@ -329,7 +345,16 @@ pub async fn targets(
         // is down, not absent: it gets `…_up 0` like one that does not answer
         let present: std::collections::BTreeSet<String> =
             pods.iter().map(ResourceExt::name_any).collect();
-        for (keeper, host) in expected_hosts(&c) {
+        let (read, expected) = c.expected_hosts();
+        if let MembersRead::Unknown(v) = read {
+            tracing::warn!(namespace = %ns, cluster = %name, version = v, known = MEMBERS_VERSION, "exporter: status.members of a version this exporter does not know; only the pods present are scraped");
+        }
+        out.push(Target::Status {
+            namespace: ns.clone(),
+            cluster: name.clone(),
+            read,
+        });
+        for (keeper, host) in expected {
             if !present.contains(&host.pod) {
                 out.push(if keeper {
                     Target::Keeper { host, ip: None }
@@ -356,9 +381,14 @@ pub async fn targets(
                             user: names::EXPORTER_USER.to_string(),
                             password,
                         };
-                        let mut config = ClientConfig::for_replica(
-                            &c,
-                            &host.replica,
+                        let mut config = ClientConfig::for_replica_of(
+                            &crate::clickhouse::ReplicaAddress {
+                                cluster: &name,
+                                namespace: &ns,
+                                domain: c.domain(),
+                                tls: c.tls_enabled,
+                                replica: &host.replica,
+                            },
                             ip,
                             credentials,
                             ca.clone(),
@@ -382,47 +412,132 @@ pub async fn targets(
     Ok(out)
 }
 
-/// The members a cluster should be running now, as (is Keeper, labels): the servers of its
-/// replicas that are neither stopped nor being removed, and its Keeper members; none while the
-/// cluster stops. A pod of one of them that is missing is reported down.
-pub fn expected_hosts(c: &ClickHouseCluster) -> Vec<(bool, Host)> {
-    let ns = c.namespace().unwrap_or_default();
-    let name = c.name_any();
-    let Some(status) = &c.status else {
-        return Vec::new();
-    };
-    if status.state == ClusterState::Stopping {
-        return Vec::new();
+/// What the exporter reads of a ClickHouseCluster, and nothing else: its name, the spec fields
+/// that say how to reach its servers (`tls.enabled`, `tls.caSecret`, `clusterDomain`), and the
+/// public part of its status, `status.members` (S0-12: never `replicaStateMap`). Read from the
+/// object as JSON with every other field ignored, so that a status or spec of another operator
+/// version, older or newer, cannot keep the exporter from the cluster's pods.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WatchedCluster {
+    pub namespace: String,
+    pub name: String,
+    pub tls_enabled: bool,
+    pub ca_secret: Option<String>,
+    pub cluster_domain: Option<String>,
+    /// `status.members` as it is, unread until [`WatchedCluster::expected_hosts`].
+    pub members: Option<serde_json::Value>,
+}
+
+/// How the exporter could use a cluster's `status.members`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MembersRead {
+    /// Of the version it knows: its members are expected, a missing pod is reported down.
+    Used(u32),
+    /// No `status.members` (an operator from before it, or no status yet): only the pods
+    /// present are scraped.
+    Absent,
+    /// Of a version it does not know (a newer operator), or not readable as any version: only
+    /// the pods present are scraped.
+    Unknown(u32),
+}
+
+impl MembersRead {
+    /// The version read (0 without one).
+    pub fn version(self) -> u32 {
+        match self {
+            MembersRead::Used(v) | MembersRead::Unknown(v) => v,
+            MembersRead::Absent => 0,
+        }
     }
-    let mut out: Vec<(bool, Host)> = status
-        .replica_state_map
-        .iter()
-        .filter(|(_, r)| matches!(r.state, ReplicaState::Pending | ReplicaState::Ready))
-        .map(|(replica, r)| {
-            (
-                false,
-                Host {
-                    namespace: ns.clone(),
-                    cluster: name.clone(),
-                    shard: r.shard.to_string(),
-                    replica: replica.to_string(),
-                    pod: names::replica_pod(replica),
+}
+
+impl WatchedCluster {
+    /// Reads `object` (a ClickHouseCluster as the API server lists it); the error names it.
+    pub fn read(object: DynamicObject) -> Result<WatchedCluster, (String, String, String)> {
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let field = |path: &[&str]| {
+            path.iter()
+                .try_fold(&object.data, |v, k| v.get(k))
+                .filter(|v| !v.is_null())
+        };
+        let text = |path: &[&str]| -> Result<Option<String>, String> {
+            match field(path) {
+                None => Ok(None),
+                Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(format!("{} is not a string: {other}", path.join("."))),
+            }
+        };
+        let read = || -> Result<WatchedCluster, String> {
+            Ok(WatchedCluster {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                tls_enabled: match field(&["spec", "tls", "enabled"]) {
+                    None => false,
+                    Some(v) => v
+                        .as_bool()
+                        .ok_or_else(|| format!("spec.tls.enabled is not a boolean: {v}"))?,
                 },
-            )
-        })
-        .collect();
-    out.extend((0..c.spec.keeper.replicas.max(0)).map(|i| {
-        (
-            true,
-            Host {
-                namespace: ns.clone(),
-                cluster: name.clone(),
-                pod: format!("{}-{i}", names::keeper(&name)),
-                ..Host::default()
-            },
-        )
-    }));
-    out
+                ca_secret: text(&["spec", "tls", "caSecret"])?,
+                cluster_domain: text(&["spec", "clusterDomain"])?,
+                members: field(&["status", "members"]).cloned(),
+            })
+        };
+        read().map_err(|e| (namespace.clone(), name.clone(), e))
+    }
+
+    /// A cluster known by its name only: its pods are scraped, nothing is expected.
+    pub fn named(namespace: String, name: String) -> WatchedCluster {
+        WatchedCluster {
+            namespace,
+            name,
+            ..WatchedCluster::default()
+        }
+    }
+
+    /// The cluster's DNS domain.
+    pub fn domain(&self) -> &str {
+        self.cluster_domain
+            .as_deref()
+            .unwrap_or(crate::conventions::DEFAULT_CLUSTER_DOMAIN)
+    }
+
+    /// The members the cluster should be running now, as (is Keeper, labels), from
+    /// `status.members` of the version this exporter knows ([`MEMBERS_VERSION`]): a pod of one
+    /// of them that is missing is reported down. With no `status.members`, or one of another
+    /// version, none: the pods present are still scraped, and [`MembersRead`] says why.
+    pub fn expected_hosts(&self) -> (MembersRead, Vec<(bool, Host)>) {
+        let Some(members) = &self.members else {
+            return (MembersRead::Absent, Vec::new());
+        };
+        let version = members
+            .get("version")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(0);
+        if version != MEMBERS_VERSION {
+            return (MembersRead::Unknown(version), Vec::new());
+        }
+        let Ok(m) = serde_json::from_value::<Members>(members.clone()) else {
+            return (MembersRead::Unknown(version), Vec::new());
+        };
+        let host = |shard: String, replica: String, pod: String| Host {
+            namespace: self.namespace.clone(),
+            cluster: self.name.clone(),
+            shard,
+            replica,
+            pod,
+        };
+        let servers = m
+            .servers
+            .into_iter()
+            .map(|s| (false, host(s.shard.to_string(), s.replica, s.pod)));
+        let keeper = m
+            .keeper
+            .into_iter()
+            .map(|k| (true, host(String::new(), String::new(), k.pod)));
+        (MembersRead::Used(version), servers.chain(keeper).collect())
+    }
 }
 
 /// One scrape of every host of the clusters in `namespaces`.
@@ -513,6 +628,31 @@ pub async fn scrape_targets_by(
                         }
                     }
                     out.add(series::KEEPER_UP.into(), "gauge", l, f64::from(u8::from(up)));
+                }
+                Target::Status {
+                    namespace,
+                    cluster,
+                    read,
+                } => {
+                    let l = format!(
+                        "{{namespace=\"{}\",{}=\"{}\"}}",
+                        escape(&namespace),
+                        label.name(),
+                        escape(&cluster)
+                    );
+                    out.add(
+                        series::STATUS_MEMBERS_VERSION.into(),
+                        "gauge",
+                        l.clone(),
+                        f64::from(read.version()),
+                    );
+                    let used = matches!(read, MembersRead::Used(_));
+                    out.add(
+                        series::STATUS_MEMBERS_USED.into(),
+                        "gauge",
+                        l,
+                        f64::from(u8::from(used)),
+                    );
                 }
             }
             out
@@ -608,8 +748,12 @@ pub mod series {
     pub const KEEPER_UP: &str = "keeper_up";
     pub const DISCOVERY_UP: &str = "clickhouse_exporter_discovery_up";
     pub const SCRAPE_DURATION_SECONDS: &str = "clickhouse_exporter_scrape_duration_seconds";
+    /// The version of each cluster's `status.members` (0 without one).
+    pub const STATUS_MEMBERS_VERSION: &str = "clickhouse_exporter_status_members_version";
+    /// 1 when the exporter used each cluster's `status.members`, 0 when it could not.
+    pub const STATUS_MEMBERS_USED: &str = "clickhouse_exporter_status_members_used";
     /// Every one of them.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 14] = [
         UP,
         REPLICA_IS_READONLY,
         REPLICA_IS_SESSION_EXPIRED,
@@ -622,6 +766,8 @@ pub mod series {
         KEEPER_UP,
         DISCOVERY_UP,
         SCRAPE_DURATION_SECONDS,
+        STATUS_MEMBERS_VERSION,
+        STATUS_MEMBERS_USED,
     ];
 }
 
@@ -1056,19 +1202,106 @@ mod tests {
         );
     }
 
-    /// A member whose pod is gone is reported down, not left out; replicas being removed or
-    /// stopped, and every member of a stopping cluster, are not expected (docs/monitoring.md,
-    /// "The exporter: servers and Keeper").
+    /// A ClickHouseCluster as the API server lists it, with `status`.
+    fn listed(status: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseCluster",
+            "metadata": {"name": "c1", "namespace": "t1"},
+            "spec": {"shards": 1, "replicas": 2, "tls": {"enabled": true, "caSecret": "ca"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn pods(hosts: &[(bool, Host)]) -> Vec<(bool, String, String)> {
+        hosts
+            .iter()
+            .map(|(k, h)| (*k, h.shard.clone(), h.pod.clone()))
+            .collect()
+    }
+
+    /// S0-12, issue 54 item 7: the exporter expects the members of `status.members` (a member
+    /// whose pod is gone is reported down, not left out) and reads nothing else of the status:
+    /// a `replicaStateMap` that says otherwise, or of a shape no operator wrote (another state,
+    /// entries that are not objects), changes nothing. A status of the previous shape (no
+    /// `members`, as every operator before it wrote) and one of an unknown newer version (2,
+    /// with fields this exporter does not know) are read without error, expect nothing, and say
+    /// so ([`MembersRead`]); so do members of version 1 that cannot be read as it.
+    #[test]
+    fn the_exporter_expects_the_public_members_of_the_status_and_reads_nothing_else() {
+        let members = serde_json::json!({"version": 1,
+            "servers": [{"shard": 0, "replica": "c1-0-0", "pod": "c1-0-0-0"},
+                        {"shard": 1, "replica": "c1-1-1", "pod": "c1-1-1-0"}],
+            "keeper": [{"pod": "c1-keeper-0"}]});
+        let c = WatchedCluster::read(listed(serde_json::json!({
+            "state": "some-state-of-a-newer-operator",
+            "replicaStateMap": {"c1-0-0": "no longer an object", "c1-0-7": {"state": "Ready"}},
+            "members": members,
+        })))
+        .unwrap();
+        assert!(c.tls_enabled);
+        assert_eq!(c.ca_secret.as_deref(), Some("ca"));
+        assert_eq!(c.domain(), crate::conventions::DEFAULT_CLUSTER_DOMAIN);
+        let (read, hosts) = c.expected_hosts();
+        assert_eq!(read, MembersRead::Used(1));
+        assert_eq!(
+            pods(&hosts),
+            vec![
+                (false, "0".into(), "c1-0-0-0".into()),
+                (false, "1".into(), "c1-1-1-0".into()),
+                (true, String::new(), "c1-keeper-0".into()),
+            ]
+        );
+        assert_eq!(hosts[0].1.replica, "c1-0-0");
+        assert_eq!(hosts[0].1.namespace, "t1");
+        assert_eq!(hosts[0].1.cluster, "c1");
+        // the previous shape: a map and no members
+        let previous = WatchedCluster::read(listed(serde_json::json!({
+            "state": "ready",
+            "replicaStateMap": {"c1-0-0": {"shard": 0, "state": "Ready", "index": 0}},
+        })))
+        .unwrap();
+        assert_eq!(previous.expected_hosts(), (MembersRead::Absent, Vec::new()));
+        let no_status = WatchedCluster::read(listed(serde_json::Value::Null)).unwrap();
+        assert_eq!(
+            no_status.expected_hosts(),
+            (MembersRead::Absent, Vec::new())
+        );
+        // a newer version, and version 1 that is not of its shape
+        for (status, version) in [
+            (
+                serde_json::json!({"members": {"version": 2,
+                    "servers": [{"shard": 0, "replica": "c1-0-0", "pod": "c1-0-0-0", "zone": "a"}],
+                    "hosts": {"c1-0-0-0": {"role": "server"}}}}),
+                2,
+            ),
+            (
+                serde_json::json!({"members": {"version": 1, "servers": {"c1-0-0": 0}}}),
+                1,
+            ),
+            (serde_json::json!({"members": {"servers": []}}), 0),
+        ] {
+            let c = WatchedCluster::read(listed(status.clone())).unwrap();
+            assert_eq!(
+                c.expected_hosts(),
+                (MembersRead::Unknown(version), Vec::new()),
+                "{status}"
+            );
+        }
+        // a spec field of a shape it does not know: named, and the cluster is still scraped
+        let mut odd = listed(serde_json::json!({"members": members}));
+        odd.data["spec"]["tls"]["enabled"] = serde_json::json!("yes");
+        let (ns, name, e) = WatchedCluster::read(odd).unwrap_err();
+        assert_eq!((ns.as_str(), name.as_str()), ("t1", "c1"));
+        assert!(e.contains("spec.tls.enabled"), "{e}");
+    }
+
+    /// The operator's `status.members` (plan::status::members) is what the exporter reads:
+    /// replicas being removed or stopped, and every member of a stopping cluster, are not
+    /// expected (docs/monitoring.md, "The exporter: servers and Keeper").
     #[test]
     fn members_the_cluster_should_run_are_expected_even_without_a_pod() {
-        use crate::api::{ClickHouseClusterStatus, ReplicaStatus};
-        let mut c = crate::testing::cluster(
-            serde_json::json!({"shards": 1, "replicas": 2, "keeper": {"replicas": 3}}),
-        );
-        assert!(
-            expected_hosts(&c).is_empty(),
-            "no status yet: nothing known"
-        );
+        use crate::api::{ClickHouseClusterStatus, ClusterState, ReplicaState, ReplicaStatus};
         let replica = |shard, state| ReplicaStatus {
             shard: crate::api::ShardIndex(shard),
             state,
@@ -1079,6 +1312,7 @@ mod tests {
         };
         let mut status = ClickHouseClusterStatus {
             state: ClusterState::Ready,
+            keeper: crate::api::ComponentStatus::new(3, 3, 3),
             ..ClickHouseClusterStatus::default()
         };
         for (name, shard, state) in [
@@ -1091,13 +1325,16 @@ mod tests {
                 .replica_state_map
                 .insert(name.into(), replica(shard, state));
         }
-        c.status = Some(status);
-        let got: Vec<(bool, String, String)> = expected_hosts(&c)
-            .into_iter()
-            .map(|(k, h)| (k, h.shard, h.pod))
-            .collect();
+        let expected = |status: &ClickHouseClusterStatus| {
+            let mut s = status.clone();
+            s.members = Some(crate::plan::status::members("c1", &s));
+            let c = WatchedCluster::read(listed(serde_json::to_value(&s).unwrap())).unwrap();
+            let (read, hosts) = c.expected_hosts();
+            assert_eq!(read, MembersRead::Used(MEMBERS_VERSION));
+            pods(&hosts)
+        };
         assert_eq!(
-            got,
+            expected(&status),
             vec![
                 (false, "0".into(), "c1-0-0-0".into()),
                 (false, "1".into(), "c1-1-1-0".into()),
@@ -1106,8 +1343,8 @@ mod tests {
                 (true, String::new(), "c1-keeper-2".into()),
             ]
         );
-        c.status.as_mut().unwrap().state = ClusterState::Stopping;
-        assert!(expected_hosts(&c).is_empty());
+        status.state = ClusterState::Stopping;
+        assert!(expected(&status).is_empty());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! | `*clickhouse-keeper*`        | the command, or the emulated image entrypoint: ZooKeeper 3.8 (`QuorumPeerMain`) behind Keeper's client port, zoo.cfg translated from the Keeper XML, as `zookeeper` |
 //! | `*clickhouse-operator*`      | the locally built operator binary with the container's args    |
 //! | `busybox`, `debian`, `ubuntu`, `alpine`, `bash` | the container's command and args, run with this machine's programs |
-//! | anything else                | not started: `ErrImagePull`                                   |
+//! | anything else                | not started: `ErrImagePull`, then `ImagePullBackOff`          |
 //!
 //! The tag matters for the image's variant (`-distroless`: no shell) and version (what the
 //! server entrypoint honours); see `entrypoint.rs`.

@@ -4,7 +4,8 @@
 //! container in its own mount and UTS namespace) and proxies Service ClusterIPs to ready endpoints.
 //!
 //! Images are mapped to programs installed on this machine (see `images.rs`); any other image is
-//! reported as not runnable (`ErrImagePull`), never as a fake Running container.
+//! reported as not runnable (`ErrImagePull`, then `ImagePullBackOff`, as a kubelet reports a
+//! failed pull), never as a fake Running container.
 
 mod entrypoint;
 mod gate;

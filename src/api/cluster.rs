@@ -1462,7 +1462,8 @@ pub enum ClientServiceType {
     LoadBalancer,
 }
 
-/// What the operator observed and did. `replicaStateMap` is internal to the operator.
+/// What the operator observed and did. `replicaStateMap` is internal to the operator; `members`
+/// is the part other components read.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClickHouseClusterStatus {
@@ -1481,9 +1482,15 @@ pub struct ClickHouseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Internal state of every replica StatefulSet, keyed by its name. For the operator's own
-    /// use only: other components must not read it.
+    /// use only: other components must not read it (they read `members`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub replica_state_map: BTreeMap<ReplicaName, ReplicaStatus>,
+    /// The public, versioned part of the status: the server and Keeper pods the cluster should
+    /// be running now. The metrics exporter and other components read this, never
+    /// `replicaStateMap`, so that another operator version cannot break them
+    /// (docs/monitoring.md, "The status the exporter reads"). Written by every status write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<Members>,
     /// Creation index the next new replica gets; replica names are never reused.
     #[serde(default)]
     pub next_replica_index: i64,
@@ -1525,6 +1532,47 @@ pub struct ClickHouseClusterStatus {
     /// 59). Absent when the defaults named no class then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_storage_classes: Option<StorageClasses>,
+}
+
+/// The version of [`Members`] this operator writes.
+pub const MEMBERS_VERSION: u32 = 1;
+
+/// `status.members`: the pods the cluster should be running now, for other components. Within
+/// one `version` fields are only added; a field removed or given another meaning comes with a
+/// new version, and a reader that does not know it must not use the lists.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Members {
+    /// The version of this part's shape: 1.
+    pub version: u32,
+    /// The servers that should run: one per replica that is neither stopped (paused) nor being
+    /// removed, including one still being created; none while the cluster stops.
+    #[serde(default)]
+    pub servers: Vec<ServerMember>,
+    /// The cluster's own Keeper members that should run; none while the cluster stops or with
+    /// an external Keeper.
+    #[serde(default)]
+    pub keeper: Vec<KeeperMember>,
+}
+
+/// A server the cluster should be running.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerMember {
+    /// The shard's index (the pod's label `clickhouse.com/shard`).
+    pub shard: i32,
+    /// The replica's name (its StatefulSet; the pod's label `clickhouse.com/replica`).
+    pub replica: String,
+    /// The server's pod.
+    pub pod: String,
+}
+
+/// A Keeper member the cluster should be running.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeeperMember {
+    /// The member's pod.
+    pub pod: String,
 }
 
 /// Storage classes for the volumes whose spec names none (decision 59).

@@ -175,14 +175,31 @@ impl ClientConfig {
         credentials: Credentials,
         ca: Option<Vec<u8>>,
     ) -> ClientConfig {
-        let on = cluster.spec.tls.enabled;
+        let address = ReplicaAddress {
+            cluster: cluster.metadata.name.as_deref().unwrap_or_default(),
+            namespace: cluster.metadata.namespace.as_deref().unwrap_or_default(),
+            domain: cluster.spec.cluster_domain(),
+            tls: cluster.spec.tls.enabled,
+            replica,
+        };
+        ClientConfig::for_replica_of(&address, ip, credentials, ca)
+    }
+
+    /// [`Self::for_replica`] for a replica known by its [`ReplicaAddress`].
+    pub fn for_replica_of(
+        address: &ReplicaAddress,
+        ip: String,
+        credentials: Credentials,
+        ca: Option<Vec<u8>>,
+    ) -> ClientConfig {
+        let on = address.tls;
         let tls = on.then(|| Tls {
             ca,
             server_name: Some(crate::util::names::replica_host(
-                cluster.metadata.name.as_deref().unwrap_or_default(),
-                cluster.metadata.namespace.as_deref().unwrap_or_default(),
-                cluster.spec.cluster_domain(),
-                replica,
+                address.cluster,
+                address.namespace,
+                address.domain,
+                address.replica,
             )),
         });
         let port = if on { HTTPS_PORT } else { HTTP_PORT };
@@ -192,6 +209,17 @@ impl ClientConfig {
         };
         ClientConfig::for_server(endpoint, credentials, tls)
     }
+}
+
+/// What names a replica's server for a client: its cluster, namespace and DNS domain, whether
+/// the cluster has TLS on, and the replica.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaAddress<'a> {
+    pub cluster: &'a str,
+    pub namespace: &'a str,
+    pub domain: &'a str,
+    pub tls: bool,
+    pub replica: &'a str,
 }
 
 /// Per-statement options: ClickHouse settings (sent as URL parameters), retry, timeout.

@@ -27,5 +27,5 @@ pub mod sql;
 pub use crate::version::{self, Capability, Version};
 pub use client::{
     Client, ClientConfig, Connections, Credentials, Endpoint, Error, ErrorCode, QueryOptions,
-    RetryPolicy, Tls,
+    ReplicaAddress, RetryPolicy, Tls,
 };

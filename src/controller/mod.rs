@@ -51,7 +51,9 @@ pub struct Context {
     /// instead of writing it again ([`events`]).
     pub events: events::Recorder,
     /// MAX_CONCURRENT_RECONCILES, counted separately for clusters, backups and restores, across
-    /// namespaces; taken in the order the passes become due (see [`run_with`]).
+    /// namespaces; taken in the order the passes become due (see [`run_with`]). S2-08, end to
+    /// end: `concurrency::with_one_slot_a_second_clusters_pass_waits_for_the_first_and_then_converges`,
+    /// `concurrency::backups_restores_and_clusters_each_pass_in_slots_of_their_own`.
     pub cluster_permits: Semaphore,
     pub backup_permits: Semaphore,
     pub restore_permits: Semaphore,

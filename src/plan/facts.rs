@@ -681,7 +681,10 @@ fn old_revision(sts: &StatefulSet, p: &Pod) -> bool {
 /// Why a pod cannot run, if it cannot (S2-31, S2-39). A container that keeps crashing is
 /// reported with the last error its log shows (read from its previous run's log, else from its
 /// termination message, which is its log's tail, `FallbackToLogsOnError`), with every
-/// credential the cluster uses masked (decision 30).
+/// credential the cluster uses masked (decision 30). End to end, under writes:
+/// `faults::reverting_bad_server_changes_heals_under_write_load` (`ErrImagePull` /
+/// `ImagePullBackOff` and `CrashLoopBackOff` put the cluster in `error` naming the pod, a revert
+/// heals it), `recovery::an_unschedulable_pod_is_named_…` (the two-minute rule).
 /// A pod not Ready whose containers are all, as last reported, running and ready: only the
 /// node controller marks such a pod not Ready, when the pod's node stops reporting (lost,
 /// stopped, cut off). The replica is down for its clients; the operator says so and does

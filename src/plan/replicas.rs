@@ -1,4 +1,6 @@
-//! PURE: the ReplicaStateMap (S0-06, S0-12). Which replicas exist, in which state, which one of each
+//! PURE: the ReplicaStateMap (S0-06, S0-12; internal: other components read `status.members`,
+//! [`crate::plan::status::members`], `exporter::tests`, e2e
+//! `exporter::the_exporter_reads_the_public_versioned_members_of_any_operators_status`). Which replicas exist, in which state, which one of each
 //! shard is the backup replica, which are added on scale-out and which are condemned on
 //! scale-in. Replica names are `<cluster>-<shard>-<index>`, with a creation index that is never
 //! reused, so a replica that comes back later never meets stale Keeper metadata of an old one.

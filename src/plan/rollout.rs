@@ -183,8 +183,9 @@ fn plan_shard(
         gates,
     };
     let smart = rollout.smart;
-    // A pod of the new revision that cannot start stops the rollout (S2-31); a failing pod
-    // of an old revision is replaced below.
+    // A pod of the new revision that cannot start stops the rollout (S2-31; end to end:
+    // faults::reverting_bad_server_changes_heals_under_write_load); a failing pod of an old
+    // revision is replaced below.
     if smart && let Some(m) = group.iter().find(|m| !m.outdated() && m.failing.is_some()) {
         plan.failure = Some(format!(
             "rollout stopped: {} {}",

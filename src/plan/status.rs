@@ -4,7 +4,10 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Failure, FailureReason};
-use crate::api::{ClickHouseClusterStatus, ClusterState, Condition, validate::Warning};
+use crate::api::{
+    ClickHouseClusterStatus, ClusterState, Condition, KeeperMember, MEMBERS_VERSION, Members,
+    ServerMember, validate::Warning,
+};
 
 pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
 pub const SPEC_VALID: &str = "SpecValid";
@@ -83,6 +86,39 @@ pub fn failed(
         );
     }
     s
+}
+
+/// `status.members` of cluster `cluster` with status `s` (S0-12: the public part other
+/// components read instead of the replica map): the servers of its replicas that are
+/// `Pending` or `Ready`, and its own Keeper members (`keeper.size` of the status, which the pass
+/// took from the spec with the operator's defaults); none while the cluster stops.
+pub fn members(cluster: &str, s: &ClickHouseClusterStatus) -> Members {
+    use crate::api::ReplicaState;
+    use crate::model::names;
+    if s.state == ClusterState::Stopping {
+        return Members {
+            version: MEMBERS_VERSION,
+            ..Members::default()
+        };
+    }
+    Members {
+        version: MEMBERS_VERSION,
+        servers: s
+            .replica_state_map
+            .iter()
+            .filter(|(_, r)| matches!(r.state, ReplicaState::Pending | ReplicaState::Ready))
+            .map(|(replica, r)| ServerMember {
+                shard: r.shard.get(),
+                replica: replica.to_string(),
+                pod: names::replica_pod(replica),
+            })
+            .collect(),
+        keeper: (0..s.keeper.size.max(0))
+            .map(|i| KeeperMember {
+                pod: format!("{}-{i}", names::keeper(cluster)),
+            })
+            .collect(),
+    }
 }
 
 /// The condition about the cluster's reach outside Kubernetes (decision 40).

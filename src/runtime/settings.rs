@@ -602,7 +602,8 @@ mod tests {
         }
     }
 
-    /// S2-08: the default is 1; zero and garbage are refused.
+    /// S2-08: the default is 1; zero and garbage are refused (the slots themselves, end to end:
+    /// `tests/e2e/concurrency.rs`).
     #[test]
     fn max_concurrent_reconciles_defaults_to_one_and_refuses_zero_and_garbage() {
         assert_eq!(parse_max_concurrent(None), Ok(1));

@@ -545,6 +545,198 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     finish(&client, &ns, op).await;
 }
 
+/// S0-12, issue 54 item 7: the exporter reads the public, versioned `status.members` and not
+/// the operator's `replicaStateMap`, on the real API server with real 18.16 servers. The
+/// operator writes `members` (version 1: both servers with shard, replica and pod, the Keeper
+/// member) and the exporter, run as `clickhouse-operator exporter` runs it, scrapes each up and
+/// says it used them. With the operator stopped, the status is then written as other operator
+/// versions would write it: `members` naming a replica that no map entry has and no pod runs
+/// (`c1-0-9`): reported `clickhouse_up 0` (an exporter reading the map does not report it);
+/// the previous shape, with no `members`: every pod that exists still scraped up, nothing
+/// reported for the missing one, `clickhouse_exporter_status_members_version 0` and
+/// `…_used 0`; an unknown newer version (2, with the same lists): the same, version 2. The
+/// operator started again writes version 1 again and the exporter uses it. 169 s on its last
+/// run; with the exporter expecting the members it made from the map, as it did before, it
+/// had no series for `c1-0-9` and this test failed.
+#[tokio::test]
+async fn the_exporter_reads_the_public_versioned_members_of_any_operators_status() {
+    use clickhouse_operator::api::{ClickHouseCluster, MEMBERS_VERSION};
+    use kube::api::{Patch, PatchParams};
+    let Scenario { client, ns, op } = Scenario::start("exportver").await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let status = ready.status.unwrap();
+    let members = status.members.clone().expect("status.members written");
+    assert_eq!(members.version, MEMBERS_VERSION);
+    let mut servers: Vec<(i32, String, String)> = members
+        .servers
+        .iter()
+        .map(|m| (m.shard, m.replica.clone(), m.pod.clone()))
+        .collect();
+    servers.sort();
+    let mut from_map: Vec<(i32, String, String)> = status
+        .replica_state_map
+        .iter()
+        .map(|(r, e)| (e.shard.get(), r.to_string(), format!("{r}-0")))
+        .collect();
+    from_map.sort();
+    assert_eq!(servers, from_map, "one member per replica");
+    let keeper: Vec<&str> = members.keeper.iter().map(|k| k.pod.as_str()).collect();
+    assert_eq!(keeper, vec!["c1-keeper-0"]);
+
+    let naming = exporter::Naming::parse(None, None).unwrap();
+    let namespaces = WatchNamespaces::Only(vec![ns.clone()]);
+    let scrape = || exporter::scrape(&client, &namespaces, None, naming);
+    let series = |text: &str, name: &str| -> Option<String> {
+        text.lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "{name}{{namespace=\"{ns}\",clickhouse_cluster=\"c1\"}}"
+                ))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    // every server up, as the members list them; a scrape right after a start may find a
+    // server not answering yet
+    let all_up = |text: &str| {
+        servers
+            .iter()
+            .all(|(_, _, pod)| sample(text, "clickhouse_up", pod) == Some("1"))
+            && sample(text, "keeper_up", "c1-keeper-0") == Some("1")
+    };
+    let text = wait_for(Duration::from_secs(60), "every member scraped up", || {
+        let (scrape, all_up) = (&scrape, &all_up);
+        async move {
+            let t = scrape().await;
+            all_up(&t).then_some(t)
+        }
+    })
+    .await;
+    assert_eq!(
+        series(&text, "clickhouse_exporter_status_members_version").as_deref(),
+        Some("1"),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "clickhouse_exporter_status_members_used").as_deref(),
+        Some("1"),
+        "{text}"
+    );
+
+    // the operator stops; the status becomes what other operator versions write
+    drop(op);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    let write = |members: serde_json::Value| {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .patch_status(
+                    "c1",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"members": members}})),
+                )
+                .await
+                .expect("write the status")
+        }
+    };
+    let mut listed: Vec<serde_json::Value> = servers
+        .iter()
+        .map(|(shard, replica, pod)| json!({"shard": shard, "replica": replica, "pod": pod}))
+        .collect();
+    listed.push(json!({"shard": 0, "replica": "c1-0-9", "pod": "c1-0-9-0"}));
+    let keeper_list = json!([{"pod": "c1-keeper-0"}]);
+    let written = write(json!({"version": 1, "servers": listed, "keeper": keeper_list})).await;
+    assert!(
+        !written
+            .status
+            .unwrap()
+            .replica_state_map
+            .keys()
+            .any(|r| r.as_str() == "c1-0-9"),
+        "no map entry for c1-0-9"
+    );
+    let text = scrape().await;
+    assert!(all_up(&text), "{text}");
+    assert!(
+        text.contains(&format!(
+            r#"clickhouse_up{{namespace="{ns}",clickhouse_cluster="c1",shard="0",replica="c1-0-9",pod="c1-0-9-0"}} 0"#
+        )),
+        "a member without a pod is reported down, from status.members alone\n{text}"
+    );
+
+    for (what, members, version) in [
+        (
+            "the previous shape, no members",
+            serde_json::Value::Null,
+            "0",
+        ),
+        (
+            "an unknown newer version",
+            json!({"version": 2, "servers": listed, "keeper": keeper_list}),
+            "2",
+        ),
+    ] {
+        write(members).await;
+        let text = scrape().await;
+        assert!(
+            all_up(&text),
+            "{what}: every pod that exists is scraped\n{text}"
+        );
+        assert_eq!(
+            sample(&text, "clickhouse_up", "c1-0-9-0"),
+            None,
+            "{what}\n{text}"
+        );
+        assert!(
+            text.contains("clickhouse_exporter_discovery_up 1"),
+            "{what}\n{text}"
+        );
+        assert_eq!(
+            series(&text, "clickhouse_exporter_status_members_version").as_deref(),
+            Some(version),
+            "{what}\n{text}"
+        );
+        assert_eq!(
+            series(&text, "clickhouse_exporter_status_members_used").as_deref(),
+            Some("0"),
+            "{what}\n{text}"
+        );
+        println!("{what}: every pod scraped, members not used");
+    }
+
+    // the operator again: it writes the members of its version, which the exporter uses
+    let op = start_operator(&client, &ns, false).await;
+    wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "status.members of version 1 again",
+        |s| {
+            s.members
+                .as_ref()
+                .is_some_and(|m| m.version == MEMBERS_VERSION && m.servers.len() == 2)
+        },
+    )
+    .await;
+    let text = scrape().await;
+    assert!(all_up(&text), "{text}");
+    assert_eq!(
+        series(&text, "clickhouse_exporter_status_members_used").as_deref(),
+        Some("1"),
+        "{text}"
+    );
+    finish(&client, &ns, op).await;
+}
+
 /// Whether ServiceAccount `account` of `ns` may get Secret `secret` of `ns`, as the API server
 /// decides it (a SubjectAccessReview).
 async fn may_get_secret(client: &kube::Client, ns: &str, account: &str, secret: &str) -> bool {

@@ -2,6 +2,7 @@
 
 mod backup;
 mod benchmarks;
+mod concurrency;
 mod exporter;
 mod external_keeper;
 mod faults;

@@ -21,6 +21,9 @@ use crate::util;
 
 const BACKOFF_START: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How long a failed pull shows as `ErrImagePull` before its back-off shows (`ImagePullBackOff`):
+/// the kubelet's next sync of the pod.
+const PULL_FAILED_FOR: Duration = Duration::from_secs(2);
 
 /// Runs container `c` of the pod until `stop` says so, restarting it as `policy` (`Always`,
 /// `OnFailure`, `Never`) says; `shared` is what its status reports.
@@ -39,6 +42,7 @@ pub(super) async fn run_container(
     let _ = std::fs::create_dir_all(&log_dir);
     let log_path = log_dir.join(format!("{}.log", c.name));
     let mut backoff = Duration::ZERO;
+    let mut pull_backoff = Duration::ZERO;
     let mut starts = 0;
     let id = format!("{}/{}/{}", env.ns, env.name, c.name);
     let mut last_event = String::new();
@@ -48,7 +52,27 @@ pub(super) async fn run_container(
         }
         let pod = env.pod();
         let launch = match prepare(&env, &pod, &c).await {
-            Ok(l) => l,
+            Ok(l) => {
+                pull_backoff = Duration::ZERO;
+                l
+            }
+            Err(PrepErr::Image(m)) => {
+                // as the kubelet: the failed pull is `ErrImagePull` until its next sync, then
+                // `ImagePullBackOff` until the pull's back-off has passed
+                pull_failed(&env, &c, &shared, &m, &mut last_event);
+                wait_stop(&mut stop, PULL_FAILED_FOR).await;
+                if stop.borrow().is_some() {
+                    break;
+                }
+                pull_backoff = if pull_backoff.is_zero() {
+                    BACKOFF_START
+                } else {
+                    (pull_backoff * 2).min(BACKOFF_MAX)
+                };
+                pull_back_off(&env, &c, &shared, &m, pull_backoff);
+                wait_stop(&mut stop, pull_backoff).await;
+                continue;
+            }
             Err(e) => {
                 let wait = not_started(&env, &c, &shared, e, &mut last_event);
                 wait_stop(&mut stop, wait).await;
@@ -164,11 +188,8 @@ fn not_started(
 ) -> Duration {
     let (reason, m, message, wait) = match err {
         PrepErr::Image(m) => {
-            let message = format!(
-                "Failed to pull image {:?}: {m}",
-                c.image.clone().unwrap_or_default()
-            );
-            ("ErrImagePull", m, message, 10)
+            pull_failed(env, c, shared, &m, last_event);
+            return BACKOFF_START;
         }
         PrepErr::Config(m) => {
             let message = format!("Error: {m}");
@@ -189,6 +210,66 @@ fn not_started(
     }
     shared.lock().unwrap().state = waiting(reason, &m);
     Duration::from_secs(wait)
+}
+
+/// A pull of the container's image that failed with `m`, as the kubelet reports one: the
+/// `Pulling` Event and `Failed` Events with the error and `Error: ErrImagePull` (when the error
+/// is new: the kubelet's repeats only count up), and the waiting state `ErrImagePull`.
+fn pull_failed(
+    env: &PodEnv,
+    c: &Container,
+    shared: &Mutex<CState>,
+    m: &str,
+    last_event: &mut String,
+) {
+    let image = c.image.clone().unwrap_or_default();
+    if *last_event != m {
+        *last_event = m.to_string();
+        event(
+            env,
+            "Normal",
+            "Pulling",
+            Some(&c.name),
+            format!("Pulling image {image:?}"),
+        );
+        event(
+            env,
+            "Warning",
+            "Failed",
+            Some(&c.name),
+            format!("Failed to pull image {image:?}: {m}"),
+        );
+        event(
+            env,
+            "Warning",
+            "Failed",
+            Some(&c.name),
+            "Error: ErrImagePull".into(),
+        );
+    }
+    shared.lock().unwrap().state = waiting("ErrImagePull", m);
+}
+
+/// The pull's back-off after a failed pull, as the kubelet reports it: the `BackOff` Event and
+/// `Error: ImagePullBackOff` (once per error), and the waiting state `ImagePullBackOff` whose
+/// message names the image and the pull's error, as the kubelet's does since 1.30.
+fn pull_back_off(env: &PodEnv, c: &Container, shared: &Mutex<CState>, m: &str, backoff: Duration) {
+    let image = c.image.clone().unwrap_or_default();
+    let backing_off = format!("Back-off pulling image {image:?}");
+    if backoff == BACKOFF_START {
+        event(env, "Normal", "BackOff", Some(&c.name), backing_off.clone());
+        event(
+            env,
+            "Warning",
+            "Failed",
+            Some(&c.name),
+            "Error: ImagePullBackOff".into(),
+        );
+    }
+    shared.lock().unwrap().state = waiting(
+        "ImagePullBackOff",
+        &format!("{backing_off}: ErrImagePull: {m}"),
+    );
 }
 
 /// The container's process: its run script in the pod's network namespace, in mount and UTS

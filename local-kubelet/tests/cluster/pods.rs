@@ -53,12 +53,14 @@ spec:
         ),
         "3"
     );
+    // as a kubelet: the failed pull (ErrImagePull, with the Events a kubelet records), then its
+    // back-off (ImagePullBackOff, naming the image and the pull's error)
     let why = wait(Duration::from_secs(30), || {
         c.get(
             ns,
             "pod/unknown",
             "{.status.containerStatuses[0].state.waiting.reason}",
-        ) == "ErrImagePull"
+        ) == "ImagePullBackOff"
     });
     assert!(why, "unknown: {}", c.get(ns, "pod/unknown", "{.status}"));
     let msg = c.get(
@@ -66,7 +68,33 @@ spec:
         "pod/unknown",
         "{.status.containerStatuses[0].state.waiting.message}",
     );
-    assert!(msg.contains("cannot run"), "{msg}");
+    assert!(
+        msg.starts_with("Back-off pulling image \"nginx:1.27\": ErrImagePull: ")
+            && msg.contains("cannot run"),
+        "{msg}"
+    );
+    let events = c.kubectl(
+        &[
+            "-n",
+            ns,
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=unknown",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+        ],
+        None,
+    )?;
+    for said in [
+        "Pulling: Pulling image \"nginx:1.27\"",
+        "Failed: Failed to pull image \"nginx:1.27\": ",
+        "Failed: Error: ErrImagePull",
+        "BackOff: Back-off pulling image \"nginx:1.27\"",
+        "Failed: Error: ImagePullBackOff",
+    ] {
+        assert!(events.contains(said), "no {said:?} in the Events: {events}");
+    }
     assert_eq!(c.get(ns, "pod/unknown", "{.status.phase}"), "Pending");
     // kubectl logs goes through the API server to the agent
     let logs = c.kubectl(&["-n", ns, "logs", "crash"], None)?;

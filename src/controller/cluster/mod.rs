@@ -227,6 +227,7 @@ async fn write_status(
             Timestamp::now(),
         );
         kept.replica_state_map = old_map;
+        kept.members = Some(crate::plan::status::members(&cluster.name_any(), &kept));
         write_status_unchecked(cluster, &kept, ctx).await?;
         return Err(Error::Failed(failure));
     }
@@ -395,6 +396,11 @@ struct Passed {
 impl Passes {
     /// Writes the status the passes reported, when it differs from the stored one.
     async fn write(&mut self, ctx: &Context) -> Result<(), Error> {
+        // the public part follows the rest of the status (S0-12)
+        let name = self.planned.name_any();
+        if let Some(s) = self.planned.status.as_mut() {
+            s.members = Some(crate::plan::status::members(&name, s));
+        }
         let Some(status) = to_write(self.stored.status.as_ref(), self.planned.status.as_ref())
         else {
             return Ok(());

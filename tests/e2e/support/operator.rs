@@ -73,6 +73,17 @@ pub async fn start_operator_with(
     start(client, namespace, false, faults, &[]).await
 }
 
+/// The operator without leader election, with faults injected and settings of the
+/// environment overridden.
+pub async fn start_operator_with_env(
+    client: &Client,
+    namespace: &str,
+    faults: clickhouse_operator::controller::Faults,
+    env: &[(&'static str, &str)],
+) -> Operator {
+    start(client, namespace, false, faults, env).await
+}
+
 async fn start(
     client: &Client,
     namespace: &str,
