@@ -202,7 +202,7 @@ if ! mkdir -p "$DATA" || ! printf '%s\n' "$id" > "$DATA/myid"; then
 fi
 LOAD_RATE={load_rate}
 if [ "$LOAD_RATE" -gt 0 ] 2>/dev/null; then
-    bytes=$(du -sb "$DATA" 2>/dev/null | cut -f1)
+    bytes=$(du -sbc "$DATA/snapshots" "$DATA/log" 2>/dev/null | tail -n 1 | cut -f1)
     secs=$(( ${{bytes:-0}} / LOAD_RATE ))
     echo "<Information> KeeperServer: loading $bytes bytes of snapshots and logs ($secs s)" >&2
     sleep "$secs"

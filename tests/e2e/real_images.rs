@@ -399,8 +399,8 @@ async fn platform_ids_refuse_server_tags_whose_su_cannot_take_group_zero() {
 
 /// Issue 52 item 5, decision 67: a Keeper member loads its snapshot and logs before it waits
 /// for a quorum and before it opens any port, so `startup_timeout` only starts after the load.
-/// The stand-in loads its state at the rate the pod's annotation gives (1 MiB/s); the member's
-/// state is grown to 80 MiB and the member restarted: it needs 80 s before its port opens,
+/// The stand-in loads its snapshots and logs at the rate the pod's annotation gives (1 MiB/s);
+/// a 72 MiB snapshot is added and the member restarted: it needs 72 s before its port opens,
 /// more than the 60 s budget earlier versions gave (it was killed and reloaded for ever). The
 /// default budget now grows with the volume (60 s + 60 s per GiB: 120 s for 1Gi): the member
 /// loads, opens its port and is Ready without a restart, and serves the rows written before.
@@ -420,7 +420,7 @@ async fn a_keeper_member_whose_state_loads_longer_than_a_minute_starts_without_a
     std::fs::create_dir_all(&snapshots).unwrap();
     std::fs::write(
         snapshots.join("snapshot_large.bin.zstd"),
-        vec![0x5au8; 80 << 20],
+        vec![0x5au8; 72 << 20],
     )
     .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

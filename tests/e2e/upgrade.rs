@@ -456,6 +456,32 @@ async fn a_crash_looping_keeper_ensemble_of_an_earlier_version_heals_after_the_u
     .await;
     println!("c1-keeper-0 restarted {crashed} times on the earlier template");
     let op = start_operator(&client, &ns, false).await;
+    // the status still says what the stopped operator last wrote: wait for the member itself
+    let healed = std::time::Instant::now();
+    wait_for(
+        Duration::from_secs(240),
+        "c1-keeper-0 Ready on the fixed template",
+        || {
+            let (pods, sts) = (pods.clone(), sts.clone());
+            async move {
+                let t = sts.get("c1-keeper").await.ok()?.spec.template.spec?;
+                let fixed = t.containers[0].command.as_ref()
+                    == Some(&clickhouse_operator::model::keeper::keeper_command());
+                let p = pods.get("c1-keeper-0").await.ok()?;
+                let ready = p
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                (fixed && ready).then_some(())
+            }
+        },
+    )
+    .await;
+    println!(
+        "c1-keeper-0 Ready on the fixed template {:?} after the upgrade",
+        healed.elapsed()
+    );
     wait_status(&client, &ns, "c1", READY, "ready after the upgrade", |s| {
         s.state == clickhouse_operator::api::ClusterState::Ready
     })
