@@ -7,11 +7,18 @@
 //!   `$DATA_DIR/coordination{,/log,/snapshots}` or exits 1 ("Couldn't create necessary
 //!   directory: …"), checks each is a readable and writable folder ("Necessary directory '…'
 //!   isn't accessible by user with id '…'"), `cd "$DATA_DIR"`, then runs Keeper.
-//! - `clickhouse/clickhouse-server` (`docker/server/entrypoint.sh`, 24.x–26.x, non-root path):
-//!   creates the folders the configuration names, copies `users.xml` to `/tmp`, and unless
-//!   `CLICKHOUSE_SKIP_USER_SETUP=1` is honoured (25.1 and newer) writes
-//!   `users.d/default-user.xml` when `CLICKHOUSE_USER`/`CLICKHOUSE_PASSWORD`/
-//!   `CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT` ask for it; then runs the server.
+//! - `clickhouse/clickhouse-server` (`docker/server/entrypoint.sh`, 24.x–26.x): started as root
+//!   (the image has no `USER`) it takes the `clickhouse` user (101:101), creates the folders the
+//!   configuration names and gives them to that user (`chown -R` where the owner differs);
+//!   started as another user it runs `clickhouse su "$(id -u):$(id -g)" mkdir -p` for each
+//!   folder. Then it copies `users.xml` to `/tmp`, and unless `CLICKHOUSE_SKIP_USER_SETUP=1` is
+//!   honoured (25.1 and newer) writes `users.d/default-user.xml` when `CLICKHOUSE_USER`/
+//!   `CLICKHOUSE_PASSWORD`/`CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT` ask for it; then runs the
+//!   server through `clickhouse su "$USER:$GROUP"`. `clickhouse su` is emulated
+//!   ([`CLICKHOUSE_SU`]) as `programs/su/su.cpp` behaves, with the group-0 bug of the images
+//!   built before ClickHouse #71626 ([`crate::images::su_takes_numeric_group`]).
+//! - `clickhouse/clickhouse-keeper` started as root: the same switch to 101:101 (`su-exec`),
+//!   after giving it its folders.
 //! - `-distroless` tags run `clickhouse docker-init` instead (no shell in the image): the same
 //!   steps, but a folder it cannot create is only logged.
 
@@ -33,6 +40,10 @@ fn ensure_dirs(dirs: &str, check_access: bool, log_only: bool) -> String {
         "for dir in {dirs}\ndo\n    [ -z \"$dir\" ] && continue\n    \
          if ! mkdir -p \"$dir\"; then\n        echo \"Couldn't create necessary directory: $dir\"{fail}\n    fi\n"
     );
+    s.push_str(
+        "    if [ \"${DO_CHOWN:-0}\" = 1 ] && { [ \"$(stat -c %u \"$dir\")\" != \"$USER\" ] || [ \"$(stat -c %g \"$dir\")\" != \"$GROUP\" ]; }; then\n        \
+         chown -R \"$USER:$GROUP\" \"$dir\"\n    fi\n",
+    );
     if check_access {
         s.push_str(&format!(
             "    if [ \"$USER\" != 0 ] && ! test -d \"$dir\" -a -w \"$dir\" -a -r \"$dir\"; then\n        \
@@ -43,11 +54,72 @@ fn ensure_dirs(dirs: &str, check_access: bool, log_only: bool) -> String {
     s
 }
 
+/// `clickhouse su USER:GROUP COMMAND…` as `programs/su/su.cpp` does it, as a shell function
+/// (`exec`s the command): the group first, then the user; a number that is 0 or not a number
+/// is looked up by name (`getgrnam_r`/`getpwnam_r`), and with `SU_BY_ID=1` (the fix of
+/// ClickHouse #71626) by id when no such name exists; a name not found is "Group 0 is not
+/// found in the system" (exit 36, `BAD_ARGUMENTS`). Dropping to id 0 when not 0 is refused;
+/// `setgid`/`setuid` to another id than its own fails when not root (EPERM, exit 1000 & 255).
+pub const CLICKHOUSE_SU: &str = r#"clickhouse_su() {
+    local spec="$1"; shift
+    local u="${spec%%:*}" g="" gid uid entry
+    [[ "$spec" == *:* ]] && g="${spec#*:}"
+    if [ -n "$g" ]; then
+        gid="$g"
+        if ! [[ "$g" =~ ^[0-9]+$ ]] || [ "$g" = 0 ]; then
+            gid=""; entry="$(getent group -- "$g" 2>/dev/null | head -n 1)" || entry=""
+            [ "${entry%%:*}" = "$g" ] && gid="$(cut -d: -f3 <<< "$entry")"
+            if [ -z "$gid" ] && [ "$SU_BY_ID" = 1 ] && [[ "$g" =~ ^[0-9]+$ ]] && getent group -- "$g" >/dev/null 2>&1; then
+                gid="$g"
+            fi
+            if [ -z "$gid" ]; then
+                echo "Code: 36. DB::Exception: Group $g is not found in the system. (BAD_ARGUMENTS)" >&2
+                exit 36
+            fi
+        fi
+        if [ "$gid" = 0 ] && [ "$(id -g)" != 0 ]; then
+            echo "Code: 36. DB::Exception: Group has id 0, but dropping privileges to gid 0 does not make sense. (BAD_ARGUMENTS)" >&2
+            exit 36
+        fi
+        if [ "$(id -u)" != 0 ] && [ "$gid" != "$(id -g)" ]; then
+            echo "Code: 1000. DB::ErrnoException: Cannot do 'setgid' to user ($g), errno: 1, strerror: Operation not permitted. (SYSTEM_ERROR)" >&2
+            exit 232
+        fi
+    fi
+    uid="$u"
+    if ! [[ "$u" =~ ^[0-9]+$ ]] || [ "$u" = 0 ]; then
+        uid=""; entry="$(getent passwd -- "$u" 2>/dev/null | head -n 1)" || entry=""
+        [ "${entry%%:*}" = "$u" ] && uid="$(cut -d: -f3 <<< "$entry")"
+        if [ -z "$uid" ] && [ "$SU_BY_ID" = 1 ] && [[ "$u" =~ ^[0-9]+$ ]] && getent passwd -- "$u" >/dev/null 2>&1; then
+            uid="$u"
+        fi
+        if [ -z "$uid" ]; then
+            echo "Code: 36. DB::Exception: User $u is not found in the system. (BAD_ARGUMENTS)" >&2
+            exit 36
+        fi
+    fi
+    if [ "$uid" = 0 ] && [ "$(id -u)" != 0 ]; then
+        echo "Code: 36. DB::Exception: User has id 0, but dropping privileges to uid 0 does not make sense. (BAD_ARGUMENTS)" >&2
+        exit 36
+    fi
+    if [ "$(id -u)" = 0 ]; then
+        exec setpriv --regid="${gid:-$(id -g)}" --reuid="$uid" --keep-groups -- "$@"
+    fi
+    if [ "$uid" != "$(id -u)" ]; then
+        echo "Code: 1000. DB::ErrnoException: Cannot do 'setuid' to user ($u), errno: 1, strerror: Operation not permitted. (SYSTEM_ERROR)" >&2
+        exit 232
+    fi
+    exec "$@"
+}
+"#;
+
 /// The Keeper image's `/entrypoint.sh` (or, `distroless`, its `docker-init --keeper`).
 pub fn keeper_entrypoint(distroless: bool) -> String {
     let mut s = String::from(
         "#!/bin/bash\n# clickhouse/clickhouse-keeper's entrypoint, emulated by local-kubelet\n\
-         set -eo pipefail\nshopt -s nullglob\n\nUSER=\"$(id -u)\"\nGROUP=\"$(id -g)\"\n\
+         set -eo pipefail\nshopt -s nullglob\n\n\
+         if [ \"$(id -u)\" = 0 ]; then\n    USER=101\n    GROUP=101\n    gosu=\"setpriv --regid=101 --reuid=101 --keep-groups --\"\n    DO_CHOWN=1\n\
+         else\n    USER=\"$(id -u)\"\n    GROUP=\"$(id -g)\"\n    gosu=\"\"\n    DO_CHOWN=0\nfi\n\
          KEEPER_CONFIG=\"${KEEPER_CONFIG:-/etc/clickhouse-keeper/keeper_config.xml}\"\n\n\
          if [ -f \"$KEEPER_CONFIG\" ] && ! test -f \"$KEEPER_CONFIG\" -a -r \"$KEEPER_CONFIG\"; then\n    \
          echo \"Configuration file '$KEEPER_CONFIG' isn't readable by user with id '$USER'\"\n    exit 1\nfi\n\n\
@@ -58,6 +130,10 @@ pub fn keeper_entrypoint(distroless: bool) -> String {
          COORDINATION_SNAPSHOT_DIR=\"${DATA_DIR}/coordination/snapshots\"\n\
          CLICKHOUSE_WATCHDOG_ENABLE=${CLICKHOUSE_WATCHDOG_ENABLE:-0}\n\n",
     );
+    if distroless {
+        // docker-init: no change of user (the image's user is 101)
+        s = s.replacen("if [ \"$(id -u)\" = 0 ]; then", "if false; then", 1);
+    }
     s.push_str(&ensure_dirs(
         "\"$DATA_DIR\" \"$LOG_DIR\" \"${TMP_DIR:-}\" \"$COORDINATION_DIR\" \"$COORDINATION_LOG_DIR\" \"$COORDINATION_SNAPSHOT_DIR\"",
         true,
@@ -65,17 +141,28 @@ pub fn keeper_entrypoint(distroless: bool) -> String {
     ));
     s.push_str(&format!(
         "\nif [[ $# -lt 1 ]] || [[ \"$1\" == \"--\"* ]]; then\n    export CLICKHOUSE_WATCHDOG_ENABLE\n    \
-         cd \"${{DATA_DIR}}\"{}\n    exec {KEEPER_PROGRAM} --config-file=\"$KEEPER_CONFIG\" \"$@\"\nfi\n\nexec \"$@\"\n",
+         cd \"${{DATA_DIR}}\"{}\n    exec $gosu {KEEPER_PROGRAM} --config-file=\"$KEEPER_CONFIG\" \"$@\"\nfi\n\nexec $gosu \"$@\"\n",
         if distroless { " 2>/dev/null || true" } else { "" }
     ));
     s
 }
 
+/// A Keeper pod's annotation: how fast (bytes per second) the stand-in loads its state at start
+/// ([`keeper_program`]). Unset, it loads at once.
+pub const KEEPER_LOAD_RATE_ANNOTATION: &str =
+    "local-kubelet.clickhouse.com/keeper-load-bytes-per-second";
+
 /// The emulated `clickhouse-keeper --config-file=…`: takes the member's id from `server_id`
 /// now (a literal, or `from_env` read from this process's environment), refuses what Keeper
-/// refuses, writes ZooKeeper's `myid` and `zoo.cfg` into Keeper's state folder, starts the gate
-/// on the client port and execs ZooKeeper on the loopback port behind it.
-pub fn keeper_program(kc: &KeeperConfig, java: &[String]) -> String {
+/// refuses, writes ZooKeeper's `myid` and `zoo.cfg` into Keeper's state folder, loads its
+/// state, then starts the gate on the client port and execs ZooKeeper on the loopback port
+/// behind it.
+///
+/// Loading: Keeper reads its latest snapshot and its logs (`KeeperServer::startup`) before it
+/// waits for a quorum (`startup_timeout`, counted from then) and before it opens any port. The
+/// stand-in takes the bytes of its state folder (snapshots, logs and ZooKeeper's own data)
+/// divided by `load_rate` (bytes per second) seconds, every port closed; with no rate, none.
+pub fn keeper_program(kc: &KeeperConfig, java: &[String], load_rate: Option<u64>) -> String {
     let data = keeper::state_dir(kc);
     let ids: Vec<String> = kc.servers.iter().map(|(id, _, _)| id.to_string()).collect();
     let port = kc.tcp_port.unwrap_or(9181);
@@ -113,6 +200,14 @@ if ! mkdir -p "$DATA" || ! printf '%s\n' "$id" > "$DATA/myid"; then
     echo "<Error> Application: cannot write Keeper's state in $DATA" >&2
     exit 1
 fi
+LOAD_RATE={load_rate}
+if [ "$LOAD_RATE" -gt 0 ] 2>/dev/null; then
+    bytes=$(du -sbc "$DATA/snapshots" "$DATA/log" 2>/dev/null | tail -n 1 | cut -f1)
+    secs=$(( ${{bytes:-0}} / LOAD_RATE ))
+    echo "<Information> KeeperServer: loading $bytes bytes of snapshots and logs ($secs s)" >&2
+    sleep "$secs"
+    echo "<Information> KeeperServer: loaded" >&2
+fi
 rm -f "$DATA"/zoo.cfg "$DATA"/zoo.cfg.*
 cp {conf}/zoo.cfg "$DATA/zoo.cfg"
 {agent} keeper-gate --port {port} --upstream 127.0.0.1:{internal} --startup-timeout-ms {timeout} &
@@ -125,6 +220,7 @@ exec {java} "$DATA/zoo.cfg"
         conf = ZK_CONF,
         agent = AGENT_IN_CONTAINER,
         java = java.join(" "),
+        load_rate = load_rate.unwrap_or(0),
     )
 }
 
@@ -202,16 +298,47 @@ pub fn server_dirs(files: &[String]) -> Vec<String> {
 }
 
 /// The server image's `/entrypoint.sh` (or, `distroless`, its `docker-init`). `skip_honoured`:
-/// the image knows `CLICKHOUSE_SKIP_USER_SETUP` (25.1 and newer).
-pub fn server_entrypoint(dirs: &[String], skip_honoured: bool, distroless: bool) -> String {
+/// the image knows `CLICKHOUSE_SKIP_USER_SETUP` (25.1 and newer); `su_by_id`: its `clickhouse
+/// su` takes a numeric group that has no name ([`crate::images::su_takes_numeric_group`]).
+pub fn server_entrypoint(
+    dirs: &[String],
+    skip_honoured: bool,
+    distroless: bool,
+    su_by_id: bool,
+) -> String {
     let quoted: Vec<String> = dirs.iter().map(|d| shell_quote(d)).collect();
     let mut s = String::from(
         "#!/bin/bash\n# clickhouse/clickhouse-server's entrypoint, emulated by local-kubelet\n\
-         set -eo pipefail\nshopt -s nullglob\n\nUSER=\"$(id -u)\"\nGROUP=\"$(id -g)\"\n\
-         CLICKHOUSE_CONFIG=\"${CLICKHOUSE_CONFIG:-/etc/clickhouse-server/config.xml}\"\n\
+         set -eo pipefail\nshopt -s nullglob\n\n",
+    );
+    s.push_str(&format!("SU_BY_ID={}\n", u8::from(su_by_id)));
+    s.push_str(CLICKHOUSE_SU);
+    if distroless {
+        // docker-init: no `su`, the folders as the image's user (101)
+        s.push_str("USER=\"$(id -u)\"\nGROUP=\"$(id -g)\"\nDO_CHOWN=0\nsu_cmd=\"\"\n");
+    } else {
+        s.push_str(
+            "if [ \"$(id -u)\" = 0 ]; then\n    USER=101\n    GROUP=101\n    DO_CHOWN=1\nelse\n    \
+             USER=\"$(id -u)\"\n    GROUP=\"$(id -g)\"\n    DO_CHOWN=0\nfi\n\
+             su_cmd=\"clickhouse_su $USER:$GROUP\"\n",
+        );
+    }
+    s.push_str(
+        "CLICKHOUSE_CONFIG=\"${CLICKHOUSE_CONFIG:-/etc/clickhouse-server/config.xml}\"\n\
          # the folders of the configuration (read when the container was created)\n",
     );
-    s.push_str(&ensure_dirs(&quoted.join(" \\\n  "), false, distroless));
+    let fail = if distroless { "" } else { "; exit 1" };
+    s.push_str(&format!(
+        "for dir in {}\ndo\n    [ -z \"$dir\" ] && continue\n    \
+         if [ \"$DO_CHOWN\" = 1 ] || [ -z \"$su_cmd\" ]; then\n        \
+         mkdir -p \"$dir\" || {{ echo \"Couldn't create necessary directory: $dir\"{fail}; }}\n    \
+         else\n        \
+         ( $su_cmd mkdir -p \"$dir\" ) || {{ echo \"Couldn't create necessary directory: $dir\"{fail}; }}\n    \
+         fi\n    \
+         if [ \"$DO_CHOWN\" = 1 ] && {{ [ \"$(stat -c %u \"$dir\")\" != \"$USER\" ] || [ \"$(stat -c %g \"$dir\")\" != \"$GROUP\" ]; }}; then\n        \
+         chown -R \"$USER:$GROUP\" \"$dir\"\n    fi\ndone\n",
+        quoted.join(" \\\n  ")
+    ));
     s.push_str(&format!(
         r#"
 CLICKHOUSE_USER="${{CLICKHOUSE_USER:-default}}"
@@ -246,10 +373,10 @@ fi
 if [[ $# -lt 1 ]] || [[ "$1" == "--"* ]]; then
     CLICKHOUSE_WATCHDOG_ENABLE=${{CLICKHOUSE_WATCHDOG_ENABLE:-0}}
     export CLICKHOUSE_WATCHDOG_ENABLE
-    exec /usr/sbin/clickhouse-server --config-file="$CLICKHOUSE_CONFIG" "$@"
+    ${{su_cmd:-exec}} /usr/sbin/clickhouse-server --config-file="$CLICKHOUSE_CONFIG" "$@"
 fi
 
-exec "$@"
+${{su_cmd:-exec}} "$@"
 "#,
         skip = if skip_honoured { 1 } else { 0 },
     ));
@@ -353,7 +480,7 @@ mod tests {
             </keeper_server></clickhouse>"#,
         )
         .unwrap();
-        let prog = keeper_program(&kc, &["echo".into(), "java".into()]);
+        let prog = keeper_program(&kc, &["echo".into(), "java".into()], None);
         let (code, out) = sh(&prog, &[], &[]);
         assert_eq!(code, 1);
         assert!(
@@ -390,8 +517,8 @@ mod tests {
                 "/var/lib/clickhouse-disks/d1/",
             ]
         );
-        let old = server_entrypoint(&[], false, false);
-        let new = server_entrypoint(&[], true, false);
+        let old = server_entrypoint(&[], false, false, true);
+        let new = server_entrypoint(&[], true, false, true);
         assert!(old.contains("if [ 0 = 1 ] && [ \"${CLICKHOUSE_SKIP_USER_SETUP:-0}\" = 1 ]"));
         assert!(new.contains("if [ 1 = 1 ] && [ \"${CLICKHOUSE_SKIP_USER_SETUP:-0}\" = 1 ]"));
         assert!(new.contains("cp /etc/clickhouse-server/users.xml /tmp\n"));
@@ -400,10 +527,170 @@ mod tests {
         std::fs::create_dir_all(&base).unwrap();
         std::fs::write(base.join("f"), "").unwrap();
         let blocked = base.join("f/data");
-        let ep = server_entrypoint(&[blocked.display().to_string()], true, false);
+        let ep = server_entrypoint(&[blocked.display().to_string()], true, false, true);
         let (code, out) = sh(&ep, &[], &["true"]);
         assert_eq!(code, 1);
         assert!(out.contains("Couldn't create necessary directory"), "{out}");
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// `script` run by bash as `uid:gid` (no supplementary groups): (exit code, output).
+    fn sh_as(uid: u32, gid: u32, script: &str, args: &[&str]) -> (i32, String) {
+        let dir = std::env::temp_dir().join(format!(
+            "lk-su-{}-{uid}-{}",
+            std::process::id(),
+            script.len()
+        ));
+        let _ = std::fs::create_dir_all(&dir);
+        let f = dir.join("ep.sh");
+        std::fs::write(&f, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let out = Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={gid}"),
+                "--clear-groups",
+                "--",
+                "bash",
+            ])
+            .arg(&f)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (
+            out.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: getuid has no preconditions
+        unsafe { libc::getuid() == 0 }
+    }
+
+    /// Issue 52 item 2: `clickhouse su` as `programs/su/su.cpp` behaves. OpenShift's ids (a uid
+    /// of the namespace's range, group 0): before ClickHouse #71626 the numeric group 0 is
+    /// looked up by name and `su` exits 36 with "Group 0 is not found in the system"; with the
+    /// fix it runs the command. The images' own ids and a switch by root work on both; a
+    /// non-root process cannot change to another uid. Needs root (as the agent).
+    #[test]
+    fn clickhouse_su_fails_on_group_zero_before_the_fix() {
+        assert!(is_root(), "run as root, as the node agent runs");
+        let su = |by_id: bool, cmd: &str| {
+            format!("SU_BY_ID={}\n{CLICKHOUSE_SU}{cmd}\n", u8::from(by_id))
+        };
+        let (code, out) = sh_as(
+            1_000_650_000,
+            0,
+            &su(false, "clickhouse_su 1000650000:0 echo ran"),
+            &[],
+        );
+        assert_eq!(code, 36, "{out}");
+        assert!(
+            out.contains("DB::Exception: Group 0 is not found in the system"),
+            "{out}"
+        );
+        let (code, out) = sh_as(
+            1_000_650_000,
+            0,
+            &su(true, "clickhouse_su 1000650000:0 echo ran"),
+            &[],
+        );
+        assert_eq!((code, out.trim()), (0, "ran"));
+        for by_id in [false, true] {
+            let (code, out) = sh_as(101, 101, &su(by_id, "clickhouse_su 101:101 echo ran"), &[]);
+            assert_eq!((code, out.trim()), (0, "ran"), "{by_id}");
+            let (code, out) = sh_as(101, 101, &su(by_id, "clickhouse_su 102:101 echo ran"), &[]);
+            assert_eq!(code, 232, "{out}");
+            assert!(out.contains("Cannot do 'setuid' to user (102)"), "{out}");
+            let (code, out) = sh_as(0, 0, &su(by_id, "clickhouse_su 101:101 id -u"), &[]);
+            assert_eq!((code, out.trim()), (0, "101"), "{by_id}");
+        }
+    }
+
+    /// Issue 52 items 1 and 2: the server image's entrypoint as the real one runs it. Started
+    /// as root (the image has no `USER`), it gives its folders to 101:101 and runs the server
+    /// as 101; started with OpenShift's ids on a tag before the `su` fix, its first `clickhouse
+    /// su` fails and the container exits; with the fix it runs.
+    #[test]
+    fn server_entrypoint_runs_su_with_the_pods_ids() {
+        assert!(is_root(), "run as root, as the node agent runs");
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = std::env::temp_dir().join(format!("lk-sesu-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let data = base.join("data");
+        let dirs = [data.display().to_string()];
+        // as root: the folder given to 101, the command run as 101 (no users.xml here: the
+        // copy fails after the folders, so the command runs from a script of its own)
+        let ep = server_entrypoint(&dirs, true, false, false)
+            .replace("cp /etc/clickhouse-server/users.xml /tmp", ":");
+        let (code, out) = sh_as(0, 0, &ep, &["id", "-u"]);
+        assert_eq!((code, out.trim()), (0, "101"), "{out}");
+        let meta = std::fs::metadata(&data).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (101, 101));
+        std::fs::remove_dir_all(&data).unwrap();
+        // OpenShift's ids, before the fix: exits at the first folder
+        let (code, out) = sh_as(1_000_650_000, 0, &ep, &["id", "-u"]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("Group 0 is not found in the system"), "{out}");
+        assert!(out.contains("Couldn't create necessary directory"), "{out}");
+        assert!(!data.exists());
+        // with the fix: the folder made as that uid, the command run as it
+        let ep = server_entrypoint(&dirs, true, false, true)
+            .replace("cp /etc/clickhouse-server/users.xml /tmp", ":");
+        let (code, out) = sh_as(1_000_650_000, 0, &ep, &["id", "-u"]);
+        assert_eq!((code, out.trim()), (0, "1000650000"), "{out}");
+        assert_eq!(std::fs::metadata(&data).unwrap().uid(), 1_000_650_000);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// Issue 52 item 5: the stand-in loads its state before it opens any port: the bytes of
+    /// its state folder at the pod's rate, then the gate (whose `startup_timeout` counts from
+    /// there).
+    #[test]
+    fn keeper_program_loads_its_state_before_the_gate() {
+        let kc = KeeperConfig {
+            server_id: Some("1".into()),
+            ..KeeperConfig::default()
+        };
+        let prog = keeper_program(&kc, &["true".into()], Some(1_000_000));
+        let load = prog.find("sleep \"$secs\"").unwrap();
+        let gate = prog.find("keeper-gate").unwrap();
+        assert!(load < gate);
+        assert!(prog.contains("LOAD_RATE=1000000\n"));
+        assert!(keeper_program(&kc, &["true".into()], None).contains("LOAD_RATE=0\n"));
+        // run with a state of 2 MB at 1 MB/s: about 2 s before the gate would start
+        let base = std::env::temp_dir().join(format!("lk-load-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("snapshots")).unwrap();
+        std::fs::write(base.join("snapshots/snapshot_1.bin"), vec![7u8; 2_000_000]).unwrap();
+        let kc = KeeperConfig {
+            server_id: Some("1".into()),
+            storage_path: Some(base.display().to_string()),
+            ..KeeperConfig::default()
+        };
+        let prog = keeper_program(&kc, &["true".into()], Some(1_000_000))
+            .replace("keeper-gate", "true")
+            .replace(&format!("cp {ZK_CONF}/zoo.cfg"), "true");
+        let started = std::time::Instant::now();
+        let (code, out) = sh(&prog, &[], &[]);
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("loading 2"), "{out}");
+        assert!(
+            started.elapsed() >= std::time::Duration::from_secs(2),
+            "{out}"
+        );
         let _ = std::fs::remove_dir_all(&base);
     }
 }

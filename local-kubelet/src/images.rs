@@ -2,8 +2,8 @@
 //!
 //! | image repository name        | program                                                       |
 //! |------------------------------|---------------------------------------------------------------|
-//! | `*clickhouse-server*`        | the emulated image entrypoint, then Debian's `clickhouse-server` (18.16) as `clickhouse` |
-//! | `*clickhouse-keeper*`        | the command, or the emulated image entrypoint: ZooKeeper 3.8 (`QuorumPeerMain`) behind Keeper's client port, zoo.cfg translated from the Keeper XML, as `zookeeper` |
+//! | `*clickhouse-server*`        | the emulated image entrypoint, then Debian's `clickhouse-server` (18.16), started as the image's user (root; `-distroless`: 101) |
+//! | `*clickhouse-keeper*`        | the command, or the emulated image entrypoint: ZooKeeper 3.8 (`QuorumPeerMain`) behind Keeper's client port, zoo.cfg translated from the Keeper XML, started as the image's user (root; `-distroless`: 101) |
 //! | `*clickhouse-operator*`      | the locally built operator binary with the container's args    |
 //! | `busybox`, `debian`, `ubuntu`, `alpine`, `bash` | the container's command and args, run with this machine's programs |
 //! | anything else                | not started: `ErrImagePull`, then `ImagePullBackOff`          |
@@ -57,6 +57,38 @@ pub fn tag(image: &str) -> String {
 /// A `-distroless` tag (ClickHouse 26.x): no shell, no `/entrypoint.sh`.
 pub fn is_distroless(image: &str) -> bool {
     tag(image).ends_with("-distroless")
+}
+
+/// The `User` of the image's config, as the real images declare it: none (root) for the
+/// ClickHouse server and Keeper images, whose entrypoints start as root and change to the
+/// `clickhouse` user (101) themselves, `101:101` for their `-distroless` tags; none for the
+/// shell images.
+pub fn image_user(kind: Kind, image: &str) -> &'static str {
+    match kind {
+        Kind::ClickHouseServer | Kind::Keeper if is_distroless(image) => "101:101",
+        _ => "",
+    }
+}
+
+/// Whether the image's `clickhouse su` accepts a numeric group that has no name, as OpenShift
+/// gives (`GROUP=0` when the uid has no passwd entry): ClickHouse #71626 (November 2024), in
+/// 24.11 and newer and backported to 24.3.14 and 24.8.7. Before it `su` looked a numeric gid of
+/// 0 up by name and exited with "Group 0 is not found in the system". The floating tags `24.3`
+/// and `24.8` are newer patch releases; an unknown version (`latest`, a digest) is the newest.
+/// Images before 24.1 were not checked: emulated without the bug.
+pub fn su_takes_numeric_group(image: &str) -> bool {
+    let t = tag(image);
+    let core = t.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<u32> = core.split('.').map_while(|p| p.parse().ok()).collect();
+    match parts.as_slice() {
+        [] => true,
+        [major, ..] if *major != 24 => true,
+        [24, minor, ..] if *minor >= 11 => true,
+        [24, 3] | [24, 8] => true,
+        [24, 3, patch, ..] => *patch >= 14,
+        [24, 8, patch, ..] => *patch >= 7,
+        _ => false,
+    }
 }
 
 /// `major.minor` of the tag (`24.8`, `25.3.2.1-alpine` → (25, 3)); `None` for `latest`, `head`
@@ -180,6 +212,47 @@ mod tests {
         );
         assert!(runnable("clickhouse/clickhouse-keeper:26.1-distroless", "sh").is_err());
         assert!(runnable("clickhouse/clickhouse-keeper:26.1", "/bin/bash").is_ok());
+    }
+
+    /// Issue 52 items 1 and 2: the images' own user (root but for `-distroless`) and which tags'
+    /// `clickhouse su` takes OpenShift's group 0.
+    #[test]
+    fn image_users_and_su_fix() {
+        let server = "clickhouse/clickhouse-server:24.8";
+        assert_eq!(image_user(Kind::ClickHouseServer, server), "");
+        assert_eq!(
+            image_user(Kind::Keeper, "clickhouse/clickhouse-keeper:24.8-alpine"),
+            ""
+        );
+        assert_eq!(
+            image_user(
+                Kind::ClickHouseServer,
+                "clickhouse/clickhouse-server:26.1-distroless"
+            ),
+            "101:101"
+        );
+        for (tag, fixed) in [
+            ("24.8", true),
+            ("24.3", true),
+            ("24.8.6.70", false),
+            ("24.8.7.41", true),
+            ("24.3.13.40-alpine", false),
+            ("24.3.14.35", true),
+            ("24.2", false),
+            ("24.7.3.42", false),
+            ("24.10", false),
+            ("24.11", true),
+            ("25.3", true),
+            ("23.8", true),
+            ("18.16.1", true),
+            ("latest", true),
+        ] {
+            assert_eq!(
+                su_takes_numeric_group(&format!("clickhouse/clickhouse-server:{tag}")),
+                fixed,
+                "{tag}"
+            );
+        }
     }
 
     #[test]

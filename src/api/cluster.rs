@@ -13,8 +13,20 @@ pub const DEFAULT_SERVER_IMAGE: &str = "clickhouse/clickhouse-server:24.8";
 /// Image used for ClickHouse Keeper when the spec names none.
 pub const DEFAULT_KEEPER_IMAGE: &str = "clickhouse/clickhouse-keeper:24.8";
 
-/// Default `spec.keeper.pod.startupSeconds`: the budget of a Keeper member's startup probe.
+/// The base of a Keeper member's startup budget (`spec.keeper.pod.startupSeconds` unset): the
+/// process starting and waiting for its quorum up to the operator's `startup_timeout` (half of
+/// it); [`KeeperSpec::startup_seconds`] adds the time to load its state.
 pub const DEFAULT_KEEPER_STARTUP_SECONDS: i32 = 60;
+
+/// Seconds of a Keeper member's default startup budget per GiB of its volume (decision 67):
+/// Keeper reads its latest snapshot and its logs before it waits for a quorum and before it
+/// opens any port, so a member's start grows with its state, which its volume bounds. 60 s a
+/// GiB is about 17 MiB/s, well below what a Keeper reads and applies on a small node.
+pub const KEEPER_LOAD_SECONDS_PER_GIB: i32 = 60;
+
+/// The period of the startup probe with the default budget (seconds): a budget of minutes needs
+/// no check every 2 s, and the period tells the default budget from one `startupSeconds` sets.
+pub const KEEPER_DEFAULT_STARTUP_PERIOD: i32 = 5;
 
 /// Environment variables of the server container that the operator sets or that the server
 /// image's entrypoint acts on: it writes `users.d/default-user.xml` for the user variables
@@ -190,7 +202,11 @@ pub struct PodSecurity {
     /// `Fixed` (the default): uid, gid and fsGroup 101, the images' `clickhouse` user.
     /// `Platform`: left unset for the platform to assign, as OpenShift's `restricted-v2`
     /// security context constraint does (it refuses a fixed uid outside the namespace's
-    /// range); the images run under any uid (see docs/running-on-real-clusters.md).
+    /// range); the images run under any uid (see docs/running-on-real-clusters.md). The
+    /// images declare no user, so where no admission assigns a uid (EKS, GKE, AKS, kind, k3s)
+    /// the kubelet refuses the pods and the status says `error` until the pod templates set
+    /// `runAsUser`, `runAsGroup` and `fsGroup`; server tags 24.x before 24.3.14, 24.8.7 and
+    /// 24.11 are refused (their `clickhouse su` fails on OpenShift's group 0).
     #[serde(default)]
     pub ids: PodIds,
     /// Keep the three capabilities ClickHouse uses in the server container: `IPC_LOCK`
@@ -293,6 +309,22 @@ pub struct KeeperSpec {
     /// reference from any other namespace is refused. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_namespaces: Vec<String>,
+}
+
+impl KeeperSpec {
+    /// The budget of a member's startup probe: `spec.keeper.pod.startupSeconds`, else
+    /// [`DEFAULT_KEEPER_STARTUP_SECONDS`] plus [`KEEPER_LOAD_SECONDS_PER_GIB`] for each GiB
+    /// (rounded up) of `spec.keeper.storage.size` (1Gi: 120 s, 10Gi: 660 s).
+    pub fn startup_seconds(&self) -> i32 {
+        if let Some(s) = self.pod.startup_seconds {
+            return s;
+        }
+        const GIB: u128 = 1 << 30;
+        let gib = crate::util::quantity::parse_bytes(&self.storage.size)
+            .map_or(1, |b| b.div_ceil(GIB).max(1))
+            .min(1000) as i32;
+        DEFAULT_KEEPER_STARTUP_SECONDS + KEEPER_LOAD_SECONDS_PER_GIB * gib
+    }
 }
 
 /// An existing Keeper ensemble (`spec.keeper.external`).
@@ -524,9 +556,11 @@ pub struct PodSettings {
     /// Extra labels of the pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Seconds the main container may take to start (a server loading its tables) before it is
-    /// restarted; after that, 60 s without an answer restart it. Default 120 for servers, 60
-    /// for Keeper.
+    /// Seconds the main container may take to start (a server loading its tables, a Keeper
+    /// member loading its snapshot and logs) before it is restarted; after that, 60 s without an
+    /// answer restart it. Default 120 for servers; for Keeper 60 plus 60 for each GiB of
+    /// `spec.keeper.storage.size` (1Gi: 120), and Keeper's `startup_timeout` is then 30 s
+    /// (half of `startupSeconds` when it is set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_seconds: Option<i32>,
     /// A pod template (`metadata.labels`/`annotations`, `spec`) merged over the generated one:

@@ -225,6 +225,9 @@ fn check_images(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             ),
         );
     }
+    if let Some(why) = su_refuses_group_zero(spec) {
+        errors.add("spec.image", why);
+    }
     if spec.troubleshoot && is_distroless(&spec.image) {
         errors.add(
             "spec.troubleshoot",
@@ -234,6 +237,56 @@ fn check_images(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
             ),
         );
     }
+}
+
+/// Decision 66: with `spec.podSecurity.ids: Platform` on OpenShift the server runs as a uid of
+/// the namespace's range whose primary group is 0, and the image's entrypoint runs
+/// `clickhouse su "$(id -u):$(id -g)"` for every folder and for the server. Before ClickHouse
+/// #71626 (November 2024) `clickhouse su` looks a numeric group of 0 up by name and exits with
+/// "Group 0 is not found in the system": every server crash-loops. Fixed in 24.11 and newer
+/// and in the patch releases 24.3.14 and 24.8.7 (the floating tags `24.3` and `24.8` are newer
+/// ones); not in any 24.7, 24.9 or 24.10 release. Images before 24.1 (outside the 24.x–26.x the
+/// pods are made for) were not checked and are not refused. Refused under Platform unless `spec.pod.template` sets a `runAsGroup` other
+/// than 0 (the server container's or the pod's), which the entrypoint then passes to `su`
+/// instead. An unknown version (`latest`, a digest, no tag) is taken as the newest.
+fn su_refuses_group_zero(spec: &ClickHouseClusterSpec) -> Option<String> {
+    if spec.pod_security.ids != super::PodIds::Platform || is_distroless(&spec.image) {
+        return None;
+    }
+    let group = |v: &serde_json::Value| v["securityContext"]["runAsGroup"].as_i64();
+    let template = spec.pod.template.as_ref();
+    let container_group = template
+        .and_then(|t| t["spec"]["containers"].as_array())
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "clickhouse"))
+        .and_then(group);
+    let pod_group = template.and_then(|t| group(&t["spec"]));
+    if container_group.or(pod_group).is_some_and(|g| g != 0) {
+        return None;
+    }
+    let no_digest = spec.image.split('@').next().unwrap_or_default();
+    let last = no_digest.rsplit('/').next().unwrap_or_default();
+    let tag = last.split_once(':').map(|(_, t)| t).unwrap_or_default();
+    let core = tag.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<u32> = core.split('.').map_while(|p| p.parse().ok()).collect();
+    let fixed = match parts.as_slice() {
+        [] => true,
+        [major, ..] if *major != 24 => true,
+        [24, minor, ..] if *minor >= 11 => true,
+        [24, 3] | [24, 8] => true,
+        [24, 3, patch, ..] => *patch >= 14,
+        [24, 8, patch, ..] => *patch >= 7,
+        _ => false,
+    };
+    (!fixed).then(|| {
+        format!(
+            "{:?} with spec.podSecurity.ids: Platform: where the platform starts the server with \
+             group 0 (OpenShift), this image's entrypoint exits at its first `clickhouse su` \
+             (\"Group 0 is not found in the system\", fixed in November 2024): use 24.3.14, \
+             24.8.7 or a later patch release of these, 24.11 or newer, or set a runAsGroup other \
+             than 0 in spec.pod.template",
+            spec.image
+        )
+    })
 }
 
 /// Is `image` a `-distroless` tag (no shell, no `/entrypoint.sh`)?
@@ -251,11 +304,7 @@ fn check_keeper_start(spec: &ClickHouseClusterSpec, errors: &mut Errors) {
     let Some(value) = spec.keeper.settings.get("startup_timeout") else {
         return;
     };
-    let budget = spec
-        .keeper
-        .pod
-        .startup_seconds
-        .unwrap_or(super::DEFAULT_KEEPER_STARTUP_SECONDS);
+    let budget = spec.keeper.startup_seconds();
     match value.trim().parse::<i64>() {
         Ok(ms) if ms > 0 && ms < i64::from(budget) * 1000 => {}
         Ok(_) | Err(_) => errors.add(

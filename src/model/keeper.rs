@@ -253,15 +253,7 @@ fn keeper_container(c: &Cluster<'_>) -> Container {
             failure_threshold: Some(3),
             ..Probe::default()
         }),
-        startup_probe: Some(Probe {
-            tcp_socket: Some(TCPSocketAction {
-                port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
-                ..TCPSocketAction::default()
-            }),
-            period_seconds: Some(2),
-            failure_threshold: Some(pod.startup_failure_threshold(KEEPER_STARTUP_SECONDS)),
-            ..Probe::default()
-        }),
+        startup_probe: Some(startup_probe(k)),
         liveness_probe: Some(Probe {
             tcp_socket: Some(TCPSocketAction {
                 port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
@@ -274,6 +266,31 @@ fn keeper_container(c: &Cluster<'_>) -> Container {
         security_context: Some(container_security(&[])),
         termination_message_policy: Some(super::LOG_ON_ERROR.into()),
         ..Container::default()
+    }
+}
+
+/// The startup probe: the client port within [`crate::api::KeeperSpec::startup_seconds`],
+/// checked every 2 s for a budget `startupSeconds` sets, else every
+/// [`crate::api::KEEPER_DEFAULT_STARTUP_PERIOD`] s.
+pub fn startup_probe(k: &crate::api::KeeperSpec) -> Probe {
+    let budget = k.startup_seconds();
+    let period = if k.pod.startup_seconds.is_some() {
+        2
+    } else {
+        crate::api::KEEPER_DEFAULT_STARTUP_PERIOD
+    };
+    Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::Int(names::KEEPER_CLIENT_PORT),
+            ..TCPSocketAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(if period == 2 {
+            k.pod.startup_failure_threshold(KEEPER_STARTUP_SECONDS)
+        } else {
+            (budget + period - 1) / period
+        }),
+        ..Probe::default()
     }
 }
 

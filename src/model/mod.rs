@@ -521,6 +521,27 @@ pub fn with_deferred_log_policy(
 const EARLIER_KEEPER_COMMAND: &str =
     "export KEEPER_SERVER_ID=$(( ${HOSTNAME##*-} + 1 )); exec /entrypoint.sh";
 
+/// The startup probe's checks (2 s apart) with the default budget of operator versions before
+/// the budget grew with the volume.
+const EARLIER_KEEPER_STARTUP_CHECKS: i32 = 30;
+
+/// A Keeper startup probe of a default budget: earlier versions' (30 checks 2 s apart) or this
+/// version's ([`crate::api::KEEPER_DEFAULT_STARTUP_PERIOD`]).
+fn is_default_startup_probe(p: &serde_json::Value) -> bool {
+    let period = &p["periodSeconds"];
+    *period == serde_json::json!(crate::api::KEEPER_DEFAULT_STARTUP_PERIOD)
+        || (*period == serde_json::json!(2)
+            && p["failureThreshold"] == serde_json::json!(EARLIER_KEEPER_STARTUP_CHECKS))
+}
+
+/// Whether the Keeper container of `desired` (a pod template) has launch fixes that the
+/// observed template lacks and [`with_deferred_keeper_launch`] holds back: the command, the
+/// data directory, the default startup budget (decision 67: such fixes reach a crash-looping
+/// member at once).
+pub fn keeper_launch_held_back(desired: &serde_json::Value, observed: &serde_json::Value) -> bool {
+    with_deferred_keeper_launch(desired.clone(), Some(observed)) != *desired
+}
+
 /// `template` with the Keeper container's command and its [`keeper::DATA_DIR_ENV`] variable
 /// as `kept` (the observed template) has them; `None` gives the command earlier versions
 /// wrote and no such variable (the form template hashes are taken over). Like
@@ -547,7 +568,7 @@ pub fn with_deferred_keeper_launch(
     else {
         return template;
     };
-    let (command, data_dir) = match observed {
+    let (command, data_dir) = match &observed {
         // a container the observed template does not have yet takes both
         Some(None) => return template,
         Some(Some(o)) => {
@@ -569,6 +590,30 @@ pub fn with_deferred_keeper_launch(
         Some(command) => c.insert("command".into(), command),
         None => c.remove("command"),
     };
+    // the default startup budget that grows with the volume (decision 67; its probe checks
+    // every KEEPER_DEFAULT_STARTUP_PERIOD s): a member keeps the default probe it was written
+    // with, and the hash form is the one of earlier versions, 30 checks 2 s apart
+    let desired_probe = c.get("startupProbe").cloned().unwrap_or_default();
+    let default_budget = desired_probe["periodSeconds"]
+        == serde_json::json!(crate::api::KEEPER_DEFAULT_STARTUP_PERIOD);
+    if default_budget {
+        let earlier = || {
+            let mut p = desired_probe.clone();
+            p["periodSeconds"] = serde_json::json!(2);
+            p["failureThreshold"] = serde_json::json!(EARLIER_KEEPER_STARTUP_CHECKS);
+            p
+        };
+        let probe = match &observed {
+            None => Some(earlier()),
+            Some(Some(o)) if is_default_startup_probe(&o["startupProbe"]) => {
+                Some(o["startupProbe"].clone())
+            }
+            _ => None,
+        };
+        if let Some(p) = probe {
+            c.insert("startupProbe".into(), p);
+        }
+    }
     if !data_dir && let Some(env) = c.get_mut("env").and_then(|e| e.as_array_mut()) {
         env.retain(|v| v["name"] != keeper::DATA_DIR_ENV);
         if env.is_empty() {

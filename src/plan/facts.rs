@@ -270,6 +270,29 @@ pub struct KeeperMember {
     pub failing: Option<String>,
     /// Its node stopped reporting ([`node_lost`]): down, and nothing is done to it.
     pub node_lost: bool,
+    /// Not Ready and its container keeps exiting or being killed: waiting in
+    /// `CrashLoopBackOff`, or restarted [`CRASH_LOOP_RESTARTS`] times or more.
+    pub crash_looping: bool,
+}
+
+/// Restarts of a container that is not Ready that count as a crash loop.
+pub const CRASH_LOOP_RESTARTS: i32 = 2;
+
+/// Is pod `p` not Ready with a container that keeps exiting ([`KeeperMember::crash_looping`])?
+pub fn crash_looping(p: &Pod) -> bool {
+    if pod_ready(p) || p.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    p.status
+        .iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .any(|c| {
+            c.restart_count >= CRASH_LOOP_RESTARTS
+                || c.state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        })
 }
 
 /// What one Keeper member says the ensemble is (decision 25).
@@ -466,6 +489,7 @@ impl Facts {
                             role: obs.keeper_roles.get(&pod).copied().unwrap_or_default(),
                             failing: pod_failing(p, now, obs).or_else(|| node_lost(p)),
                             node_lost: node_lost(p).is_some(),
+                            crash_looping: crash_looping(p),
                             pod,
                         };
                         Some((i, member))

@@ -204,6 +204,273 @@ async fn pods_run_under_the_ids_the_platform_assigns() {
     finish(&client, &ns, op).await;
 }
 
+/// The waiting reason and message of a pod's first container, if it waits.
+async fn waiting(client: &Client, ns: &str, pod: &str) -> Option<(String, String)> {
+    let p = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(pod)
+        .await
+        .ok()?;
+    let w = p
+        .status?
+        .container_statuses?
+        .into_iter()
+        .next()?
+        .state?
+        .waiting?;
+    Some((w.reason?, w.message.unwrap_or_default()))
+}
+
+/// Issue 52 item 1, decision 65: `podSecurity.ids: Platform` on a cluster whose admission
+/// assigns no uid (EKS, GKE, kind, k3s; here the node agent, which refuses `runAsNonRoot`
+/// for the server and Keeper images as a kubelet does: they declare no `USER`, so they would
+/// start as root). The pods cannot start; the status says `error` with a condition that names
+/// the refused pods and what to do, instead of waiting for ever. Setting `ids: Fixed` heals
+/// it: every pod starts and the cluster is `ready`.
+#[tokio::test]
+async fn platform_ids_where_no_admission_assigns_them_are_an_error_that_says_what_to_do() {
+    use clickhouse_operator::api::ClusterState;
+    let Scenario { client, ns, op } = Scenario::start("noids").await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 1, "storage": {"size": "1Gi"},
+               "podSecurity": {"ids": "Platform"}, "keeper": {"replicas": 1}}),
+    )
+    .await;
+    let refused = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(120),
+        "the refusal of the pods reported",
+        |s| {
+            s.state == ClusterState::Error
+                && s.message.as_deref().is_some_and(|m| {
+                    m.starts_with(
+                        "spec.podSecurity.ids: Platform, but the platform assigned no uid",
+                    )
+                })
+        },
+    )
+    .await;
+    let s = refused.status.unwrap();
+    let message = s.message.unwrap();
+    println!("{message}");
+    assert!(message.contains("c1-keeper-0"), "{message}");
+    assert!(
+        message.contains("set spec.podSecurity.ids: Fixed, or runAsUser, runAsGroup and fsGroup"),
+        "{message}"
+    );
+    assert!(
+        s.conditions
+            .iter()
+            .any(|c| c.status == "False" && c.reason == "InvalidSpec"),
+        "{:?}",
+        s.conditions
+    );
+    let (reason, kubelet) = waiting(&client, &ns, "c1-keeper-0").await.unwrap();
+    assert_eq!(reason, "CreateContainerConfigError");
+    assert!(
+        kubelet.starts_with("container has runAsNonRoot and image will run as root"),
+        "{kubelet}"
+    );
+    patch_spec(&client, &ns, "c1", json!({"podSecurity": {"ids": "Fixed"}})).await;
+    let c = wait_ready(&client, &ns, "c1", 2).await;
+    let replicas = replica_names(&c);
+    write_thousand_rows(&client, &ns, &replicas).await;
+    assert_thousand_rows(&client, &ns, &replicas, "with Fixed ids").await;
+    finish(&client, &ns, op).await;
+}
+
+/// Issue 52 item 2, decision 66. First the node agent as a kubelet with the real image: a
+/// server pod of `clickhouse-server:24.2` run with OpenShift's ids (a uid of the namespace's
+/// range, group 0) exits at its entrypoint's first `clickhouse su`, "Group 0 is not found in
+/// the system", as the images built before ClickHouse #71626 do; `24.8` (a floating tag of a
+/// fixed release) starts under the same ids. Then the operator: such a tag under
+/// `podSecurity.ids: Platform` with those ids is refused by validation, the status naming the
+/// versions that work, and nothing is created.
+#[tokio::test]
+async fn platform_ids_refuse_server_tags_whose_su_cannot_take_group_zero() {
+    use clickhouse_operator::api::ClusterState;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    const UID: i64 = 1_000_650_000;
+    let Scenario { client, ns, op } = Scenario::start("sugid").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for tag in ["24.2", "24.8"] {
+        let name = format!("server-{}", tag.replace('.', "-"));
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "securityContext": {"runAsUser": UID, "runAsGroup": 0, "fsGroup": UID,
+                                    "runAsNonRoot": true},
+                "containers": [{"name": "clickhouse",
+                                "image": format!("clickhouse/clickhouse-server:{tag}"),
+                                "securityContext": {"readOnlyRootFilesystem": true},
+                                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/clickhouse"},
+                                                 {"name": "tmp", "mountPath": "/tmp"},
+                                                 {"name": "logs", "mountPath": "/var/log/clickhouse-server"}]}],
+                "volumes": [{"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}},
+                            {"name": "logs", "emptyDir": {}}]}
+        }))
+        .unwrap();
+        pods.create(&Default::default(), &pod).await.unwrap();
+    }
+    let exited = wait_for(Duration::from_secs(90), "the 24.2 server exits", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("server-24-2").await.ok()?;
+            let cs = p.status?.container_statuses?.into_iter().next()?;
+            let t = cs
+                .last_state
+                .and_then(|s| s.terminated)
+                .or(cs.state?.terminated)?;
+            Some(t)
+        }
+    })
+    .await;
+    let log_dir = pod_log_dir();
+    let log = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.starts_with(&format!("{ns}_server-24-2_"))
+        })
+        .map(|e| std::fs::read_to_string(e.path().join("clickhouse.log")).unwrap_or_default())
+        .collect::<String>();
+    println!("24.2 exited with {}: {log}", exited.exit_code);
+    assert_ne!(exited.exit_code, 0);
+    assert!(
+        log.contains("DB::Exception: Group 0 is not found in the system"),
+        "{log}"
+    );
+    wait_for(Duration::from_secs(90), "the 24.8 server Ready", || {
+        let pods = pods.clone();
+        async move { pods.get("server-24-8").await.ok().filter(is_ready) }
+    })
+    .await;
+    for name in ["server-24-2", "server-24-8"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+
+    let assigned = json!({"spec": {"securityContext": {
+        "runAsUser": UID, "runAsGroup": 0, "fsGroup": UID}}});
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 1, "replicas": 1, "storage": {"size": "1Gi"},
+               "image": "clickhouse/clickhouse-server:24.2",
+               "podSecurity": {"ids": "Platform"},
+               "pod": {"template": assigned},
+               "keeper": {"replicas": 1, "pod": {"template": assigned}}}),
+    )
+    .await;
+    let refused = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(60),
+        "the image refused",
+        |s| s.state == ClusterState::Error,
+    )
+    .await;
+    let s = refused.status.unwrap();
+    let message = s.message.unwrap_or_default();
+    println!("{message}");
+    assert!(message.contains("spec.image"), "{message}");
+    assert!(
+        message.contains("Group 0 is not found in the system"),
+        "{message}"
+    );
+    assert!(message.contains("24.3.14, 24.8.7"), "{message}");
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        sts.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "nothing is created"
+    );
+    finish(&client, &ns, op).await;
+}
+
+/// Issue 52 item 5, decision 67: a Keeper member loads its snapshot and logs before it waits
+/// for a quorum and before it opens any port, so `startup_timeout` only starts after the load.
+/// The stand-in loads its snapshots and logs at the rate the pod's annotation gives (1 MiB/s);
+/// a 72 MiB snapshot is added and the member restarted: it needs 72 s before its port opens,
+/// more than the 60 s budget earlier versions gave (it was killed and reloaded for ever). The
+/// default budget now grows with the volume (60 s + 60 s per GiB: 120 s for 1Gi): the member
+/// loads, opens its port and is Ready without a restart, and serves the rows written before.
+#[tokio::test]
+async fn a_keeper_member_whose_state_loads_longer_than_a_minute_starts_without_a_restart() {
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "kload",
+        json!({"shards": 1, "replicas": 1, "storage": {"size": "1Gi"},
+               "keeper": {"replicas": 1, "pod": {"annotations": {
+                   "local-kubelet.clickhouse.com/keeper-load-bytes-per-second": "1048576"}}}}),
+    )
+    .await;
+    let replicas = replica_names(&c);
+    write_thousand_rows(&client, &ns, &replicas).await;
+    let volume = volume_path(&client, &ns, "data-c1-keeper-0").await;
+    let snapshots = volume.join("coordination/snapshots");
+    std::fs::create_dir_all(&snapshots).unwrap();
+    std::fs::write(
+        snapshots.join("snapshot_large.bin.zstd"),
+        vec![0x5au8; 72 << 20],
+    )
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let old_uid = pods.get("c1-keeper-0").await.unwrap().uid().unwrap();
+    pods.delete("c1-keeper-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (uid, _, started) = wait_for(
+        Duration::from_secs(120),
+        "c1-keeper-0 back and running",
+        || {
+            let (client, ns, old_uid) = (client.clone(), ns.clone(), old_uid.clone());
+            async move {
+                main_container(&client, &ns, "c1-keeper-0")
+                    .await
+                    .filter(|(uid, _, _)| *uid != old_uid)
+            }
+        },
+    )
+    .await;
+    let since = Instant::now();
+    let ready = wait_for(Duration::from_secs(180), "c1-keeper-0 Ready", || {
+        let (pods, client, ns) = (pods.clone(), client.clone(), ns.clone());
+        let (uid, started) = (uid.clone(), started.clone());
+        async move {
+            let (now_uid, restarts, now_started) =
+                main_container(&client, &ns, "c1-keeper-0").await?;
+            assert_eq!(
+                (now_uid.as_str(), restarts, now_started.as_str()),
+                (uid.as_str(), 0, started.as_str()),
+                "the member was restarted while it loaded"
+            );
+            pods.get("c1-keeper-0").await.ok().filter(is_ready)?;
+            Some(since.elapsed())
+        }
+    })
+    .await;
+    println!("c1-keeper-0 Ready {ready:?} after its start, no restart");
+    assert!(
+        ready > Duration::from_secs(60),
+        "the load took longer than the earlier budget: {ready:?}"
+    );
+    wait_status(&client, &ns, "c1", READY, "ready again", |s| {
+        s.state == clickhouse_operator::api::ClusterState::Ready
+    })
+    .await;
+    assert_thousand_rows(&client, &ns, &replicas, "after Keeper's long load").await;
+    finish(&client, &ns, op).await;
+}
+
 /// What `hack/image.sh` built: (image reference, manifest digest, version).
 fn built_image() -> (String, String, String) {
     let env = repo_path("target/image/image.env");

@@ -396,3 +396,111 @@ async fn automatic_upgrades_write_the_new_image_once_and_roll_it_out() {
     assert_eq!(bad.spec.image, "clickhouse/clickhouse-server:25.3");
     finish(&client, &ns, op).await;
 }
+
+/// Issue 52 item 6, decision 67: an ensemble whose template an earlier version wrote (the
+/// Keeper command without the host-name fix, no `CLICKHOUSE_DATA_DIR`, the 60 s startup
+/// budget) crash-loops on CRI-O (the suite's image volumes): the entrypoint cannot create
+/// `/var/lib/clickhouse/coordination` in the read-only root. An operator upgrade restarts no
+/// running pod (invariant 9), so these fixes are held back from running members; a member
+/// that crash-loops gets them: the new operator writes the ensemble's template and replaces
+/// the member, which starts, and the cluster is `ready` with its rows.
+#[tokio::test]
+async fn a_crash_looping_keeper_ensemble_of_an_earlier_version_heals_after_the_upgrade() {
+    use k8s_openapi::api::core::v1::Pod;
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "kheal",
+        json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let replicas = replica_names(&c);
+    write_thousand_rows(&client, &ns, &replicas).await;
+    drop(op);
+    // the template as the earlier version wrote it, written as the operator writes
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let keeper = sts.get("c1-keeper").await.unwrap();
+    let template = serde_json::to_value(&keeper.spec.template).unwrap();
+    let earlier = clickhouse_operator::model::with_deferred_keeper_launch(template, None);
+    assert!(
+        earlier["spec"]["containers"][0]["command"][2]
+            .as_str()
+            .unwrap()
+            .contains("${HOSTNAME##*-}")
+    );
+    sts.patch(
+        "c1-keeper",
+        &PatchParams {
+            field_manager: Some(clickhouse_operator::model::diff::FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(json!({"spec": {"template": {"spec": {
+            "containers": earlier["spec"]["containers"]}}}})),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.delete("c1-keeper-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let crashed = wait_for(
+        Duration::from_secs(120),
+        "c1-keeper-0 crash-looping on the earlier template",
+        || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get("c1-keeper-0").await.ok()?;
+                let cs = p.status?.container_statuses?.into_iter().next()?;
+                (cs.restart_count >= 2).then_some(cs.restart_count)
+            }
+        },
+    )
+    .await;
+    println!("c1-keeper-0 restarted {crashed} times on the earlier template");
+    let op = start_operator(&client, &ns, false).await;
+    // the status still says what the stopped operator last wrote: wait for the member itself
+    let healed = std::time::Instant::now();
+    wait_for(
+        Duration::from_secs(240),
+        "c1-keeper-0 Ready on the fixed template",
+        || {
+            let (pods, sts) = (pods.clone(), sts.clone());
+            async move {
+                let t = sts.get("c1-keeper").await.ok()?.spec.template.spec?;
+                let fixed = t.containers[0].command.as_ref()
+                    == Some(&clickhouse_operator::model::keeper::keeper_command());
+                let p = pods.get("c1-keeper-0").await.ok()?;
+                let ready = p
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                (fixed && ready).then_some(())
+            }
+        },
+    )
+    .await;
+    println!(
+        "c1-keeper-0 Ready on the fixed template {:?} after the upgrade",
+        healed.elapsed()
+    );
+    wait_status(&client, &ns, "c1", READY, "ready after the upgrade", |s| {
+        s.state == clickhouse_operator::api::ClusterState::Ready
+    })
+    .await;
+    let keeper = sts.get("c1-keeper").await.unwrap();
+    let c = &keeper.spec.template.spec.unwrap().containers[0];
+    assert_eq!(
+        c.command.as_ref().unwrap(),
+        &clickhouse_operator::model::keeper::keeper_command()
+    );
+    assert!(
+        c.env
+            .iter()
+            .flatten()
+            .any(|e| e.name == clickhouse_operator::model::keeper::DATA_DIR_ENV)
+    );
+    let p = pods.get("c1-keeper-0").await.unwrap();
+    let cs = &p.status.unwrap().container_statuses.unwrap()[0];
+    assert_eq!(cs.restart_count, 0, "a new pod on the fixed template");
+    assert_thousand_rows(&client, &ns, &replicas, "after Keeper healed").await;
+    finish(&client, &ns, op).await;
+}

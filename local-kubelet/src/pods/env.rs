@@ -7,8 +7,8 @@ use super::PodEnv;
 use crate::util;
 
 /// The uid, gid and home folder the container runs as: its security context's, else the pod's,
-/// else `default_user`'s (root where this machine has no such user).
-pub(super) fn run_as(pod: &Pod, c: &Container, default_user: &str) -> (u32, u32, String) {
+/// else the image's `User` (`image_user`, as in an image config: `uid[:gid]`; empty is root).
+pub(super) fn run_as(pod: &Pod, c: &Container, image_user: &str) -> (u32, u32, String) {
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let csc = c.security_context.as_ref();
     let uid = csc
@@ -22,9 +22,61 @@ pub(super) fn run_as(pod: &Pod, c: &Container, default_user: &str) -> (u32, u32,
             Some((_, g, h)) => (u as u32, g, h),
             None => (u as u32, u as u32, "/".into()),
         },
-        None => util::lookup_user(default_user).unwrap_or((0, 0, "/root".into())),
+        None => match numeric_user(image_user) {
+            Some((0, g)) => (0, g.unwrap_or(0), "/root".into()),
+            Some((u, g)) => (u, g.unwrap_or(u), "/".into()),
+            None => util::lookup_user(image_user).unwrap_or((0, 0, "/root".into())),
+        },
     };
     (u, gid.map(|g| g as u32).unwrap_or(g), home)
+}
+
+/// An image config's `User` as numbers: `""` is root, `"101:101"` (101, Some(101)); `None` for
+/// a name.
+fn numeric_user(spec: &str) -> Option<(u32, Option<u32>)> {
+    if spec.is_empty() {
+        return Some((0, None));
+    }
+    let (u, g) = match spec.split_once(':') {
+        Some((u, g)) => (u, g.parse().ok()),
+        None => (spec, None),
+    };
+    Some((u.parse().ok()?, g))
+}
+
+/// The kubelet's check of `runAsNonRoot` (`verifyRunAsNonRoot`) before it creates a container:
+/// with `runAsNonRoot`, a `runAsUser` of 0 breaks it; without a `runAsUser` the image's `User`
+/// decides: none or 0 runs as root, a name cannot be verified; both are refused with the
+/// kubelet's words. `pod` is the kubelet's `name_namespace(uid)`.
+pub(crate) fn verify_run_as_non_root(
+    non_root: bool,
+    run_as_user: Option<i64>,
+    image_user: &str,
+    pod: &str,
+    container: &str,
+) -> Result<(), String> {
+    if !non_root {
+        return Ok(());
+    }
+    if let Some(u) = run_as_user {
+        return if u == 0 {
+            Err(format!(
+                "container's runAsUser breaks non-root policy (pod: \"{pod}\", container: {container})"
+            ))
+        } else {
+            Ok(())
+        };
+    }
+    let user = image_user.split(':').next().unwrap_or_default();
+    match numeric_user(image_user) {
+        Some((0, _)) => Err(format!(
+            "container has runAsNonRoot and image will run as root (pod: \"{pod}\", container: {container})"
+        )),
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: \"{pod}\", container: {container})"
+        )),
+    }
 }
 
 /// The container's environment as the kubelet gives it: the kubelet's own variables, then
@@ -153,4 +205,38 @@ pub(super) fn container_env(
         out.push((e.name.clone(), v));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 52 item 1: the kubelet refuses `runAsNonRoot` for an image whose config has no
+    /// numeric non-root `User` and no `runAsUser`, which the ClickHouse server and Keeper images
+    /// (no `USER` line) are; a `runAsUser` or a numeric image user passes.
+    #[test]
+    fn run_as_non_root_is_checked_as_the_kubelet_does() {
+        let p = "c1-keeper-0_ns(uid)";
+        let e = verify_run_as_non_root(true, None, "", p, "keeper").unwrap_err();
+        assert_eq!(
+            e,
+            "container has runAsNonRoot and image will run as root (pod: \"c1-keeper-0_ns(uid)\", container: keeper)"
+        );
+        assert!(verify_run_as_non_root(true, None, "0:0", p, "k").is_err());
+        let e = verify_run_as_non_root(true, None, "clickhouse", p, "k").unwrap_err();
+        assert!(
+            e.contains("image has non-numeric user (clickhouse), cannot verify user is non-root"),
+            "{e}"
+        );
+        let e = verify_run_as_non_root(true, Some(0), "101", p, "k").unwrap_err();
+        assert!(
+            e.starts_with("container's runAsUser breaks non-root policy"),
+            "{e}"
+        );
+        assert!(verify_run_as_non_root(true, Some(101), "", p, "k").is_ok());
+        assert!(verify_run_as_non_root(true, None, "101:101", p, "k").is_ok());
+        assert!(verify_run_as_non_root(true, None, "65532", p, "k").is_ok());
+        assert!(verify_run_as_non_root(false, None, "", p, "k").is_ok());
+        assert_eq!(numeric_user("101:0"), Some((101, Some(0))));
+    }
 }

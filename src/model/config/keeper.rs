@@ -27,13 +27,15 @@ pub fn keeper_restart_part(c: &Cluster<'_>) -> String {
     keeper_element(c, 0, false).to_document()
 }
 
-/// Keeper's `startup_timeout` (ms) unless `spec.keeper.settings` names one: half the member's
-/// startup probe budget (`spec.keeper.pod.startupSeconds`, 60 s by default). Keeper opens its
-/// client port only once it has a quorum, or once this timeout has passed (180 s by default);
-/// the startup probe checks that port, so with Keeper's default a member that waits longer
-/// than the probe's budget for its peers (members started a minute apart, a member added on
-/// scale-up) would be killed and crash-loop. With half the budget the port opens in time and
-/// the readiness probe (`srvr`) keeps the member unready until it serves.
+/// Keeper's `startup_timeout` (ms) unless `spec.keeper.settings` names one: half of
+/// `spec.keeper.pod.startupSeconds` when it is set, else half of the base budget (60 s), 30 s.
+/// Keeper opens its client port only once it has a quorum, or once this timeout has passed
+/// (180 s by default) after it loaded its state; the startup probe checks that port, so with
+/// Keeper's default a member that waits longer than the probe's budget for its peers (members
+/// started a minute apart, a member added on scale-up) would be killed and crash-loop. With
+/// this timeout the port opens in time and the readiness probe (`srvr`) keeps the member unready
+/// until it serves; the default budget adds the time to load the state on top
+/// ([`crate::api::KeeperSpec::startup_seconds`], decision 67).
 pub fn startup_timeout_ms(c: &Cluster<'_>) -> i64 {
     let seconds = c
         .spec

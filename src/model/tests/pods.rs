@@ -219,6 +219,11 @@ fn pods_mount_no_token_and_an_older_template_without_the_field_is_not_rolled_for
             env.retain(|e| e["name"] != "CLICKHOUSE_DATA_DIR");
             assert!(env.is_empty(), "no other variable: {env:?}");
             m.remove("env");
+            // and its default startup budget of 60 s, 30 checks 2 s apart (decision 67)
+            m.insert(
+                "startupProbe".into(),
+                json!({"tcpSocket": {"port": 9181}, "periodSeconds": 2, "failureThreshold": 30}),
+            );
         }
         older["metadata"]["annotations"][labels::TEMPLATE_HASH] =
             serde_json::Value::String(hash::json_hash(&older["spec"]["template"]));

@@ -272,3 +272,70 @@ fn an_environment_secret_with_a_reserved_key_is_refused_with_its_name() {
         assert!(err.contains(key) && err.contains(secret_name), "{err}");
     }
 }
+
+/// Issue 52 item 5, decision 67: with `startupSeconds` unset the Keeper startup budget is 60 s
+/// plus 60 s per GiB of the volume (checked every 5 s) and `startup_timeout` stays 30 s, so a
+/// member that loads its state for longer than the 30 s left by the earlier 60 s budget still
+/// opens its port in time; a `startupSeconds` the user sets is taken as before. An ensemble
+/// written with the earlier default keeps it (no restart on an operator upgrade, invariant 9),
+/// a budget the user sets rolls the members, and the earlier default is what the template hash
+/// counts.
+#[test]
+fn keepers_default_startup_budget_grows_with_its_volume() {
+    use crate::model::changes::pod_template_changed;
+    for (size, budget) in [("1Gi", 120), ("100Mi", 120), ("1500Mi", 180), ("10Gi", 660)] {
+        let c = cluster(json!({"keeper": {"replicas": 3, "storage": {"size": size}}}));
+        let d = build(&c, &inputs(replicas(1, 1)));
+        let probe = keeper_container(&d).startup_probe.unwrap();
+        assert_eq!(probe.period_seconds, Some(5), "{size}");
+        assert_eq!(
+            probe.period_seconds.unwrap() * probe.failure_threshold.unwrap(),
+            budget,
+            "{size}"
+        );
+        assert_eq!(
+            keeper_setting(&d, STARTUP_TIMEOUT).as_deref(),
+            Some("30000")
+        );
+    }
+    let set = cluster(
+        json!({"keeper": {"replicas": 3, "storage": {"size": "10Gi"},
+                                        "pod": {"startupSeconds": 90}}}),
+    );
+    let d = build(&set, &inputs(replicas(1, 1)));
+    let probe = keeper_container(&d).startup_probe.unwrap();
+    assert_eq!(
+        (probe.period_seconds, probe.failure_threshold),
+        (Some(2), Some(45))
+    );
+    assert_eq!(
+        keeper_setting(&d, STARTUP_TIMEOUT).as_deref(),
+        Some("45000")
+    );
+    // an ensemble of the earlier default: kept; a budget set: rolled
+    let now = build(
+        &cluster(json!({"keeper": {"replicas": 3}})),
+        &inputs(replicas(1, 1)),
+    );
+    let desired = serde_json::to_value(&now.keeper.as_ref().unwrap().statefulset).unwrap();
+    let mut earlier = desired.clone();
+    earlier["spec"]["template"]["spec"]["containers"][0]["startupProbe"] =
+        json!({"tcpSocket": {"port": 9181}, "periodSeconds": 2, "failureThreshold": 30});
+    assert!(!pod_template_changed(&earlier, &desired));
+    let rolled = serde_json::to_value(&d.keeper.as_ref().unwrap().statefulset).unwrap();
+    assert!(pod_template_changed(&earlier, &rolled));
+    let hash_form =
+        crate::model::with_deferred_keeper_launch(desired["spec"]["template"].clone(), None);
+    assert_eq!(
+        hash_form["spec"]["containers"][0]["startupProbe"],
+        earlier["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    );
+    assert!(crate::model::keeper_launch_held_back(
+        &desired["spec"]["template"],
+        &earlier["spec"]["template"]
+    ));
+    assert!(!crate::model::keeper_launch_held_back(
+        &desired["spec"]["template"],
+        &desired["spec"]["template"]
+    ));
+}

@@ -149,10 +149,57 @@ pub fn plan(pass: &mut Pass) {
     // a template that needs no restart is left as it is: the roll would restart the members
     // for a field a newer operator adds (invariant 9)
     let name = names::keeper(&pass.input.name);
+    // a StatefulSet made again (its claim templates changed, or deleted by hand) over running
+    // members: the launch fields held back are the members' own (invariant 9)
+    if pass.input.facts.keeper.statefulset.is_none()
+        && let Some(running) = (0..pass
+            .input
+            .facts
+            .keeper
+            .size
+            .max(pass.input.spec.keeper.replicas))
+            .filter_map(|i| pass.input.obs.pods.get(&format!("{name}-{i}")))
+            .find_map(|p| p.spec.as_ref())
+    {
+        let kept = serde_json::json!({"spec": json_of(running)});
+        let template = statefulset["spec"]["template"].take();
+        statefulset["spec"]["template"] =
+            crate::model::with_deferred_keeper_launch(template, Some(&kept));
+    }
+    // decision 67: launch fixes held back from a running ensemble (invariant 9) go to one whose
+    // member crash-loops on a template without them
+    let crash_looping: Vec<String> = pass
+        .input
+        .facts
+        .keeper
+        .members
+        .values()
+        .filter(|m| m.crash_looping && !m.node_lost)
+        .map(|m| m.pod.clone())
+        .collect();
     let template_current = match &pass.input.facts.keeper.statefulset {
         Some(observed) if super::template_covers(observed, &statefulset) => {
-            statefulset = super::with_template_of(&statefulset, observed);
-            true
+            let held_back = crate::model::keeper_launch_held_back(
+                &statefulset["spec"]["template"],
+                &observed["spec"]["template"],
+            );
+            if held_back && !crash_looping.is_empty() {
+                pass.event(
+                    "UpdateTemplate",
+                    "RepairKeeper",
+                    format!(
+                        "Keeper member {} crash-loops on a pod template without this version's \
+                         start fixes (command, data directory, startup budget): the ensemble \
+                         gets them, the crash-looping members are replaced and the others \
+                         follow one at a time",
+                        crash_looping.join(", ")
+                    ),
+                );
+                false
+            } else {
+                statefulset = super::with_template_of(&statefulset, observed);
+                true
+            }
         }
         _ => false,
     };

@@ -10,6 +10,7 @@ mod cleanup;
 mod configuration;
 mod credentials;
 mod keeper;
+mod pod_security;
 mod replica_map;
 mod report;
 mod rollout;
@@ -169,6 +170,7 @@ pub fn plan_pass(cluster: &ClickHouseCluster, obs: &Observed, now: Timestamp) ->
         return early.finish_halted();
     };
     let mut pass = early.with(&built);
+    pass.run(Phase::Keeper, pod_security::plan);
     pass.run(Phase::Keeper, keeper::plan);
     pass.run(Phase::ReplicaMap, replica_map::plan);
     pass.run(Phase::Configuration, configuration::plan);

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::PodEnv;
-use super::env::{container_env, run_as};
+use super::env::{container_env, run_as, verify_run_as_non_root};
 use crate::images::{self, Kind};
 use crate::keeper;
 use crate::oci;
@@ -132,10 +132,11 @@ fn stored_image(env: &PodEnv, image: &str) -> std::result::Result<Option<Stored>
     })
 }
 
-/// Who the container runs as: its security context's user, else the pod's, else the stored
-/// image's `User` (whose `Env` goes under the kubelet's variables in `cenv`) or the image's
-/// own user; `runAsNonRoot` refuses root, but for the operator's image, which runs as the
-/// distroless `nonroot` user.
+/// Who the container runs as: its security context's user, else the pod's, else the image's
+/// `User` (a stored image's config, whose `Env` goes under the kubelet's variables in `cenv`,
+/// or what the emulated image declares, [`images::image_user`]: root for the ClickHouse
+/// images). `runAsNonRoot` is checked as the kubelet does ([`verify_run_as_non_root`]), but for
+/// the operator's image run from this machine, which runs as the distroless `nonroot` user.
 fn user(
     env: &PodEnv,
     pod: &Pod,
@@ -144,12 +145,22 @@ fn user(
     stored: Option<&Stored>,
     cenv: &mut Vec<(String, String)>,
 ) -> std::result::Result<User, PrepErr> {
-    let default_user = match kind {
-        Kind::ClickHouseServer => "clickhouse",
-        Kind::Keeper => "zookeeper",
-        _ => "root",
+    let image = c.image.as_deref().unwrap_or_default();
+    let image_user = match stored {
+        Some((img, _)) => img.config.user.clone(),
+        None => images::image_user(kind, image).to_string(),
     };
-    let (mut uid, mut gid, mut home) = run_as(pod, c, default_user);
+    let (mut uid, mut gid, mut home) = run_as(pod, c, &image_user);
+    let sc = |f: fn(&k8s_openapi::api::core::v1::SecurityContext) -> Option<i64>,
+              p: fn(&k8s_openapi::api::core::v1::PodSecurityContext) -> Option<i64>| {
+        c.security_context.as_ref().and_then(f).or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.security_context.as_ref())
+                .and_then(p)
+        })
+    };
+    let run_as_user = sc(|s| s.run_as_user, |s| s.run_as_user);
     if let Some((img, rootfs)) = stored {
         // the image's Env under the kubelet's variables and the pod's (the image's PATH over
         // the default one), its User unless the pod sets one
@@ -157,17 +168,7 @@ fn user(
             cenv.insert(1 + i, kv.clone());
         }
         let (iu, ig, ih) = oci::user(rootfs, &img.config.user).map_err(PrepErr::Config)?;
-        let sc =
-            |f: fn(&k8s_openapi::api::core::v1::SecurityContext) -> Option<i64>,
-             p: fn(&k8s_openapi::api::core::v1::PodSecurityContext) -> Option<i64>| {
-                c.security_context.as_ref().and_then(f).or_else(|| {
-                    pod.spec
-                        .as_ref()
-                        .and_then(|s| s.security_context.as_ref())
-                        .and_then(p)
-                })
-            };
-        if sc(|s| s.run_as_user, |s| s.run_as_user).is_none() {
+        if run_as_user.is_none() {
             (uid, home) = (iu, ih);
             gid = sc(|s| s.run_as_group, |s| s.run_as_group).map_or(ig, |g| g as u32);
         }
@@ -179,22 +180,13 @@ fn user(
         .and_then(|s| s.run_as_non_root)
         .or_else(|| psc0.and_then(|s| s.run_as_non_root))
         .unwrap_or(false);
-    let explicit_user = c
-        .security_context
-        .as_ref()
-        .and_then(|s| s.run_as_user)
-        .or_else(|| psc0.and_then(|s| s.run_as_user))
-        .is_some();
-    if non_root && uid == 0 {
-        if kind == Kind::Operator && !explicit_user && stored.is_none() {
-            // the operator's image runs as the distroless `nonroot` user
-            (uid, gid, home) = (65532, 65532, "/".to_string());
-        } else {
-            return Err(PrepErr::Config(format!(
-                "container has runAsNonRoot and image will run as root (pod: \"{}_{}({})\", container: {})",
-                env.name, env.ns, env.uid, c.name
-            )));
-        }
+    if non_root && uid == 0 && kind == Kind::Operator && run_as_user.is_none() && stored.is_none() {
+        // the operator's image runs as the distroless `nonroot` user
+        (uid, gid, home) = (65532, 65532, "/".to_string());
+    } else {
+        let who = format!("{}_{}({})", env.name, env.ns, env.uid);
+        verify_run_as_non_root(non_root, run_as_user, &image_user, &who, &c.name)
+            .map_err(PrepErr::Config)?;
     }
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let fs_group = psc.and_then(|s| s.fs_group).map(|g| g as u32);

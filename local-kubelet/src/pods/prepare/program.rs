@@ -197,7 +197,12 @@ fn server(p: &Prep, mounts: &mut Mounts) -> std::result::Result<Program, PrepErr
     let ep = p.cdir.join("entrypoint.sh");
     std::fs::write(
         &ep,
-        crate::entrypoint::server_entrypoint(&dirs, skip, p.distroless),
+        crate::entrypoint::server_entrypoint(
+            &dirs,
+            skip,
+            p.distroless,
+            images::su_takes_numeric_group(p.image),
+        ),
     )
     .map_err(|e| PrepErr::Config(format!("writing {}: {e}", ep.display())))?;
     let _ = std::fs::set_permissions(&ep, std::os::unix::fs::PermissionsExt::from_mode(0o755));
@@ -289,7 +294,7 @@ fn zookeeper_files(
     let prog = conf.join("clickhouse-keeper");
     let _ = std::fs::write(
         &prog,
-        crate::entrypoint::keeper_program(kc, &java_command(&state)),
+        crate::entrypoint::keeper_program(kc, &java_command(&state), load_rate(p.pod)),
     );
     let ep = conf.join("entrypoint.sh");
     let _ = std::fs::write(&ep, crate::entrypoint::keeper_entrypoint(p.distroless));
@@ -322,6 +327,17 @@ fn zookeeper_files(
         });
     }
     Ok(())
+}
+
+/// The pod's [`crate::entrypoint::KEEPER_LOAD_RATE_ANNOTATION`], when it is a number.
+fn load_rate(pod: &Pod) -> Option<u64> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(crate::entrypoint::KEEPER_LOAD_RATE_ANNOTATION)?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The JVM's command line for ZooKeeper, its state and logs in `state`.

@@ -110,6 +110,58 @@ fn a_distroless_keeper_image_is_refused_with_the_reason() {
     assert!(fields("c1", &s).is_empty());
 }
 
+/// Issue 52 item 2, decision 66: under `podSecurity.ids: Platform` the server images whose
+/// `clickhouse su` cannot take OpenShift's group 0 (built before November 2024) are refused
+/// with the versions that can, unless the pod template sets a group other than 0; with
+/// `Fixed` (uid and gid 101) every tag is fine.
+#[test]
+fn server_tags_whose_su_refuses_group_zero_are_refused_under_platform_ids() {
+    let mut s = spec();
+    s.pod_security.ids = crate::api::PodIds::Platform;
+    for (tag, ok) in [
+        ("24.2", false),
+        ("24.8.6.70", false),
+        ("24.3.13.40-alpine", false),
+        ("24.7", false),
+        ("24.10.1.2812", false),
+        ("24.8", true),
+        // before 24.1: not checked, not refused
+        ("23.8", true),
+        ("18.16.1", true),
+        ("24.3", true),
+        ("24.8.7.41", true),
+        ("24.3.14.35-alpine", true),
+        ("24.11", true),
+        ("25.3", true),
+        ("latest", true),
+        ("24.2-distroless", true),
+    ] {
+        s.image = format!("clickhouse/clickhouse-server:{tag}");
+        let (errors, _) = validate("c1", &s);
+        if ok {
+            assert!(fields("c1", &s).is_empty(), "{tag}");
+        } else {
+            assert_error(
+                &errors,
+                &serde_json::json!(s.image),
+                "spec.image",
+                "Group 0",
+            );
+        }
+    }
+    s.image = "clickhouse/clickhouse-server:24.2".into();
+    s.pod.template = Some(serde_json::json!({"spec": {"securityContext": {"runAsGroup": 1000}}}));
+    assert!(fields("c1", &s).is_empty());
+    s.pod.template = Some(serde_json::json!({"spec": {"securityContext": {"runAsGroup": 0}}}));
+    assert_eq!(fields("c1", &s), ["spec.image"]);
+    s.pod.template = Some(serde_json::json!({"spec": {"containers": [
+        {"name": "clickhouse", "securityContext": {"runAsGroup": 5}}]}}));
+    assert!(fields("c1", &s).is_empty());
+    s.pod.template = None;
+    s.pod_security.ids = crate::api::PodIds::Fixed;
+    assert!(fields("c1", &s).is_empty());
+}
+
 /// Decision 42: variables the operator sets or the images' entrypoints act on against
 /// the operator's configuration are refused in `env`, each with its index.
 #[test]
@@ -152,8 +204,12 @@ fn keepers_startup_timeout_must_end_within_the_probe_budget() {
     for (timeout, startup_seconds, ok) in [
         ("30000", None, true),
         ("59999", None, true),
-        ("60000", None, false),
+        // the default budget of a 1Gi volume: 120 s (decision 67)
+        ("119999", None, true),
+        ("120000", None, false),
         ("180000", None, false),
+        ("30000", Some(60), true),
+        ("60000", Some(60), false),
         ("180000", Some(200), true),
         ("0", None, false),
         ("soon", None, false),

@@ -508,3 +508,79 @@ fn servers_that_keep_trying_keeper_start_beside_it() {
     let p = sim.plan();
     assert_eq!(started(&p), ["c1-keeper"], "{:?}", p.steps);
 }
+
+/// Issue 52 item 6, decision 67: the Keeper launch fixes held back from a running ensemble
+/// (invariant 9: its pods keep the command, data directory and startup budget an earlier
+/// version wrote) are written as soon as a member crash-loops on that template, so that the
+/// member, replaced on the next pass, can start; while every member runs, nothing is written.
+#[test]
+fn a_crash_looping_keeper_member_gets_the_launch_fixes_held_back_from_a_running_ensemble() {
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting, ContainerStatus};
+    let mut sim =
+        Sim::new(serde_json::json!({"shards": 1, "replicas": 1, "keeper": {"replicas": 1}}));
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    // the template an earlier version wrote
+    let sts = sim.obs.statefulsets.get_mut("c1-keeper").unwrap();
+    let earlier = crate::model::with_deferred_keeper_launch(json_of(&sts.spec.template), None);
+    sts.spec.template = serde_json::from_value(earlier).unwrap();
+    let keeper_template = |p: &Plan| {
+        p.steps.iter().find_map(|a| match a {
+            Step::Apply {
+                kind: Kind::StatefulSet,
+                name,
+                object,
+                ..
+            } if name == "c1-keeper" => Some(object["spec"]["template"].clone()),
+            _ => None,
+        })
+    };
+    let running = sim.plan();
+    assert!(
+        keeper_template(&running).is_none_or(|t| t["spec"]["containers"][0]["command"][2]
+            .as_str()
+            .is_some_and(|c| c.contains("${HOSTNAME##*-}"))),
+        "a running ensemble keeps its template: {:?}",
+        running.steps
+    );
+    // the member crash-loops
+    let pod = sim.obs.pods.get_mut("c1-keeper-0").unwrap();
+    let st = pod.status.as_mut().unwrap();
+    st.conditions.as_mut().unwrap()[0].status = "False".into();
+    st.container_statuses = Some(vec![ContainerStatus {
+        name: "keeper".into(),
+        restart_count: 4,
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: Some("back-off 40s restarting failed container".into()),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]);
+    let p = sim.plan();
+    let t = keeper_template(&p).expect("the Keeper StatefulSet is written");
+    let c = &t["spec"]["containers"][0];
+    assert_eq!(
+        c["command"],
+        serde_json::json!(crate::model::keeper::keeper_command())
+    );
+    assert!(
+        c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == crate::model::keeper::DATA_DIR_ENV),
+        "{c}"
+    );
+    assert_eq!(
+        c["startupProbe"]["periodSeconds"],
+        crate::api::KEEPER_DEFAULT_STARTUP_PERIOD
+    );
+    assert!(
+        p.events.iter().any(|e| e.action == "RepairKeeper"),
+        "{:?}",
+        p.events
+    );
+}

@@ -327,6 +327,8 @@ impl Sim {
                             .unwrap();
                         let mut p = Pod::default();
                         p.metadata.name = Some(pod.clone());
+                        // a member runs its template's containers
+                        p.spec = self.obs.statefulsets[&n].spec.template.spec.clone();
                         p.metadata.labels = Some(BTreeMap::from([(
                             "controller-revision-hash".to_string(),
                             rev,
