@@ -37,6 +37,17 @@ pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(15);
 /// another (decision 36).
 pub const CACHE_FOR: Duration = Duration::from_secs(10);
 
+/// The most bytes of one answer of a server read (review M-1, decision 69): a server is code a
+/// cluster's editor chooses; a larger answer reports the host down.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+/// The bytes all servers' answers may take at once in the exporter's process (see
+/// [`crate::clickhouse::client::ANSWER_BUDGET_BYTES`]).
+pub const ANSWER_BUDGET_BYTES: usize = 32 << 20;
+/// The most series one server may give: beyond, the host is reported down.
+pub const MAX_SERIES_PER_HOST: usize = 20_000;
+/// The most series of one scrape: hosts whose series would pass it are reported down.
+pub const MAX_SERIES_PER_SCRAPE: usize = 250_000;
+
 /// The labels of one host.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Host {
@@ -89,6 +100,7 @@ pub fn metric_name(prefix: &str, name: &str) -> String {
 #[derive(Default)]
 pub struct Samples {
     by_name: BTreeMap<String, (&'static str, Vec<String>)>,
+    count: usize,
 }
 
 impl Samples {
@@ -96,11 +108,22 @@ impl Samples {
         if !value.is_finite() {
             return;
         }
+        self.count += 1;
         self.by_name
             .entry(name)
             .or_insert((kind, Vec::new()))
             .1
             .push(format!("{labels} {value}"));
+    }
+
+    /// How many samples were added.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 
     pub fn render(&self) -> String {
@@ -133,6 +156,15 @@ async fn scrape_server(
     };
     let label = naming.cluster_label;
     let l = host.labels(label, &[]);
+    let too_many = |out: &Samples| {
+        if out.len() > MAX_SERIES_PER_HOST {
+            Err(format!(
+                "more than {MAX_SERIES_PER_HOST} series, the most the exporter takes from one server"
+            ))
+        } else {
+            Ok(())
+        }
+    };
     for (source, sql, key) in [
         (Figures::Metrics, queries::METRICS, "metric"),
         (Figures::Events, queries::EVENTS, "event"),
@@ -146,8 +178,10 @@ async fn scrape_server(
             let name = naming.figure(source, r.str(key)?);
             out.add(name, source.kind(), l.clone(), r.f64("v")?);
         }
+        too_many(out)?;
     }
     for r in q(queries::REPLICAS).await?.iter() {
+        too_many(out)?;
         let t = host.labels(
             label,
             &[("database", r.str("database")?), ("table", r.str("table")?)],
@@ -178,6 +212,7 @@ async fn scrape_server(
         );
     }
     for r in q(queries::PARTS).await?.iter() {
+        too_many(out)?;
         let t = host.labels(
             label,
             &[("database", r.str("database")?), ("table", r.str("table")?)],
@@ -208,6 +243,7 @@ async fn scrape_server(
                     r.f64("free")?,
                 );
                 out.add(series::DISK_TOTAL_BYTES.into(), "gauge", d, r.f64("total")?);
+                too_many(out)?;
             }
         }
         Err(e) if e.code() == Some(crate::clickhouse::ErrorCode::UNKNOWN_TABLE) => {}
@@ -381,7 +417,7 @@ pub async fn targets(
                             user: names::EXPORTER_USER.to_string(),
                             password,
                         };
-                        let mut config = ClientConfig::for_replica_of(
+                        host_config(ClientConfig::for_replica_of(
                             &crate::clickhouse::ReplicaAddress {
                                 cluster: &name,
                                 namespace: &ns,
@@ -392,16 +428,7 @@ pub async fn targets(
                             ip,
                             credentials,
                             ca.clone(),
-                        );
-                        config.timeout = HOST_TIMEOUT;
-                        // one attempt per scrape: `clickhouse_up` says how the server answered
-                        // now; retried, a server killed and restarted at once within the
-                        // host's timeout was reported up
-                        config.retry = crate::clickhouse::RetryPolicy {
-                            attempts: 1,
-                            ..crate::clickhouse::RetryPolicy::default()
-                        };
-                        config
+                        ))
                     });
                     out.push(Target::Server { host, config });
                 }
@@ -410,6 +437,20 @@ pub async fn targets(
         }
     }
     Ok(out)
+}
+
+/// How the exporter asks one server, from how it reaches it: within [`HOST_TIMEOUT`], once,
+/// reading at most [`MAX_ANSWER_BYTES`] of an answer.
+pub fn host_config(mut config: ClientConfig) -> ClientConfig {
+    config.timeout = HOST_TIMEOUT;
+    config.max_answer_bytes = MAX_ANSWER_BYTES;
+    // one attempt per scrape: `clickhouse_up` says how the server answered now; retried, a
+    // server killed and restarted at once within the host's timeout was reported up
+    config.retry = crate::clickhouse::RetryPolicy {
+        attempts: 1,
+        ..crate::clickhouse::RetryPolicy::default()
+    };
+    config
 }
 
 /// What the exporter reads of a ClickHouseCluster, and nothing else: its name, the spec fields
@@ -582,6 +623,8 @@ pub async fn scrape_targets_by(
     total.add(series::DISCOVERY_UP.into(), "gauge", String::new(), 1.0);
     // the servers' clients of this scrape share their HTTP clients
     let connections = &crate::clickhouse::Connections::default();
+    // series kept so far by the hosts of this scrape
+    let kept = &std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<Samples> = futures::stream::iter(targets)
         .map(|t| async move {
             let mut out = Samples::default();
@@ -597,12 +640,16 @@ pub async fn scrape_targets_by(
                                 .await
                                 .map_err(|_| "timed out".to_string())
                                 .and_then(|r| r)
+                                .and_then(|()| keep_series(kept, out.len()))
                         }
                         Some(Err(e)) => Err(e.to_string()),
                         None => Err("no address or no exporter password yet".into()),
                     };
                     if let Err(e) = &ok {
                         tracing::debug!(pod = %host.pod, error = %e, "exporter: server did not answer");
+                        if e.contains("the most") || e.contains("read at once") {
+                            tracing::warn!(namespace = %host.namespace, cluster = %host.cluster, pod = %host.pod, error = %e, "exporter: server reported down");
+                        }
                         out = Samples::default();
                     }
                     out.add(
@@ -620,12 +667,16 @@ pub async fn scrape_targets_by(
                         None => Err("no address".into()),
                     };
                     let l = host.labels(label, &[]);
-                    let up = answer.as_ref().is_ok_and(|a| !a.trim().is_empty());
+                    let mut up = answer.as_ref().is_ok_and(|a| !a.trim().is_empty());
                     if let Ok(text) = &answer {
                         for (k, v) in parse_mntr(text) {
                             let name = metric_name(KEEPER_PREFIX, k.trim_start_matches("zk_"));
                             out.add(name, "gauge", l.clone(), v);
                         }
+                    }
+                    if up && keep_series(kept, out.len()).is_err() {
+                        up = false;
+                        out = Samples::default();
                     }
                     out.add(series::KEEPER_UP.into(), "gauge", l, f64::from(u8::from(up)));
                 }
@@ -677,6 +728,23 @@ pub async fn scrape_targets_by(
         started.elapsed().as_secs_f64(),
     );
     total.render()
+}
+
+/// Takes `n` series of the scrape's [`MAX_SERIES_PER_SCRAPE`], or says why not.
+fn keep_series(kept: &std::sync::atomic::AtomicUsize, n: usize) -> Result<(), String> {
+    use std::sync::atomic::Ordering;
+    let mut now = kept.load(Ordering::Relaxed);
+    loop {
+        if now + n > MAX_SERIES_PER_SCRAPE {
+            return Err(format!(
+                "the scrape has {MAX_SERIES_PER_SCRAPE} series already, the most the exporter answers"
+            ));
+        }
+        match kept.compare_exchange(now, now + n, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => now = seen,
+        }
+    }
 }
 
 /// The last scrape's answer and when it was made; the lock is held while a scrape runs, so
@@ -936,6 +1004,7 @@ pub async fn serve(
     use axum::http::{HeaderMap, StatusCode, header::AUTHORIZATION};
     use axum::response::IntoResponse;
     use axum::routing::get;
+    crate::clickhouse::client::set_answer_budget(ANSWER_BUDGET_BYTES);
     struct State {
         client: Client,
         namespaces: WatchNamespaces,

@@ -29,6 +29,11 @@ pub const CLUSTER_RULES: &[Rule] = &[
         message: "spec.shards must be at least 0",
     },
     Rule {
+        path: &["spec", "shards"],
+        rule: "self <= 1024",
+        message: "spec.shards must be at most 1024",
+    },
+    Rule {
         path: &["spec"],
         rule: "!has(self.shards) || self.shards >= 1 || !has(self.keeper) || ((!has(self.keeper.replicas) || self.keeper.replicas >= 1) && !has(self.keeper.external))",
         message: "spec.shards is 0 (a Keeper-only cluster): spec.keeper.replicas must be at least 1, without spec.keeper.external",
@@ -37,6 +42,11 @@ pub const CLUSTER_RULES: &[Rule] = &[
         path: &["spec", "replicas"],
         rule: "self >= 1",
         message: "spec.replicas must be at least 1",
+    },
+    Rule {
+        path: &["spec", "replicas"],
+        rule: "self <= 32",
+        message: "spec.replicas must be at most 32",
     },
     Rule {
         path: &["spec", "keeper", "replicas"],
@@ -140,6 +150,11 @@ const CLUSTER_LIMITS: &[(&[&str], &str, u64)] = &[
     (&["spec", "storage", "disks", "[]", "name"], "maxLength", 20),
     (&["spec", "storage", "disks", "[]", "size"], "maxLength", 32),
     (&["spec", "keeper", "storage", "size"], "maxLength", 32),
+    (
+        &["spec", "keeper", "external", "nodes"],
+        "maxItems",
+        super::validate::EXTERNAL_KEEPER_NODES_CEILING,
+    ),
 ];
 
 fn schema_at<'a>(root: &'a mut Value, path: &[&str]) -> &'a mut Value {
@@ -523,6 +538,36 @@ mod tests {
         assert!(
             committed == yaml(),
             "deploy/crds.yaml drifted from the code: run `cargo run -- crd > deploy/crds.yaml`"
+        );
+    }
+
+    /// Review M-2: the CRD bounds `spec.shards` and `spec.replicas` from above, at the ceilings
+    /// `MAX_SHARDS` and `MAX_REPLICAS` cannot raise, and `keeper.external.nodes` in number.
+    #[test]
+    fn the_crd_bounds_shards_replicas_and_external_keeper_members() {
+        use crate::api::validate::{
+            EXTERNAL_KEEPER_NODES_CEILING, REPLICAS_CEILING, SHARDS_CEILING,
+        };
+        let mut s = schema(&cluster_crd());
+        let rules = |node: &Value| -> Vec<String> {
+            node["x-kubernetes-validations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| r["rule"].as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        assert!(
+            rules(schema_at(&mut s, &["spec", "shards"]))
+                .contains(&format!("self <= {SHARDS_CEILING}"))
+        );
+        assert!(
+            rules(schema_at(&mut s, &["spec", "replicas"]))
+                .contains(&format!("self <= {REPLICAS_CEILING}"))
+        );
+        assert_eq!(
+            schema_at(&mut s, &["spec", "keeper", "external", "nodes"])["maxItems"],
+            json!(EXTERNAL_KEEPER_NODES_CEILING)
         );
     }
 

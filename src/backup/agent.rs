@@ -855,7 +855,16 @@ fn secrets_from_env() -> crate::util::redact::Redactor {
     r
 }
 
+/// The most bytes of one answer the agent reads (the operator's is
+/// [`crate::clickhouse::client::MAX_ANSWER_BYTES`]): the agent runs in a Job of its own for one
+/// cluster, and reads the parts of whole tables.
+pub const AGENT_MAX_ANSWER_BYTES: usize = 128 << 20;
+
+/// The bytes all answers may take at once in an agent.
+pub const AGENT_ANSWER_BUDGET_BYTES: usize = 512 << 20;
+
 async fn run_from_env() -> Result<Report, String> {
+    crate::clickhouse::client::set_answer_budget(AGENT_ANSWER_BUDGET_BYTES);
     let var = |n: &str| std::env::var(n).map_err(|_| format!("{n} is not set"));
     let opt = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
     let shard: i32 = var("SHARD")?.parse().map_err(|e| format!("SHARD: {e}"))?;
@@ -888,6 +897,8 @@ async fn run_from_env() -> Result<Report, String> {
                 tls.clone(),
             );
             config.timeout = std::time::Duration::from_secs(600);
+            // the agent's own Job, one cluster's servers: parts lists of large tables
+            config.max_answer_bytes = AGENT_MAX_ANSWER_BYTES;
             Client::new(config).map_err(|e| e.to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -6,10 +6,12 @@
 //!
 //! - [`store`]: the bucket (`object_store`), errors that say what to fix;
 //! - [`checks`]: the rules a manifest read from a bucket must keep before a restore uses it;
+//! - [`removal`]: what deleting a backup removes from its bucket, read as a stream;
 //! - [`agent`]: freezing and uploading, checking, downloading and attaching;
 //! - [`sts`]: short-lived credentials through web identity (decision 43).
 
 pub mod agent;
 pub mod checks;
+pub mod removal;
 pub mod store;
 pub mod sts;

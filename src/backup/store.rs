@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ClientOptions, ObjectStore, PutPayload, RetryConfig, WriteMultipart};
@@ -436,6 +436,58 @@ impl Bucket {
                     .to_string()
             })
             .collect())
+    }
+
+    /// Keys (relative to the prefix) under `dir`, page by page as the bucket lists them: none
+    /// is kept here, however many the bucket lists.
+    pub fn list_stream<'a>(
+        &'a self,
+        dir: &str,
+    ) -> impl futures::Stream<Item = Result<String, Error>> + Unpin + 'a {
+        let base = format!("{}/", self.path(""));
+        self.store.list(Some(&self.path(dir))).map(move |o| {
+            o.map(|o| {
+                let full = o.location.to_string();
+                full.strip_prefix(&base).unwrap_or(&full).to_string()
+            })
+            .map_err(|e| self.error(e))
+        })
+    }
+
+    /// The object at `key` as it arrives, chunk by chunk, or `None` when there is none: an
+    /// object that says it holds more than `max` bytes is refused before it is read, and one
+    /// that goes on past `max` fails there.
+    pub async fn get_stream<'a>(
+        &'a self,
+        key: &'a str,
+        max: u64,
+    ) -> Result<Option<impl futures::Stream<Item = Result<Bytes, Error>> + Unpin + 'a>, Error> {
+        let r = match self.store.get(&self.path(key)).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.error(e)),
+        };
+        if r.meta.size > max {
+            return Err(self.too_large(key, r.meta.size, max));
+        }
+        let mut read = 0u64;
+        Ok(Some(r.into_stream().map(move |chunk| {
+            let chunk = chunk.map_err(|e| self.error(e))?;
+            read += chunk.len() as u64;
+            if read > max {
+                return Err(self.too_large(key, read, max));
+            }
+            Ok(chunk)
+        })))
+    }
+
+    /// An error about this bucket in words of its own.
+    pub fn other(&self, detail: String) -> Error {
+        Error::Other {
+            endpoint: self.endpoint.clone(),
+            bucket: self.bucket.clone(),
+            detail,
+        }
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), Error> {

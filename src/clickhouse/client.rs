@@ -119,6 +119,135 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Retry policy of calls with [`QueryOptions::retry`].
     pub retry: RetryPolicy,
+    /// The most bytes of an answer read (review M-1): a larger one fails with
+    /// [`Error::TooLarge`] once that many arrived, whatever the server goes on sending.
+    pub max_answer_bytes: usize,
+}
+
+/// The most bytes of an answer the operator and the backup agent read from a server
+/// ([`ClientConfig::max_answer_bytes`] by default, decision 69): a server is code a cluster's
+/// editor chooses (`spec.image`), and the operator is shared by every cluster.
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// The most bytes of an error answer kept (the rest is cut off, the error still reported).
+pub const MAX_ERROR_BYTES: usize = 64 << 10;
+
+/// The bytes all answers being read, parsed or held as [`Rows`] may take at once in the
+/// operator's process (decision 69): each answer is charged its bytes as they arrive and, before
+/// it is parsed, [`PARSED_BYTES_PER_VALUE`] for every value it may hold, and waits for room
+/// while other answers fill the budget. One answer that could never fit is refused.
+pub const ANSWER_BUDGET_BYTES: usize = 64 << 20;
+
+/// What a parsed JSON value may cost at most (its `Value` and its share of the row vectors).
+pub const PARSED_BYTES_PER_VALUE: usize = 64;
+
+/// The unit of the budget's permits.
+const BUDGET_UNIT: usize = 1 << 10;
+
+static BUDGET: std::sync::OnceLock<(Arc<tokio::sync::Semaphore>, usize)> =
+    std::sync::OnceLock::new();
+
+/// Sets this process's budget for answers (the exporter's is smaller than the operator's);
+/// false once the budget is in use.
+pub fn set_answer_budget(bytes: usize) -> bool {
+    let units = bytes.div_ceil(BUDGET_UNIT);
+    BUDGET
+        .set((
+            Arc::new(tokio::sync::Semaphore::new(units)),
+            units * BUDGET_UNIT,
+        ))
+        .is_ok()
+}
+
+fn budget() -> &'static (Arc<tokio::sync::Semaphore>, usize) {
+    BUDGET.get_or_init(|| {
+        let units = ANSWER_BUDGET_BYTES / BUDGET_UNIT;
+        (
+            Arc::new(tokio::sync::Semaphore::new(units)),
+            units * BUDGET_UNIT,
+        )
+    })
+}
+
+/// The answer budget's bytes not taken now (for tests and metrics).
+pub fn answer_budget_free() -> usize {
+    budget().0.available_permits() * BUDGET_UNIT
+}
+
+/// The share of the answer budget one answer holds; given back when dropped (with the last
+/// [`Rows`] cloned from it).
+#[derive(Clone, Default)]
+pub struct Charge(Option<Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>>);
+
+impl Charge {
+    /// The bytes held.
+    pub fn bytes(&self) -> usize {
+        self.0
+            .as_ref()
+            .and_then(|m| {
+                m.lock()
+                    .ok()
+                    .map(|p| p.as_ref().map_or(0, |p| p.num_permits()))
+            })
+            .unwrap_or(0)
+            * BUDGET_UNIT
+    }
+
+    /// Grows the charge to `bytes` in all. A charge that holds nothing yet waits up to `wait`
+    /// for room; one that holds some takes only room that is free now, so that no answer waits
+    /// while holding a share (answers growing together would otherwise wait for each other
+    /// until their timeouts). `Err(true)`: it can never fit the budget; `Err(false)`: no room.
+    async fn grow_to(&mut self, bytes: usize, wait: Duration) -> Result<(), bool> {
+        let (sem, total) = budget();
+        if bytes > *total {
+            return Err(true);
+        }
+        let held = self.bytes() / BUDGET_UNIT;
+        let want = bytes.div_ceil(BUDGET_UNIT);
+        if want <= held {
+            return Ok(());
+        }
+        let more = u32::try_from(want - held).map_err(|_| true)?;
+        let permit = if held == 0 {
+            tokio::time::timeout(wait, sem.clone().acquire_many_owned(more))
+                .await
+                .map_err(|_| false)?
+                .map_err(|_| false)?
+        } else {
+            sem.clone()
+                .try_acquire_many_owned(more)
+                .map_err(|_| false)?
+        };
+        let slot = self.0.get_or_insert_with(Default::default);
+        let mut guard = slot.lock().map_err(|_| false)?;
+        match guard.as_mut() {
+            Some(p) => p.merge(permit),
+            None => *guard = Some(permit),
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Charge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Charge({} bytes)", self.bytes())
+    }
+}
+
+/// Charges are not part of what rows are.
+impl PartialEq for Charge {
+    fn eq(&self, _: &Charge) -> bool {
+        true
+    }
+}
+
+/// At most how many JSON values `body` holds: every value but the first follows a `,` or
+/// opens an array or object (commas inside strings only make it more).
+fn values_at_most(body: &str) -> usize {
+    1 + body
+        .bytes()
+        .filter(|b| matches!(b, b',' | b'[' | b'{'))
+        .count()
 }
 
 /// How a client speaks TLS to a server: what it trusts, and the name it verifies.
@@ -142,6 +271,7 @@ impl ClientConfig {
             tls_server_name: None,
             timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            max_answer_bytes: MAX_ANSWER_BYTES,
         }
     }
 
@@ -333,6 +463,28 @@ pub enum Error {
         /// What the statement was: its [`summary`].
         statement: String,
     },
+    /// The answer was larger than the client reads (review M-1): the server is broken or
+    /// hostile; the rest of it was not read.
+    #[error("{endpoint}: the answer to {statement} is larger than {} KiB, the most read from a server; the rest was not read", .limit >> 10)]
+    TooLarge {
+        /// The replica.
+        endpoint: Endpoint,
+        /// The limit, in bytes.
+        limit: usize,
+        /// What the statement was: its [`summary`].
+        statement: String,
+    },
+    /// The answers of other servers held the answer budget when this one needed more of it:
+    /// retried.
+    #[error("{endpoint}: no room to read the answer to {statement}: answers of other servers fill the {} MiB read at once", .budget >> 20)]
+    Busy {
+        /// The replica.
+        endpoint: Endpoint,
+        /// The budget, in bytes.
+        budget: usize,
+        /// What the statement was: its [`summary`].
+        statement: String,
+    },
     /// The client could not be built (e.g. an invalid CA certificate).
     #[error("ClickHouse client for {endpoint}: {detail}")]
     Config {
@@ -368,6 +520,8 @@ impl Error {
             Error::Server { endpoint, .. }
             | Error::Transport { endpoint, .. }
             | Error::Decode { endpoint, .. }
+            | Error::TooLarge { endpoint, .. }
+            | Error::Busy { endpoint, .. }
             | Error::Config { endpoint, .. } => endpoint,
         }
     }
@@ -391,8 +545,8 @@ impl Error {
     /// definite one) are not retryable.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Transport { .. } => true,
-            Error::Decode { .. } | Error::Config { .. } => false,
+            Error::Transport { .. } | Error::Busy { .. } => true,
+            Error::Decode { .. } | Error::Config { .. } | Error::TooLarge { .. } => false,
             Error::Server {
                 code,
                 status,
@@ -429,6 +583,8 @@ impl Error {
 pub struct Rows {
     columns: Vec<String>,
     data: Vec<Vec<Value>>,
+    /// The share of the answer budget these rows hold.
+    charge: Charge,
 }
 
 #[derive(Deserialize)]
@@ -457,6 +613,7 @@ impl Rows {
         Ok(Rows {
             columns,
             data: parsed.data,
+            charge: Charge::default(),
         })
     }
 
@@ -580,6 +737,7 @@ pub struct Client {
     credentials: Credentials,
     timeout: Duration,
     retry: RetryPolicy,
+    max_answer_bytes: usize,
 }
 
 /// What an HTTP client is built from: clients made through the same [`Connections`] that reach
@@ -712,6 +870,7 @@ impl Client {
             credentials: config.credentials,
             timeout: config.timeout,
             retry: config.retry,
+            max_answer_bytes: config.max_answer_bytes,
         })
     }
 
@@ -722,12 +881,43 @@ impl Client {
 
     /// Runs a query and returns its rows (`default_format=JSONCompact`).
     pub async fn query(&self, sql: &str, options: &QueryOptions) -> Result<Rows, Error> {
-        let body = self.run(sql, options, true).await?;
-        Rows::from_json_compact(&body).map_err(|detail| Error::Decode {
+        let (body, mut charge) = self.run(sql, options, true).await?;
+        // what parsing may cost is charged before it starts
+        let values = values_at_most(&body);
+        let parsed = values.saturating_mul(PARSED_BYTES_PER_VALUE);
+        let wait = options.timeout.unwrap_or(self.timeout);
+        match charge
+            .grow_to(body.len().saturating_add(parsed), wait)
+            .await
+        {
+            Ok(()) => {}
+            Err(true) => {
+                return Err(Error::Decode {
+                    endpoint: self.endpoint.clone(),
+                    detail: format!(
+                        "up to {values} values, more than the {} MiB for answers can hold parsed",
+                        budget().1 >> 20
+                    ),
+                    statement: summary(sql),
+                });
+            }
+            Err(false) => return Err(self.busy(sql)),
+        }
+        let mut rows = Rows::from_json_compact(&body).map_err(|detail| Error::Decode {
             endpoint: self.endpoint.clone(),
             detail,
             statement: summary(sql),
-        })
+        })?;
+        rows.charge = charge;
+        Ok(rows)
+    }
+
+    fn busy(&self, sql: &str) -> Error {
+        Error::Busy {
+            endpoint: self.endpoint.clone(),
+            budget: budget().1,
+            statement: summary(sql),
+        }
     }
 
     /// Runs a statement whose answer is not needed (DDL, `SYSTEM …`).
@@ -760,7 +950,12 @@ impl Client {
         Ok(version)
     }
 
-    async fn run(&self, sql: &str, options: &QueryOptions, rows: bool) -> Result<String, Error> {
+    async fn run(
+        &self,
+        sql: &str,
+        options: &QueryOptions,
+        rows: bool,
+    ) -> Result<(String, Charge), Error> {
         let attempts = if options.retry {
             self.retry.attempts.max(1)
         } else {
@@ -784,7 +979,12 @@ impl Client {
         }
     }
 
-    async fn once(&self, sql: &str, options: &QueryOptions, rows: bool) -> Result<String, Error> {
+    async fn once(
+        &self,
+        sql: &str,
+        options: &QueryOptions,
+        rows: bool,
+    ) -> Result<(String, Charge), Error> {
         tracing::debug!(endpoint = %self.endpoint, statement = %mask_literals(sql), settings = ?options.settings, "ClickHouse statement");
         let mut params: Vec<(&str, &str)> = options
             .settings
@@ -794,6 +994,7 @@ impl Client {
         if rows {
             params.push(("default_format", "JSONCompact"));
         }
+        let deadline = tokio::time::Instant::now() + options.timeout.unwrap_or(self.timeout);
         let transport = |source: reqwest::Error| Error::Transport {
             endpoint: self.endpoint.clone(),
             source,
@@ -817,9 +1018,25 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok())
             .map(ErrorCode);
-        let body = response.text().await.map_err(transport)?;
+        let limit = if status.is_success() {
+            self.max_answer_bytes
+        } else {
+            self.max_answer_bytes.min(MAX_ERROR_BYTES)
+        };
+        let (body, cut, charge) = match read_bounded(response, limit, deadline).await {
+            Ok(read) => read,
+            Err(Read::Transport(e)) => return Err(transport(e)),
+            Err(Read::Busy) => return Err(self.busy(sql)),
+        };
         if status.is_success() {
-            return Ok(body);
+            if cut {
+                return Err(Error::TooLarge {
+                    endpoint: self.endpoint.clone(),
+                    limit,
+                    statement: summary(sql),
+                });
+            }
+            return Ok((body, charge));
         }
         Err(Error::Server {
             endpoint: self.endpoint.clone(),
@@ -829,6 +1046,58 @@ impl Client {
             statement: summary(sql),
         })
     }
+}
+
+/// Why an answer could not be read.
+enum Read {
+    Transport(reqwest::Error),
+    Busy,
+}
+
+/// Reads at most `limit` bytes of `response`'s body, chunk by chunk (never more than one
+/// chunk beyond what is kept), each chunk charged to the answer budget before it is kept
+/// (waiting until `deadline` for room): the text, whether more was sent, and the charge. A
+/// declared length above the limit is not read at all. Invalid UTF-8 is replaced, as `text()`
+/// does.
+async fn read_bounded(
+    mut response: reqwest::Response,
+    limit: usize,
+    deadline: tokio::time::Instant,
+) -> Result<(String, bool, Charge), Read> {
+    let mut charge = Charge::default();
+    if response.content_length().is_some_and(|n| n > limit as u64) {
+        return Ok((String::new(), true, charge));
+    }
+    let mut body: Vec<u8> = Vec::new();
+    let mut cut = false;
+    while let Some(chunk) = response.chunk().await.map_err(Read::Transport)? {
+        let room = limit - body.len();
+        let keep = chunk.len().min(room);
+        // twice what is kept: a vector that grows by doubling holds up to that much
+        let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match charge.grow_to(2 * (body.len() + keep), wait).await {
+            Ok(()) => {}
+            // more than the whole budget: too large, however long it waits
+            Err(true) => {
+                cut = true;
+                break;
+            }
+            Err(false) => return Err(Read::Busy),
+        }
+        if body.capacity() < body.len() + keep {
+            body.reserve_exact((body.len() + keep).max(2 * body.len()).min(limit) - body.len());
+        }
+        body.extend_from_slice(&chunk[..keep]);
+        if chunk.len() > room {
+            cut = true;
+            break;
+        }
+    }
+    let text = match String::from_utf8(body) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    Ok((text, cut, charge))
 }
 
 /// The `Code: N` of an exception text: `Code: 193, e.displayText() = …` (18.16) or

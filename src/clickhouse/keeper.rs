@@ -320,9 +320,10 @@ impl Session {
         body.push(0);
         let reply = self.call(op::GET_CHILDREN, "list", body).await?;
         let mut r = Reader::new(self.addr, &reply);
-        let n = r.i32()?;
-        let mut names = Vec::with_capacity(n.max(0) as usize);
-        for _ in 0..n.max(0) {
+        // each name is at least its 4-byte length
+        let n = r.count(4)?;
+        let mut names = Vec::with_capacity(n);
+        for _ in 0..n {
             names.push(r.string()?);
         }
         Ok(names)
@@ -350,9 +351,10 @@ impl Session {
         put_str(&mut body, path);
         let reply = self.call(op::GET_ACL, "get acl", body).await?;
         let mut r = Reader::new(self.addr, &reply);
-        let n = r.i32()?;
-        let mut out = Vec::with_capacity(n.max(0) as usize);
-        for _ in 0..n.max(0) {
+        // each entry is at least its permissions and two string lengths
+        let n = r.count(12)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
             out.push(AclEntry {
                 perms: r.i32()?,
                 scheme: r.string()?,
@@ -507,8 +509,20 @@ impl Session {
         if len < 0 || len as usize > MAX_PACKET {
             return Err(Error::Protocol(addr, format!("packet length {len}")));
         }
-        let mut buf = vec![0u8; len as usize];
-        self.stream.read_exact(&mut buf).await.map_err(io)?;
+        // grown as the bytes arrive: a peer that announces 16 MiB and sends nothing costs
+        // nothing (review M-1)
+        let mut buf = Vec::new();
+        (&mut self.stream)
+            .take(len as u64)
+            .read_to_end(&mut buf)
+            .await
+            .map_err(io)?;
+        if buf.len() != len as usize {
+            return Err(Error::Protocol(
+                addr,
+                format!("packet of {len} bytes ended after {}", buf.len()),
+            ));
+        }
         Ok(buf)
     }
 }
@@ -609,6 +623,22 @@ impl<'a> Reader<'a> {
         Ok(i64::from_be_bytes(a))
     }
 
+    /// A count of items that follow, each at least `min_bytes` long: refused when the rest of
+    /// the reply cannot hold that many, before anything is allocated for them (review M-1: a
+    /// peer's count of 2^31 - 1 ACL entries would otherwise ask for about 120 GB at once).
+    fn count(&mut self, min_bytes: usize) -> Result<usize, Error> {
+        let n = self.i32()?;
+        let left = self.data.len() - self.at;
+        let n = usize::try_from(n.max(0)).unwrap_or(0);
+        if n > left / min_bytes.max(1) {
+            return Err(Error::Protocol(
+                self.addr,
+                format!("{n} items announced in the {left} bytes left of the reply"),
+            ));
+        }
+        Ok(n)
+    }
+
     fn buf(&mut self) -> Result<Option<Vec<u8>>, Error> {
         let n = self.i32()?;
         if n < 0 {
@@ -667,6 +697,25 @@ mod tests {
         assert!(e.contains("server.x=a:1"), "{e}");
         assert!(Membership::parse("server.1=:9234").is_err());
         assert_eq!(Membership::parse("").unwrap(), Membership::default());
+    }
+
+    /// Review M-1: a count of items larger than the reply can hold (a peer announcing
+    /// 2^31 - 1 ACL entries or children) is a protocol error, not an allocation of that many.
+    #[test]
+    fn counts_beyond_the_reply_are_refused_before_allocating() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let mut reply = i32::MAX.to_be_bytes().to_vec();
+        reply.extend_from_slice(&[0; 64]);
+        let e = Reader::new(addr, &reply).count(12).unwrap_err();
+        assert!(e.to_string().contains("2147483647 items announced"), "{e}");
+        let mut ok = 2i32.to_be_bytes().to_vec();
+        ok.extend_from_slice(&[0; 8]);
+        assert_eq!(Reader::new(addr, &ok).count(4).unwrap(), 2);
+        assert!(Reader::new(addr, &ok).count(5).is_err());
+        assert_eq!(
+            Reader::new(addr, &(-1i32).to_be_bytes()).count(4).unwrap(),
+            0
+        );
     }
 
     #[test]

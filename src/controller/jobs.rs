@@ -544,7 +544,9 @@ async fn open_web_identity_bucket(
 
 /// Removes backup `name`'s data at `d`: every object under its folder that no other backup's
 /// shard manifest in the same place references (its manifest first, so that it stops being
-/// complete at once). Returns how many objects went and how many stayed.
+/// complete at once), reading the bucket as a stream within bounds (`backup::removal`, decision
+/// 70). Returns how many objects went and how many stayed; a bucket that fails or passes a
+/// bound is a failure the caller reports in an Event, and the removal is retried.
 pub async fn remove_backup_data(
     ctx: &Context,
     ns: &str,
@@ -557,31 +559,13 @@ pub async fn remove_backup_data(
         Err(f) => return Ok(Err(f)),
     };
     let dir = format!("{}/", manifest::backup_dir(name));
-    let objects = bucket.list(&dir).await?;
-    let mut others: Vec<manifest::ShardManifest> = Vec::new();
-    for key in bucket.list("backups/").await? {
-        let is_shard_manifest = key
-            .rsplit('/')
-            .next()
-            .is_some_and(|f| f.starts_with("shard-") && f.ends_with(".json"));
-        if is_shard_manifest
-            && !key.starts_with(&dir)
-            && let Some(data) = bucket
-                .get(&key, checks::limits::SHARD_MANIFEST_BYTES)
-                .await?
-            && let Ok(m) = serde_json::from_slice::<manifest::ShardManifest>(&data)
-        {
-            others.push(m);
+    match crate::backup::removal::remove(&bucket, name, crate::backup::removal::DEADLINE).await {
+        Ok(done) => {
+            info!(namespace = %ns, backup = %name, removed = done.gone, kept = done.kept, bucket = %bucket.url(&dir), "backup data removed");
+            Ok(Ok((done.gone, done.kept)))
         }
+        Err(e) => Ok(Err(Failure::new(FailureReason::Destination, e.to_string()))),
     }
-    let mut gone = manifest::deletable(name, &objects, &others);
-    let top = manifest::manifest_key(name);
-    gone.sort_by_key(|k| **k != top);
-    for key in &gone {
-        bucket.delete(key).await?;
-    }
-    info!(namespace = %ns, backup = %name, removed = gone.len(), kept = objects.len() - gone.len(), bucket = %bucket.url(&dir), "backup data removed");
-    Ok(Ok((gone.len(), objects.len() - gone.len())))
 }
 
 /// Sets or removes `finalizer` on `object`, unless the object changed since it was read.

@@ -84,6 +84,8 @@ pub struct Context {
     pub exporter_credentials: Option<exporter_credentials::Publisher>,
     /// Defaults merged under every cluster's spec (`CLUSTER_DEFAULTS_FILE`, decision 52).
     pub cluster_defaults: ClusterDefaults,
+    /// The most shards and replicas a cluster may have (`MAX_SHARDS`, `MAX_REPLICAS`).
+    pub limits: crate::api::validate::Limits,
 }
 
 impl Context {
@@ -395,6 +397,7 @@ impl Context {
                 exporter_credentials::Publisher::new(settings.lease_namespace.clone(), name)
             }),
             cluster_defaults,
+            limits: settings.limits,
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct World {
     pub clusters_in_namespace: Vec<Sibling>,
     /// The cluster's objects, pods and inputs.
     pub observed: facts::Observed,
+    /// The operator's bounds of a cluster's size (`MAX_SHARDS`, `MAX_REPLICAS`).
+    pub limits: validate::Limits,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,7 +211,7 @@ pub fn decide(cluster: &ClickHouseCluster, world: &World, now: Timestamp) -> Pla
         warnings,
         restart_at,
         mut events,
-    } = match validated(cluster, &name, &old, now) {
+    } = match validated(cluster, &name, &old, &world.limits, now) {
         Ok(valid) => valid,
         Err(refused) => return *refused,
     };
@@ -338,12 +340,13 @@ fn validated(
     cluster: &ClickHouseCluster,
     name: &str,
     old: &ClickHouseClusterStatus,
+    limits: &validate::Limits,
     now: Timestamp,
 ) -> Result<Valid, Box<Plan>> {
     let generation = cluster.metadata.generation;
     let mut events = Vec::new();
     let (policy, replaced) = SchemaPolicy::normalise(&cluster.spec.schema_policy);
-    let (mut errors, warnings) = validate::validate(name, &cluster.spec);
+    let (mut errors, warnings) = validate::validate_with(name, &cluster.spec, limits);
     let restart_at = crate::model::labels::restart_at(cluster);
     if let Some(Err(value)) = &restart_at {
         errors.push(validate::FieldError {
@@ -595,6 +598,49 @@ mod tests {
         let mut c1 = c1;
         c1.metadata.creation_timestamp = Some(Time("2025-12-01T00:00:00Z".parse().unwrap()));
         assert!(decide(&c1, &world, now()).manage);
+    }
+
+    /// Review M-2 (decision 68): a cluster of a million shards is refused before anything is
+    /// planned, quickly, with an error status, a `ReconcileSucceeded=False` condition and a
+    /// Warning Event naming the field and the operator's setting; the same spec passes under a
+    /// `MAX_SHARDS` raised for it.
+    #[test]
+    fn a_spec_beyond_the_operators_limits_is_refused_before_planning() {
+        let c = cluster(serde_json::json!({"shards": 1_000_000, "replicas": 2}));
+        let started = std::time::Instant::now();
+        let plan = decide(&c, &world(), now());
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        let f = plan.failure.as_ref().unwrap();
+        assert_eq!(f.reason, FailureReason::InvalidSpec);
+        assert!(
+            f.message.contains(
+                "spec.shards: must be at most 256 (this operator's MAX_SHARDS), got 1000000"
+            ),
+            "{}",
+            f.message
+        );
+        assert!(plan.steps.is_empty());
+        assert_eq!(plan.status.state, ClusterState::Error);
+        assert!(plan.status.replica_state_map.is_empty());
+        let cond = plan
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.r#type == "ReconcileSucceeded")
+            .unwrap();
+        assert_eq!(cond.status, "False");
+        assert!(cond.message.contains("MAX_SHARDS"), "{}", cond.message);
+        assert!(
+            plan.events
+                .iter()
+                .any(|e| e.reason == "InvalidSpec" && e.message.contains("MAX_SHARDS"))
+        );
+        let c = cluster(serde_json::json!({"shards": 300, "replicas": 1}));
+        assert!(decide(&c, &world(), now()).failure.is_some());
+        let mut raised = world();
+        raised.limits.max_shards = 300;
+        let plan = decide(&c, &raised, now());
+        assert!(plan.failure.is_none(), "{:?}", plan.failure);
     }
 
     /// S2-10 / S2-36: an invalid spec is an error naming the field, with reason ErrorReconcile.

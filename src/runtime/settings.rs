@@ -133,6 +133,9 @@ pub struct Settings {
     /// The label that names the ClickHouseCluster on the operator's per-cluster series
     /// (`METRICS_CLUSTER_LABEL`: `clickhouse_cluster`, the default, or `cluster`).
     pub metrics_cluster_label: crate::runtime::metrics::ClusterLabel,
+    /// The most shards and replicas per shard a cluster may have (`MAX_SHARDS`,
+    /// `MAX_REPLICAS`; decision 68), up to the CRD's ceilings.
+    pub limits: crate::api::validate::Limits,
 }
 
 /// The operator-level defaults file (`CLUSTER_DEFAULTS_FILE`) as read at start.
@@ -319,6 +322,16 @@ pub const ENV: &[(&str, &str, &str)] = &[
     ),
     ("LOG_FORMAT", "json", "json or text"),
     (
+        "MAX_SHARDS",
+        "256",
+        "the most shards a cluster may have (1 to 1024, the CRD's maximum)",
+    ),
+    (
+        "MAX_REPLICAS",
+        "16",
+        "the most replicas per shard a cluster may have (1 to 32, the CRD's maximum)",
+    ),
+    (
         "CLUSTER_DEFAULTS_FILE",
         "none",
         "a file of defaults merged under every cluster's spec (pod, keeper.pod, configuration.settings, profiles, quotas)",
@@ -481,7 +494,9 @@ impl Settings {
             get("METRICS_CLUSTER_LABEL").as_deref(),
             "METRICS_CLUSTER_LABEL",
         )?;
+        let limits = crate::api::validate::Limits::from_lookup(get)?;
         Ok(Settings {
+            limits,
             metrics_cluster_label,
             cluster_defaults_file,
             exporter_credentials,

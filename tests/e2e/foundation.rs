@@ -39,6 +39,16 @@ async fn crd_cel_rules_are_enforced_by_the_api_server() {
             "spec.shards is 0 (a Keeper-only cluster)",
         ),
         (
+            "shards2000",
+            json!({"shards": 2000}),
+            "spec.shards must be at most 1024",
+        ),
+        (
+            "replicas33",
+            json!({"replicas": 33}),
+            "spec.replicas must be at most 32",
+        ),
+        (
             "replicas0",
             json!({"replicas": 0}),
             "spec.replicas must be at least 1",

@@ -212,6 +212,7 @@ mod tests {
         World {
             clusters_in_namespace: Vec::new(),
             observed: o,
+            limits: Default::default(),
         }
     }
 

@@ -503,6 +503,7 @@ async fn passes(p: &mut Passes, ctx: &Context) -> Result<(), Error> {
         let stamps = idle::stamps(&current, ctx);
         let (mut world, fresh) = observe::observe(&current, ctx, &connections).await?;
         world.observed.default_storage_classes = ctx.cluster_defaults.storage_classes();
+        world.limits = ctx.limits;
         p.caught_up = fresh;
         p.mark = (stamps, idle::servers(&current, &world));
         let mut plan = plan::decide(&current, &world, Timestamp::now());

@@ -636,6 +636,7 @@ async fn build(
     let mut world = World {
         clusters_in_namespace: siblings,
         observed: o,
+        limits: Default::default(),
     };
     read_keeper_views(cluster, &mut world.observed).await;
     if world.observed.operator_secret_present {

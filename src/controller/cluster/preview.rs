@@ -238,6 +238,8 @@ pub async fn preview(
     )
     .await?;
     world.observed.default_storage_classes = defaults.storage_classes();
+    world.limits =
+        crate::api::validate::Limits::from_lookup(|k| std::env::var(k).ok()).unwrap_or_default();
     let mut plan = decide(&proposed, &world, Timestamp::now());
     if !plan.lag_checks.is_empty() {
         read_lag(&proposed, &mut world, &plan.lag_checks, &connections).await;
@@ -387,7 +389,9 @@ pub fn render(file: &ClickHouseCluster) -> Result<Vec<serde_json::Value>, String
         .uid
         .get_or_insert_with(|| "00000000-0000-0000-0000-000000000000".into());
     c.metadata.generation.get_or_insert(1);
-    let (errors, _) = crate::api::validate::validate(&c.name_any(), &c.spec);
+    let limits =
+        crate::api::validate::Limits::from_lookup(|k| std::env::var(k).ok()).unwrap_or_default();
+    let (errors, _) = crate::api::validate::validate_with(&c.name_any(), &c.spec, &limits);
     if !errors.is_empty() {
         let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
         return Err(said.join("; "));

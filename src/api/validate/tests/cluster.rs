@@ -30,6 +30,79 @@ fn counts_are_checked() {
     assert!(f.contains(&"spec.podDisruptionBudget.maxUnavailable".to_string()));
 }
 
+/// Review M-2 (decision 68): shards and replicas are bounded from above by the operator's
+/// `MAX_SHARDS`/`MAX_REPLICAS` (default 256 and 16), which an installation may lower or raise
+/// up to the CRD's ceilings; the error names the field and the setting. External Keeper
+/// members are bounded in number.
+#[test]
+fn shards_and_replicas_are_bounded_by_the_operators_limits() {
+    let mut s = spec();
+    s.shards = 257;
+    s.replicas = 17;
+    let (errors, _) = validate("c1", &s);
+    let said = format!("{errors:?}");
+    assert!(
+        said.contains("spec.shards")
+            && said.contains("at most 256 (this operator's MAX_SHARDS), got 257"),
+        "{said}"
+    );
+    assert!(
+        said.contains("spec.replicas")
+            && said.contains("at most 16 (this operator's MAX_REPLICAS), got 17"),
+        "{said}"
+    );
+    s.shards = 1_000_000;
+    assert!(fields("c1", &s).contains(&"spec.shards".to_string()));
+    // raised: accepted
+    let raised = Limits::from_lookup(|k| match k {
+        "MAX_SHARDS" => Some("1024".into()),
+        "MAX_REPLICAS" => Some(" 32 ".into()),
+        _ => None,
+    })
+    .unwrap();
+    s.shards = 1024;
+    s.replicas = 32;
+    let (errors, _) = validate_with("c1", &s, &raised);
+    assert!(errors.is_empty(), "{errors:?}");
+    // lowered: refused at the lower bound
+    let lowered = Limits {
+        max_shards: 2,
+        max_replicas: 2,
+    };
+    s.shards = 3;
+    s.replicas = 2;
+    let (errors, _) = validate_with("c1", &s, &lowered);
+    assert_eq!(
+        errors.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(),
+        ["spec.shards"]
+    );
+    // beyond the CRD's ceiling, zero or not a number: the operator does not start
+    for bad in ["1025", "0", "-1", "many"] {
+        let e = Limits::from_lookup(|k| (k == "MAX_SHARDS").then(|| bad.to_string())).unwrap_err();
+        assert!(e.contains("MAX_SHARDS") && e.contains("1 to 1024"), "{e}");
+    }
+    let e = Limits::from_lookup(|k| (k == "MAX_REPLICAS").then(|| "33".to_string())).unwrap_err();
+    assert!(e.contains("MAX_REPLICAS") && e.contains("1 to 32"), "{e}");
+    assert_eq!(Limits::from_lookup(|_| None).unwrap(), Limits::default());
+    // external Keeper members
+    let mut s = spec();
+    s.keeper.replicas = 0;
+    s.keeper.external = Some(ExternalKeeper {
+        nodes: (0..17)
+            .map(|i| KeeperNode {
+                host: format!("zk-{i}"),
+                port: 2181,
+            })
+            .collect(),
+        ..ExternalKeeper::default()
+    });
+    let said = format!("{:?}", validate("c1", &s).0);
+    assert!(
+        said.contains("spec.keeper.external.nodes") && said.contains("at most 16"),
+        "{said}"
+    );
+}
+
 /// Decision 55: no shard is a Keeper-only cluster, valid with an ensemble of its own only.
 #[test]
 fn a_cluster_of_no_shard_is_keeper_only_and_needs_its_own_ensemble() {

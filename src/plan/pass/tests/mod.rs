@@ -169,6 +169,7 @@ impl Sim {
 
     fn plan(&self) -> Plan {
         let world = World {
+            limits: Default::default(),
             clusters_in_namespace: Vec::new(),
             observed: {
                 // The other replicas have nothing to fetch from a pod out of traffic.
