@@ -135,7 +135,7 @@ pub struct Settings {
     pub metrics_cluster_label: crate::runtime::metrics::ClusterLabel,
     /// The most shards and replicas per shard a cluster may have (`MAX_SHARDS`,
     /// `MAX_REPLICAS`; decision 68), up to the CRD's ceilings.
-    pub limits: crate::api::validate::Limits,
+    pub limits: crate::util::limits::Limits,
 }
 
 /// The operator-level defaults file (`CLUSTER_DEFAULTS_FILE`) as read at start.
@@ -494,7 +494,7 @@ impl Settings {
             get("METRICS_CLUSTER_LABEL").as_deref(),
             "METRICS_CLUSTER_LABEL",
         )?;
-        let limits = crate::api::validate::Limits::from_lookup(get)?;
+        let limits = crate::util::limits::Limits::from_lookup(get)?;
         Ok(Settings {
             limits,
             metrics_cluster_label,

@@ -1,5 +1,6 @@
 //! Small pure helpers.
 pub mod cron;
+pub mod limits;
 pub mod names;
 pub mod networks;
 pub mod quantity;

@@ -85,6 +85,9 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
         "image.repository=localhost/clickhouse-operator",
         "--set",
         "image.tag=dev",
+        // the chart requires it (decision 71); every local cluster's pods are in 198.18.0.0/15
+        "--set",
+        "operatorNetworks={198.18.0.0/15}",
     ]);
     create_cluster(
         &client,

@@ -197,6 +197,11 @@ impl<'a> Input<'a> {
                 // created again on retained volumes: the replicas they hold
                 old.replica_state_map = crate::plan::replicas::adopt_retained(name, &obs.pvcs);
             }
+            // S0-13: each shard taken back has its backup replica from the first write on
+            crate::plan::replicas::assign_backup_replicas(
+                &mut old.replica_state_map,
+                &|_: &str| crate::plan::replicas::ReplicaFacts::default(),
+            );
             let next = old.replica_state_map.values().map(|r| r.index + 1).max();
             old.next_replica_index = old.next_replica_index.max(next.unwrap_or(0));
         }
