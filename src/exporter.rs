@@ -1289,7 +1289,7 @@ mod tests {
             .collect()
     }
 
-    /// S0-12, issue 54 item 7: the exporter expects the members of `status.members` (a member
+    /// S0-12, decision 74: the exporter expects the members of `status.members` (a member
     /// whose pod is gone is reported down, not left out) and reads nothing else of the status:
     /// a `replicaStateMap` that says otherwise, or of a shape no operator wrote (another state,
     /// entries that are not objects), changes nothing. A status of the previous shape (no

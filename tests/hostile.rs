@@ -1,4 +1,4 @@
-//! Review M-1 (issue 53), decisions 69 and 70: the operator reads what a cluster's editor
+//! Review M-1, decisions 69 and 70: the operator reads what a cluster's editor
 //! controls (the server at a pod's address is their `spec.image`, a backup's bucket their
 //! `spec.backup.destination`, an external Keeper their `keeper.external.nodes`) within bounds
 //! of size and time. Each test starts a hostile server on an ephemeral local port in this

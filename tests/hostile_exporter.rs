@@ -1,4 +1,4 @@
-//! Review M-1 (issue 53), decision 69: the metrics exporter reads the servers of every cluster
+//! Review M-1, decision 69: the metrics exporter reads the servers of every cluster
 //! it scrapes within bounds: at most `exporter::MAX_ANSWER_BYTES` of one answer, all answers
 //! at once within its `exporter::ANSWER_BUDGET_BYTES`, at most `MAX_SERIES_PER_HOST` series of
 //! one server. Hostile "servers" run on ephemeral local ports in this process (stand-ins: no

@@ -34,7 +34,7 @@ where
     }
 }
 
-/// S2-08 (issue 54 item 6), with the default of one slot: two clusters in two namespaces that
+/// S2-08, with the default of one slot: two clusters in two namespaces that
 /// one operator watches, rows written to the first. The first scales out from one replica to
 /// two, and its pass is held right where the schema copy onto the new replica starts: the
 /// copy's server process is stopped (SIGSTOP from the step hook; a real server that accepts
@@ -190,7 +190,7 @@ impl Drop for SilentBucket {
     }
 }
 
-/// S2-08 (issue 54 item 6; the finding that restores shared the backups' slot): with the
+/// S2-08 (restores once shared the backups' slot): with the
 /// default of one slot per kind, a backup's pass held by a bucket that accepts the connection
 /// and never answers (5 s per request, then a retry) keeps the one backup slot, and only it. A
 /// restore and a cluster's change made at that moment are passed at once (each status written

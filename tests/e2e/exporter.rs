@@ -548,7 +548,7 @@ async fn every_server_and_keeper_member_is_scraped_and_a_down_host_is_reported()
     finish(&client, &ns, op).await;
 }
 
-/// S0-12, issue 54 item 7: the exporter reads the public, versioned `status.members` and not
+/// S0-12, decision 74: the exporter reads the public, versioned `status.members` and not
 /// the operator's `replicaStateMap`, on the real API server with real 18.16 servers. The
 /// operator writes `members` (version 1: both servers with shard, replica and pod, the Keeper
 /// member) and the exporter, run as `clickhouse-operator exporter` runs it, scrapes each up and

@@ -194,7 +194,7 @@ async fn revert_each(
 /// Invariant 4, decision 5: an image that cannot be pulled, a node selector no node matches and
 /// a setting that stops ClickHouse each take one server down (the canary) and no other, with
 /// `maxUnavailable: 1`; reverting each brings the cluster back to `ready` with every
-/// acknowledged row on every replica of its shard. S2-31 (issue 54): the image that cannot be
+/// acknowledged row on every replica of its shard. S2-31: the image that cannot be
 /// pulled and the setting that crashes the server each put the cluster in `error` at the bad
 /// change's generation, the message and the `ReconcileSucceeded` condition (`ErrorReconcile`,
 /// `RolloutFailed: …`) naming the canary's pod, the node's reason (`ErrImagePull` or

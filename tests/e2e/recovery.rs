@@ -482,6 +482,32 @@ async fn hand_edits_of_owned_objects_are_repaired_once() {
     finish(&client, &ns, op).await;
 }
 
+/// The `FullCrash` condition of a status: its status and message.
+fn crash(s: &clickhouse_operator::api::ClickHouseClusterStatus) -> Option<(String, String)> {
+    s.conditions
+        .iter()
+        .find(|c| c.r#type == "FullCrash")
+        .map(|c| (c.status.clone(), c.message.clone()))
+}
+
+/// Waits until `SYSTEM SYNC REPLICA default.events` succeeds on each replica of `c1`: a server
+/// that lost its Keeper session (ClickHouse 18.16) opens a new one for its tables only some
+/// seconds after it answers again, and `ready` comes first.
+async fn syncs_again(client: &Client, ns: &str, replicas: &[String]) {
+    for r in replicas {
+        let ch = sql_client(client, ns, "c1", &format!("{r}-0")).await;
+        wait_for(Duration::from_secs(90), &format!("{r} syncs again"), || {
+            let ch = ch.clone();
+            async move {
+                ch.exec("SYSTEM SYNC REPLICA default.events", &Default::default())
+                    .await
+                    .ok()
+            }
+        })
+        .await;
+    }
+}
+
 /// S2-12: every server of a ready cluster down at once, rows written throughout: each server
 /// process is stopped (SIGSTOP, so that the outage lasts: a killed pod is back here within a
 /// second, before a pass sees it) until its pod is not Ready. The status reports the full crash
@@ -497,12 +523,6 @@ async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back
     .await;
     let workload = Workload::start(&client, &ns, "c1").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let crash = |s: &clickhouse_operator::api::ClickHouseClusterStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.r#type == "FullCrash")
-            .map(|c| (c.status.clone(), c.message.clone()))
-    };
     let api = Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns);
     let before = api.get("c1").await.unwrap().status.unwrap();
     assert_eq!(crash(&before).map(|c| c.0).as_deref(), Some("False"));
@@ -547,24 +567,13 @@ async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back
     // A server stopped longer than its Keeper session lost it; ClickHouse 18.16 opens a new one
     // for its tables only some seconds after it answers again, and the status does not see
     // that yet (`ready` comes first): the rows are checked once every replica syncs again.
-    for r in &replicas {
-        let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
-        wait_for(Duration::from_secs(90), &format!("{r} syncs again"), || {
-            let ch = ch.clone();
-            async move {
-                ch.exec("SYSTEM SYNC REPLICA default.events", &Default::default())
-                    .await
-                    .ok()
-            }
-        })
-        .await;
-    }
+    syncs_again(&client, &ns, &replicas).await;
     let batches = workload.stop_and_check(&client, &ns).await;
     println!("{batches} batches acknowledged and found on every replica");
     finish(&client, &ns, op).await;
 }
 
-/// S2-12, Keeper's half (issue 54 item 4): every member of a three-member Keeper ensemble down
+/// S2-12, Keeper's half: every member of a three-member Keeper ensemble down
 /// at once, rows written throughout. Each member's process is stopped (SIGSTOP: a killed one
 /// is back within a second) until none serves: the status reports the full crash (condition
 /// `FullCrash` `True`, "Keeper has no serving member (0/3)"). A change of Keeper's pod template
@@ -587,12 +596,6 @@ async fn every_keeper_member_down_is_reported_as_a_full_crash_and_replaced_at_on
     let generation = ready.metadata.generation.unwrap_or(1);
     let workload = Workload::start(&client, &ns, "c1").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let crash = |s: &clickhouse_operator::api::ClickHouseClusterStatus| {
-        s.conditions
-            .iter()
-            .find(|c| c.r#type == "FullCrash")
-            .map(|c| (c.status.clone(), c.message.clone()))
-    };
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let members: Vec<String> = (0..3).map(|i| format!("c1-keeper-{i}")).collect();
     let mut old_uids = Vec::new();
@@ -675,18 +678,7 @@ async fn every_keeper_member_down_is_reported_as_a_full_crash_and_replaced_at_on
             "{pod} was created at {at}, after the first replaced member was Ready at {first_ready}: one at a time"
         );
     }
-    for r in replica_names(&back) {
-        let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
-        wait_for(Duration::from_secs(90), &format!("{r} syncs again"), || {
-            let ch = ch.clone();
-            async move {
-                ch.exec("SYSTEM SYNC REPLICA default.events", &Default::default())
-                    .await
-                    .ok()
-            }
-        })
-        .await;
-    }
+    syncs_again(&client, &ns, &replica_names(&back)).await;
     let batches = workload.stop_and_check(&client, &ns).await;
     println!("{batches} batches acknowledged and found on every replica");
     finish(&client, &ns, op).await;

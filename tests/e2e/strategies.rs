@@ -464,7 +464,7 @@ async fn tls_switched_on_and_off_stops_and_starts_the_cluster_and_keeps_the_rows
     finish(&client, &ns, op).await;
 }
 
-/// S2-16 (issue 54 item 3): the certificate of a running TLS cluster rotated, as cert-manager
+/// S2-16: the certificate of a running TLS cluster rotated, as cert-manager
 /// renews one: the `serverCertSecret` gets a new key and certificate from the same CA while rows
 /// are written. The operator rolls the servers the Smart Update way (the Secret's hash in the
 /// pod template, `clickhouse.com/tls-secret-hash`): each server pod replaced once, never more
@@ -513,38 +513,12 @@ async fn a_rotated_server_certificate_rolls_the_servers_one_at_a_time_and_is_ser
         .await
         .unwrap();
     let rotated = Instant::now();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
-    let mut order: Vec<String> = Vec::new();
-    let mut most_down = 0;
-    loop {
-        let list = pods
-            .list(&ListParams::default().labels(SERVERS))
-            .await
-            .unwrap()
-            .items;
-        let mut down = servers.len().saturating_sub(list.len());
-        for p in &list {
-            let name = p.name_any();
-            if !clickhouse_operator::plan::facts::pod_ready(p) {
-                down += 1;
-            }
-            if before.get(&name).map(|(uid, _)| uid) != p.uid().as_ref() && !order.contains(&name) {
-                order.push(name);
-            }
-        }
-        most_down = most_down.max(down);
-        let s = clusters.get("c1").await.unwrap().status.unwrap();
-        if order.len() == servers.len() && s.state == ClusterState::Ready && down == 0 {
-            break;
-        }
-        assert!(
-            rotated.elapsed() < READY,
-            "the rotation did not roll every server: replaced {order:?}, {:?}",
-            s.message
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let total = servers.len();
+    let (order, most_down) =
+        watch_replacements(&client, &ns, "c1", &before, total, |s, n, down| {
+            n == total && s.state == ClusterState::Ready && down == 0
+        })
+        .await;
     println!(
         "rolled {order:?} in {:?}, at most {most_down} down at once",
         rotated.elapsed()

@@ -132,6 +132,30 @@ pub async fn watch_rollout(
     total: usize,
     generation: i64,
 ) -> (Vec<String>, usize) {
+    let (order, most_down) = watch_replacements(client, ns, cluster, before, total, |s, _, _| {
+        s.state == ClusterState::Ready && s.observed_generation == Some(generation)
+    })
+    .await;
+    assert_eq!(
+        order.len(),
+        total,
+        "every pod restarted once before ready: {order:?}"
+    );
+    (order, most_down)
+}
+
+/// Watches the server pods of `cluster` (`total` of them, `before` as [`pod_ids`] gave them)
+/// until `done` (the cluster's status, how many pods were replaced so far, how many are down
+/// now) holds: the pods in the order they were replaced and the most that were down at once.
+/// Fails after [`READY`].
+pub async fn watch_replacements(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    before: &std::collections::BTreeMap<String, (String, i32)>,
+    total: usize,
+    done: impl Fn(&clickhouse_operator::api::ClickHouseClusterStatus, usize, usize) -> bool,
+) -> (Vec<String>, usize) {
     use k8s_openapi::api::core::v1::Pod;
     use kube::ResourceExt;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -158,17 +182,12 @@ pub async fn watch_rollout(
         }
         most_down = most_down.max(down);
         let s = api.get(cluster).await.unwrap().status.unwrap();
-        if s.state == ClusterState::Ready && s.observed_generation == Some(generation) {
-            assert_eq!(
-                order.len(),
-                total,
-                "every pod restarted once before ready: {order:?}"
-            );
+        if done(&s, order.len(), down) {
             return (order, most_down);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "rollout did not finish: {s:?}"
+            "rollout did not finish: replaced {order:?}, {s:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -1,5 +1,5 @@
 //! The replica map's guarantees, asserted at every pass of every end-to-end test that ends with
-//! [`super::finish`] (issue 54 item 9): from its creation, each test namespace's
+//! [`super::finish`]: from its creation, each test namespace's
 //! ClickHouseClusters are watched and every version of their status the API server holds is
 //! checked, whichever operator wrote it (the kill suite's killed ones too), so a map that broke
 //! a guarantee for one pass and was mended by the next still fails the test.
