@@ -68,6 +68,14 @@ fn statements_for(v: Version) -> Vec<String> {
     statements.extend(sql::discover_functions(v, Source::AllReplicas(&cluster)));
     statements.extend(sql::discover_dictionaries(v));
     statements.extend(sql::drop_replica(v, &replica, &table));
+    statements.extend(sql::drop_replica_from_path(
+        v,
+        &replica,
+        "/clickhouse/tables/3/my db/ev'ents",
+    ));
+    statements.push(sql::replicated_engines().to_string());
+    statements.push(sql::table_uuid(&table));
+    statements.push(sql::macros().to_string());
     statements.extend(sql::drop_database_replica(
         v,
         &ShardMacro("0".into()),

@@ -9,9 +9,12 @@
 //! 3. [`drop_replica_metadata`] from a survivor: `SYSTEM DROP REPLICA` / `SYSTEM DROP DATABASE
 //!    REPLICA` for whatever the leaving replica left in Keeper (S0-27, S1-20), where the
 //!    server has them; a "replica is active" refusal is retried and, if it persists,
-//!    returned as a retryable error.
+//!    returned as a retryable error. When the replica's whole shard is gone,
+//!    [`drop_shard_replica_metadata`] does it from a server of another shard, by the paths the
+//!    shard's tables had.
 //! 4. [`replication_lag`] on a restarted replica: read-only tables, queue and delay.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::client::{Client, Error, QueryOptions, Row};
@@ -198,27 +201,170 @@ pub async fn drop_replica_metadata(
             }
         }
     }
-    if version.supports(Capability::ReplicatedDatabase) {
-        let q = sql::discover_replicated_databases();
-        let rows = survivor.query(q, &retry).await?;
-        let databases = rows.decode(survivor.endpoint(), q, |r| {
-            Ok(DatabaseName(r.str("name")?.to_string()))
-        })?;
-        for d in databases {
-            if let Some(statement) =
-                sql::drop_database_replica(version, &leaving.shard, &leaving.replica, &d)
-            {
-                tracing::info!(endpoint = %survivor.endpoint(), replica = %leaving.replica.0, database = %d, "Drop replica");
-                match survivor.exec(&statement, &retry).await {
-                    Ok(()) => cleanup.dropped_database_replicas.push(d),
-                    // Already gone: nothing of it is left, which is the goal.
-                    Err(e) if is_absent(&e) => {}
-                    Err(e) => return Err(e),
-                }
+    drop_database_replicas(survivor, version, leaving, &mut cleanup).await?;
+    Ok(cleanup)
+}
+
+/// The leaving replica's replica of every Replicated database `server` has, dropped from it.
+async fn drop_database_replicas(
+    server: &Client,
+    version: Version,
+    leaving: &LeavingReplica,
+    cleanup: &mut KeeperCleanup,
+) -> Result<(), Error> {
+    if !version.supports(Capability::ReplicatedDatabase) {
+        return Ok(());
+    }
+    let retry = QueryOptions::new().retry(true);
+    let q = sql::discover_replicated_databases();
+    let rows = server.query(q, &retry).await?;
+    let databases = rows.decode(server.endpoint(), q, |r| {
+        Ok(DatabaseName(r.str("name")?.to_string()))
+    })?;
+    for d in databases {
+        if let Some(statement) =
+            sql::drop_database_replica(version, &leaving.shard, &leaving.replica, &d)
+        {
+            tracing::info!(endpoint = %server.endpoint(), replica = %leaving.replica.0, database = %d, "Drop replica");
+            match server.exec(&statement, &retry).await {
+                Ok(()) => cleanup.dropped_database_replicas.push(d),
+                // Already gone: nothing of it is left, which is the goal.
+                Err(e) if is_absent(&e) => {}
+                Err(e) => return Err(e),
             }
         }
     }
+    Ok(())
+}
+
+/// From a server of another shard, when the leaving replica's whole shard is gone: its Keeper
+/// metadata for every replicated table that server has, at the path the table has on the
+/// leaving shard (the engine clause's path with `{shard}` that shard's, see [`expand_path`]),
+/// where Keeper still lists it (read through `system.zookeeper`, so the step is idempotent);
+/// and its replica of every Replicated database (S0-27). A table only the leaving shard had is
+/// unknown to the other shards and cannot be found this way.
+pub async fn drop_shard_replica_metadata(
+    other: &Client,
+    leaving: &LeavingReplica,
+) -> Result<KeeperCleanup, Error> {
+    let version: Version = other.version().await?;
+    let retry = QueryOptions::new().retry(true);
+    let q = sql::macros();
+    let macros: BTreeMap<String, String> = other
+        .query(q, &retry)
+        .await?
+        .decode(other.endpoint(), q, |r| {
+            Ok((
+                r.str("macro")?.to_string(),
+                r.str("substitution")?.to_string(),
+            ))
+        })?
+        .into_iter()
+        .collect();
+    let q = sql::replicated_engines();
+    let tables = other
+        .query(q, &retry)
+        .await?
+        .decode(other.endpoint(), q, |r| {
+            Ok((
+                TableName::new(r.str("database")?, r.str("name")?),
+                r.str("engine_full")?.to_string(),
+            ))
+        })?;
+    let mut cleanup = KeeperCleanup::default();
+    for (table, engine) in tables {
+        let Some(template) = path_template(&engine) else {
+            continue;
+        };
+        let uuid = if template.contains("{uuid}") {
+            let q = sql::table_uuid(&table);
+            other
+                .query(&q, &retry)
+                .await?
+                .decode(other.endpoint(), &q, |r| Ok(r.str("uuid")?.to_string()))?
+                .into_iter()
+                .next()
+        } else {
+            None
+        };
+        let Some(path) = expand_path(&template, &leaving.shard, &table, uuid.as_deref(), &macros)
+        else {
+            continue;
+        };
+        let path = path.trim_end_matches('/');
+        let replicas = format!("{path}/replicas");
+        if !keeper_children(other, &replicas)
+            .await?
+            .contains(&leaving.replica.0)
+        {
+            continue;
+        }
+        match sql::drop_replica_from_path(version, &leaving.replica, path) {
+            Some(statement) => {
+                tracing::info!(endpoint = %other.endpoint(), replica = %leaving.replica.0, path, "Drop replica");
+                other.exec(&statement, &retry).await?;
+                cleanup.dropped.push(table);
+            }
+            None => {
+                cleanup
+                    .left_paths
+                    .push(format!("{replicas}/{}", leaving.replica.0));
+                cleanup.left_behind.push(table);
+            }
+        }
+    }
+    drop_database_replicas(other, version, leaving, &mut cleanup).await?;
     Ok(cleanup)
+}
+
+/// The Keeper path of a replicated table before its macros are expanded: the first argument of
+/// its `Replicated…MergeTree(…)` engine clause (`system.tables.engine_full`); `None` without
+/// one (the server's `default_replica_path` then) or where the clause cannot be read.
+pub fn path_template(engine_full: &str) -> Option<String> {
+    use super::lexer::{Token, tokenize};
+    let tokens = tokenize(engine_full).ok()?;
+    match tokens.as_slice() {
+        [Token::Word(engine), open, Token::Str(path), ..]
+            if engine.starts_with("Replicated")
+                && engine.ends_with("MergeTree")
+                && open.is("(") =>
+        {
+            Some(path.clone())
+        }
+        _ => None,
+    }
+}
+
+/// `template` with its macros expanded as a server of shard `shard` expanded them: `{shard}`
+/// that shard's, `{database}`, `{table}` and `{uuid}` the table's, any other as `macros` (a
+/// server of another shard) has it. `None` for `{replica}` (a path per replica is no table's
+/// shared path) or a macro it cannot expand.
+pub fn expand_path(
+    template: &str,
+    shard: &ShardMacro,
+    table: &TableName,
+    uuid: Option<&str>,
+    macros: &BTreeMap<String, String>,
+) -> Option<String> {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let close = rest[open..].find('}')? + open;
+        let name = &rest[open + 1..close];
+        let value = match name {
+            "shard" => shard.0.as_str(),
+            "replica" => return None,
+            "database" => table.database.0.as_str(),
+            "table" => table.name.as_str(),
+            "uuid" => uuid?,
+            other => macros.get(other)?.as_str(),
+        };
+        out.push_str(value);
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 /// The children of a Keeper node, read through `system.zookeeper`; empty if it is absent.
@@ -479,6 +625,52 @@ mod tests {
             let l = ReplicationLag { tables };
             assert_eq!(l.is_synced(), want, "{l:?}");
             assert_eq!(l.lagging().count() == 0, want);
+        }
+    }
+
+    /// S0-27: a gone shard's Keeper path from another shard's engine clause: the first
+    /// argument, its `{shard}` the gone shard's, the table's own names and UUID, the other
+    /// macros the asking server's; nothing for a path per replica or a macro unknown.
+    #[test]
+    fn a_gone_shards_keeper_path_comes_from_the_engine_clause_of_another_shard() {
+        let table = TableName::new("db", "events");
+        let shard = ShardMacro("3".into());
+        let macros: BTreeMap<String, String> = [("shard", "0"), ("cluster", "c1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let template = path_template(
+            "ReplicatedMergeTree('/clickhouse/{cluster}/tables/{shard}/{database}/{table}', '{replica}') ORDER BY id SETTINGS index_granularity = 8192",
+        )
+        .unwrap();
+        assert_eq!(
+            expand_path(&template, &shard, &table, None, &macros).as_deref(),
+            Some("/clickhouse/c1/tables/3/db/events")
+        );
+        let t = path_template(
+            "ReplicatedReplacingMergeTree('/t/{uuid}/{shard}', '{replica}', v) ORDER BY id",
+        )
+        .unwrap();
+        assert_eq!(
+            expand_path(&t, &shard, &table, None, &macros),
+            None,
+            "no UUID"
+        );
+        assert_eq!(
+            expand_path(&t, &shard, &table, Some("a-b"), &macros).as_deref(),
+            Some("/t/a-b/3")
+        );
+        // no path of its own (default_replica_path), another engine, a path per replica, an
+        // unknown macro, an unterminated one
+        assert_eq!(path_template("ReplicatedMergeTree ORDER BY id"), None);
+        assert_eq!(path_template("MergeTree ORDER BY id"), None);
+        assert_eq!(path_template("Distributed('c1', 'db', 'events')"), None);
+        for template in ["/t/{shard}/{replica}", "/t/{layer}/{shard}", "/t/{shard"] {
+            assert_eq!(
+                expand_path(template, &shard, &table, None, &macros),
+                None,
+                "{template}"
+            );
         }
     }
 }

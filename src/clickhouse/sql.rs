@@ -400,6 +400,43 @@ pub fn drop_replica(version: Version, replica: &ReplicaMacro, table: &TableName)
     })
 }
 
+/// `SYSTEM DROP REPLICA 'r' FROM ZKPATH '<path>'`: for a table of a shard that is gone, by its
+/// Keeper path, from a server of another shard (S0-27); `None` where the version lacks it.
+pub fn drop_replica_from_path(
+    version: Version,
+    replica: &ReplicaMacro,
+    path: &str,
+) -> Option<String> {
+    version.supports(Capability::SystemDropReplica).then(|| {
+        format!(
+            "SYSTEM DROP REPLICA {} FROM ZKPATH {}",
+            literal(&replica.0),
+            literal(path)
+        )
+    })
+}
+
+/// The replicated MergeTree tables of a server with their engine clause (whose first argument
+/// is the Keeper path before the macros are expanded).
+pub fn replicated_engines() -> &'static str {
+    "SELECT database, name, engine_full FROM system.tables \
+     WHERE engine LIKE 'Replicated%MergeTree' ORDER BY database, name"
+}
+
+/// The UUID of a table (for a `{uuid}` in its Keeper path).
+pub fn table_uuid(table: &TableName) -> String {
+    format!(
+        "SELECT toString(uuid) AS uuid FROM system.tables WHERE database = {} AND name = {}",
+        literal(&table.database.0),
+        literal(&table.name)
+    )
+}
+
+/// A server's macros.
+pub fn macros() -> &'static str {
+    "SELECT macro, substitution FROM system.macros"
+}
+
 /// `SYSTEM DROP DATABASE REPLICA 'shard|replica' FROM DATABASE db` (S1-20); `None` where the
 /// version lacks it.
 pub fn drop_database_replica(

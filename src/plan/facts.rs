@@ -96,6 +96,11 @@ pub struct Observed {
     /// Per pod whose container keeps crashing: the last error line of its previous run's log
     /// (read only for such pods), as [`last_error`] finds it.
     pub crash_logs: BTreeMap<String, String>,
+    /// While a condemned replica is still to be synced and emptied, and the client Service
+    /// exists: the server pods its EndpointSlices list (under any condition), or why they could
+    /// not be read. `None` when not read. A replica's tables are dropped only once no slice
+    /// lists its pod (S0-22, decision 75).
+    pub client_routes: Option<Result<std::collections::BTreeSet<String>, String>>,
     /// What the builders need (secrets, passwords); `replicas` is filled by the pass.
     pub inputs: Inputs,
     /// The operator's Secret exists (its password is in `inputs`).

@@ -465,3 +465,59 @@ async fn removed_replica_leaves_nothing_in_keeper_and_a_new_replica_works() {
     assert!(err.outcome.distributed.is_some());
     assert!(user_tables(&r2).await.contains("db1.dist"));
 }
+
+/// S0-27: the only replica of a removed shard gone without dropping its tables: a server of
+/// another shard finds its Keeper nodes at the paths the shard's tables had (its own engine
+/// clauses with the gone shard's `{shard}`). 18.16 has no `SYSTEM DROP REPLICA … FROM ZKPATH`,
+/// so they are named as left behind for the `KeeperMetadataLeft` condition, each a node that is
+/// there; a replica Keeper does not list leaves nothing to name.
+#[tokio::test]
+async fn a_gone_shards_keeper_metadata_is_found_from_another_shard() {
+    let _serial = SERIAL.lock().await;
+    let mut h = Harness::new(2, &[(1, "r1"), (2, "s2r1")]);
+    h.start("r1");
+    h.start("s2r1");
+    let (r1, s2) = (h.client("r1"), h.client("s2r1"));
+    create_fixture(&[&r1, &s2]).await;
+    h.kill("s2r1");
+    let gone = LeavingReplica {
+        shard: ShardMacro("2".into()),
+        replica: ReplicaMacro("s2r1".into()),
+    };
+    let cleanup = replica::drop_shard_replica_metadata(&r1, &gone)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(cleanup.dropped.is_empty(), "{cleanup:?}");
+    let tables: BTreeSet<String> = cleanup
+        .left_behind
+        .iter()
+        .map(|t| format!("{}.{}", t.database.0, t.name))
+        .collect();
+    assert_eq!(tables, set(&["db1.events", "db2.t_local"]));
+    assert_eq!(
+        cleanup.left_paths.iter().cloned().collect::<BTreeSet<_>>(),
+        set(&[
+            "/clickhouse/tables/2/db1/events/replicas/s2r1",
+            "/clickhouse/tables/2/db2/t_local/replicas/s2r1"
+        ])
+    );
+    for path in &cleanup.left_paths {
+        let (parent, name) = path.rsplit_once('/').unwrap();
+        assert_eq!(
+            keeper_replicas(&r1, parent).await,
+            [name],
+            "{path} is there"
+        );
+    }
+    let never = LeavingReplica {
+        shard: ShardMacro("2".into()),
+        replica: ReplicaMacro("s2r9".into()),
+    };
+    let cleanup = replica::drop_shard_replica_metadata(&r1, &never)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        cleanup.is_clean() && cleanup.dropped.is_empty(),
+        "{cleanup:?}"
+    );
+}

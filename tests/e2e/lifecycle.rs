@@ -465,3 +465,356 @@ async fn distributed_query_sums_both_shards() {
     }
     finish(&client, &ns, op).await;
 }
+
+/// Decision 75, S0-22: while a client keeps querying through the client
+/// Service, a replica leaving in a scale-in has its tables dropped only once the Service no
+/// longer routes to its pod: no query through the Service fails for a dropped table.
+///
+/// The EndpointSlice controller drops a pod from the Service's slices within a second of it
+/// leaving the selection, faster than the sync that comes next, so an extra slice for the
+/// client Service listing the leaving pod (as a mesh or a lagging controller keeps one) holds
+/// it in the Service's routes for as long as the test wants: the node agent's proxy, as
+/// kube-proxy, routes through every slice of the Service. The client opens a connection per
+/// query, as connections opened before the pod left keep reaching it (kube-proxy's conntrack
+/// does the same). Rows are written through the Service throughout, and every acknowledged
+/// batch is checked on every replica afterwards.
+#[tokio::test]
+async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes_to_the_pod() {
+    use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint, QueryOptions};
+    use k8s_openapi::api::core::v1::{Secret, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "routes",
+        json!({"replicas": 3, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let workload = crate::workload::Workload::start(&client, &ns, "c1").await;
+    // S0-21: the newest replica is the one condemned
+    let map = c.status.as_ref().unwrap().replica_state_map.clone();
+    let (leaving, _) = map.iter().max_by_key(|(_, r)| r.index).unwrap();
+    let leaving = leaving.clone();
+    let pod = format!("{leaving}-0");
+    let address = pod_ip(&client, &ns, &pod).await;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+    let managed = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=c1"))
+        .await
+        .unwrap()
+        .items;
+    let ports = managed
+        .iter()
+        .find_map(|s| s.ports.clone())
+        .expect("the client Service's slice has its ports");
+    let extra: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "c1-held", "labels": {
+            "kubernetes.io/service-name": "c1",
+            "endpointslice.kubernetes.io/managed-by": "e2e.clickhouse.com"}},
+        "addressType": "IPv4",
+        "ports": ports,
+        "endpoints": [{"addresses": [address], "conditions": {"ready": true},
+            "targetRef": {"kind": "Pod", "name": pod, "namespace": ns}}],
+    }))
+    .unwrap();
+    slices.create(&Default::default(), &extra).await.unwrap();
+
+    // the client: a query a tenth of a second through the Service, each on a new connection
+    let ip = Api::<Service>::namespaced(client.clone(), &ns)
+        .get("c1")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .unwrap();
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("c1-operator")
+        .await
+        .unwrap();
+    let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    type Answers = Vec<(std::time::Instant, Result<String, String>)>;
+    let answers: Arc<Mutex<Answers>> = Arc::default();
+    let reader = {
+        let (stop, answers) = (stop.clone(), answers.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let mut config = ClientConfig::new(
+                    Endpoint {
+                        host: ip.clone(),
+                        port: 8123,
+                    },
+                    Credentials {
+                        user: "clickhouse_operator".into(),
+                        password: password.clone(),
+                    },
+                );
+                config.timeout = Duration::from_secs(5);
+                let ch = clickhouse_operator::clickhouse::Client::new(config).unwrap();
+                // the replica that answered (its `{replica}` macro), from the table
+                let q = "SELECT (SELECT substitution FROM system.macros WHERE macro = 'replica') \
+                         AS h, count() AS n FROM default.events";
+                let answer = match ch.query(q, &QueryOptions::new()).await {
+                    Ok(rows) => rows
+                        .iter()
+                        .next()
+                        .and_then(|r| r.str("h").ok().map(str::to_string))
+                        .ok_or_else(|| "no row".to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                answers
+                    .lock()
+                    .unwrap()
+                    .push((std::time::Instant::now(), answer));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    patch_spec(&client, &ns, "c1", json!({"replicas": 2})).await;
+    let waiting = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(120),
+        "the scale-in to wait for the client Service",
+        |s| {
+            s.message
+                .as_deref()
+                .is_some_and(|m| m.contains("no longer routes to it") && m.contains(&pod))
+        },
+    )
+    .await;
+    // held: the leaving pod is out of the Service's selection, still routed, and untouched
+    let held_from = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let c = wait_status(
+        &client,
+        &ns,
+        "c1",
+        Duration::from_secs(10),
+        "a status",
+        |_| true,
+    )
+    .await;
+    let entry = &c.status.as_ref().unwrap().replica_state_map[&leaving];
+    assert_eq!(entry.state, ReplicaState::Condemned);
+    assert_eq!(
+        entry.scale_in_step,
+        Some(clickhouse_operator::api::ScaleInStep::OutOfTraffic),
+        "{leaving} is neither synced nor emptied while the Service routes to it: {:?}",
+        waiting.status.and_then(|s| s.message)
+    );
+    let labels = Api::<Pod>::namespaced(client.clone(), &ns)
+        .get(&pod)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert!(
+        !labels.contains_key("clickhouse.com/serving"),
+        "{pod} left the Service's selection"
+    );
+    let reached = answers
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, a)| *t > held_from && a.as_deref() == Ok(leaving.as_str()))
+        .count();
+    assert!(
+        reached > 0,
+        "the held slice kept routing queries to {pod} (otherwise this test proves nothing)"
+    );
+
+    // the slice goes: the scale-in goes on and completes
+    slices.delete("c1-held", &Default::default()).await.unwrap();
+    let c = wait_ready(&client, &ns, "c1", 2).await;
+    stop.store(true, Ordering::SeqCst);
+    reader.await.unwrap();
+    assert!(
+        !c.status
+            .as_ref()
+            .unwrap()
+            .replica_state_map
+            .contains_key(&leaving),
+        "{leaving} was removed"
+    );
+    let answers = answers.lock().unwrap().clone();
+    let failed: Vec<&String> = answers
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().err())
+        .collect();
+    let served = answers.len() - failed.len();
+    eprintln!(
+        "{served} queries through the Service answered, {} failed",
+        failed.len()
+    );
+    assert!(served > 100, "the client kept querying: {served} answers");
+    assert!(
+        failed.is_empty(),
+        "no query through the client Service fails during the scale-in: {failed:#?}"
+    );
+    let attempts = workload.stop_and_check_attempts(&client, &ns).await;
+    let acked = attempts.iter().filter(|(_, r)| r.is_ok()).count();
+    let errors: Vec<&String> = attempts
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    assert!(
+        acked > 10,
+        "{acked} batches acknowledged; the failures: {:#?}",
+        &errors[..errors.len().min(5)]
+    );
+    finish(&client, &ns, op).await;
+}
+
+/// S0-27, decision 2: a shard removed while the pod of its only replica is gone (here it is
+/// stopped after the shard was synced, before its tables could be dropped on it): with no
+/// replica of its own shard left, a server of another shard finds what the replica left in
+/// Keeper at the paths the shard's tables had; 18.16 cannot drop it (no `SYSTEM DROP REPLICA
+/// … FROM ZKPATH`), so the condition `KeeperMetadataLeft` names each node, and each named node
+/// is there. (A server with the statement drops them: `modern_sql` parses it, and
+/// `clickhouse::replicas::a_gone_shards_keeper_metadata_is_found_from_another_shard` finds
+/// the same nodes on real servers.)
+#[tokio::test]
+async fn a_removed_shard_whose_pod_is_gone_names_what_it_left_in_keeper() {
+    use clickhouse_operator::controller::{AfterStep, StepPoint};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "goneshard",
+        json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let map = c.status.as_ref().unwrap().replica_state_map.clone();
+    let name_of = |shard: i32| {
+        map.iter()
+            .find(|(_, r)| r.shard.0 == shard)
+            .map(|(n, _)| n.to_string())
+            .unwrap()
+    };
+    let (kept, leaving) = (name_of(0), name_of(1));
+    let ch = sql_client(&client, &ns, "c1", &format!("{kept}-0")).await;
+    exec(&ch, "CREATE TABLE default.events ON CLUSTER c1 (id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') ORDER BY id").await;
+    for r in [&kept, &leaving] {
+        let ch = sql_client(&client, &ns, "c1", &format!("{r}-0")).await;
+        exec(
+            &ch,
+            "INSERT INTO default.events SELECT number FROM system.numbers LIMIT 10",
+        )
+        .await;
+    }
+    drop(op);
+
+    // an operator that stops right before the leaving replica's tables would be dropped on it
+    let stopped = Arc::new(AtomicBool::new(false));
+    let hook: AfterStep = {
+        let (stopped, leaving) = (stopped.clone(), leaving.clone());
+        Arc::new(move |point, step| {
+            let at = point == StepPoint::Before
+                && step.describe().contains("DropObjects")
+                && step.describe().contains(&format!("\"{leaving}\""));
+            stopped.fetch_or(at, Ordering::SeqCst) || at
+        })
+    };
+    let held = start_operator_with(
+        &client,
+        &ns,
+        clickhouse_operator::controller::Faults {
+            after_step: Some(hook),
+            ..Default::default()
+        },
+    )
+    .await;
+    Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns)
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"clickhouse.com/allow-data-loss": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    patch_spec(&client, &ns, "c1", json!({"shards": 1})).await;
+    wait_for(
+        Duration::from_secs(240),
+        "the scale-in to reach the drop of the leaving replica's tables",
+        || {
+            let stopped = stopped.clone();
+            async move { stopped.load(Ordering::SeqCst).then_some(()) }
+        },
+    )
+    .await;
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // its pod goes away for good
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    sts.patch(
+        &leaving,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = format!("{leaving}-0");
+    wait_for(
+        Duration::from_secs(120),
+        "the leaving pod to be gone",
+        || {
+            let (pods, pod) = (pods.clone(), pod.clone());
+            async move { pods.get_opt(&pod).await.ok()?.is_none().then_some(()) }
+        },
+    )
+    .await;
+
+    let op = start_operator(&client, &ns, false).await;
+    let c = wait_status(
+        &client,
+        &ns,
+        "c1",
+        READY,
+        "the removed shard's replica to be gone, its Keeper metadata named",
+        |s| {
+            !s.replica_state_map.contains_key(leaving.as_str())
+                && s.conditions
+                    .iter()
+                    .any(|c| c.r#type == "KeeperMetadataLeft" && c.status == "True")
+        },
+    )
+    .await;
+    let left = c
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.r#type == "KeeperMetadataLeft")
+        .unwrap()
+        .message;
+    let node = format!("/clickhouse/tables/1/default/events/replicas/{leaving}");
+    assert!(left.contains(&node), "the condition names {node}: {left}");
+    let ch = sql_client(&client, &ns, "c1", &format!("{kept}-0")).await;
+    assert_eq!(
+        query(
+            &ch,
+            "SELECT name AS v FROM system.zookeeper WHERE path = '/clickhouse/tables/1/default/events/replicas'"
+        )
+        .await,
+        std::slice::from_ref(&leaving),
+        "what the condition names is there"
+    );
+    assert_eq!(
+        query(&ch, "SELECT count() AS v FROM default.events").await,
+        ["10"],
+        "the kept shard keeps its rows"
+    );
+    assert!(
+        sts.get_opt(&leaving).await.unwrap().is_none(),
+        "{leaving} deleted"
+    );
+    finish(&client, &ns, op).await;
+}

@@ -140,6 +140,11 @@ roll, pause and delete. No wildcard anywhere.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# EndpointSlices of a cluster's client Service: listed while a replica is removed, whose shard
+# is synced and tables dropped only once the Service no longer routes to its pod.
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
 # Pods: observed and watched (readiness, revision); labels patched to take a replica out of the
 # client Service before a restart or scale-in; deleted to restart a pod on its new revision.
 - apiGroups: [""]

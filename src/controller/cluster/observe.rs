@@ -88,6 +88,7 @@ pub async fn observe(
     };
     let mut world = build(cluster, siblings, lists, operator, connections).await?;
     read_crash_logs(&ctx.client, &ns, &mut world.observed).await;
+    read_client_routes(cluster, &ctx.client, &ns, &mut world.observed).await;
     world.observed.keeper_owner = keeper_owner(cluster, ctx).await;
     if world.observed.keeper_owner.is_none()
         && let Some((owner_ns, owner)) = keeper_nodes_of(cluster, ctx).await?
@@ -330,7 +331,73 @@ pub async fn observe_with(
     let mut world = build(cluster, siblings, lists, operator, connections).await?;
     let ns = cluster.namespace().unwrap_or_default();
     read_crash_logs(client, &ns, &mut world.observed).await;
+    read_client_routes(cluster, client, &ns, &mut world.observed).await;
     Ok(world)
+}
+
+/// How long a pass waits for the client Service's EndpointSlices.
+const ROUTES_WITHIN: Duration = Duration::from_secs(5);
+
+/// While a condemned replica is still to be synced and emptied, and the client Service exists:
+/// the server pods the Service's EndpointSlices list (`Observed::client_routes`), by the pod
+/// each endpoint names or by its address. Every slice labelled with the Service's name counts,
+/// the EndpointSlice controller's and any other (a mesh's, a hand-made one): kube-proxy routes
+/// through all of them.
+async fn read_client_routes(
+    cluster: &ClickHouseCluster,
+    client: &Client,
+    ns: &str,
+    o: &mut Observed,
+) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let service = names::client_service(&cluster.name_any());
+    let leaving = cluster
+        .status
+        .iter()
+        .flat_map(|s| s.replica_state_map.values())
+        .any(|r| {
+            r.state == ReplicaState::Condemned
+                && !r.released
+                && r.scale_in_step
+                    .is_none_or(|s| s < crate::api::ScaleInStep::Synced)
+        });
+    if !leaving || !o.objects.contains_key(&(Kind::Service, service.clone())) {
+        return;
+    }
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let slices = tokio::time::timeout(
+        ROUTES_WITHIN,
+        namespaced::<EndpointSlice>(client, ns).list(&lp),
+    )
+    .await;
+    o.client_routes = Some(match slices {
+        Ok(Ok(list)) => {
+            let by_address: BTreeMap<&str, &str> = o
+                .pods
+                .iter()
+                .filter_map(|(name, p)| {
+                    Some((p.status.as_ref()?.pod_ip.as_deref()?, name.as_str()))
+                })
+                .collect();
+            let mut pods = std::collections::BTreeSet::new();
+            for endpoint in list.items.iter().flat_map(|s| s.endpoints.iter().flatten()) {
+                if let Some(r) = &endpoint.target_ref
+                    && r.kind.as_deref() == Some("Pod")
+                    && let Some(name) = &r.name
+                {
+                    pods.insert(name.clone());
+                }
+                for a in &endpoint.addresses {
+                    if let Some(name) = by_address.get(a.as_str()) {
+                        pods.insert(name.to_string());
+                    }
+                }
+            }
+            Ok(pods)
+        }
+        Ok(Err(e)) => Err(format!("listing them failed: {e}")),
+        Err(_) => Err(format!("listing them took more than {ROUTES_WITHIN:?}")),
+    });
 }
 
 /// How many crash-looping pods a pass reads the log of.

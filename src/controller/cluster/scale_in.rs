@@ -15,6 +15,7 @@ use super::done::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
 use super::{DELETE_PVC_LABEL, Error, api, noted, noted_deletion};
 use crate::api::{ClickHouseCluster, ReplicaName, ShardIndex};
+use crate::clickhouse::sql::TableName;
 use crate::clickhouse::{self, replica as chreplica};
 use crate::controller::Context;
 use crate::controller::kube::ignore_not_found;
@@ -112,11 +113,20 @@ pub async fn run(
             replica,
             shard,
             survivors,
+            others,
         } => {
             bounded(
                 &format!("dropping the Keeper metadata of {replica}"),
                 SERVER_STEP_BUDGET,
-                drop_keeper_metadata(cluster, world, replica, *shard, survivors, connections),
+                drop_keeper_metadata(
+                    cluster,
+                    world,
+                    replica,
+                    *shard,
+                    survivors,
+                    others,
+                    connections,
+                ),
             )
             .await
         }
@@ -209,34 +219,89 @@ async fn sync_shard(
     }
 }
 
-/// Scale-in step 5 (S0-27): the leaving replica's Keeper metadata dropped from a survivor.
+/// Scale-in step 5 (S0-27): the leaving replica's Keeper metadata dropped from every surviving
+/// replica of its shard (each knows its own tables; a survivor that fails does not keep the
+/// others from cleaning, and the step is retried after them), or, when the whole shard goes,
+/// from the first replica of another shard that answers, by the paths the shard's tables had.
 async fn drop_keeper_metadata(
     cluster: &ClickHouseCluster,
     world: &World,
     replica: &str,
     shard: ShardIndex,
     survivors: &[ReplicaName],
+    others: &[ReplicaName],
     connections: &clickhouse::Connections,
 ) -> Result<Done, Error> {
-    let Some(survivor) = survivors.first() else {
-        return Ok(event(
-            "KeeperCleaned",
-            format!("{replica}: no surviving replica in its shard"),
-        ));
-    };
-    let client = ch_client(cluster, world, survivor, connections)?;
     let leaving = chreplica::LeavingReplica {
         shard: clickhouse::sql::ShardMacro(shard.to_string()),
         replica: clickhouse::sql::ReplicaMacro(replica.to_string()),
     };
-    let cleanup = chreplica::drop_replica_metadata(&client, &leaving)
-        .await
-        .map_err(|e| {
-            Error::clickhouse(
-                &format!("dropping the Keeper metadata of {replica} from {survivor}"),
-                e,
-            )
-        })?;
+    let mut cleanup = chreplica::KeeperCleanup::default();
+    let mut asked = Vec::new();
+    let mut failure = None;
+    if !survivors.is_empty() {
+        for survivor in survivors {
+            let result = match ch_client(cluster, world, survivor, connections) {
+                Ok(client) => chreplica::drop_replica_metadata(&client, &leaving)
+                    .await
+                    .map_err(|e| {
+                        Error::clickhouse(
+                            &format!("dropping the Keeper metadata of {replica} from {survivor}"),
+                            e,
+                        )
+                    }),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(c) => {
+                    merge(&mut cleanup, c);
+                    asked.push(survivor.as_str());
+                }
+                Err(e) => {
+                    tracing::warn!(%replica, %survivor, error = %e, "cannot drop the Keeper metadata from this survivor");
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+    } else {
+        for other in others {
+            let result = match ch_client(cluster, world, other, connections) {
+                Ok(client) => chreplica::drop_shard_replica_metadata(&client, &leaving)
+                    .await
+                    .map_err(|e| {
+                        Error::clickhouse(
+                            &format!("dropping the Keeper metadata of {replica} from {other}"),
+                            e,
+                        )
+                    }),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(c) => {
+                    merge(&mut cleanup, c);
+                    asked.push(other.as_str());
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(%replica, %other, error = %e, "cannot drop the Keeper metadata of a removed shard from this server");
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if asked.is_empty() {
+            return match failure {
+                Some(e) => Err(e),
+                None => Ok(event(
+                    "KeeperCleaned",
+                    format!("{replica}: no server is left to drop its Keeper metadata from"),
+                )),
+            };
+        }
+    }
+    let from = asked.join(", ");
     if !cleanup.is_clean() {
         let shown: Vec<&str> = cleanup
             .left_paths
@@ -265,14 +330,48 @@ async fn drop_keeper_metadata(
     );
     let message = if tables + databases == 0 {
         format!(
-            "{replica}: nothing of it was left in Keeper to drop from {survivor} (dropping its tables removed their Keeper metadata)"
+            "{replica}: nothing of it was left in Keeper to drop from {from} (dropping its tables removed their Keeper metadata)"
         )
     } else {
         format!(
-            "{replica}: Keeper metadata dropped from {survivor} for {tables} table(s) and {databases} replicated database(s)"
+            "{replica}: Keeper metadata dropped from {from} for {tables} table(s) and {databases} replicated database(s)"
         )
     };
     Ok(event("KeeperCleaned", message))
+}
+
+/// `more` added to `into`, each table and path once.
+fn merge(into: &mut chreplica::KeeperCleanup, more: chreplica::KeeperCleanup) {
+    fn add<T: PartialEq>(to: &mut Vec<T>, from: Vec<T>) {
+        for x in from {
+            if !to.contains(&x) {
+                to.push(x);
+            }
+        }
+    }
+    add(&mut into.dropped, more.dropped);
+    add(
+        &mut into.dropped_database_replicas,
+        more.dropped_database_replicas,
+    );
+    // what one survivor could not drop may have been dropped by another (a newer server)
+    for (table, path) in more.left_behind.into_iter().zip(more.left_paths) {
+        if !into.dropped.contains(&table) && !into.left_paths.contains(&path) {
+            into.left_behind.push(table);
+            into.left_paths.push(path);
+        }
+    }
+    let dropped = into.dropped.clone();
+    let kept: Vec<(TableName, String)> = into
+        .left_behind
+        .drain(..)
+        .zip(into.left_paths.drain(..))
+        .filter(|(t, _)| !dropped.contains(t))
+        .collect();
+    for (t, p) in kept {
+        into.left_behind.push(t);
+        into.left_paths.push(p);
+    }
 }
 
 /// Hands the selected PVCs to the PVC cleaner.

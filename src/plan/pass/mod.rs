@@ -146,6 +146,8 @@ pub struct Pass<'a, B = &'a Built> {
     pub gates: Gates,
     /// Why the pass waits, for the status message.
     pub waits: Vec<String>,
+    /// A phase waits on something no watched object announces: the next pass comes soon.
+    pub recheck: bool,
     wanted: BTreeSet<(Kind, String)>,
     phase: Phase,
     /// What the phases emitted so far (the plan of the pass).
@@ -243,6 +245,7 @@ impl<'a> Early<'a> {
             members: Vec::new(),
             gates: Gates::default(),
             waits: Vec::new(),
+            recheck: false,
             wanted: BTreeSet::new(),
             phase: Phase::Credentials,
             out: Plan {
@@ -262,6 +265,7 @@ impl<'a> Early<'a> {
             members: self.members,
             gates: self.gates,
             waits: self.waits,
+            recheck: self.recheck,
             wanted: self.wanted,
             phase: self.phase,
             out: self.out,
@@ -279,7 +283,8 @@ impl<'a> Pass<'a> {
     fn finish(mut self) -> Plan {
         self.out.status = report::pass_status(&self);
         self.out.members = self.members.clone();
-        self.out.recheck_soon = !self.gates.halted && report::waits_on_servers(&self);
+        self.out.recheck_soon =
+            !self.gates.halted && (self.recheck || report::waits_on_servers(&self));
         self.out.again |= self.gates.map_first && self.out.failure.is_none();
         self.out
     }

@@ -18,6 +18,22 @@ pub fn plan(pass: &mut Pass) {
             let f = pass.input.facts.server(n);
             f.pod.started.is_none() && !f.pvcs.is_empty() && f.pvcs.values().all(|v| !v.bound)
         },
+        |n| {
+            let pod = &pass.input.facts.server(n).pod;
+            !pod.exists || pod.node_lost.is_some()
+        },
+        |n, just_left| {
+            let pod = crate::model::names::replica_pod(n);
+            match &pass.input.obs.client_routes {
+                // no client Service (or nothing of it to wait for)
+                None => None,
+                Some(Err(e)) => Some(format!("its EndpointSlices cannot be read ({e})")),
+                Some(Ok(_)) if just_left => Some(format!("{pod} leaves it in this pass")),
+                Some(Ok(pods)) => pods
+                    .contains(&pod)
+                    .then(|| format!("its EndpointSlices still list {pod}")),
+            }
+        },
     );
     for chain in p.chains {
         for step in chain {
@@ -25,4 +41,5 @@ pub fn plan(pass: &mut Pass) {
         }
     }
     pass.waits.extend(p.waiting);
+    pass.recheck |= p.recheck_soon;
 }
