@@ -173,9 +173,14 @@ async fn a_backup_whose_backup_replica_is_killed_fails_and_the_next_one_succeeds
 
 /// Drives `object` (a ClickHouseBackup or ClickHouseRestore, read by `state`) to its end with
 /// operators that each die right after one step of a pass they have not died after before (a
-/// bucket check, a manifest read or write, an agent Job created, a status written), before
-/// anything records it; a new operator takes over each time. Returns the points they died at
-/// and, for each agent Job, every UID it had (a Job created twice has two).
+/// bucket check, a manifest read or write, an agent Job created), before anything records it,
+/// or right after each status write (every one: each records progress, `write status <state>
+/// #<n>`); a new operator takes over each time. Returns the points they died at and, for each
+/// agent Job, every UID it had (a Job created twice has two).
+///
+/// Also asserts that no finished step runs again: a step is finished once it completed and a
+/// status write followed it in the same operator (what the step did is then recorded); no
+/// operator may start it after that.
 async fn drive_with_kills<F, Fut>(
     client: &Client,
     ns: &str,
@@ -200,7 +205,12 @@ where
     let mut uids: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     let mut kills: Vec<String> = Vec::new();
     let started = std::time::Instant::now();
+    // every status write seen, by what it wrote; every hook call: (operator, point, step)
+    let writes: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let calls: Arc<Mutex<Vec<(usize, StepPoint, String)>>> = Arc::default();
+    let mut run = 0usize;
     loop {
+        run += 1;
         assert!(
             started.elapsed() < Duration::from_secs(600),
             "{label} did not end: died after {kills:?}"
@@ -211,14 +221,30 @@ where
             Arc::new(kills.iter().cloned().collect());
         let hook: AfterJobStep = {
             let (fired, last) = (fired.clone(), last.clone());
-            Arc::new(move |point, what: &str| match point {
-                StepPoint::After if !seen.contains(what) => {
-                    if !fired.swap(true, Ordering::SeqCst) {
-                        *last.lock().unwrap() = what.to_string();
-                    }
-                    true
+            let (writes, calls) = (writes.clone(), calls.clone());
+            Arc::new(move |point, what: &str| {
+                if fired.load(Ordering::SeqCst) {
+                    return true;
                 }
-                _ => fired.load(Ordering::SeqCst),
+                calls.lock().unwrap().push((run, point, what.to_string()));
+                if point != StepPoint::After {
+                    return false;
+                }
+                // a status write is made when the hook runs: each is a point of its own
+                let key = if what.starts_with("write status ") {
+                    let mut w = writes.lock().unwrap();
+                    let n = w.entry(what.to_string()).or_default();
+                    *n += 1;
+                    format!("{what} #{n}")
+                } else {
+                    what.to_string()
+                };
+                if seen.contains(&key) {
+                    return false;
+                }
+                fired.store(true, Ordering::SeqCst);
+                *last.lock().unwrap() = key;
+                true
             })
         };
         let op = start_operator_with(
@@ -257,12 +283,47 @@ where
         };
         drop(op);
         if !died {
+            assert_no_finished_step_ran_again(&calls.lock().unwrap());
             return (kills, uids);
         }
         kills.push(last.lock().unwrap().clone());
         // the dead operator's pass is aborted with it; give the task a moment to stop
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// No step was started again once finished: completed, then a status written by the same
+/// operator (see [`drive_with_kills`]).
+fn assert_no_finished_step_ran_again(
+    calls: &[(usize, clickhouse_operator::controller::StepPoint, String)],
+) {
+    use clickhouse_operator::controller::StepPoint;
+    let mut finished: BTreeMap<String, usize> = BTreeMap::new();
+    let mut again = Vec::new();
+    for (i, (run, point, what)) in calls.iter().enumerate() {
+        if what.starts_with("write status ") {
+            continue;
+        }
+        if *point == StepPoint::Before
+            && let Some(at) = finished.get(what)
+        {
+            again.push(format!(
+                "{what} (finished at call {at}, started again at {i} by operator {run})"
+            ));
+        }
+        if *point == StepPoint::After
+            && calls[i + 1..]
+                .iter()
+                .take_while(|(r, _, _)| r == run)
+                .any(|(_, p, w)| *p == StepPoint::After && w.starts_with("write status "))
+        {
+            finished.entry(what.clone()).or_insert(i);
+        }
+    }
+    assert!(
+        again.is_empty(),
+        "finished steps ran again: {again:#?}\nevery call: {calls:#?}"
+    );
 }
 
 /// An operator died right after each of `steps`, and each of the 2 shards' agent Jobs had one
@@ -274,7 +335,9 @@ fn assert_each_step_survived(
 ) {
     for want in steps {
         assert!(
-            kills.iter().any(|k| k == want),
+            kills
+                .iter()
+                .any(|k| k == want || k.starts_with(&format!("{want} #"))),
             "no kill after {want:?}: {kills:?}"
         );
     }
@@ -287,9 +350,10 @@ fn assert_each_step_survived(
 
 /// Decisions 24 and 26 (S0-19, invariants 1 and 6 for backups): a backup of a 2-shard × 2-replica
 /// cluster under write load, then a restore of it, each driven by operators that die right after
-/// every kind of step once (the bucket checked, each shard's agent Job created, the manifest read
-/// or written, each status written), before anything records it. Each ends `Succeeded`; no agent
-/// Job is ever created twice (one UID per Job); every acknowledged row of the writer is on every
+/// every step (the bucket checked, each shard's agent Job created, the manifest read or written:
+/// each once, before anything records it; and every status write). Each ends `Succeeded`; no
+/// step is started again once finished and recorded, and no agent Job is ever created twice
+/// (one UID per Job); every acknowledged row of the writer is on every
 /// replica; the restored table holds exactly the rows it had, on every replica; no Secret value
 /// leaked.
 #[tokio::test]
