@@ -25,10 +25,14 @@
 # deterministically (same inputs, same digests); hack/attestations.py the SBOM and provenance.
 # The SBOM and provenance are files next to the layout, not referrers inside it (see
 # docs/operations.md, "The image").
+#
+# CHOP_IMAGE_OUT writes into another folder; CHOP_IMAGE_PLATFORMS=amd64 builds the amd64 image
+# alone (what the local Kubernetes of the tests runs; hack/test.sh builds the whole image beside
+# the end-to-end tests and puts it in place before the image tests).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$PWD"
-OUT="$ROOT/target/image"
+OUT="${CHOP_IMAGE_OUT:-$ROOT/target/image}"
 VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
 CHART_REPO="$(sed -n 's/^  repository: *//p' charts/clickhouse-operator/values.yaml | head -n 1)"
 REPOSITORY="${CHOP_IMAGE_REPOSITORY:-$CHART_REPO}"
@@ -37,6 +41,11 @@ IMAGE="$REPOSITORY:$VERSION"
 
 # Rust target, OCI architecture, the binutils prefix of its toolchain
 PLATFORMS=(x86_64-unknown-linux-gnu:amd64: aarch64-unknown-linux-gnu:arm64:aarch64-linux-gnu-)
+case "${CHOP_IMAGE_PLATFORMS:-amd64,arm64}" in
+  amd64,arm64) ;;
+  amd64) PLATFORMS=("${PLATFORMS[0]}") ;;
+  *) echo "CHOP_IMAGE_PLATFORMS is amd64,arm64 (the default) or amd64" >&2; exit 2 ;;
+esac
 RUSTFLAGS_IMAGE="-C target-feature=+crt-static --remap-path-prefix=$ROOT=/src --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
 mkdir -p "$OUT"
 binaries=()
@@ -62,6 +71,7 @@ for p in "${PLATFORMS[@]}"; do
   binaries+=(--binary "$arch=$BIN")
 done
 rm -f "$OUT/clickhouse-operator"
+[ "${#PLATFORMS[@]}" -eq 1 ] && rm -f "$OUT/clickhouse-operator-linux-arm64"
 
 CA=/etc/ssl/certs/ca-certificates.crt
 [ -s "$CA" ] || { echo "$CA is missing: install Debian's ca-certificates" >&2; exit 1; }
@@ -89,16 +99,22 @@ cargo metadata --format-version 1 --locked --filter-platform x86_64-unknown-linu
 python3 hack/attestations.py sbom --lock Cargo.lock --metadata "$meta" --resolve "$resolve" \
   --name clickhouse-operator --version "$VERSION" --image-digest "$DIGEST" --created "$CREATED" \
   --out "$OUT/clickhouse-operator-$VERSION.spdx.json"
+arm64_subject=() arm64_byproduct=() platforms=linux/amd64
+if [ -n "$DIGEST_ARM64" ]; then
+  arm64_subject=(--subject "$IMAGE linux/arm64=$DIGEST_ARM64")
+  arm64_byproduct=(--byproduct "clickhouse-operator linux/arm64=$OUT/clickhouse-operator-linux-arm64")
+  platforms=linux/amd64,linux/arm64
+fi
 deb_version() { dpkg-query -W -f '${Version}' "$1" 2>/dev/null || echo unknown; }
 python3 hack/attestations.py provenance \
   --subject "$IMAGE=$DIGEST" \
   --subject "$IMAGE linux/amd64=$DIGEST_AMD64" \
-  --subject "$IMAGE linux/arm64=$DIGEST_ARM64" \
+  "${arm64_subject[@]}" \
   --subject "$(basename "$ARCHIVE")=sha256:$(sha256sum "$ARCHIVE" | cut -d' ' -f1)" \
   --byproduct "clickhouse-operator linux/amd64=$OUT/clickhouse-operator-linux-amd64" \
-  --byproduct "clickhouse-operator linux/arm64=$OUT/clickhouse-operator-linux-arm64" \
+  "${arm64_byproduct[@]}" \
   --param "version=$VERSION" --param "imageRepository=$REPOSITORY" \
-  --param "platforms=linux/amd64,linux/arm64" \
+  --param "platforms=$platforms" \
   --internal "cargo=cargo build --release --locked -p clickhouse-operator --bin clickhouse-operator" \
   --internal "rustflags=-C target-feature=+crt-static --remap-path-prefix=<repo>=/src --remap-path-prefix=<cargo home>=/cargo" \
   --internal "sourceDateEpoch=$CREATED" \

@@ -585,7 +585,6 @@ async fn every_server_down_at_once_is_reported_as_a_full_crash_and_all_come_back
 /// acknowledged row is on every replica. Without the parallel replacement the ensemble stays
 /// down and the test times out.
 #[tokio::test]
-#[ignore = "in the full suite one replica still lacked a batch after SYSTEM SYNC REPLICA (18.16 reopening its Keeper session): run by name until that is understood"]
 async fn every_keeper_member_down_is_reported_as_a_full_crash_and_replaced_at_once() {
     use k8s_openapi::api::core::v1::Pod;
     let (Scenario { client, ns, op }, ready) = Scenario::ready(
@@ -679,7 +678,9 @@ async fn every_keeper_member_down_is_reported_as_a_full_crash_and_replaced_at_on
         );
     }
     syncs_again(&client, &ns, &replica_names(&back)).await;
-    let batches = workload.stop_and_check(&client, &ns).await;
+    let batches = workload
+        .stop_and_check_after_keeper_loss(&client, &ns)
+        .await;
     println!("{batches} batches acknowledged and found on every replica");
     finish(&client, &ns, op).await;
 }
