@@ -480,8 +480,8 @@ async fn distributed_query_sums_both_shards() {
 /// batch is checked on every replica afterwards.
 #[tokio::test]
 async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes_to_the_pod() {
-    use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint, QueryOptions};
-    use k8s_openapi::api::core::v1::{Secret, Service};
+    use clickhouse_operator::clickhouse::QueryOptions;
+    use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -528,11 +528,7 @@ async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes
         .spec
         .and_then(|s| s.cluster_ip)
         .unwrap();
-    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get("c1-operator")
-        .await
-        .unwrap();
-    let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    let config = sql_config_at(&client, &ns, "c1", &ip, Duration::from_secs(5)).await;
     let stop = Arc::new(AtomicBool::new(false));
     type Answers = Vec<(std::time::Instant, Result<String, String>)>;
     let answers: Arc<Mutex<Answers>> = Arc::default();
@@ -540,18 +536,8 @@ async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes
         let (stop, answers) = (stop.clone(), answers.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
-                let mut config = ClientConfig::new(
-                    Endpoint {
-                        host: ip.clone(),
-                        port: 8123,
-                    },
-                    Credentials {
-                        user: "clickhouse_operator".into(),
-                        password: password.clone(),
-                    },
-                );
-                config.timeout = Duration::from_secs(5);
-                let ch = clickhouse_operator::clickhouse::Client::new(config).unwrap();
+                // a client of its own: a new connection
+                let ch = clickhouse_operator::clickhouse::Client::new(config.clone()).unwrap();
                 // the replica that answered (its `{replica}` macro), from the table
                 let q = "SELECT (SELECT substitution FROM system.macros WHERE macro = 'replica') \
                          AS h, count() AS n FROM default.events";

@@ -15,7 +15,6 @@ use super::done::{Done, SERVER_STEP_BUDGET, bounded, normal};
 use super::observe::ch_client;
 use super::{DELETE_PVC_LABEL, Error, api, noted, noted_deletion};
 use crate::api::{ClickHouseCluster, ReplicaName, ShardIndex};
-use crate::clickhouse::sql::TableName;
 use crate::clickhouse::{self, replica as chreplica};
 use crate::controller::Context;
 use crate::controller::kube::ignore_not_found;
@@ -236,70 +235,49 @@ async fn drop_keeper_metadata(
         shard: clickhouse::sql::ShardMacro(shard.to_string()),
         replica: clickhouse::sql::ReplicaMacro(replica.to_string()),
     };
+    // its own shard's survivors, every one; else the first server of another shard that answers
+    let same_shard = !survivors.is_empty();
+    let servers = if same_shard { survivors } else { others };
     let mut cleanup = chreplica::KeeperCleanup::default();
     let mut asked = Vec::new();
     let mut failure = None;
-    if !survivors.is_empty() {
-        for survivor in survivors {
-            let result = match ch_client(cluster, world, survivor, connections) {
-                Ok(client) => chreplica::drop_replica_metadata(&client, &leaving)
-                    .await
-                    .map_err(|e| {
-                        Error::clickhouse(
-                            &format!("dropping the Keeper metadata of {replica} from {survivor}"),
-                            e,
-                        )
-                    }),
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(c) => {
-                    merge(&mut cleanup, c);
-                    asked.push(survivor.as_str());
-                }
-                Err(e) => {
-                    tracing::warn!(%replica, %survivor, error = %e, "cannot drop the Keeper metadata from this survivor");
-                    failure.get_or_insert(e);
-                }
+    for server in servers {
+        let result = match ch_client(cluster, world, server, connections) {
+            Ok(client) if same_shard => chreplica::drop_replica_metadata(&client, &leaving).await,
+            Ok(client) => chreplica::drop_shard_replica_metadata(&client, &leaving).await,
+            Err(e) => {
+                failure.get_or_insert(e);
+                continue;
             }
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-    } else {
-        for other in others {
-            let result = match ch_client(cluster, world, other, connections) {
-                Ok(client) => chreplica::drop_shard_replica_metadata(&client, &leaving)
-                    .await
-                    .map_err(|e| {
-                        Error::clickhouse(
-                            &format!("dropping the Keeper metadata of {replica} from {other}"),
-                            e,
-                        )
-                    }),
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(c) => {
-                    merge(&mut cleanup, c);
-                    asked.push(other.as_str());
+        };
+        match result {
+            Ok(c) => {
+                merge(&mut cleanup, c);
+                asked.push(server.as_str());
+                if !same_shard {
                     break;
                 }
-                Err(e) => {
-                    tracing::warn!(%replica, %other, error = %e, "cannot drop the Keeper metadata of a removed shard from this server");
-                    failure.get_or_insert(e);
-                }
+            }
+            Err(e) => {
+                tracing::warn!(%replica, %server, error = %e, "cannot drop the Keeper metadata from this server");
+                failure.get_or_insert(Error::clickhouse(
+                    &format!("dropping the Keeper metadata of {replica} from {server}"),
+                    e,
+                ));
             }
         }
-        if asked.is_empty() {
-            return match failure {
-                Some(e) => Err(e),
-                None => Ok(event(
-                    "KeeperCleaned",
-                    format!("{replica}: no server is left to drop its Keeper metadata from"),
-                )),
-            };
-        }
+    }
+    // every survivor must have answered; of the other shards, one
+    if let Some(e) = failure
+        && (same_shard || asked.is_empty())
+    {
+        return Err(e);
+    }
+    if asked.is_empty() {
+        return Ok(event(
+            "KeeperCleaned",
+            format!("{replica}: no server is left to drop its Keeper metadata from"),
+        ));
     }
     let from = asked.join(", ");
     if !cleanup.is_clean() {
@@ -340,37 +318,28 @@ async fn drop_keeper_metadata(
     Ok(event("KeeperCleaned", message))
 }
 
-/// `more` added to `into`, each table and path once.
+/// `more` added to `into`, each table and path once; what one server could not drop and another
+/// (a newer one) dropped is not left.
 fn merge(into: &mut chreplica::KeeperCleanup, more: chreplica::KeeperCleanup) {
-    fn add<T: PartialEq>(to: &mut Vec<T>, from: Vec<T>) {
-        for x in from {
-            if !to.contains(&x) {
-                to.push(x);
-            }
+    for t in more.dropped {
+        if !into.dropped.contains(&t) {
+            into.dropped.push(t);
         }
     }
-    add(&mut into.dropped, more.dropped);
-    add(
-        &mut into.dropped_database_replicas,
-        more.dropped_database_replicas,
-    );
-    // what one survivor could not drop may have been dropped by another (a newer server)
-    for (table, path) in more.left_behind.into_iter().zip(more.left_paths) {
+    for d in more.dropped_database_replicas {
+        if !into.dropped_database_replicas.contains(&d) {
+            into.dropped_database_replicas.push(d);
+        }
+    }
+    let left = std::mem::take(&mut into.left_behind)
+        .into_iter()
+        .zip(std::mem::take(&mut into.left_paths))
+        .chain(more.left_behind.into_iter().zip(more.left_paths));
+    for (table, path) in left {
         if !into.dropped.contains(&table) && !into.left_paths.contains(&path) {
             into.left_behind.push(table);
             into.left_paths.push(path);
         }
-    }
-    let dropped = into.dropped.clone();
-    let kept: Vec<(TableName, String)> = into
-        .left_behind
-        .drain(..)
-        .zip(into.left_paths.drain(..))
-        .filter(|(t, _)| !dropped.contains(t))
-        .collect();
-    for (t, p) in kept {
-        into.left_behind.push(t);
-        into.left_paths.push(p);
     }
 }
 

@@ -27,6 +27,18 @@ pub async fn sql_client_at(
     host: &str,
     timeout: Duration,
 ) -> clickhouse_operator::clickhouse::Client {
+    let config = sql_config_at(client, ns, cluster, host, timeout).await;
+    clickhouse_operator::clickhouse::Client::new(config).expect("a ClickHouse client")
+}
+
+/// What [`sql_client_at`] connects with: a client made from it anew opens its own connections.
+pub async fn sql_config_at(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    host: &str,
+    timeout: Duration,
+) -> clickhouse_operator::clickhouse::ClientConfig {
     use clickhouse_operator::clickhouse::{ClientConfig, Credentials, Endpoint};
     use k8s_openapi::api::core::v1::Secret;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
@@ -46,7 +58,7 @@ pub async fn sql_client_at(
         },
     );
     config.timeout = timeout;
-    clickhouse_operator::clickhouse::Client::new(config).expect("a ClickHouse client")
+    config
 }
 
 /// Runs SQL whose result has a column `v` and returns it, as strings, row by row.
