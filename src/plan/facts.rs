@@ -68,6 +68,10 @@ pub struct Observed {
     pub pvcs: BTreeMap<String, PersistentVolumeClaim>,
     /// A ClickHouseBackup of the cluster that is Starting or Running.
     pub backup_in_flight: Option<String>,
+    /// The replicas the ClickHouseBackups of the cluster that are Starting or Running read
+    /// from (each shard's recorded replica), with `backup <name>`: none of them is condemned
+    /// until the backup ends (decision 77).
+    pub backup_reads: BTreeMap<String, String>,
     /// Replication caught up, per replica, where it was checked.
     pub caught_up: BTreeMap<String, bool>,
     /// Per Ready replica: how many hosts its server lists in the cluster's `remote_servers`

@@ -70,7 +70,9 @@ pub fn map_change_refused(
 /// pass, not only at rest): every shard with a replica that is not `Condemned` has exactly one
 /// backup replica, and that one is not `Condemned` (S0-13, S0-15); not paused, every shard of
 /// the spec has exactly `replicas` replicas that are not `Condemned`, so exactly the excess is
-/// condemned (S0-21). A broken one is a bug, reported instead of written.
+/// condemned (S0-21), more only where the backup replica and replicas a backup in flight reads
+/// from ([`Topology::held`], decision 77) are more than `replicas`. A broken one is a bug,
+/// reported instead of written.
 pub fn guarantees_broken(
     t: &Topology,
     map: &BTreeMap<ReplicaName, ReplicaStatus>,
@@ -110,13 +112,26 @@ pub fn guarantees_broken(
         return None;
     }
     for shard in ShardIndex::all(t.shards) {
-        let live = map
-            .values()
-            .filter(|r| r.shard == shard && r.state != ReplicaState::Condemned)
+        let live: Vec<(&ReplicaName, &ReplicaStatus)> = map
+            .iter()
+            .filter(|(_, r)| r.shard == shard && r.state != ReplicaState::Condemned)
+            .collect();
+        // decision 77: the backup replica and those a backup in flight reads from may stay
+        // beyond the spec's count until the backup ends
+        let kept = live
+            .iter()
+            .filter(|(n, r)| r.is_backup_pod || t.held.contains_key(n.as_str()))
             .count() as i32;
-        if live != t.replicas {
+        let want = t.replicas.max(kept.min(live.len() as i32));
+        if live.len() as i32 != want {
+            let held = if want > t.replicas {
+                format!(" and {} held by a backup", want - t.replicas)
+            } else {
+                String::new()
+            };
             return Some(format!(
-                "shard {shard} has {live} replicas that stay, not the {} of the spec: the excess, and only it, is condemned (S0-21)",
+                "shard {shard} has {} replicas that stay, not the {} of the spec{held}: the excess, and only it, is condemned (S0-21)",
+                live.len(),
                 t.replicas
             ));
         }
@@ -152,7 +167,13 @@ pub struct MapChange {
     pub replaced: Vec<ReplicaName>,
     /// Replicas the user asked to replace that are not replaced, with why.
     pub refused_replacements: Vec<(String, String)>,
+    /// Condemnations held back (decision 77): what waits (`removing shard 1`, `replacing
+    /// c1-0-0`, `scaling in shard 0`), the replica held and what holds it.
+    pub held_back: Vec<(String, String, String)>,
 }
+
+/// No replica held: [`Topology::held`] where no backup is in flight.
+pub static NOTHING_HELD: BTreeMap<String, String> = BTreeMap::new();
 
 /// The topology the spec asks for.
 #[derive(Clone, Copy, Debug)]
@@ -165,6 +186,10 @@ pub struct Topology<'a> {
     pub allow_shard_removal: bool,
     /// Replicas to replace by new ones (the cluster's `clickhouse.com/replace-replicas`).
     pub replace: &'a [String],
+    /// Replicas that must not be condemned now, with what holds them (`backup b1`): those a
+    /// backup in flight reads from (decision 77). Their shard's removal, their replacement and
+    /// their scale-in wait until it ends.
+    pub held: &'a BTreeMap<String, String>,
 }
 
 /// Plans the map for the topology. `facts` answers for each replica name.
@@ -181,12 +206,14 @@ pub fn plan_map(
         paused,
         allow_shard_removal,
         replace,
+        held,
     } = *t;
     let mut map = old.clone();
     let mut next_index = next_index.max(old.values().map(|r| r.index + 1).max().unwrap_or(0));
     let mut added = Vec::new();
     let mut condemned = Vec::new();
     let mut refused_shards = Vec::new();
+    let mut held_back = Vec::new();
 
     // Lifecycle transitions from what was observed.
     for (name, r) in map.iter_mut() {
@@ -215,6 +242,15 @@ pub fn plan_map(
             refused_shards.push(shard);
             continue;
         }
+        // decision 77: the whole shard waits while a backup reads from one of its replicas
+        if let Some(n) = active.iter().find(|n| held.contains_key(n.as_str())) {
+            held_back.push((
+                format!("removing shard {shard}"),
+                n.to_string(),
+                held[n.as_str()].clone(),
+            ));
+            continue;
+        }
         for n in active {
             let r = map.get_mut(&n).expect("listed above");
             r.state = ReplicaState::Condemned;
@@ -227,7 +263,15 @@ pub fn plan_map(
     let (replaced, refused_replacements) = if paused {
         (Vec::new(), Vec::new())
     } else {
-        release(cluster, &mut map, next_index, replace, &facts)
+        release(
+            cluster,
+            &mut map,
+            next_index,
+            replace,
+            held,
+            &mut held_back,
+            &facts,
+        )
     };
 
     if !paused {
@@ -257,14 +301,26 @@ pub fn plan_map(
                     next_index += 1;
                 }
             } else if count > replicas {
-                // Scale-in: newest first, never the backup replica (S0-14, S0-21).
+                // Scale-in: newest first, never the backup replica (S0-14, S0-21), nor one a
+                // backup in flight reads from (decision 77).
                 active.sort_by_key(|(_, r)| std::cmp::Reverse(r.index));
+                let excess = (count - replicas) as usize;
                 let victims: Vec<ReplicaName> = active
                     .iter()
-                    .filter(|(_, r)| !r.is_backup_pod)
-                    .take((count - replicas) as usize)
+                    .filter(|(n, r)| !r.is_backup_pod && !held.contains_key(n.as_str()))
+                    .take(excess)
                     .map(|(n, _)| n.clone())
                     .collect();
+                let waiting = active
+                    .iter()
+                    .find(|(n, r)| !r.is_backup_pod && held.contains_key(n.as_str()));
+                if let (true, Some((n, _))) = (victims.len() < excess, waiting) {
+                    held_back.push((
+                        format!("scaling in shard {shard}"),
+                        n.to_string(),
+                        held[n.as_str()].clone(),
+                    ));
+                }
                 for n in victims {
                     let r = map.get_mut(&n).expect("listed above");
                     r.state = ReplicaState::Condemned;
@@ -284,6 +340,7 @@ pub fn plan_map(
         refused_shards,
         replaced,
         refused_replacements,
+        held_back,
     }
 }
 
@@ -291,12 +348,15 @@ pub fn plan_map(
 /// scale-out that follows adds a new replica with a new name in its shard, unless that would
 /// leave its shard without a Ready replica (its data would be lost with it). A name that was a
 /// replica of the cluster and is gone (or is being removed) is done: nothing to do, nothing to
-/// say. Returns the replicas condemned, and the names refused with why.
+/// say. A replica a backup in flight reads from waits (decision 77, in `held_back`). Returns
+/// the replicas condemned, and the names refused with why.
 fn release(
     cluster: &str,
     map: &mut BTreeMap<ReplicaName, ReplicaStatus>,
     next_index: i64,
     replace: &[String],
+    held: &BTreeMap<String, String>,
+    held_back: &mut Vec<(String, String, String)>,
     facts: &impl Fn(&str) -> ReplicaFacts,
 ) -> (Vec<ReplicaName>, Vec<(String, String)>) {
     let mut replaced = Vec::new();
@@ -329,6 +389,10 @@ fn release(
                     "no other replica of shard {shard} is Ready: the shard's data would go with it"
                 ),
             ));
+            continue;
+        }
+        if let Some(by) = held.get(name.as_str()) {
+            held_back.push((format!("replacing {name}"), name.clone(), by.clone()));
             continue;
         }
         let r = map.get_mut(name.as_str()).expect("found above");
@@ -509,6 +573,7 @@ mod tests {
             paused,
             allow_shard_removal: allow,
             replace: &[],
+            held: &NOTHING_HELD,
         }
     }
 
@@ -812,6 +877,78 @@ mod tests {
             backup_replica(&c.map, ShardIndex(0)).map(|n| n.as_str()),
             Some("c1-0-2")
         );
+    }
+
+    /// Decision 77: no replica a backup in flight reads from is condemned until it ends: a
+    /// removed shard keeps all its replicas, a replacement and a scale-in that would take it
+    /// wait, each said with what holds it; the map so held keeps its guarantees, and the
+    /// same map without the hold would not (the held excess counts only while held).
+    #[test]
+    fn nothing_a_backup_in_flight_reads_from_is_condemned_until_it_ends() {
+        let held: BTreeMap<String, String> = [
+            ("c1-1-1".to_string(), "backup b1".to_string()),
+            ("c1-0-2".to_string(), "backup b1".to_string()),
+        ]
+        .into();
+        let with = |t: Topology<'static>| Topology { held: &held, ..t };
+        // a removed shard
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
+        m.insert("c1-1-1".into(), entry(1, ReplicaState::Ready, 1, true));
+        m.insert("c1-1-3".into(), entry(1, ReplicaState::Ready, 3, false));
+        let t = with(topo(1, 1, false, true));
+        let c = plan_map(&t, &m, 4, ready_facts);
+        assert!(c.condemned.is_empty(), "{:?}", c.condemned);
+        assert_eq!(
+            c.held_back,
+            [(
+                "removing shard 1".to_string(),
+                "c1-1-1".to_string(),
+                "backup b1".to_string()
+            )]
+        );
+        assert_eq!(guarantees_broken(&t, &c.map), None);
+        // the backup over: the whole shard goes
+        let c = plan_map(&topo(1, 1, false, true), &m, 4, ready_facts);
+        assert_eq!(c.condemned, ["c1-1-1", "c1-1-3"]);
+        assert!(c.held_back.is_empty());
+
+        // a replacement and a scale-in within a shard
+        let mut m = BTreeMap::new();
+        m.insert("c1-0-0".into(), entry(0, ReplicaState::Ready, 0, true));
+        m.insert("c1-0-1".into(), entry(0, ReplicaState::Ready, 1, false));
+        m.insert("c1-0-2".into(), entry(0, ReplicaState::Ready, 2, false));
+        let replace = ["c1-0-2".to_string()];
+        let t = Topology {
+            replace: &replace,
+            ..with(topo(1, 3, false, false))
+        };
+        let c = plan_map(&t, &m, 3, ready_facts);
+        assert!(c.replaced.is_empty() && c.added.is_empty());
+        assert!(
+            c.refused_replacements.is_empty(),
+            "it waits, it is not refused"
+        );
+        assert_eq!(c.held_back[0].0, "replacing c1-0-2");
+        // 3 → 1: the newest is held, the next one goes, the held one waits
+        let t = with(topo(1, 1, false, false));
+        let c = plan_map(&t, &m, 3, ready_facts);
+        assert_eq!(c.condemned, ["c1-0-1"]);
+        assert_eq!(c.held_back[0].0, "scaling in shard 0");
+        assert_eq!(guarantees_broken(&t, &c.map), None);
+        let why = guarantees_broken(&topo(1, 1, false, false), &c.map).unwrap();
+        assert!(why.contains("has 2 replicas that stay, not the 1"), "{why}");
+        // held, yet more stay than the backup and the held ones: still broken
+        let mut extra = c.map.clone();
+        extra.get_mut("c1-0-1").unwrap().state = ReplicaState::Ready;
+        let why = guarantees_broken(&t, &extra).unwrap();
+        assert!(
+            why.contains("has 3 replicas that stay, not the 1 of the spec and 1 held"),
+            "{why}"
+        );
+        // the backup over: the held one goes too
+        let c = plan_map(&topo(1, 1, false, false), &c.map, 3, ready_facts);
+        assert_eq!(c.condemned, ["c1-0-2"]);
     }
 
     /// Removing shards loses data: refused unless allowed; allowed condemns all their replicas.

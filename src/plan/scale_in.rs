@@ -293,7 +293,9 @@ mod tests {
         }
     }
 
-    /// S0-24: an unready StatefulSet defers everything after leaving traffic, and says which.
+    /// S0-24: an unready StatefulSet defers everything after leaving traffic, and says which
+    /// (on the real API server:
+    /// `lifecycle::scale_in_waits_while_a_surviving_replica_is_down_and_completes_once_it_is_back`).
     #[test]
     fn unready_statefulset_defers_the_scale_in() {
         let p = plan_scale_in(

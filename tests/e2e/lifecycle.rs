@@ -804,3 +804,107 @@ async fn a_removed_shard_whose_pod_is_gone_names_what_it_left_in_keeper() {
     );
     finish(&client, &ns, op).await;
 }
+
+/// S0-24: a scale-in waits while a surviving replica is down. Of three replicas, the middle
+/// one's server is stopped (SIGSTOP: its pod stays, not Ready, for the minute before its
+/// liveness probe would restart it) while rows are written through
+/// the client Service; the scale-in to two condemns the newest replica and then waits: pass
+/// after pass its StatefulSet stays, its table is still there, it is not synced, and the status
+/// names the replica that is not ready. Once the server goes on, the scale-in completes, and
+/// every acknowledged row is on both replicas left.
+#[tokio::test]
+async fn scale_in_waits_while_a_surviving_replica_is_down_and_completes_once_it_is_back() {
+    use clickhouse_operator::api::ScaleInStep;
+    let (Scenario { client, ns, op }, c) = Scenario::ready(
+        "survivor",
+        json!({"replicas": 3, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"}}),
+    )
+    .await;
+    let workload = crate::workload::Workload::start(&client, &ns, "c1").await;
+    let mut by_age: Vec<(String, i64)> = c
+        .status
+        .as_ref()
+        .unwrap()
+        .replica_state_map
+        .iter()
+        .map(|(n, r)| (n.to_string(), r.index))
+        .collect();
+    by_age.sort_by_key(|(_, i)| *i);
+    let (down, leaving) = (by_age[1].0.clone(), by_age[2].0.clone());
+    let pod = format!("{down}-0");
+    let pid = pid_of(
+        "clickhouse-server",
+        &pod,
+        Some(&pod_ip(&client, &ns, &pod).await),
+    );
+    // SAFETY: a signal to a process of this machine
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let stopped_at = std::time::Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        Duration::from_secs(90),
+        "the stopped server's pod not Ready",
+        || {
+            let (pods, pod) = (pods.clone(), pod.clone());
+            async move {
+                let p = pods.get(&pod).await.ok()?;
+                let ready = p
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                (!ready).then_some(())
+            }
+        },
+    )
+    .await;
+    patch_spec(&client, &ns, "c1", json!({"replicas": 2})).await;
+    let said = format!("scale-in of {leaving} waits until every StatefulSet is Ready");
+    let waiting = wait_status(&client, &ns, "c1", READY, "the scale-in waiting", |s| {
+        s.observed_generation == Some(2)
+            && s.message
+                .as_deref()
+                .is_some_and(|m| m.contains(&said) && m.contains(&down))
+    })
+    .await;
+    println!("{:?}", waiting.status.and_then(|s| s.message));
+    let clusters: Api<clickhouse_operator::api::ClickHouseCluster> =
+        Api::namespaced(client.clone(), &ns);
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let on_leaving = sql_client(&client, &ns, "c1", &format!("{leaving}-0")).await;
+    // the liveness probe (6 × 10 s) restarts the stopped server after a minute, as a kubelet
+    // does, which would end the wait: the checks end before that
+    for check in 0..5 {
+        if check > 0 && stopped_at.elapsed() > Duration::from_secs(45) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let status = clusters.get("c1").await.unwrap().status.unwrap();
+        let r = &status.replica_state_map[leaving.as_str()];
+        assert_eq!(r.state, ReplicaState::Condemned);
+        assert!(
+            r.scale_in_step.is_none_or(|s| s < ScaleInStep::Synced),
+            "{leaving} went on to {:?} while {down} is down",
+            r.scale_in_step
+        );
+        assert!(statefulsets.get_opt(&leaving).await.unwrap().is_some());
+        let tables = query(
+            &on_leaving,
+            "SELECT count() AS v FROM system.tables WHERE database = 'default' AND name = 'events'",
+        )
+        .await;
+        assert_eq!(tables, ["1"], "{leaving}'s table is not dropped");
+    }
+    // SAFETY: as above
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let after = wait_ready(&client, &ns, "c1", 2).await;
+    let map = after.status.unwrap().replica_state_map;
+    assert!(
+        !map.contains_key(leaving.as_str()) && map.len() == 2,
+        "{map:?}"
+    );
+    assert!(statefulsets.get_opt(&leaving).await.unwrap().is_none());
+    let batches = workload.stop_and_check(&client, &ns).await;
+    println!("{batches} acknowledged batches on both replicas");
+    finish(&client, &ns, op).await;
+}

@@ -510,20 +510,41 @@ struct Lists {
     /// The Secrets of the cluster's backup destinations that exist (their keys become named
     /// collections of the servers where the Secret opts in).
     backup_secrets: Vec<Secret>,
-    /// A backup of the cluster that is running.
-    backup_in_flight: Option<String>,
+    /// The backups of the cluster that are running.
+    backup_in_flight: InFlight,
+}
+
+/// The backups of the cluster `name` that are Starting or Running.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct InFlight {
+    /// One of them.
+    name: Option<String>,
+    /// The replicas they read from (each shard recorded), with `backup <name>`.
+    reads: BTreeMap<String, String>,
 }
 
 fn running_backup<'a>(
     name: &str,
     backups: impl IntoIterator<Item = &'a ClickHouseBackup>,
-) -> Option<String> {
-    backups
-        .into_iter()
-        .find(|b| {
-            b.spec.cluster_name == name && b.status.as_ref().is_some_and(|s| s.state.in_flight())
-        })
-        .map(|b| b.name_any())
+) -> InFlight {
+    let mut out = InFlight::default();
+    for b in backups {
+        let Some(status) = b.status.as_ref() else {
+            continue;
+        };
+        if b.spec.cluster_name != name || !status.state.in_flight() {
+            continue;
+        }
+        out.name.get_or_insert_with(|| b.name_any());
+        for shard in &status.shards {
+            if !shard.replica.is_empty() {
+                out.reads
+                    .entry(shard.replica.clone())
+                    .or_insert_with(|| format!("backup {}", b.name_any()));
+            }
+        }
+    }
+    out
 }
 
 async fn from_api(cluster: &ClickHouseCluster, client: &Client) -> Result<Lists, Error> {
@@ -699,7 +720,8 @@ async fn build(
             }
         }
     }
-    o.backup_in_flight = lists.backup_in_flight;
+    o.backup_in_flight = lists.backup_in_flight.name;
+    o.backup_reads = lists.backup_in_flight.reads;
     let mut world = World {
         clusters_in_namespace: siblings,
         observed: o,

@@ -404,6 +404,7 @@ pub fn render(file: &ClickHouseCluster) -> Result<Vec<serde_json::Value>, String
         paused: false,
         allow_shard_removal: false,
         replace: &[],
+        held: &crate::plan::replicas::NOTHING_HELD,
     };
     let first =
         crate::plan::replicas::plan_map(&topology, &Default::default(), 0, |_| Default::default());

@@ -92,6 +92,9 @@ pub struct Gates {
     pub map_first: bool,
     /// Server StatefulSets whose storage is being grown: no rollout while any is (S2-13).
     pub storage_busy: Vec<String>,
+    /// A condemnation the map holds back while a backup reads from the replica (decision 77):
+    /// the cluster is not ready until it is done.
+    pub held_by_backup: bool,
 }
 
 /// What a pass reads and never changes: the cluster, the observation, and what is read from

@@ -1,7 +1,8 @@
 //! The ReplicaStateMap (S0-06, S0-12): scale-out adds Pending entries with new names, scale-in
 //! condemns the newest replicas but never a shard's backup replica, pause stops and resume
 //! restarts every entry, and each shard keeps exactly one backup replica. New and condemned
-//! entries are persisted before any later phase acts on them (S0-19, S0-21).
+//! entries are persisted before any later phase acts on them (S0-19, S0-21). No replica a
+//! backup in flight reads from is condemned until the backup ends (decision 77).
 
 use super::{ALLOW_DATA_LOSS, Pass, REPLACE_REPLICAS};
 use crate::plan::FailureReason;
@@ -40,6 +41,17 @@ pub fn plan(pass: &mut Pass) {
                 .collect()
         })
         .unwrap_or_default();
+    // decision 77: what a backup in flight reads from, and each shard's backup replica while
+    // one is in flight (it is the one the backup records), is not condemned until it ends
+    let mut held = pass.input.obs.backup_reads.clone();
+    if let Some(b) = &pass.input.obs.backup_in_flight {
+        for (n, r) in &pass.input.old.replica_state_map {
+            if r.is_backup_pod && r.state != crate::api::ReplicaState::Condemned {
+                held.entry(n.to_string())
+                    .or_insert_with(|| format!("backup {b}"));
+            }
+        }
+    }
     let topology = Topology {
         cluster: &pass.input.name,
         shards: pass.input.spec.shards,
@@ -47,6 +59,7 @@ pub fn plan(pass: &mut Pass) {
         paused: pass.input.facts.mode.paused(),
         allow_shard_removal: allow_loss,
         replace: &replace,
+        held: &held,
     };
     let change = replicas::plan_map(
         &topology,
@@ -74,6 +87,12 @@ pub fn plan(pass: &mut Pass) {
             pass.input.spec.shards, change.refused_shards
         );
         pass.fail(FailureReason::ShardRemovalRefused, message);
+    }
+    pass.gates.held_by_backup = !change.held_back.is_empty();
+    for (what, replica, by) in &change.held_back {
+        pass.waits.push(format!(
+            "{what} waits for {by} to end: it reads from {replica}"
+        ));
     }
     for n in &change.added {
         pass.event("ReplicaAdded", "ScaleOut", format!("replica {n} added"));

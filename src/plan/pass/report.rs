@@ -249,6 +249,7 @@ fn state(
         && pass.built.keeper_settled
         && condemned.is_empty()
         && pass.gates.storage_busy.is_empty()
+        && !pass.gates.held_by_backup
         && (status.host.is_some() || !spec.serves_clients())
         && !pass
             .members

@@ -495,3 +495,64 @@ async fn proxy() -> Proxy {
         relayed,
     }
 }
+
+/// A TCP relay to this process's S3 server, reached by the pods at the node's gateway, that
+/// holds what the pods send and receive while its gate is closed: a backup's agents wait at
+/// their first request (well within their 60 s request time-out) and the backup stays
+/// `Running` as long as the test wants, then ends as any other once the gate opens. The
+/// operator, on this machine (its connections come from the gateway's address), passes at any
+/// time: it checks the bucket before the backup starts.
+struct GatedS3 {
+    for_pods: String,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+async fn gated_s3() -> GatedS3 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let gateway: std::net::IpAddr = gateway().parse().unwrap();
+    let (open, gate) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        loop {
+            let Ok((inbound, peer)) = listener.accept().await else {
+                return;
+            };
+            let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", S3_PORT)).await else {
+                continue;
+            };
+            let held = peer.ip() != gateway;
+            let (in_read, in_write) = inbound.into_split();
+            let (out_read, out_write) = outbound.into_split();
+            for (mut from, mut to) in [
+                (
+                    Box::new(in_read) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+                    Box::new(out_write) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                ),
+                (Box::new(out_read) as _, Box::new(in_write) as _),
+            ] {
+                let mut gate = gate.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match from.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if held && gate.wait_for(|open| *open).await.is_err() {
+                            break;
+                        }
+                        if to.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown().await;
+                });
+            }
+        }
+    });
+    GatedS3 {
+        for_pods: format!("http://{gateway}:{port}"),
+        open,
+    }
+}

@@ -1,5 +1,5 @@
 //! Backups beside the cluster's life: a schedule that keeps two and stops while paused, a
-//! rollout that waits while a backup runs.
+//! rollout and a shard removal that wait while a backup runs.
 
 use super::*;
 
@@ -308,5 +308,155 @@ async fn a_rollout_waits_while_a_backup_runs() {
     let mut secrets = vec![ACCESS.to_string(), SECRET.to_string()];
     secrets.extend(operator_secrets(&client, &ns, "c1").await);
     assert_no_secret_leaked(&client, &ns, &secrets, false).await;
+    finish(&client, &ns, op).await;
+}
+
+/// Decision 77 (S0-13, S0-15, S0-21): a shard removed while a backup reads from it waits for
+/// the backup to end. A 2-shard cluster is backed up through a relay that holds the agents'
+/// requests (the backup stays `Running`, reading from each shard's backup replica); the user
+/// removes shard 1 (`allow-data-loss`): pass after pass, no replica is condemned, the leaving
+/// replica's StatefulSet stays, and the status says the removal waits for the backup and which
+/// replica it reads from. Once the relay lets the agents through, the backup ends `Succeeded`
+/// with both shards' rows, then the shard is removed, and the kept shard has all of its rows.
+/// Without the wait the shard's backup replica is condemned at once and the backup fails with
+/// `ReplicaRemoved` (the guarantees watch also fails any backup that does).
+#[tokio::test]
+async fn a_shard_removed_during_a_backup_waits_for_it_and_the_backup_succeeds() {
+    use clickhouse_operator::api::ReplicaState;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use kube::api::{Patch, PatchParams};
+    let (_, client, ns, op) = setup("bkshard", &[]).await;
+    let s3 = gated_s3().await;
+    create_cluster(
+        &client,
+        &ns,
+        "c1",
+        json!({"shards": 2, "replicas": 1, "keeper": {"replicas": 1}, "storage": {"size": "1Gi"},
+               "backup": {"destination": {"endpoint": s3.for_pods, "insecure": true, "bucket": BUCKET,
+                                          "secretName": "s3-creds"}}}),
+    )
+    .await;
+    let ready = wait_ready(&client, &ns, "c1", 1).await;
+    let map = ready.status.unwrap().replica_state_map;
+    let on = |shard: i32| {
+        map.iter()
+            .find(|(_, r)| r.shard.get() == shard)
+            .map(|(n, _)| n.to_string())
+            .unwrap()
+    };
+    let (kept, leaving) = (on(0), on(1));
+    let ch = sql_client(&client, &ns, "c1", &format!("{kept}-0")).await;
+    exec(&ch, "CREATE TABLE default.events ON CLUSTER c1 (id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/events', '{replica}') ORDER BY id").await;
+    for (replica, rows) in [(&kept, 1000), (&leaving, 2000)] {
+        let c = sql_client(&client, &ns, "c1", &format!("{replica}-0")).await;
+        exec(
+            &c,
+            &format!("INSERT INTO default.events SELECT number FROM system.numbers LIMIT {rows}"),
+        )
+        .await;
+    }
+
+    start_backup(&client, &ns, "held", json!({"clusterName": "c1"})).await;
+    let backups: Api<ClickHouseBackup> = Api::namespaced(client.clone(), &ns);
+    wait_for(Duration::from_secs(60), "backup held Running", || {
+        let backups = backups.clone();
+        async move {
+            let s = backups.get("held").await.ok()?.status?;
+            (s.state == BackupState::Running).then_some(())
+        }
+    })
+    .await;
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
+    clusters
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"clickhouse.com/allow-data-loss": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    patch_spec(&client, &ns, "c1", json!({"shards": 1})).await;
+    let said = format!("removing shard 1 waits for backup held to end: it reads from {leaving}");
+    let waiting = wait_status(
+        &client,
+        &ns,
+        "c1",
+        READY,
+        "the shard removal waiting",
+        |s| {
+            s.observed_generation == Some(2)
+                && s.message.as_deref().is_some_and(|m| m.contains(&said))
+        },
+    )
+    .await;
+    println!("{:?}", waiting.status.and_then(|s| s.message));
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let status = clusters.get("c1").await.unwrap().status.unwrap();
+        let state = status.replica_state_map[leaving.as_str()].state;
+        assert_eq!(
+            state,
+            ReplicaState::Ready,
+            "{leaving} while the backup runs"
+        );
+        assert!(statefulsets.get_opt(&leaving).await.unwrap().is_some());
+        let b = backups.get("held").await.unwrap().status.unwrap();
+        assert_eq!(b.state, BackupState::Running, "{:?}", b.message);
+    }
+
+    s3.open.send(true).unwrap();
+    let done = wait_backup_done(&client, &ns, "held").await.status.unwrap();
+    assert_eq!(done.state, BackupState::Succeeded, "{:?}", done.message);
+    let ran_on: BTreeMap<i32, (String, u64)> = done
+        .shards
+        .iter()
+        .map(|s| (s.shard, (s.replica.clone(), s.bytes_uploaded)))
+        .collect();
+    assert_eq!(ran_on.len(), 2, "{ran_on:?}");
+    assert!(ran_on.values().all(|(_, bytes)| *bytes > 0), "{ran_on:?}");
+    assert_eq!(ran_on[&1].0, leaving);
+    let b = bucket(&format!("{ns}/c1"));
+    let m = b
+        .get(&manifest::shard_manifest_key("held", 1), u64::MAX)
+        .await
+        .unwrap()
+        .expect("the removed shard's manifest");
+    let m: manifest::ShardManifest = serde_json::from_slice(&m).unwrap();
+    assert!(
+        m.tables
+            .iter()
+            .any(|t| t.name == "events" && !t.parts.is_empty())
+    );
+
+    let after = wait_ready(&client, &ns, "c1", 2).await;
+    let map = after.status.unwrap().replica_state_map;
+    assert_eq!(
+        map.keys().map(|n| n.as_str()).collect::<Vec<_>>(),
+        [kept.as_str()]
+    );
+    wait_for(
+        Duration::from_secs(60),
+        "the removed shard's StatefulSet gone",
+        || {
+            let statefulsets = statefulsets.clone();
+            let leaving = leaving.clone();
+            async move {
+                statefulsets
+                    .get_opt(&leaving)
+                    .await
+                    .unwrap()
+                    .is_none()
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        query(&ch, "SELECT count() AS v FROM default.events").await,
+        ["1000"]
+    );
     finish(&client, &ns, op).await;
 }

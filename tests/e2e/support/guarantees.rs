@@ -11,15 +11,15 @@
 //!   the spec it planned for ([`clickhouse_operator::plan::replicas::guarantees_broken`]) and
 //!   stops the pass with an internal error instead of writing it; such an error, or a map change
 //!   the state machine refused (S0-06), in any status version fails the test;
-//! - not asserted: a scale-in deferred while a backup runs. The scale-in does not wait for
-//!   backups: a backup reads only from each shard's backup replica, which a scale-in never
-//!   condemns while its shard stays; a shard removed during a backup fails that backup with
-//!   `ReplicaRemoved` ("… was removed during the backup", `plan::backup`).
+//! - decision 77 (nothing a backup in flight reads from is condemned until it ends): every
+//!   version of each ClickHouseBackup of the namespace is watched too, and one that failed
+//!   because a replica it read from was removed (`ReplicaRemoved`) fails the test: a
+//!   condemnation while a backup reads from the replica is the only way to that failure.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use clickhouse_operator::api::ClickHouseCluster;
+use clickhouse_operator::api::{ClickHouseBackup, ClickHouseCluster};
 use clickhouse_operator::plan::replicas::{Topology, guarantees_broken};
 use futures::StreamExt;
 use kube::runtime::watcher;
@@ -29,7 +29,7 @@ use kube::{Api, Client, ResourceExt};
 /// the order seen.
 pub type Broken = Arc<Mutex<(usize, Vec<String>)>>;
 
-type Watches = BTreeMap<String, (Broken, tokio::task::JoinHandle<()>)>;
+type Watches = BTreeMap<String, (Broken, Vec<tokio::task::JoinHandle<()>>)>;
 
 /// The watch of each test namespace, from its creation ([`super::namespace`]) to its test's
 /// [`super::finish`]: every operator started for it in between (a killed one and the one after
@@ -65,25 +65,57 @@ pub fn watch(client: &Client, ns: &str) {
             }
         })
     };
+    let backups = {
+        let api: Api<ClickHouseBackup> = Api::namespaced(client.clone(), ns);
+        let (broken, ns) = (broken.clone(), ns.to_string());
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default()).boxed();
+            while let Some(event) = events.next().await {
+                let (Ok(watcher::Event::Apply(b)) | Ok(watcher::Event::InitApply(b))) = event
+                else {
+                    continue;
+                };
+                broken.lock().unwrap().0 += 1;
+                if let Some(why) = backup_broke(&b) {
+                    let line = format!("{ns}/backup {}: {why}", b.name_any());
+                    let b = &mut broken.lock().unwrap().1;
+                    if !b.contains(&line) {
+                        b.push(line);
+                    }
+                }
+            }
+        })
+    };
     WATCHES
         .lock()
         .unwrap()
-        .insert(ns.to_string(), (broken, task));
+        .insert(ns.to_string(), (broken, vec![task, backups]));
 }
 
 /// Stops the watch of `ns` and fails the test if a status version broke one of the replica
 /// map's guarantees.
 pub fn assert_kept(ns: &str) {
-    let Some((broken, task)) = WATCHES.lock().unwrap().remove(ns) else {
+    let Some((broken, tasks)) = WATCHES.lock().unwrap().remove(ns) else {
         return;
     };
-    task.abort();
+    tasks.iter().for_each(|t| t.abort());
     let (checked, broken) = broken.lock().unwrap().clone();
     assert!(
         broken.is_empty(),
-        "the replica map broke its guarantees (S0-13, S0-15, S0-21, S0-06): {broken:#?}"
+        "the replica map broke its guarantees (S0-13, S0-15, S0-21, S0-06, decision 77): {broken:#?}"
     );
     println!("{ns}: the replica map's guarantees held in {checked} status versions");
+}
+
+/// Decision 77: a backup that failed because a replica it read from was removed.
+fn backup_broke(b: &ClickHouseBackup) -> Option<String> {
+    let status = b.status.as_ref()?;
+    (status.reason.as_deref() == Some("ReplicaRemoved")).then(|| {
+        format!(
+            "failed: {} (a replica it read from was condemned while it ran)",
+            status.message.clone().unwrap_or_default()
+        )
+    })
 }
 
 /// What one version of a cluster breaks, if anything.
@@ -97,6 +129,7 @@ fn check(c: &ClickHouseCluster) -> Option<String> {
         paused: true,
         allow_shard_removal: false,
         replace: &[],
+        held: &clickhouse_operator::plan::replicas::NOTHING_HELD,
     };
     if let Some(why) = guarantees_broken(&shape, &status.replica_state_map) {
         return Some(format!("{why}: {:?}", status.replica_state_map));
@@ -152,5 +185,26 @@ mod tests {
         let said = "internal error: the planned replica map breaks a guarantee: shard 0 has 1";
         let fine = json!({"c1-0-0": entry(0, "Ready", true)});
         assert_eq!(check(&cluster(fine, said)).as_deref(), Some(said));
+    }
+
+    /// Decision 77: the backup watch names a backup that failed because a replica it read
+    /// from was removed, and no other failure. Needs no cluster.
+    #[test]
+    fn the_watch_names_a_backup_that_lost_a_replica_it_read_from() {
+        let backup = |reason: &str| -> clickhouse_operator::api::ClickHouseBackup {
+            serde_json::from_value(json!({
+                "apiVersion": "clickhouse.com/v1alpha1", "kind": "ClickHouseBackup",
+                "metadata": {"name": "b1", "namespace": "ns"},
+                "spec": {"clusterName": "c1"},
+                "status": {"state": "Failed", "reason": reason, "message": "backup replica c1-1-1 of shard 1 was removed during the backup"},
+            }))
+            .unwrap()
+        };
+        assert!(
+            super::backup_broke(&backup("ReplicaRemoved"))
+                .unwrap()
+                .contains("c1-1-1")
+        );
+        assert_eq!(super::backup_broke(&backup("AgentFailed")), None);
     }
 }

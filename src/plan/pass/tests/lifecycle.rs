@@ -306,3 +306,103 @@ fn a_removed_field_leaves_the_statefulsets() {
     assert_eq!(server_restarts(&sim.log).len(), 2, "{:?}", sim.log);
     assert_eq!(sim.state(), ClusterState::Ready);
 }
+
+/// Decision 77: a shard removed while a backup reads from it waits for the backup to end: no
+/// replica of it is condemned and the status names the backup and the replica; once the
+/// backup is over the shard is removed.
+#[test]
+fn a_shard_removal_waits_for_the_backup_that_reads_from_it() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 2, "replicas": 1}));
+    sim.converge(20);
+    let (reader, _) = sim
+        .map()
+        .iter()
+        .find(|(_, r)| r.shard.get() == 1)
+        .map(|(n, r)| (n.to_string(), r.clone()))
+        .unwrap();
+    sim.obs.backup_in_flight = Some("b1".into());
+    sim.obs.backup_reads = [(reader.clone(), "backup b1".to_string())].into();
+    sim.cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("clickhouse.com/allow-data-loss".into(), "true".into());
+    sim.cluster.spec.shards = 1;
+    for _ in 0..5 {
+        let p = sim.plan();
+        sim.act(&p);
+        assert!(
+            sim.map()
+                .values()
+                .all(|r| r.state != ReplicaState::Condemned),
+            "{:?}",
+            sim.map()
+        );
+    }
+    let msg = sim
+        .cluster
+        .status
+        .as_ref()
+        .unwrap()
+        .message
+        .clone()
+        .unwrap();
+    assert!(
+        msg.contains(&format!(
+            "removing shard 1 waits for backup b1 to end: it reads from {reader}"
+        )),
+        "{msg}"
+    );
+    assert_ne!(sim.state(), ClusterState::Ready);
+    sim.obs.backup_in_flight = None;
+    sim.obs.backup_reads.clear();
+    sim.converge(20);
+    assert_eq!(sim.state(), ClusterState::Ready);
+    assert!(!sim.map().contains_key(reader.as_str()));
+}
+
+/// Decision 77: a replacement of the replica a backup reads from waits (it is not refused):
+/// the cluster is not ready and says what waits; once the backup is over the replica is
+/// replaced.
+#[test]
+fn a_replacement_of_the_replica_a_backup_reads_from_waits_for_the_backup() {
+    let mut sim = Sim::new(serde_json::json!({"shards": 1, "replicas": 2}));
+    sim.converge(20);
+    let reader = sim
+        .map()
+        .iter()
+        .find(|(_, r)| r.is_backup_pod)
+        .map(|(n, _)| n.to_string())
+        .unwrap();
+    sim.obs.backup_in_flight = Some("b1".into());
+    sim.cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("clickhouse.com/replace-replicas".into(), reader.clone());
+    for _ in 0..3 {
+        let p = sim.plan();
+        sim.act(&p);
+        assert_eq!(sim.map()[reader.as_str()].state, ReplicaState::Ready);
+        assert_eq!(sim.map().len(), 2, "no replacement added yet");
+    }
+    let status = sim.cluster.status.as_ref().unwrap();
+    let msg = status.message.clone().unwrap_or_default();
+    assert!(
+        msg.contains(&format!(
+            "replacing {reader} waits for backup b1 to end: it reads from {reader}"
+        )),
+        "{msg}"
+    );
+    assert_ne!(sim.state(), ClusterState::Ready);
+    assert!(
+        status
+            .conditions
+            .iter()
+            .all(|c| c.reason != "ReplacementRefused")
+    );
+    sim.obs.backup_in_flight = None;
+    sim.converge(30);
+    assert!(!sim.map().contains_key(reader.as_str()));
+    assert_eq!(sim.state(), ClusterState::Ready);
+}
