@@ -56,6 +56,7 @@ pub fn inputs(replicas: Vec<ReplicaSpec>) -> Inputs {
     Inputs {
         replicas,
         listed: None,
+        leaving: Vec::new(),
         secrets: BTreeMap::new(),
         user_passwords: BTreeMap::from([
             ("alice".to_string(), Password("alice-secret-pw".into())),

@@ -137,6 +137,7 @@ fn inputs() -> Inputs {
             ReplicaSpec::new("c1", ShardIndex(1), 3),
         ],
         listed: None,
+        leaving: Vec::new(),
         secrets: BTreeMap::new(),
         user_passwords: BTreeMap::from([("alice".into(), Password("alice pw & <x>".into()))]),
         operator_password: Password("op3rator-pw".into()),

@@ -613,6 +613,7 @@ fn built(spec: &ClickHouseClusterSpec) -> Option<Desired> {
     let inputs = Inputs {
         replicas,
         listed: None,
+        leaving: Vec::new(),
         secrets: BTreeMap::new(),
         user_passwords: BTreeMap::new(),
         operator_password: Password("-".into()),

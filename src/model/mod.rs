@@ -86,6 +86,11 @@ pub type SecretData = BTreeMap<String, Vec<u8>>;
 pub struct Inputs {
     /// The server replicas (all entries of `status.replicaStateMap`).
     pub replicas: Vec<ReplicaSpec>,
+    /// Condemned replicas whose StatefulSet still exists: out of `remote_servers`, but a client
+    /// connected to one before it left can still insert through its Distributed tables, which
+    /// forward to the others as the cluster's account; the accounts of the cluster's servers
+    /// accept them until they are deleted (S0-22).
+    pub leaving: Vec<ReplicaSpec>,
     /// The replicas listed in `remote_servers`, when not all of `replicas`: the planner lists a
     /// new replica only once its pod has an address, because ClickHouse 18.16 refuses a whole
     /// configuration reload while a host in it does not resolve.

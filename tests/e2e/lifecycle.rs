@@ -519,6 +519,10 @@ async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes
     }))
     .unwrap();
     slices.create(&Default::default(), &extra).await.unwrap();
+    // a client connected to the leaving pod itself, as one connected before it left would be
+    let direct = sql_client(&client, &ns, "c1", &pod).await;
+    exec(&direct, "CREATE TABLE default.probe ON CLUSTER c1 (id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default/probe', '{replica}') ORDER BY id").await;
+    exec(&direct, "CREATE TABLE default.probe_all ON CLUSTER c1 AS default.probe ENGINE = Distributed(c1, default, probe, id)").await;
 
     // the client: a query a tenth of a second through the Service, each on a new connection
     let ip = Api::<Service>::namespaced(client.clone(), &ns)
@@ -613,6 +617,18 @@ async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes
         reached > 0,
         "the held slice kept routing queries to {pod} (otherwise this test proves nothing)"
     );
+    // out of the cluster's hosts, the leaving server still forwards a Distributed insert to
+    // the others as the cluster's account, which accepts it until it is deleted
+    let forwarded = QueryOptions::new()
+        .setting("insert_distributed_sync", 1)
+        .setting("prefer_localhost_replica", 0);
+    direct
+        .exec(
+            "INSERT INTO default.probe_all SELECT number FROM system.numbers LIMIT 10",
+            &forwarded,
+        )
+        .await
+        .expect("an insert through the leaving server's Distributed table");
 
     // the slice goes: the scale-in goes on and completes
     slices.delete("c1-held", &Default::default()).await.unwrap();
@@ -627,6 +643,12 @@ async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes
             .contains_key(&leaving),
         "{leaving} was removed"
     );
+    for (survivor, _) in map.iter().filter(|(n, _)| **n != leaving) {
+        let ch = sql_client(&client, &ns, "c1", &format!("{survivor}-0")).await;
+        exec(&ch, "SYSTEM SYNC REPLICA default.probe").await;
+        let rows = query(&ch, "SELECT count() AS v FROM default.probe").await;
+        assert_eq!(rows, ["10"], "the forwarded insert is on {survivor}");
+    }
     let answers = answers.lock().unwrap().clone();
     let failed: Vec<&String> = answers
         .iter()

@@ -404,6 +404,7 @@ pub fn inputs(replicas: Vec<ReplicaSpec>, users: &[(&str, &str)]) -> Inputs {
     Inputs {
         replicas,
         listed: None,
+        leaving: Vec::new(),
         secrets: BTreeMap::new(),
         user_passwords: users
             .iter()

@@ -243,7 +243,14 @@ pub fn default_user_networks(c: &Cluster<'_>, replicas: &[ReplicaSpec]) -> Eleme
 ///   instead, and there `databases` as `allow_databases`.
 pub fn users_file(c: &Cluster<'_>, inputs: &crate::model::Inputs) -> Result<String, BuildError> {
     let users = credentials(&inputs.user_passwords, inputs.server_version)?;
-    let replicas = inputs.replicas.as_slice();
+    // the servers whose logins the cluster's accounts accept: those that stay and those leaving
+    let servers: Vec<ReplicaSpec> = inputs
+        .replicas
+        .iter()
+        .chain(&inputs.leaving)
+        .cloned()
+        .collect();
+    let replicas = servers.as_slice();
     let mut profiles = profiles(&c.spec.configuration)?;
     let quotas = quotas(&c.spec.configuration)?;
     let profile = c
@@ -363,10 +370,16 @@ fn operator_user(
     inputs: &crate::model::Inputs,
     users: &std::collections::BTreeMap<&str, Credential<'_>>,
 ) -> Result<Element, BuildError> {
-    let servers_as_operator: &[ReplicaSpec] = match inputs.cluster_password {
-        Some(_) => &[],
-        None => &inputs.replicas,
+    let servers: Vec<ReplicaSpec> = match inputs.cluster_password {
+        Some(_) => Vec::new(),
+        None => inputs
+            .replicas
+            .iter()
+            .chain(&inputs.leaving)
+            .cloned()
+            .collect(),
     };
+    let servers_as_operator = servers.as_slice();
     let grants = if grants_supported(inputs) {
         let mut definers: Vec<&str> = vec![DEFAULT_USER, names::OPERATOR_USER];
         definers.extend(

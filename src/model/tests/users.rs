@@ -340,3 +340,38 @@ fn sql_users_get_access_management_and_replicated_storage() {
             .starts_with("spec.users.replicatedAccess: needs ClickHouse 21.9")
     );
 }
+
+/// S0-22: a leaving replica (condemned, its StatefulSet still there) is out of the cluster's
+/// hosts, but a client connected to it before it left can still insert through its Distributed
+/// tables, which forward to the others as the cluster's account: that account, and the
+/// passwordless `default`, keep accepting the leaving server's logins until it is deleted.
+#[test]
+fn the_cluster_account_accepts_a_leaving_server_until_it_is_deleted() {
+    let c = cluster(json!({}));
+    let host = |r: &str| format!("<host>{r}-0.c1-headless.t1.svc.cluster.local</host>");
+    let mut i = inputs(replicas(1, 2));
+    i.cluster_password = Some(Password("cl".into()));
+    let gone = users_file(&build(&c, &i));
+    i.leaving = vec![ReplicaSpec::new("c1", ShardIndex(0), 7)];
+    let leaving = users_file(&build(&c, &i));
+    let doc = parse(&leaving);
+    for account in [names::CLUSTER_USER, "default"] {
+        let node = doc
+            .descendants()
+            .find(|n| {
+                n.has_tag_name(account) && n.parent().is_some_and(|p| p.has_tag_name("users"))
+            })
+            .unwrap();
+        let hosts: Vec<&str> = node
+            .descendants()
+            .filter(|n| n.has_tag_name("host"))
+            .filter_map(|n| n.text())
+            .collect();
+        assert!(
+            hosts.contains(&"c1-0-7-0.c1-headless.t1.svc.cluster.local"),
+            "{account}: {hosts:?}"
+        );
+    }
+    assert!(!gone.contains(&host("c1-0-7")));
+    assert!(leaving.contains(&host("c1-0-0")) && gone.contains(&host("c1-0-0")));
+}

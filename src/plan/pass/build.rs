@@ -36,6 +36,17 @@ pub fn build(pass: &mut Early) -> Option<Built> {
     let mut inputs = input.obs.inputs.clone();
     inputs.listed = Some(listed);
     inputs.replicas = live;
+    inputs.leaving = input
+        .old
+        .replica_state_map
+        .iter()
+        .filter(|(_, r)| {
+            r.state == ReplicaState::Condemned
+                && r.scale_in_step
+                    .is_none_or(|s| s < crate::api::ScaleInStep::Deleted)
+        })
+        .map(|(n, r)| ReplicaSpec::of(n, r))
+        .collect();
     inputs.server_version = input.server_version;
     let built = Cluster::new(input.cluster).and_then(|c| {
         let c = c
