@@ -122,7 +122,7 @@ pub fn guarantees_broken(
             .iter()
             .filter(|(n, r)| r.is_backup_pod || t.held.contains_key(n.as_str()))
             .count() as i32;
-        let want = t.replicas.max(kept.min(live.len() as i32));
+        let want = t.replicas.max(kept);
         if live.len() as i32 != want {
             let held = if want > t.replicas {
                 format!(" and {} held by a backup", want - t.replicas)

@@ -481,7 +481,6 @@ async fn distributed_query_sums_both_shards() {
 #[tokio::test]
 async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes_to_the_pod() {
     use clickhouse_operator::clickhouse::QueryOptions;
-    use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -525,13 +524,7 @@ async fn scale_in_drops_the_tables_only_once_the_client_service_no_longer_routes
     exec(&direct, "CREATE TABLE default.probe_all ON CLUSTER c1 AS default.probe ENGINE = Distributed(c1, default, probe, id)").await;
 
     // the client: a query a tenth of a second through the Service, each on a new connection
-    let ip = Api::<Service>::namespaced(client.clone(), &ns)
-        .get("c1")
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .unwrap();
+    let ip = service_ip(&client, &ns, "c1").await;
     let config = sql_config_at(&client, &ns, "c1", &ip, Duration::from_secs(5)).await;
     let stop = Arc::new(AtomicBool::new(false));
     type Answers = Vec<(std::time::Instant, Result<String, String>)>;
@@ -737,17 +730,7 @@ async fn a_removed_shard_whose_pod_is_gone_names_what_it_left_in_keeper() {
         },
     )
     .await;
-    Api::<clickhouse_operator::api::ClickHouseCluster>::namespaced(client.clone(), &ns)
-        .patch(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"clickhouse.com/allow-data-loss": "true"}}}),
-            ),
-        )
-        .await
-        .unwrap();
-    patch_spec(&client, &ns, "c1", json!({"shards": 1})).await;
+    remove_shards(&client, &ns, "c1", 1).await;
     wait_for(
         Duration::from_secs(240),
         "the scale-in to reach the drop of the leaving replica's tables",

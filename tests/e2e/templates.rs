@@ -206,13 +206,7 @@ async fn per_replica_services_reach_their_replica_and_go_when_switched_off() {
     let replicas = replica_names(&c);
     assert_eq!(replicas.len(), 2);
     for r in &replicas {
-        let ip = services
-            .get(&format!("{r}-client"))
-            .await
-            .unwrap()
-            .spec
-            .and_then(|s| s.cluster_ip)
-            .expect("a ClusterIP");
+        let ip = service_ip(&client, &ns, &format!("{r}-client")).await;
         let ch = sql_client_at(&client, &ns, "c1", &ip, std::time::Duration::from_secs(10)).await;
         for _ in 0..4 {
             assert_eq!(

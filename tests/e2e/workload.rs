@@ -45,14 +45,7 @@ impl Workload {
     /// Creates `default.events` (ReplicatedMergeTree) and `default.events_all` (Distributed,
     /// sharded by batch) on every server, then writes a batch every second.
     pub async fn start(client: &Client, ns: &str, cluster: &str) -> Workload {
-        let svc: Api<Service> = Api::namespaced(client.clone(), ns);
-        let ip = svc
-            .get(cluster)
-            .await
-            .expect("the client Service")
-            .spec
-            .and_then(|s| s.cluster_ip)
-            .expect("a ClusterIP");
+        let ip = service_ip(client, ns, cluster).await;
         let ch = sql_client_at(client, ns, cluster, &ip, Duration::from_secs(30)).await;
         exec(&ch, &format!("CREATE TABLE IF NOT EXISTS default.events ON CLUSTER {cluster} (batch UInt64, id UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{{shard}}/default/events', '{{replica}}') ORDER BY (batch, id)")).await;
         exec(&ch, &format!("CREATE TABLE IF NOT EXISTS default.events_all ON CLUSTER {cluster} AS default.events ENGINE = Distributed({cluster}, default, events, batch)")).await;

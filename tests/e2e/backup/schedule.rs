@@ -324,7 +324,6 @@ async fn a_rollout_waits_while_a_backup_runs() {
 async fn a_shard_removed_during_a_backup_waits_for_it_and_the_backup_succeeds() {
     use clickhouse_operator::api::ReplicaState;
     use k8s_openapi::api::apps::v1::StatefulSet;
-    use kube::api::{Patch, PatchParams};
     let (_, client, ns, op) = setup("bkshard", &[]).await;
     let s3 = gated_s3().await;
     create_cluster(
@@ -366,18 +365,7 @@ async fn a_shard_removed_during_a_backup_waits_for_it_and_the_backup_succeeds() 
         }
     })
     .await;
-    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
-    clusters
-        .patch(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"annotations": {"clickhouse.com/allow-data-loss": "true"}}}),
-            ),
-        )
-        .await
-        .unwrap();
-    patch_spec(&client, &ns, "c1", json!({"shards": 1})).await;
+    remove_shards(&client, &ns, "c1", 1).await;
     let said = format!("removing shard 1 waits for backup held to end: it reads from {leaving}");
     let waiting = wait_status(
         &client,
@@ -392,6 +380,7 @@ async fn a_shard_removed_during_a_backup_waits_for_it_and_the_backup_succeeds() 
     )
     .await;
     println!("{:?}", waiting.status.and_then(|s| s.message));
+    let clusters: Api<ClickHouseCluster> = Api::namespaced(client.clone(), &ns);
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_secs(2)).await;

@@ -98,14 +98,7 @@ async fn the_generated_network_policies_let_the_cluster_work_and_refuse_the_rest
     let server = pod_ip(&client, &ns, "c1-0-0-0").await;
     let peer = pod_ip(&client, &ns, "c1-0-1-0").await;
     let keeper = pod_ip(&client, &ns, "c1-keeper-0").await;
-    let service: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), &ns);
-    let cluster_ip = service
-        .get("c1")
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .unwrap();
+    let cluster_ip = service_ip(&client, &ns, "c1").await;
     let cases: [(&str, &str, &str, u16, bool); 10] = [
         ("app", &app, &server, 8123, true),
         ("app", &app, &cluster_ip, 8123, true),

@@ -91,6 +91,33 @@ pub async fn patch_spec(client: &Client, ns: &str, name: &str, spec: serde_json:
         .expect("patch the cluster");
 }
 
+/// Lets the cluster `name` lose data (`clickhouse.com/allow-data-loss`) and lowers its
+/// `spec.shards` to `shards`: the shards beyond it are removed.
+pub async fn remove_shards(client: &Client, ns: &str, name: &str, shards: i32) {
+    Api::<ClickHouseCluster>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"clickhouse.com/allow-data-loss": "true"}}}),
+            ),
+        )
+        .await
+        .expect("annotate the cluster");
+    patch_spec(client, ns, name, json!({ "shards": shards })).await;
+}
+
+/// The ClusterIP of Service `service` (a cluster's client Service is named like the cluster).
+pub async fn service_ip(client: &Client, ns: &str, service: &str) -> String {
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), ns)
+        .get(service)
+        .await
+        .expect("the Service")
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("a ClusterIP")
+}
+
 /// Waits until the cluster is ready at `generation`.
 pub async fn wait_ready(
     client: &Client,

@@ -159,14 +159,7 @@ fn scale_in_waits_for_every_statefulset() {
         );
         sim.act(&p);
     }
-    let msg = sim
-        .cluster
-        .status
-        .as_ref()
-        .unwrap()
-        .message
-        .clone()
-        .unwrap();
+    let msg = sim.message();
     assert!(msg.contains(backup.as_str()), "{msg}");
     sim.broken.clear();
     sim.obs.pods.remove(&pod);
@@ -339,14 +332,7 @@ fn a_shard_removal_waits_for_the_backup_that_reads_from_it() {
             sim.map()
         );
     }
-    let msg = sim
-        .cluster
-        .status
-        .as_ref()
-        .unwrap()
-        .message
-        .clone()
-        .unwrap();
+    let msg = sim.message();
     assert!(
         msg.contains(&format!(
             "removing shard 1 waits for backup b1 to end: it reads from {reader}"
@@ -386,8 +372,7 @@ fn a_replacement_of_the_replica_a_backup_reads_from_waits_for_the_backup() {
         assert_eq!(sim.map()[reader.as_str()].state, ReplicaState::Ready);
         assert_eq!(sim.map().len(), 2, "no replacement added yet");
     }
-    let status = sim.cluster.status.as_ref().unwrap();
-    let msg = status.message.clone().unwrap_or_default();
+    let msg = sim.message();
     assert!(
         msg.contains(&format!(
             "replacing {reader} waits for backup b1 to end: it reads from {reader}"
@@ -395,6 +380,7 @@ fn a_replacement_of_the_replica_a_backup_reads_from_waits_for_the_backup() {
         "{msg}"
     );
     assert_ne!(sim.state(), ClusterState::Ready);
+    let status = sim.cluster.status.as_ref().unwrap();
     assert!(
         status
             .conditions

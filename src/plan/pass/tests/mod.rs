@@ -546,6 +546,12 @@ impl Sim {
         self.cluster.status.as_ref().unwrap().state
     }
 
+    /// The status message, empty when there is none.
+    fn message(&self) -> String {
+        let status = self.cluster.status.as_ref().unwrap();
+        status.message.clone().unwrap_or_default()
+    }
+
     fn map(&self) -> &BTreeMap<ReplicaName, ReplicaStatus> {
         &self.cluster.status.as_ref().unwrap().replica_state_map
     }
